@@ -1,0 +1,253 @@
+package resource
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// Key names a resource. Mesh is empty for global-scoped kinds.
+type Key struct {
+	Kind string `json:"kind"`
+	Mesh string `json:"mesh,omitempty"`
+	Name string `json:"name"`
+}
+
+func (k Key) String() string {
+	if k.Mesh == "" {
+		return k.Kind + "/" + k.Name
+	}
+	return k.Kind + "/" + k.Mesh + "/" + k.Name
+}
+
+// XDSName is the resource's name inside its kind's xDS type: "name" for a global-scoped
+// resource, "mesh/name" for a mesh-scoped one ('/' is not allowed in names, so it is unique).
+func (k Key) XDSName() string {
+	if k.Mesh == "" {
+		return k.Name
+	}
+	return k.Mesh + "/" + k.Name
+}
+
+// KeyFromXDSName is the inverse of Key.XDSName for a kind.
+func KeyFromXDSName(kind, name string) Key {
+	if mesh, n, ok := strings.Cut(name, "/"); ok {
+		return Key{Kind: kind, Mesh: mesh, Name: n}
+	}
+	return Key{Kind: kind, Name: name}
+}
+
+// Resource is one stored or synced object, in the shape of Kuma's API ("type", "mesh", "name").
+type Resource struct {
+	Kind       string            `json:"type"`
+	Mesh       string            `json:"mesh,omitempty"`
+	Name       string            `json:"name"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Owners     []Key             `json:"owners,omitempty"`
+	Spec       json.RawMessage   `json:"spec,omitempty"`
+	Generation int64             `json:"generation,omitempty"`
+}
+
+// Key returns the resource's key.
+func (r *Resource) Key() Key { return Key{Kind: r.Kind, Mesh: r.Mesh, Name: r.Name} }
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+// ValidationError names the field that is wrong.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the resource against its kind and normalises it: the spec becomes compact
+// JSON ("{}" when absent). It returns a *ValidationError naming the first bad field.
+func (reg *Registry) Validate(r *Resource) error {
+	if r.Kind == "" {
+		return invalid("type", "is required (one of %s)", reg.KnownNames())
+	}
+	k, ok := reg.Get(r.Kind)
+	if !ok {
+		return invalid("type", "unknown kind %q (known: %s)", r.Kind, reg.KnownNames())
+	}
+	if !nameRE.MatchString(r.Name) {
+		return invalid("name", "%q must be lower-case letters, digits, '-' or '.', start and end with a letter or digit, at most 253 characters", r.Name)
+	}
+	switch k.Scope {
+	case ScopeGlobal:
+		if r.Mesh != "" {
+			return invalid("mesh", "%s is global-scoped and takes no mesh (got %q)", k.Name, r.Mesh)
+		}
+	case ScopeMesh:
+		if r.Mesh == "" {
+			return invalid("mesh", "is required for %s", k.Name)
+		}
+		if !nameRE.MatchString(r.Mesh) {
+			return invalid("mesh", "%q is not a valid mesh name", r.Mesh)
+		}
+	}
+	for i, o := range r.Owners {
+		if _, ok := reg.Get(o.Kind); !ok {
+			return invalid(fmt.Sprintf("owners[%d].kind", i), "unknown kind %q", o.Kind)
+		}
+		if o.Name == "" {
+			return invalid(fmt.Sprintf("owners[%d].name", i), "is required")
+		}
+	}
+	spec := map[string]any{}
+	if len(r.Spec) > 0 && string(r.Spec) != "null" {
+		if err := json.Unmarshal(r.Spec, &spec); err != nil {
+			return invalid("spec", "must be a JSON object: %v", err)
+		}
+	}
+	if k.Validate != nil {
+		if err := k.Validate(spec); err != nil {
+			var ve *ValidationError
+			if errors.As(err, &ve) {
+				return invalid("spec."+ve.Field, "%s", ve.Reason)
+			}
+			return invalid("spec", "%v", err)
+		}
+	}
+	compact, err := json.Marshal(spec)
+	if err != nil {
+		return invalid("spec", "%v", err)
+	}
+	r.Spec = compact
+	return nil
+}
+
+// validateDurations is the light validation of the built-in policy kinds: every string value
+// under a key that names a duration ("timeout", "interval", "backoff", ...) must parse.
+func validateDurations(spec map[string]any) error {
+	return walkDurations("", spec)
+}
+
+var durationKey = regexp.MustCompile(`(?i)(timeout|interval|duration|backoff|delay|period|ttl)$`)
+
+func walkDurations(path string, v any) error {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if s, ok := t[k].(string); ok && durationKey.MatchString(k) {
+				if d, err := time.ParseDuration(s); err != nil || d < 0 {
+					return &ValidationError{Field: p, Reason: fmt.Sprintf("%q is not a duration (e.g. 10s, 1m30s)", s)}
+				}
+				continue
+			}
+			if err := walkDurations(p, t[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if err := walkDurations(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ToProto returns the wire form of a validated resource.
+func (r *Resource) ToProto() (*kdsv1.Resource, error) {
+	spec := &structpb.Struct{}
+	if len(r.Spec) > 0 {
+		if err := spec.UnmarshalJSON(r.Spec); err != nil {
+			return nil, fmt.Errorf("%s: spec: %w", r.Key(), err)
+		}
+	}
+	owners := make([]*kdsv1.ResourceKey, 0, len(r.Owners))
+	for _, o := range r.Owners {
+		owners = append(owners, &kdsv1.ResourceKey{Kind: o.Kind, Mesh: o.Mesh, Name: o.Name})
+	}
+	return &kdsv1.Resource{
+		Kind: r.Kind, Name: r.Name, Mesh: r.Mesh, Labels: r.Labels,
+		Owners: owners, Spec: spec, Generation: r.Generation,
+	}, nil
+}
+
+// FromProto is the inverse of ToProto.
+func FromProto(p *kdsv1.Resource) (Resource, error) {
+	r := Resource{Kind: p.GetKind(), Mesh: p.GetMesh(), Name: p.GetName(), Labels: p.GetLabels(), Generation: p.GetGeneration()}
+	for _, o := range p.GetOwners() {
+		r.Owners = append(r.Owners, Key{Kind: o.GetKind(), Mesh: o.GetMesh(), Name: o.GetName()})
+	}
+	spec := []byte("{}")
+	if p.GetSpec() != nil {
+		b, err := json.Marshal(p.GetSpec().AsMap())
+		if err != nil {
+			return Resource{}, fmt.Errorf("%s: spec: %w", r.Key(), err)
+		}
+		spec = b
+	}
+	r.Spec = spec
+	return r, nil
+}
+
+// Version is the content version of a wire resource: a hash of its deterministic encoding,
+// without the generation. Equal content has an equal version across restarts and replicas, so a
+// zone that reconnects with initial_resource_versions is sent only what changed.
+func Version(p *kdsv1.Resource) string {
+	c := proto.Clone(p).(*kdsv1.Resource)
+	c.Generation = 0
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	if err != nil {
+		// A message built by ToProto always marshals; an unversionable one is always "sent".
+		return "unversioned"
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// OwnerKeys returns every owner of r: its Mesh for a mesh-scoped kind, then its explicit owners.
+func (r *Resource) OwnerKeys() []Key {
+	var out []Key
+	if r.Mesh != "" {
+		out = append(out, Key{Kind: MeshKind, Name: r.Mesh})
+	}
+	return append(out, r.Owners...)
+}
+
+// MeshDefaults returns the policies that creating a Mesh creates, as Kuma does.
+func MeshDefaults(mesh string) []Resource {
+	return []Resource{
+		{Kind: "MeshTimeout", Mesh: mesh, Name: "mesh-timeout-all-default", Labels: defaultLabels(),
+			Spec: json.RawMessage(`{"targetRef":{"kind":"Mesh"},"from":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"5s","idleTimeout":"2h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m","maxStreamDuration":"0s"}}}]}`)},
+		{Kind: "MeshTimeout", Mesh: mesh, Name: "mesh-gateways-timeout-all-default", Labels: defaultLabels(),
+			Spec: json.RawMessage(`{"targetRef":{"kind":"Mesh","proxyTypes":["Gateway"]},"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5m","http":{"streamIdleTimeout":"5s","requestHeadersTimeout":"500ms"}}}]}`)},
+		{Kind: "MeshRetry", Mesh: mesh, Name: "mesh-retry-all-default", Labels: defaultLabels(),
+			Spec: json.RawMessage(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"tcp":{"maxConnectAttempt":5},"http":{"numRetries":5,"perTryTimeout":"16s","backOff":{"baseInterval":"25ms","maxInterval":"250ms"}}}}]}`)},
+		{Kind: "MeshCircuitBreaker", Mesh: mesh, Name: "mesh-circuit-breaker-all-default", Labels: defaultLabels(),
+			Spec: json.RawMessage(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionLimits":{"maxConnections":1024,"maxPendingRequests":1024,"maxRequests":1024,"maxRetries":3},"outlierDetection":{"disabled":false,"interval":"10s","baseEjectionTime":"30s"}}}]}`)},
+	}
+}
+
+func defaultLabels() map[string]string {
+	return map[string]string{"kuma.io/origin": "global", "kds-host.io/default": "true"}
+}

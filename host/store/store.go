@@ -1,0 +1,56 @@
+// Package store keeps resources in a SQL database (SQLite by default, PostgreSQL for shared
+// global replicas) whose schema enforces ownership: a policy's mesh is a FOREIGN KEY to the
+// meshes table, so the database itself refuses a policy whose Mesh is missing.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+var (
+	// ErrNotFound: no resource with that key.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the caller's generation is not the stored one (optimistic concurrency).
+	ErrConflict = errors.New("generation conflict")
+)
+
+// MissingOwnerError is the database refusing a mesh-scoped resource whose Mesh is not stored.
+type MissingOwnerError struct {
+	Key   resource.Key
+	Owner resource.Key
+}
+
+func (e *MissingOwnerError) Error() string {
+	return fmt.Sprintf("%s: owner %s is missing (foreign key)", e.Key, e.Owner)
+}
+
+// Store is the resource database. Implementations are safe for concurrent use.
+type Store interface {
+	// Get returns one resource, or ErrNotFound.
+	Get(ctx context.Context, key resource.Key) (resource.Resource, error)
+	// List returns resources sorted by (kind, mesh, name); an empty kind or mesh matches all.
+	List(ctx context.Context, kind, mesh string) ([]resource.Resource, error)
+	// Put creates or updates r (already validated). If r.Generation is not zero it must equal the
+	// stored generation, else ErrConflict. A write that changes content bumps the generation;
+	// one with identical content changes nothing and reports changed=false. A mesh-scoped
+	// resource whose Mesh is missing fails with *MissingOwnerError.
+	Put(ctx context.Context, r resource.Resource) (stored resource.Resource, changed bool, err error)
+	// Delete removes one resource, or returns ErrNotFound. Deleting a Mesh deletes the
+	// resources in it (ON DELETE CASCADE).
+	Delete(ctx context.Context, key resource.Key) error
+	// Apply writes a batch in one transaction, as a zone applies a response: resources are
+	// written as given (generation included), each on its own savepoint, so an item the database
+	// refuses is reported in failed and the others commit.
+	Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (failed map[resource.Key]error, err error)
+	// Revision is a counter that every committed write increases; replicas sharing a database
+	// poll it to notice each other's writes.
+	Revision(ctx context.Context) (int64, error)
+	// Changes is signalled (coalesced, never blocking the writer) after every committed write
+	// made through this Store value.
+	Changes() <-chan struct{}
+	Close() error
+}
