@@ -1,0 +1,368 @@
+package kds
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds).
+// It is called with the cache's lock held and must not block.
+type Filter interface {
+	Visible(zone string, e *Entry) bool
+}
+
+// Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
+// current Snapshot, as seen through the zone's Filter, and lets the retry scheduler force names
+// to be sent again.
+//
+// It avoids two flaws of go-control-plane's stock caches. It never sends on a stream's response
+// channel while holding a lock, or from the stream's own goroutine: each stream has one sender
+// goroutine that feeds the channel in order (so with 32 kinds or more nothing deadlocks on the
+// channel's 20 slots, go-control-plane issue 875). And since the delta server marks a resource
+// as known when it is sent and never resends after a NACK, the cache keeps per stream the names
+// the retry scheduler forces, and treats them as unknown to the zone until they are sent again.
+type Cache struct {
+	kinds []string // kind order: owners first; responses that are ready together go in this order
+
+	mu       sync.Mutex
+	snap     *Snapshot
+	filter   Filter
+	streams  map[int64]*streamState
+	requests map[*discovery.DeltaDiscoveryRequest]int64 // request -> stream, set by the callbacks
+	version  int64
+}
+
+// NewCache returns a cache for the given kinds, in owner-first order.
+func NewCache(kinds []string) *Cache {
+	return &Cache{kinds: kinds, snap: &Snapshot{}, streams: map[int64]*streamState{}, requests: map[*discovery.DeltaDiscoveryRequest]int64{}}
+}
+
+// streamState is one zone stream's watches and forced names, and the goroutine that sends its
+// responses.
+type streamState struct {
+	cache   *Cache
+	id      int64
+	zone    string
+	watches map[string]*watch          // by kind
+	forced  map[string]map[string]bool // kind -> names to send although the zone "knows" them
+	queue   []*watch                   // responses waiting for the sender, in order
+	wake    chan struct{}              // capacity 1: the queue grew
+	stop    chan struct{}              // closed when the stream closes
+	done    chan struct{}              // closed when the sender has returned
+}
+
+// watch is one open delta watch: the server's request for a kind, answered at most once.
+type watch struct {
+	kind string
+	req  *discovery.DeltaDiscoveryRequest
+	sub  cache.Subscription
+	out  chan cache.DeltaResponse
+
+	resp     *cache.DeltaPassthroughResponse // set once answered
+	forced   []string                        // forced names the response carries
+	canceled chan struct{}                   // closed by cancel
+	finished chan struct{}                   // closed by the sender when it is done with this watch
+	sending  bool                            // the sender has taken it off the queue
+}
+
+// SetSnapshot replaces what is served and answers every open watch that now has something new.
+func (c *Cache) SetSnapshot(s *Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snap = s
+	c.version++
+	for _, st := range c.streams {
+		c.evaluateLocked(st)
+	}
+}
+
+// SetFilter installs the per-zone filter (nil: every zone sees everything).
+func (c *Cache) SetFilter(f Filter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.filter = f
+}
+
+// Refresh re-evaluates the open watches of a zone, after its filter's answer changed.
+func (c *Cache) Refresh(zone string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.streams {
+		if st.zone == zone {
+			c.evaluateLocked(st)
+		}
+	}
+}
+
+// Snapshot returns what is served now.
+func (c *Cache) Snapshot() *Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
+// Resend makes the stream send the named resources of each kind again, although the zone was
+// already sent their current version (it rejected them). Names no longer served are ignored.
+func (c *Cache) Resend(streamID int64, names map[string][]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[streamID]
+	if st == nil {
+		return
+	}
+	for kind, ns := range names {
+		set := st.forced[kind]
+		if set == nil {
+			set = map[string]bool{}
+			st.forced[kind] = set
+		}
+		for _, n := range ns {
+			set[n] = true
+		}
+	}
+	c.evaluateLocked(st)
+}
+
+// bindRequest tells the cache which stream a request belongs to; the delta server calls the
+// request callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
+func (c *Cache) bindRequest(streamID int64, zone string, req *discovery.DeltaDiscoveryRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests[req] = streamID
+	if st := c.streams[streamID]; st == nil {
+		c.openStreamLocked(streamID, zone)
+	}
+}
+
+func (c *Cache) openStreamLocked(id int64, zone string) *streamState {
+	st := &streamState{
+		cache: c, id: id, zone: zone,
+		watches: map[string]*watch{}, forced: map[string]map[string]bool{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	c.streams[id] = st
+	go st.send()
+	return st
+}
+
+// closeStream frees a stream's state and stops its sender. The delta server cancels every watch
+// of a stream before it calls the close callback, so nothing is left to send.
+func (c *Cache) closeStream(id int64) {
+	c.mu.Lock()
+	st := c.streams[id]
+	delete(c.streams, id)
+	c.mu.Unlock()
+	if st != nil {
+		close(st.stop)
+		<-st.done
+	}
+}
+
+// Close stops every stream's sender.
+func (c *Cache) Close() {
+	c.mu.Lock()
+	ids := make([]int64, 0, len(c.streams))
+	for id := range c.streams {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.closeStream(id)
+	}
+}
+
+// CreateDeltaWatch implements cache.ConfigWatcher. It never blocks: a response that is ready is
+// queued for the stream's sender.
+func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.requests[req]
+	if !ok {
+		return nil, errors.New("kds: request was not seen by the stream callbacks")
+	}
+	delete(c.requests, req)
+	st := c.streams[id]
+	if st == nil {
+		st = c.openStreamLocked(id, req.GetNode().GetId())
+	}
+	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out, canceled: make(chan struct{}), finished: make(chan struct{})}
+	st.watches[w.kind] = w
+	c.evaluateWatchLocked(st, w)
+	return func() { c.cancel(st, w) }, nil
+}
+
+// CreateWatch implements cache.ConfigWatcher; KDS is delta only.
+func (c *Cache) CreateWatch(*cache.Request, cache.Subscription, chan cache.Response) (func(), error) {
+	return nil, errors.New("kds serves delta xDS only")
+}
+
+// Fetch implements cache.ConfigFetcher; KDS is delta only.
+func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, errors.New("kds serves delta xDS only")
+}
+
+func (c *Cache) cancel(st *streamState, w *watch) {
+	c.mu.Lock()
+	if st.watches[w.kind] == w {
+		delete(st.watches, w.kind)
+	}
+	select {
+	case <-w.canceled:
+		c.mu.Unlock()
+		return
+	default:
+	}
+	close(w.canceled)
+	wait := w.sending
+	if i := slices.Index(st.queue, w); i >= 0 {
+		st.queue = slices.Delete(st.queue, i, i+1)
+	}
+	c.mu.Unlock()
+	if wait {
+		<-w.finished
+	}
+}
+
+// evaluateLocked answers every open, unanswered watch of the stream that has something to send,
+// in kind order.
+func (c *Cache) evaluateLocked(st *streamState) {
+	for _, kind := range c.kinds {
+		if w := st.watches[kind]; w != nil {
+			c.evaluateWatchLocked(st, w)
+		}
+	}
+}
+
+// evaluateWatchLocked computes the delta between what the zone knows (the subscription's
+// returned resources, less the forced names) and the zone's view of the snapshot; when it is not
+// empty, the watch is answered and queued for the sender.
+func (c *Cache) evaluateWatchLocked(st *streamState, w *watch) {
+	if w.resp != nil {
+		return
+	}
+	known := w.sub.ReturnedResources()
+	forced := st.forced[w.kind]
+	wildcard := w.sub.IsWildcard()
+	subscribed := w.sub.SubscribedResources()
+
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version, 10)}
+	next := make(map[string]string, len(known))
+	var sentForced []string
+	for name, e := range c.snap.Kind(w.kind) {
+		if !wildcard {
+			if _, ok := subscribed[name]; !ok {
+				continue
+			}
+		}
+		if c.filter != nil && !c.filter.Visible(st.zone, e) {
+			continue
+		}
+		next[name] = e.Version
+		v, ok := known[name]
+		if ok && v == e.Version && !forced[name] {
+			continue
+		}
+		resp.Resources = append(resp.Resources, &discovery.Resource{Name: name, Version: e.Version, Resource: e.Any})
+		if forced[name] {
+			sentForced = append(sentForced, name)
+		}
+	}
+	for name := range known {
+		if _, ok := next[name]; !ok {
+			resp.RemovedResources = append(resp.RemovedResources, name)
+		}
+	}
+	for name := range forced {
+		if _, ok := next[name]; !ok {
+			delete(forced, name) // no longer served: nothing to resend
+		}
+	}
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
+		return
+	}
+	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return compareStrings(a.Name, b.Name) })
+	slices.Sort(resp.RemovedResources)
+	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: next, DeltaDiscoveryResponse: resp}
+	w.forced = sentForced
+	st.queue = append(st.queue, w)
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// send is the stream's sender: it feeds queued responses into the server's channel in order.
+// A watch canceled while its response waits is dropped; cancel waits for a send in progress.
+func (st *streamState) send() {
+	defer close(st.done)
+	for {
+		select {
+		case <-st.stop:
+			return
+		case <-st.wake:
+		}
+		for {
+			w := st.next()
+			if w == nil {
+				break
+			}
+			stopped := false
+			select {
+			case w.out <- w.resp:
+				st.sent(w)
+			case <-w.canceled:
+			case <-st.stop:
+				stopped = true
+			}
+			close(w.finished)
+			if stopped {
+				return
+			}
+		}
+	}
+}
+
+// next takes the first queued watch off the queue, or returns nil.
+func (st *streamState) next() *watch {
+	st.cache.mu.Lock()
+	defer st.cache.mu.Unlock()
+	if len(st.queue) == 0 {
+		return nil
+	}
+	w := st.queue[0]
+	st.queue = st.queue[1:]
+	w.sending = true
+	return w
+}
+
+// sent clears the forced names a delivered response carried.
+func (st *streamState) sent(w *watch) {
+	if len(w.forced) == 0 {
+		return
+	}
+	st.cache.mu.Lock()
+	defer st.cache.mu.Unlock()
+	set := st.forced[w.kind]
+	for _, n := range w.forced {
+		delete(set, n)
+	}
+	if len(set) == 0 {
+		delete(st.forced, w.kind)
+	}
+}

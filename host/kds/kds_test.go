@@ -1,0 +1,248 @@
+package kds_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// harness is a real KDS gRPC server on loopback and a raw delta ADS client stream.
+type harness struct {
+	t      *testing.T
+	cache  *kds.Cache
+	zones  *kds.Zones
+	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	in     chan *discovery.DeltaDiscoveryResponse // what the one reader goroutine received
+	b      kds.SnapshotBuilder
+}
+
+func newHarness(t *testing.T, kinds []string) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, cache: kds.NewCache(kinds), zones: kds.NewZones()}
+	srv, _ := kds.NewGRPCServer(ctx, h.cache, kds.NewTracker(h.cache, h.zones), nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	h.stream, err = discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.in = make(chan *discovery.DeltaDiscoveryResponse, 100)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			r, err := h.stream.Recv()
+			if err != nil {
+				return
+			}
+			h.in <- r
+		}
+	}()
+	t.Cleanup(func() {
+		scancel()
+		<-readerDone
+		conn.Close()
+		cancel()
+		srv.Stop()
+		h.cache.Close()
+	})
+	return h
+}
+
+func (h *harness) set(rs []resource.Resource) {
+	h.t.Helper()
+	s, err := h.b.Build(rs)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.cache.SetSnapshot(s)
+}
+
+func (h *harness) subscribe(kinds ...string) {
+	h.t.Helper()
+	for i, k := range kinds {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: k}
+		if i == 0 {
+			req.Node = &core.Node{Id: "zone-1"}
+		}
+		if err := h.stream.Send(req); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *harness) recv() *discovery.DeltaDiscoveryResponse {
+	h.t.Helper()
+	select {
+	case r := <-h.in:
+		return r
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no response within 10s")
+	}
+	return nil
+}
+
+func (h *harness) ack(r *discovery.DeltaDiscoveryResponse) {
+	h.t.Helper()
+	if err := h.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) nack(r *discovery.DeltaDiscoveryResponse, names ...string) {
+	h.t.Helper()
+	list := &kdsv1.RejectionList{Kind: r.TypeUrl}
+	for _, n := range names {
+		list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: n, Reason: "no"})
+	}
+	detail, err := kds.NACKDetail(list, "rejected")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce, ErrorDetail: detail}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// expectQuiet asserts that nothing arrives for a while (the server has nothing to send).
+func (h *harness) expectQuiet(d time.Duration) {
+	h.t.Helper()
+	select {
+	case r := <-h.in:
+		h.t.Fatalf("unexpected response for %s with %d resources", r.TypeUrl, len(r.Resources))
+	case <-time.After(d):
+	}
+}
+
+func policy(kind, mesh, name, spec string) resource.Resource {
+	return resource.Resource{Kind: kind, Mesh: mesh, Name: name, Spec: json.RawMessage(spec), Generation: 1}
+}
+
+func TestManyKindsOnOneStreamDoNotDeadlock(t *testing.T) {
+	g := NewWithT(t)
+	const kinds, perKind = 40, 100
+	names := []string{"Mesh"}
+	var rs []resource.Resource
+	rs = append(rs, resource.Resource{Kind: "Mesh", Name: "default", Spec: json.RawMessage(`{}`), Generation: 1})
+	for k := range kinds {
+		kind := fmt.Sprintf("Kind%02d", k)
+		names = append(names, kind)
+		for i := range perKind {
+			rs = append(rs, policy(kind, "default", fmt.Sprintf("p-%d", i), `{"x":1}`))
+		}
+	}
+	h := newHarness(t, names)
+	h.set(rs)
+	// Subscribe to every kind before reading anything: the server has 41 responses to send on a
+	// channel of 20 slots, and must not deadlock.
+	h.subscribe(names...)
+	got := map[string]int{}
+	for range names {
+		r := h.recv()
+		got[r.TypeUrl] += len(r.Resources)
+		h.ack(r)
+	}
+	g.Expect(got).To(HaveLen(kinds + 1))
+	for _, k := range names[1:] {
+		g.Expect(got[k]).To(Equal(perKind), k)
+	}
+	// The first response is the owner kind, whatever the scheduling.
+	g.Eventually(func() int { return len(h.zones.Inventory("zone-1")) }).Should(Equal(kinds*perKind + 1))
+}
+
+func TestOwnerKindIsSentFirstWhenReadyTogether(t *testing.T) {
+	g := NewWithT(t)
+	names := []string{"Mesh", "MeshTimeout", "MeshRetry"}
+	h := newHarness(t, names)
+	h.subscribe("MeshRetry", "MeshTimeout", "Mesh") // subscribed in reverse, before anything exists
+	h.expectQuiet(100 * time.Millisecond)
+	h.set([]resource.Resource{
+		policy("MeshRetry", "default", "r", `{}`),
+		policy("MeshTimeout", "default", "t", `{}`),
+		{Kind: "Mesh", Name: "default", Spec: json.RawMessage(`{}`), Generation: 1},
+	})
+	var order []string
+	for range names {
+		r := h.recv()
+		order = append(order, r.TypeUrl)
+		h.ack(r)
+	}
+	g.Expect(order).To(Equal(names))
+}
+
+func TestNACKedNamesAreNotResentUntilForcedOrChanged(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, []string{"Mesh", "MeshTimeout"})
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{"v":1}`), policy("MeshTimeout", "default", "b", `{"v":1}`)})
+	h.subscribe("MeshTimeout")
+	r := h.recv()
+	g.Expect(r.Resources).To(HaveLen(2))
+	h.nack(r, "default/a")
+	h.expectQuiet(200 * time.Millisecond)
+	g.Expect(h.zones.Inventory("zone-1")).To(ConsistOf(resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "b"}))
+
+	// A forced resend sends exactly the rejected name, at the same version.
+	h.cache.Resend(1, map[string][]string{"MeshTimeout": {"default/a"}})
+	r2 := h.recv()
+	g.Expect(r2.Resources).To(HaveLen(1))
+	g.Expect(r2.Resources[0].Name).To(Equal("default/a"))
+	g.Expect(r2.Resources[0].Version).To(Equal(r.Resources[0].Version))
+	h.nack(r2, "default/a")
+	h.expectQuiet(200 * time.Millisecond)
+
+	// A content change is sent at once.
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{"v":2}`), policy("MeshTimeout", "default", "b", `{"v":1}`)})
+	r3 := h.recv()
+	g.Expect(r3.Resources).To(HaveLen(1))
+	g.Expect(r3.Resources[0].Name).To(Equal("default/a"))
+	h.ack(r3)
+	g.Eventually(func() []resource.Key { return h.zones.Inventory("zone-1") }).Should(HaveLen(2))
+
+	// A deletion is sent as a removal.
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "b", `{"v":1}`)})
+	r4 := h.recv()
+	g.Expect(r4.RemovedResources).To(Equal([]string{"default/a"}))
+}
+
+func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
+	g := NewWithT(t)
+	var nacks []kds.NACK
+	obs := &recorder{nack: func(n kds.NACK) { nacks = append(nacks, n) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := kds.NewCache([]string{"MeshTimeout"})
+	defer c.Close()
+	tr := kds.NewTracker(c, obs)
+	g.Expect(tr.OnDeltaStreamOpen(ctx, 7, "")).To(Succeed())
+	g.Expect(tr.OnStreamDeltaRequest(7, &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}, TypeUrl: "MeshTimeout"})).To(Succeed())
+	tr.OnStreamDeltaResponse(7, nil, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshTimeout", Nonce: "1",
+		Resources: []*discovery.Resource{{Name: "m/a", Version: "1"}, {Name: "m/b", Version: "1"}}})
+	g.Expect(tr.OnStreamDeltaRequest(7, &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResponseNonce: "1",
+		ErrorDetail: statusMessage("webhook down")})).To(Succeed())
+	g.Expect(nacks).To(HaveLen(1))
+	g.Expect(nacks[0].Rejected).To(Equal([]kds.Rejection{{Name: "m/a", Reason: "webhook down"}, {Name: "m/b", Reason: "webhook down"}}))
+	g.Expect(nacks[0].Accepted).To(BeEmpty())
+	tr.OnDeltaStreamClosed(7, nil)
+}

@@ -1,0 +1,240 @@
+package kds
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// Rejection is one resource a zone refused in a NACK.
+type Rejection struct {
+	Name         string `json:"name"`
+	Reason       string `json:"reason,omitempty"`
+	MissingOwner string `json:"missingOwner,omitempty"`
+}
+
+// NACK is a zone's refusal of (part of) one response.
+type NACK struct {
+	StreamID int64
+	Zone     string
+	Kind     string
+	// Rejected are the refused resources; without a structured rejection list from the zone,
+	// every resource of the response counts as refused.
+	Rejected []Rejection
+	// Accepted maps the names of the response the zone did store to their versions.
+	Accepted map[string]string
+	Detail   string
+}
+
+// ACK is a zone's acceptance of one response: it stored Versions (by name) and removed Removed.
+// Initial marks what a zone reported holding when it subscribed (initial_resource_versions).
+type ACK struct {
+	StreamID int64
+	Zone     string
+	Kind     string
+	Versions map[string]string
+	Removed  []string
+	Initial  bool
+}
+
+// Observer is told what happens on zone streams. Its methods run on the stream's goroutine,
+// inside the xDS callbacks: they must record and return, never block.
+type Observer interface {
+	StreamOpened(streamID int64, zone string)
+	// Sent: a response of kind went out with these resources (versions by name) and removals.
+	Sent(streamID int64, zone, kind string, versions map[string]string, removed []string)
+	// Acked: the zone stored every resource of a response, or reported at the start of a
+	// stream what it holds.
+	Acked(a ACK)
+	Nacked(n NACK)
+	StreamClosed(streamID int64, zone string)
+}
+
+// Tracker is the delta server's Callbacks: it binds requests to streams for the Cache, pairs
+// ACKs and NACKs with the response they answer, and tells its Observers.
+type Tracker struct {
+	cache     *Cache
+	observers []Observer
+
+	mu      sync.Mutex
+	streams map[int64]*trackedStream
+}
+
+type trackedStream struct {
+	zone  string
+	sent  map[string]sentResponse // by nonce
+	kinds map[string]bool         // kinds requested so far
+}
+
+type sentResponse struct {
+	kind     string
+	versions map[string]string
+	removed  []string
+}
+
+// NewTracker returns the callbacks for a delta server over cache.
+func NewTracker(c *Cache, observers ...Observer) *Tracker {
+	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}}
+}
+
+// OnDeltaStreamOpen implements delta.Callbacks.
+func (t *Tracker) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.streams[id] = &trackedStream{sent: map[string]sentResponse{}, kinds: map[string]bool{}}
+	return nil
+}
+
+// OnDeltaStreamClosed implements delta.Callbacks.
+func (t *Tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
+	t.mu.Lock()
+	ts := t.streams[id]
+	delete(t.streams, id)
+	t.mu.Unlock()
+	t.cache.closeStream(id)
+	if ts != nil && ts.zone != "" {
+		for _, o := range t.observers {
+			o.StreamClosed(id, ts.zone)
+		}
+	}
+}
+
+// OnStreamDeltaRequest implements delta.Callbacks: it runs on the stream's goroutine before the
+// server creates the request's watch.
+func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	t.mu.Lock()
+	ts := t.streams[id]
+	if ts == nil {
+		t.mu.Unlock()
+		return status.Error(codes.Internal, "stream not open")
+	}
+	opened := false
+	if ts.zone == "" {
+		ts.zone = req.GetNode().GetId()
+		if ts.zone == "" {
+			t.mu.Unlock()
+			return status.Error(codes.InvalidArgument, "the first request must carry node.id, the zone name")
+		}
+		opened = true
+	}
+	zone := ts.zone
+	kind := req.GetTypeUrl()
+	first := !ts.kinds[kind]
+	ts.kinds[kind] = true
+	var answered sentResponse
+	var ok bool
+	if nonce := req.GetResponseNonce(); nonce != "" {
+		answered, ok = ts.sent[nonce]
+		delete(ts.sent, nonce)
+	}
+	t.mu.Unlock()
+
+	t.cache.bindRequest(id, zone, req)
+	if opened {
+		for _, o := range t.observers {
+			o.StreamOpened(id, zone)
+		}
+	}
+	if first && len(req.GetInitialResourceVersions()) > 0 {
+		// What the zone already holds counts as ACKed.
+		for _, o := range t.observers {
+			o.Acked(ACK{StreamID: id, Zone: zone, Kind: kind, Versions: req.GetInitialResourceVersions(), Initial: true})
+		}
+	}
+	if !ok {
+		return nil
+	}
+	if req.GetErrorDetail() == nil {
+		for _, o := range t.observers {
+			o.Acked(ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.removed})
+		}
+		return nil
+	}
+	n := nackOf(id, zone, answered, req.GetErrorDetail())
+	for _, o := range t.observers {
+		o.Nacked(n)
+	}
+	return nil
+}
+
+// OnStreamDeltaResponse implements delta.Callbacks: it records what a nonce carried.
+func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	versions := make(map[string]string, len(resp.GetResources()))
+	for _, r := range resp.GetResources() {
+		versions[r.GetName()] = r.GetVersion()
+	}
+	t.mu.Lock()
+	ts := t.streams[id]
+	if ts == nil {
+		t.mu.Unlock()
+		return
+	}
+	ts.sent[resp.GetNonce()] = sentResponse{kind: resp.GetTypeUrl(), versions: versions, removed: resp.GetRemovedResources()}
+	zone := ts.zone
+	t.mu.Unlock()
+	for _, o := range t.observers {
+		o.Sent(id, zone, resp.GetTypeUrl(), versions, resp.GetRemovedResources())
+	}
+}
+
+// nackOf reads a NACK: the zone's structured rejection list when error_detail carries one, or
+// else every resource of the response as rejected with the error message.
+func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Status) NACK {
+	n := NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: detail.GetMessage(), Accepted: map[string]string{}}
+	list := RejectionListOf(detail)
+	if list == nil {
+		for name := range answered.versions {
+			n.Rejected = append(n.Rejected, Rejection{Name: name, Reason: n.Detail})
+		}
+		sort.Slice(n.Rejected, func(i, j int) bool { return n.Rejected[i].Name < n.Rejected[j].Name })
+		return n
+	}
+	rejected := map[string]bool{}
+	for _, r := range list.GetRejections() {
+		if _, sent := answered.versions[r.GetName()]; !sent {
+			continue // not in the response it answers: nothing to resend
+		}
+		rj := Rejection{Name: r.GetName(), Reason: r.GetReason()}
+		if mo := r.GetMissingOwner(); mo != nil {
+			rj.MissingOwner = mo.GetKind() + "/" + mo.GetName()
+		}
+		n.Rejected = append(n.Rejected, rj)
+		rejected[r.GetName()] = true
+	}
+	for name, v := range answered.versions {
+		if !rejected[name] {
+			n.Accepted[name] = v
+		}
+	}
+	return n
+}
+
+// RejectionListOf finds the structured rejection list in a NACK's error_detail, or returns nil.
+func RejectionListOf(detail *rpcstatus.Status) *kdsv1.RejectionList {
+	for _, d := range detail.GetDetails() {
+		list := &kdsv1.RejectionList{}
+		if d.MessageIs(list) && d.UnmarshalTo(list) == nil {
+			return list
+		}
+	}
+	return nil
+}
+
+// NACKDetail builds the error_detail a zone sends: a message a person reads, and the structured
+// rejection list the global acts on.
+func NACKDetail(list *kdsv1.RejectionList, message string) (*rpcstatus.Status, error) {
+	a, err := anypb.New(list)
+	if err != nil {
+		return nil, err
+	}
+	return &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: message, Details: []*anypb.Any{a}}, nil
+}

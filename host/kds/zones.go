@@ -1,0 +1,198 @@
+package kds
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+// Zones is the Observer that keeps, per zone, what it holds (its inventory: what it ACKed) and
+// the insight counters per kind that the API and `kds-host inspect zones` show.
+type Zones struct {
+	now func() time.Time
+
+	mu    sync.Mutex
+	zones map[string]*zoneState
+}
+
+type zoneState struct {
+	stream    int64
+	connected bool
+	since     time.Time
+	kinds     map[string]*KindInsight
+	inventory map[string]map[string]string // kind -> xDS name -> version
+}
+
+// KindInsight is what happened to one kind on one zone.
+type KindInsight struct {
+	Kind      string      `json:"kind"`
+	Sent      int64       `json:"sent"`
+	Responses int64       `json:"responses"`
+	ACKs      int64       `json:"acks"`
+	NACKs     int64       `json:"nacks"`
+	LastError string      `json:"lastError,omitempty"`
+	Rejected  []Rejection `json:"rejected,omitempty"`
+	Held      int         `json:"held,omitempty"`
+	Known     int         `json:"known"`
+}
+
+// ZoneInsight is one zone's state.
+type ZoneInsight struct {
+	Zone      string         `json:"zone"`
+	Connected bool           `json:"connected"`
+	Stream    int64          `json:"stream,omitempty"`
+	Since     time.Time      `json:"since"`
+	Kinds     []*KindInsight `json:"kinds"`
+}
+
+// NewZones returns an empty zone table.
+func NewZones() *Zones { return &Zones{now: time.Now, zones: map[string]*zoneState{}} }
+
+func (z *Zones) zone(name string) *zoneState {
+	s := z.zones[name]
+	if s == nil {
+		s = &zoneState{kinds: map[string]*KindInsight{}, inventory: map[string]map[string]string{}}
+		z.zones[name] = s
+	}
+	return s
+}
+
+func (s *zoneState) kind(k string) *KindInsight {
+	ki := s.kinds[k]
+	if ki == nil {
+		ki = &KindInsight{Kind: k}
+		s.kinds[k] = ki
+	}
+	return ki
+}
+
+// StreamOpened implements Observer. A zone's new stream starts from what the zone reports.
+func (z *Zones) StreamOpened(id int64, zone string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zone(zone)
+	s.stream, s.connected, s.since = id, true, z.now()
+	s.inventory = map[string]map[string]string{}
+	for _, ki := range s.kinds {
+		ki.Rejected, ki.LastError = nil, ""
+	}
+}
+
+// Sent implements Observer.
+func (z *Zones) Sent(id int64, zone, kind string, versions map[string]string, removed []string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	ki := z.zone(zone).kind(kind)
+	ki.Responses++
+	ki.Sent += int64(len(versions) + len(removed))
+}
+
+// Acked implements Observer.
+func (z *Zones) Acked(a ACK) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zone(a.Zone)
+	if s.stream != a.StreamID {
+		return
+	}
+	ki := s.kind(a.Kind)
+	inv := s.inventory[a.Kind]
+	if inv == nil {
+		inv = map[string]string{}
+		s.inventory[a.Kind] = inv
+	}
+	for n, v := range a.Versions {
+		inv[n] = v
+	}
+	for _, n := range a.Removed {
+		delete(inv, n)
+	}
+	ki.Known = len(inv)
+	if !a.Initial {
+		ki.ACKs++
+		ki.Rejected, ki.LastError = nil, ""
+	}
+}
+
+// Nacked implements Observer.
+func (z *Zones) Nacked(n NACK) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zone(n.Zone)
+	if s.stream != n.StreamID {
+		return
+	}
+	ki := s.kind(n.Kind)
+	ki.NACKs++
+	ki.LastError = n.Detail
+	ki.Rejected = n.Rejected
+	inv := s.inventory[n.Kind]
+	if inv == nil {
+		inv = map[string]string{}
+		s.inventory[n.Kind] = inv
+	}
+	for name, v := range n.Accepted {
+		inv[name] = v
+	}
+	ki.Known = len(inv)
+}
+
+// StreamClosed implements Observer.
+func (z *Zones) StreamClosed(id int64, zone string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if s := z.zones[zone]; s != nil && s.stream == id {
+		s.connected = false
+		s.since = z.now()
+	}
+}
+
+// Has reports whether the zone has ACKed the resource (at any version).
+func (z *Zones) Has(zone string, key resource.Key) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zones[zone]
+	if s == nil {
+		return false
+	}
+	_, ok := s.inventory[key.Kind][key.XDSName()]
+	return ok
+}
+
+// Inventory returns the keys the zone has ACKed.
+func (z *Zones) Inventory(zone string) []resource.Key {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zones[zone]
+	if s == nil {
+		return nil
+	}
+	var out []resource.Key
+	for kind, names := range s.inventory {
+		for n := range names {
+			out = append(out, resource.KeyFromXDSName(kind, n))
+		}
+	}
+	return out
+}
+
+// Insights returns every zone's state, sorted by zone and kind.
+func (z *Zones) Insights() []ZoneInsight {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	out := make([]ZoneInsight, 0, len(z.zones))
+	for name, s := range z.zones {
+		zi := ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since}
+		for _, ki := range s.kinds {
+			c := *ki
+			c.Rejected = append([]Rejection(nil), ki.Rejected...)
+			zi.Kinds = append(zi.Kinds, &c)
+		}
+		sort.Slice(zi.Kinds, func(i, j int) bool { return zi.Kinds[i].Kind < zi.Kinds[j].Kind })
+		out = append(out, zi)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	return out
+}
