@@ -1,0 +1,43 @@
+# kds-host: `make run` starts a global and a zone locally; `make test` runs every test.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+TOOLS := $(BIN)/tools
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+TEST_TIMEOUT ?= 18m
+
+.PHONY: all build tools proto lint test bench run clean
+
+all: build
+
+build: ## kds-host and the two reference plugins into bin/
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kds-host ./host/cmd/kds-host
+	$(GO) build -o $(BIN)/retry-forcer ./plugins/retry-forcer
+	$(GO) build -o $(BIN)/owner-check ./plugins/owner-check
+
+tools: ## pinned generators and linters (tools/go.mod) into bin/tools
+	cd tools && $(GO) build -o $(TOOLS)/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc honnef.co/go/tools/cmd/staticcheck
+
+proto: tools ## regenerate the Go code beside every .proto (needs protoc: apt-get install protobuf-compiler)
+	PATH="$(TOOLS):$$PATH" protoc -I proto \
+		--go_out=. --go_opt=module=github.com/kds-host/kds-host \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/kds-host/kds-host \
+		$$(find proto -name '*.proto' | sort)
+
+lint: tools ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOLS)/staticcheck ./...
+
+test: tools ## every test, with -race (PostgreSQL is started by the tests themselves)
+	PATH="$(TOOLS):$$PATH" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+bench: ## benchmarks; see docs/benchmarks.md
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+run: build ## a global and a zone on this machine, SQLite under .data/; Ctrl-C stops both
+	./examples/run-local.sh
+
+clean:
+	rm -rf $(BIN) .data
