@@ -242,7 +242,7 @@ func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
 	g.Expect(tr.OnStreamDeltaRequest(7, &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResponseNonce: "1",
 		ErrorDetail: statusMessage("webhook down")})).To(Succeed())
 	g.Expect(nacks).To(HaveLen(1))
-	g.Expect(nacks[0].Rejected).To(Equal([]kds.Rejection{{Name: "m/a", Reason: "webhook down"}, {Name: "m/b", Reason: "webhook down"}}))
+	g.Expect(nacks[0].Rejected).To(Equal([]kds.Rejection{{Name: "m/a", Version: "1", Reason: "webhook down"}, {Name: "m/b", Version: "1", Reason: "webhook down"}}))
 	g.Expect(nacks[0].Accepted).To(BeEmpty())
 	tr.OnDeltaStreamClosed(7, nil)
 }

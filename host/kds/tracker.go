@@ -17,7 +17,9 @@ import (
 
 // Rejection is one resource a zone refused in a NACK.
 type Rejection struct {
-	Name         string `json:"name"`
+	Name string `json:"name"`
+	// Version is the version the zone refused.
+	Version      string `json:"version,omitempty"`
 	Reason       string `json:"reason,omitempty"`
 	MissingOwner string `json:"missingOwner,omitempty"`
 }
@@ -193,17 +195,18 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 	list := RejectionListOf(detail)
 	if list == nil {
 		for name := range answered.versions {
-			n.Rejected = append(n.Rejected, Rejection{Name: name, Reason: n.Detail})
+			n.Rejected = append(n.Rejected, Rejection{Name: name, Version: answered.versions[name], Reason: n.Detail})
 		}
 		sort.Slice(n.Rejected, func(i, j int) bool { return n.Rejected[i].Name < n.Rejected[j].Name })
 		return n
 	}
 	rejected := map[string]bool{}
 	for _, r := range list.GetRejections() {
-		if _, sent := answered.versions[r.GetName()]; !sent {
+		version, sent := answered.versions[r.GetName()]
+		if !sent {
 			continue // not in the response it answers: nothing to resend
 		}
-		rj := Rejection{Name: r.GetName(), Reason: r.GetReason()}
+		rj := Rejection{Name: r.GetName(), Version: version, Reason: r.GetReason()}
 		if mo := r.GetMissingOwner(); mo != nil {
 			rj.MissingOwner = mo.GetKind() + "/" + mo.GetName()
 		}

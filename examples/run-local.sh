@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Starts a global and a zone control plane on this machine (SQLite under .data/), prints what to
+# try next, and stops both on Ctrl-C. Run it through `make run`, which builds bin/ first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-./bin}
+DATA=${DATA:-.data}
+ZONE=${KDS_ZONE_NAME:-zone-1}
+mkdir -p "$DATA"
+
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo "stopped"
+}
+trap "stop; exit 0" INT TERM
+trap stop EXIT
+
+wait_ready() { # url name
+  for _ in $(seq 1 100); do
+    if curl -fsS -m 1 "$1" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  echo "$2 did not become ready at $1; see $DATA/$2.log" >&2
+  exit 1
+}
+
+"$BIN/kds-host" --mode global --data-dir "$DATA/global" "$@" >"$DATA/global.log" 2>&1 &
+pids+=($!)
+wait_ready http://127.0.0.1:5680/readyz global
+
+"$BIN/kds-host" --mode zone --zone-name "$ZONE" --data-dir "$DATA/$ZONE" \
+  --global-address grpcs://127.0.0.1:5685 --kds-tls-ca "$DATA/global/tls/kds.crt" >"$DATA/$ZONE.log" 2>&1 &
+pids+=($!)
+wait_ready http://127.0.0.1:15680/readyz "$ZONE"
+
+cat <<MSG
+kds-host is running:
+  global  API http://127.0.0.1:5681   KDS grpcs://127.0.0.1:5685   metrics http://127.0.0.1:5680/metrics   log $DATA/global.log
+  $ZONE  API http://127.0.0.1:15681  (read-only)                    metrics http://127.0.0.1:15680/metrics  log $DATA/$ZONE.log
+
+Try:
+  $BIN/kds-host apply -f examples/resources/mesh.yaml
+  $BIN/kds-host apply -f examples/resources/meshtimeout.yaml
+  $BIN/kds-host get meshtimeouts -m default --cp http://127.0.0.1:15681   # the zone has 3
+  $BIN/kds-host inspect zones
+
+Ctrl-C stops both.
+MSG
+wait -n "${pids[@]}" || true
+echo "a control plane exited; see the logs in $DATA" >&2
+exit 1

@@ -1,0 +1,323 @@
+package retry_test
+
+import (
+	"context"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/retry"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// policy is a RetryForcer test double: delay = base * 2^round, optional give-up and hang.
+type policy struct {
+	base     time.Duration
+	giveUpAt uint32 // 0: never
+	hang     bool
+
+	mu    sync.Mutex
+	calls []*pluginv1.ScheduleRequest
+}
+
+func (p *policy) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	return &pluginv1.DescribeResponse{Name: "test"}, nil
+}
+
+func (p *policy) Configure(context.Context, *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
+	return &pluginv1.ConfigureResponse{}, nil
+}
+
+func (p *policy) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	p.mu.Lock()
+	p.calls = append(p.calls, req)
+	p.mu.Unlock()
+	if p.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if p.giveUpAt > 0 && req.GetRound() >= p.giveUpAt {
+		return &pluginv1.ScheduleResponse{GiveUp: true, Reason: "max attempts reached"}, nil
+	}
+	return &pluginv1.ScheduleResponse{Delay: durationpb.New(p.base << req.GetRound())}, nil
+}
+
+func (p *policy) Calls() []*pluginv1.ScheduleRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*pluginv1.ScheduleRequest(nil), p.calls...)
+}
+
+// resender records rounds, and can answer each with a NACK, as a zone that keeps failing.
+type resender struct {
+	mu     sync.Mutex
+	rounds []map[string][]string
+	at     []time.Time
+	onSend func(names map[string][]string)
+}
+
+func (r *resender) Resend(_ int64, names map[string][]string) {
+	r.mu.Lock()
+	for _, ns := range names {
+		sort.Strings(ns)
+	}
+	r.rounds = append(r.rounds, names)
+	r.at = append(r.at, time.Now())
+	f := r.onSend
+	r.mu.Unlock()
+	if f != nil {
+		f(names)
+	}
+}
+
+func (r *resender) Rounds() []map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string][]string(nil), r.rounds...)
+}
+
+func newScheduler(t *testing.T, p, fallback shared.RetryForcer, r *resender, hooks retry.Hooks) *retry.Scheduler {
+	t.Helper()
+	s, err := retry.NewScheduler(retry.Config{Policy: func() shared.RetryForcer { return p }, Fallback: fallback, Resender: r, Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func nack(kind string, names ...string) kds.NACK {
+	n := kds.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected"}
+	for _, name := range names {
+		n.Rejected = append(n.Rejected, kds.Rejection{Name: name, Version: "v1"})
+	}
+	return n
+}
+
+func TestThreeKindsNACKedWithinOneRoundAreResentInOneRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		p := &policy{base: time.Second}
+		r := &resender{}
+		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		start := time.Now()
+
+		s.Nacked(nack("Mesh", "default"))
+		synctest.Wait()
+		time.Sleep(300 * time.Millisecond)
+		s.Nacked(nack("MeshTimeout", "default/a", "default/b"))
+		s.Nacked(nack("MeshRetry", "default/r"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		g.Expect(p.Calls()).To(HaveLen(1), "NACKs during a pending round join it")
+		g.Expect(r.Rounds()).To(Equal([]map[string][]string{{
+			"Mesh": {"default"}, "MeshTimeout": {"default/a", "default/b"}, "MeshRetry": {"default/r"},
+		}}))
+		g.Expect(r.at[0].Sub(start)).To(Equal(time.Second))
+	})
+}
+
+func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		p := &policy{base: 100 * time.Millisecond}
+		r := &resender{}
+		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		r.onSend = func(map[string][]string) { s.Nacked(nack("Mesh", "default")) } // keeps failing
+		s.Nacked(nack("Mesh", "default"))
+		time.Sleep(100*time.Millisecond + 200*time.Millisecond + 400*time.Millisecond)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(3))
+		g.Expect(r.at[1].Sub(r.at[0])).To(Equal(200 * time.Millisecond))
+		g.Expect(r.at[2].Sub(r.at[1])).To(Equal(400 * time.Millisecond))
+		g.Expect(s.State()[0].Round).To(Equal(uint32(3)))
+
+		// The zone accepts: the kind leaves the failing set, the round resets, no timer remains.
+		r.onSend = nil
+		s.Acked(kds.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}})
+		st := s.State()[0]
+		g.Expect(st.Round).To(BeZero())
+		g.Expect(st.Failing).To(BeEmpty())
+		g.Expect(st.NextRetry).To(BeNil())
+		time.Sleep(time.Hour)
+		g.Expect(r.Rounds()).To(HaveLen(3))
+
+		// A later NACK starts again from round 0.
+		s.Nacked(nack("Mesh", "default"))
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(4))
+		g.Expect(p.Calls()[len(p.Calls())-1].GetRound()).To(BeZero())
+	})
+}
+
+func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		p := &policy{base: time.Second, giveUpAt: 2}
+		r := &resender{}
+		var gaveUp []string
+		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{GaveUp: func(_, reason string) { gaveUp = append(gaveUp, reason) }})
+		s.StreamOpened(1, "zone-1")
+		r.onSend = func(map[string][]string) { s.Nacked(nack("MeshTimeout", "default/a")) }
+		s.Nacked(nack("MeshTimeout", "default/a"))
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(2))
+		g.Expect(gaveUp).To(Equal([]string{"max attempts reached"}))
+		g.Expect(s.State()[0].GivenUp).To(Equal("max attempts reached"))
+
+		// Another NACK of the same content does not restart rounds.
+		s.Nacked(nack("MeshTimeout", "default/a"))
+		time.Sleep(time.Hour)
+		g.Expect(r.Rounds()).To(HaveLen(2))
+
+		// New content is sent (by the cache, at once); the give-up is lifted, and its NACK
+		// starts a new round from 0.
+		s.Sent(1, "zone-1", "MeshTimeout", map[string]string{"default/a": "v2"}, nil)
+		g.Expect(s.State()[0].GivenUp).To(BeEmpty())
+		s.Nacked(nack("MeshTimeout", "default/a"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(3))
+	})
+}
+
+func TestClosingAStreamFreesItsState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		s.Nacked(nack("Mesh", "default"))
+		synctest.Wait()
+		g.Expect(s.State()).To(HaveLen(1))
+		s.StreamClosed(1, "zone-1")
+		g.Expect(s.State()).To(BeEmpty())
+		time.Sleep(time.Hour)
+		g.Expect(r.Rounds()).To(BeEmpty(), "the pending timer was stopped")
+	})
+}
+
+func TestAPolicyThatNeverAnswersFallsBackAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		type call struct {
+			latency  time.Duration
+			fallback bool
+		}
+		var calls []call
+		var mu sync.Mutex
+		hooks := retry.Hooks{PolicyCall: func(_ string, d time.Duration, fb bool, _ error) {
+			mu.Lock()
+			calls = append(calls, call{d, fb})
+			mu.Unlock()
+		}}
+		s := newScheduler(t, &policy{hang: true}, &policy{base: 50 * time.Millisecond}, r, hooks)
+		s.StreamOpened(1, "zone-1")
+		start := time.Now()
+		s.Nacked(nack("Mesh", "default")) // returns at once, whatever the policy does
+		g.Expect(time.Since(start)).To(BeZero())
+		time.Sleep(time.Second)
+		synctest.Wait()
+		g.Expect(calls).To(Equal([]call{{200 * time.Millisecond, true}}))
+		g.Expect(r.Rounds()).To(HaveLen(1))
+		g.Expect(r.at[0].Sub(start)).To(Equal(250*time.Millisecond), "deadline 200ms, then the fallback's 50ms")
+	})
+}
+
+func TestAKindThatFailsAfterTheScheduleStillGetsARound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		p := &explicitKinds{}
+		s, err := retry.NewScheduler(retry.Config{Policy: func() shared.RetryForcer { return p }, Fallback: p, Resender: r})
+		g.Expect(err).NotTo(HaveOccurred())
+		defer s.Close()
+		s.StreamOpened(1, "zone-1")
+		s.Nacked(nack("Mesh", "default"))
+		synctest.Wait()
+		s.Nacked(nack("MeshTimeout", "default/a")) // joins, but the schedule named only Mesh
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(Equal([]map[string][]string{{"Mesh": {"default"}}, {"Mesh": {"default"}, "MeshTimeout": {"default/a"}}}))
+	})
+}
+
+// explicitKinds names the failing kinds it saw, with a fixed delay of 1s.
+type explicitKinds struct{ policy }
+
+func (e *explicitKinds) Schedule(_ context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	resp := &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second)}
+	for _, f := range req.GetFailing() {
+		resp.Kinds = append(resp.Kinds, f.GetKind())
+	}
+	return resp, nil
+}
+
+func TestTenMinutesOfNACKsKeepMemoryBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		s := newScheduler(t, &fixed{d: 100 * time.Millisecond}, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		names := make([]string, 100)
+		for i := range names {
+			names[i] = "default/p-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		}
+		kinds := []string{"Mesh", "MeshTimeout", "MeshRetry", "MeshCircuitBreaker"}
+		rounds := 0
+		r.onSend = func(map[string][]string) {
+			rounds++
+			r.mu.Lock()
+			r.rounds, r.at = r.rounds[:0], r.at[:0] // the recorder itself must not grow
+			r.mu.Unlock()
+			for _, k := range kinds {
+				s.Nacked(nack(k, names...))
+			}
+		}
+		for _, k := range kinds {
+			s.Nacked(nack(k, names...))
+		}
+		heap := func() uint64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return m.HeapAlloc
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		before := heap()
+		time.Sleep(9 * time.Minute)
+		synctest.Wait()
+		after := heap()
+		g.Expect(rounds).To(BeNumerically(">=", 5999))
+		st := s.State()[0]
+		g.Expect(st.Failing).To(HaveLen(4))
+		for _, f := range st.Failing {
+			g.Expect(f.Rejected).To(HaveLen(100))
+		}
+		g.Expect(int64(after)-int64(before)).To(BeNumerically("<", 256<<10), "heap grew by %d bytes over 5400 rounds", int64(after)-int64(before))
+	})
+}
+
+type fixed struct {
+	policy
+	d time.Duration
+}
+
+func (f *fixed) Schedule(context.Context, *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	return &pluginv1.ScheduleResponse{Delay: durationpb.New(f.d)}, nil
+}
