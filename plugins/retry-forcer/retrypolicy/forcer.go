@@ -1,0 +1,136 @@
+package retrypolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// Name is the name a Forcer gives in Describe.
+const Name = "retry-forcer"
+
+// Version is the version of the reference retry policies.
+const Version = "0.1.0"
+
+// capabilities are what a Forcer declares in Describe: the policies it offers, and give-up.
+var capabilities = []string{Exponential, Fixed, Decorrelated, "max-attempts"}
+
+// Forcer serves the reference policies as a shared.RetryForcer: the policy document chooses
+// one, Configure swaps it atomically, and Schedule applies it to a stream's failing kinds. It is
+// the retry-forcer plugin, and the host's built-in policy when run in-process. It is safe for
+// concurrent use.
+type Forcer struct {
+	rnd    *source
+	active atomic.Pointer[activePolicy]
+}
+
+// activePolicy is the policy in force and the config it was built from.
+type activePolicy struct {
+	cfg    Config
+	policy Policy
+}
+
+var _ shared.RetryForcer = (*Forcer)(nil)
+
+// New returns a Forcer running the default policy (see Default).
+func New(opts ...Option) *Forcer {
+	f := &Forcer{rnd: buildOptions(opts).rnd}
+	f.active.Store(&activePolicy{cfg: Default(), policy: newPolicy(Default(), f.rnd)})
+	return f
+}
+
+// Apply validates cfg and puts it in force. On error the previous policy stays.
+func (f *Forcer) Apply(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	f.active.Store(&activePolicy{cfg: cfg, policy: newPolicy(cfg, f.rnd)})
+	return nil
+}
+
+// Config returns the config of the policy in force.
+func (f *Forcer) Config() Config { return f.active.Load().cfg }
+
+// Policy returns the policy in force.
+func (f *Forcer) Policy() Policy { return f.active.Load().policy }
+
+// Describe names the plugin; max_delay is the largest delay of the policy in force.
+func (f *Forcer) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	return &pluginv1.DescribeResponse{
+		Name:         Name,
+		Version:      Version,
+		Capabilities: slices.Clone(capabilities),
+		MaxDelay:     durationpb.New(f.Policy().MaxDelay()),
+		SampleConfig: DefaultSampleConfig,
+	}, nil
+}
+
+// Configure parses the policy document and puts it in force; an empty document restores the
+// default. A bad document is InvalidArgument naming the field, and the previous policy stays.
+func (f *Forcer) Configure(_ context.Context, req *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
+	cfg, err := Parse(req.GetDocument())
+	if err == nil {
+		err = f.Apply(cfg)
+	}
+	if err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return nil, shared.InvalidArgument(fe.Field, "%s", fe.Detail)
+		}
+		return nil, shared.InvalidArgument("document", "%v", err)
+	}
+	return &pluginv1.ConfigureResponse{Policy: f.Policy().String()}, nil
+}
+
+// Schedule returns the delay before the stream's next retry round, which resends every failing
+// kind, or gives up when the policy's attempts are exhausted.
+func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	failing := req.GetFailing()
+	if len(failing) == 0 {
+		return nil, shared.InvalidArgument("failing", "must list at least one failing kind")
+	}
+	kinds := make([]string, 0, len(failing))
+	for i, fk := range failing {
+		if fk == nil {
+			return nil, shared.InvalidArgument(fmt.Sprintf("failing[%d]", i), "must be set")
+		}
+		if fk.GetKind() == "" {
+			return nil, shared.InvalidArgument(fmt.Sprintf("failing[%d].kind", i), "must not be empty")
+		}
+		kinds = append(kinds, fk.GetKind())
+	}
+	slices.Sort(kinds)
+	kinds = slices.Compact(kinds)
+
+	last := req.GetLastDelay()
+	if last != nil {
+		if err := last.CheckValid(); err != nil {
+			return nil, shared.InvalidArgument("last_delay", "%v", err)
+		}
+		if last.AsDuration() < 0 {
+			return nil, shared.InvalidArgument("last_delay", "must not be negative, got %s", last.AsDuration())
+		}
+	}
+
+	active := f.active.Load()
+	p, round := active.policy, req.GetRound()
+	delay, giveUp := p.Next(round, last.AsDuration())
+	resp := &pluginv1.ScheduleResponse{Kinds: kinds, GiveUp: giveUp}
+	if giveUp {
+		resp.Reason = fmt.Sprintf("%s: max attempts %d reached", p.Name(), active.cfg.MaxAttempts)
+		return resp, nil
+	}
+	resp.Delay = durationpb.New(delay)
+	resp.Reason = fmt.Sprintf("%s round %d", p.Name(), round)
+	return resp, nil
+}
