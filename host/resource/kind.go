@@ -140,6 +140,19 @@ func (r *Registry) KnownNames() string {
 	return strings.Join(n, ", ")
 }
 
+// Plural is the API plural of a kind name: lower case, "y" after a consonant becomes "ies"
+// (MeshRetry: meshretries), "s", "x" and "sh" take "es", the rest take "s".
+func Plural(name string) string {
+	l := strings.ToLower(name)
+	switch {
+	case strings.HasSuffix(l, "y") && len(l) > 1 && !strings.ContainsRune("aeiou", rune(l[len(l)-2])):
+		return l[:len(l)-1] + "ies"
+	case strings.HasSuffix(l, "s"), strings.HasSuffix(l, "x"), strings.HasSuffix(l, "sh"):
+		return l + "es"
+	}
+	return l + "s"
+}
+
 // Default returns a registry with Mesh and the built-in policy kinds.
 func Default() *Registry {
 	r := &Registry{}
@@ -157,7 +170,7 @@ func Default() *Registry {
 		{"MeshAccessLog", nil},
 		{"MeshFaultInjection", validateDurations},
 	} {
-		r.MustRegister(Kind{Name: k.name, Plural: strings.ToLower(k.name) + "s", Scope: ScopeMesh, Validate: k.validate})
+		r.MustRegister(Kind{Name: k.name, Plural: Plural(k.name), Scope: ScopeMesh, Validate: k.validate})
 	}
 	return r
 }

@@ -1,0 +1,436 @@
+// Package api is kds-host's HTTP API, in the shape of Kuma's: resources are read and written at
+// /meshes/{name} and /meshes/{mesh}/{plural}/{name}, over a store.Store.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+)
+
+// Config configures a Server. Store is required; the zero value of every other field works.
+type Config struct {
+	Store store.Store
+	// Registry holds the kinds served; nil serves resource.Default().
+	Registry *resource.Registry
+	// ReadOnly refuses writes, as a zone does: its resources come from the global.
+	ReadOnly bool
+	// Logger may be nil.
+	Logger hclog.Logger
+	// Version and Mode are reported by GET /. An empty Mode is "zone" when ReadOnly, else "global".
+	Version string
+	Mode    string
+}
+
+// Server serves the API. Other parts of the control plane add their routes with Handle.
+type Server struct {
+	store    store.Store
+	reg      *resource.Registry
+	readOnly bool
+	log      hclog.Logger
+	version  string
+	mode     string
+	mux      *http.ServeMux
+}
+
+// ResultHeader is the response header of a PUT that says what it did: created, updated or
+// unchanged (a write of identical content).
+const ResultHeader = "Kds-Result"
+
+// Outcome is what a PUT did.
+type Outcome string
+
+const (
+	Created   Outcome = "created"
+	Updated   Outcome = "updated"
+	Unchanged Outcome = "unchanged"
+)
+
+// List is the body of a list answer.
+type List struct {
+	Items []resource.Resource `json:"items"`
+	Total int                 `json:"total"`
+}
+
+// KindInfo describes one kind in the answer of GET /_resources.
+type KindInfo struct {
+	Name string `json:"name"`
+	// Path is the kind's plural, the path segment of its routes.
+	Path string `json:"path"`
+	// Scope is "Global" or "Mesh".
+	Scope string `json:"scope"`
+}
+
+// Kinds is the body of GET /_resources.
+type Kinds struct {
+	Resources []KindInfo `json:"resources"`
+}
+
+// Index is the body of GET /.
+type Index struct {
+	Product string `json:"product"`
+	Version string `json:"version"`
+	Mode    string `json:"mode"`
+}
+
+const readOnlyDetails = "this is a zone control plane: resources are read-only here; apply them on the global"
+
+// New returns a Server over cfg.Store.
+func New(cfg Config) *Server {
+	s := &Server{
+		store:    cfg.Store,
+		reg:      cfg.Registry,
+		readOnly: cfg.ReadOnly,
+		log:      cfg.Logger,
+		version:  cfg.Version,
+		mode:     cfg.Mode,
+		mux:      http.NewServeMux(),
+	}
+	if s.reg == nil {
+		s.reg = resource.Default()
+	}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	if s.mode == "" {
+		s.mode = "global"
+		if s.readOnly {
+			s.mode = "zone"
+		}
+	}
+	// Patterns carry no method, so that others can mount routes such as "GET /healthz" or
+	// "/metrics" without conflicting; each handler dispatches on the method itself.
+	s.mux.HandleFunc("/{$}", s.index)
+	s.mux.HandleFunc("/_resources", s.kinds)
+	s.mux.HandleFunc("/{plural}", func(w http.ResponseWriter, r *http.Request) {
+		s.route(w, r, false, "", r.PathValue("plural"), "")
+	})
+	s.mux.HandleFunc("/{plural}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		s.route(w, r, false, "", r.PathValue("plural"), r.PathValue("name"))
+	})
+	s.mux.HandleFunc("/meshes/{mesh}/{plural}", func(w http.ResponseWriter, r *http.Request) {
+		s.route(w, r, true, r.PathValue("mesh"), r.PathValue("plural"), "")
+	})
+	s.mux.HandleFunc("/meshes/{mesh}/{plural}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		s.route(w, r, true, r.PathValue("mesh"), r.PathValue("plural"), r.PathValue("name"))
+	})
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, &Error{Status: http.StatusNotFound, Title: titleNotFound,
+			Details: fmt.Sprintf("no route for %s (resources live at /meshes/{mesh} and /meshes/{mesh}/{plural}/{name})", r.URL.Path)})
+	})
+	return s
+}
+
+// Handler returns the handler serving every route.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Handle adds a route (a net/http ServeMux pattern) to the API, e.g. "GET /api/zones".
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	if !s.allow(w, r, http.MethodGet) {
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, Index{Product: "kds-host", Version: s.version, Mode: s.mode})
+}
+
+func (s *Server) kinds(w http.ResponseWriter, r *http.Request) {
+	if !s.allow(w, r, http.MethodGet) {
+		return
+	}
+	out := Kinds{Resources: []KindInfo{}}
+	for _, k := range s.reg.Kinds() {
+		scope := "Global"
+		if k.Scope == resource.ScopeMesh {
+			scope = "Mesh"
+		}
+		out.Resources = append(out.Resources, KindInfo{Name: k.Name, Path: k.Plural, Scope: scope})
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// route resolves the kind of a resource route and dispatches on the method. meshPath says the
+// route is under /meshes/{mesh}/; name is empty for a collection.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, meshPath bool, mesh, plural, name string) {
+	k, ok := s.reg.Lookup(plural)
+	if !ok {
+		s.writeError(w, r, &Error{Status: http.StatusNotFound, Title: titleNotFound,
+			Details: fmt.Sprintf("unknown resource type %q (known: %s)", plural, s.knownPlurals())})
+		return
+	}
+	switch {
+	case meshPath && k.Scope == resource.ScopeGlobal:
+		s.writeError(w, r, &Error{Status: http.StatusNotFound, Title: titleNotFound,
+			Details: fmt.Sprintf("%s is global-scoped: use /%s/{name}", k.Name, k.Plural)})
+		return
+	case !meshPath && k.Scope == resource.ScopeMesh && name != "":
+		s.writeError(w, r, &Error{Status: http.StatusNotFound, Title: titleNotFound,
+			Details: fmt.Sprintf("%s is mesh-scoped: use /meshes/{mesh}/%s/{name}", k.Name, k.Plural)})
+		return
+	}
+	if name == "" {
+		if s.allow(w, r, http.MethodGet) {
+			s.list(w, r, k, mesh)
+		}
+		return
+	}
+	key := resource.Key{Kind: k.Name, Mesh: mesh, Name: name}
+	methods := []string{http.MethodGet, http.MethodPut, http.MethodDelete}
+	if s.readOnly {
+		methods = methods[:1]
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.get(w, r, key)
+	case http.MethodPut, http.MethodDelete:
+		if s.readOnly {
+			w.Header().Set("Allow", "GET, HEAD")
+			s.writeError(w, r, &Error{Status: http.StatusMethodNotAllowed, Title: titleReadOnly, Details: readOnlyDetails})
+			return
+		}
+		if r.Method == http.MethodPut {
+			s.put(w, r, key)
+		} else {
+			s.delete(w, r, key)
+		}
+	default:
+		s.allow(w, r, methods...)
+	}
+}
+
+// allow answers 405 and returns false unless the request's method is one of methods (HEAD is
+// allowed with GET).
+func (s *Server) allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m || (m == http.MethodGet && r.Method == http.MethodHead) {
+			return true
+		}
+	}
+	allowed := strings.Join(methods, ", ")
+	if len(methods) > 0 && methods[0] == http.MethodGet {
+		allowed = strings.Join(append([]string{http.MethodGet, http.MethodHead}, methods[1:]...), ", ")
+	}
+	w.Header().Set("Allow", allowed)
+	details := fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allowed)
+	if s.readOnly && (r.Method == http.MethodPut || r.Method == http.MethodDelete) {
+		details = readOnlyDetails
+	}
+	s.writeError(w, r, &Error{Status: http.StatusMethodNotAllowed, Title: titleReadOnly, Details: details})
+	return false
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, k resource.Kind, mesh string) {
+	items, err := s.store.List(r.Context(), k.Name, mesh)
+	if err != nil {
+		s.internal(w, r, fmt.Errorf("list %s: %w", k.Plural, err))
+		return
+	}
+	if items == nil {
+		items = []resource.Resource{}
+	}
+	s.writeJSON(w, r, http.StatusOK, List{Items: items, Total: len(items)})
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, key resource.Key) {
+	res, err := s.store.Get(r.Context(), key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.writeError(w, r, notFound(key))
+	case err != nil:
+		s.internal(w, r, fmt.Errorf("get %s: %w", key, err))
+	default:
+		s.writeJSON(w, r, http.StatusOK, res)
+	}
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, key resource.Key) {
+	err := s.store.Delete(r.Context(), key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.writeError(w, r, notFound(key))
+	case err != nil:
+		s.internal(w, r, fmt.Errorf("delete %s: %w", key, err))
+	default:
+		s.log.Info("deleted", "resource", key.String())
+		s.writeJSON(w, r, http.StatusOK, struct{}{})
+	}
+}
+
+func (s *Server) put(w http.ResponseWriter, r *http.Request, key resource.Key) {
+	ctx := r.Context()
+	res, apiErr := decodeResource(w, r)
+	if apiErr != nil {
+		s.writeError(w, r, apiErr)
+		return
+	}
+	if apiErr := fillFromPath(&res, key); apiErr != nil {
+		s.writeError(w, r, apiErr)
+		return
+	}
+	if err := s.reg.Validate(&res); err != nil {
+		s.writeError(w, r, fromValidation(err))
+		return
+	}
+	stored, outcome, err := s.write(ctx, res)
+	if err != nil {
+		s.writeStoreError(w, r, key, res.Generation, err)
+		return
+	}
+	if outcome == Created && key.Kind == resource.MeshKind {
+		if err := s.createMeshDefaults(ctx, key.Name); err != nil {
+			s.internal(w, r, fmt.Errorf("mesh %q was created, but its default policies were not: %w", key.Name, err))
+			return
+		}
+	}
+	s.log.Info("applied", "resource", key.String(), "result", string(outcome), "generation", stored.Generation)
+	w.Header().Set(ResultHeader, string(outcome))
+	status := http.StatusOK
+	if outcome == Created {
+		status = http.StatusCreated
+	}
+	s.writeJSON(w, r, status, stored)
+}
+
+// write stores a validated resource and says whether it created, updated or left it unchanged.
+// A generation that is not zero must be the stored one.
+func (s *Server) write(ctx context.Context, res resource.Resource) (resource.Resource, Outcome, error) {
+	_, err := s.store.Get(ctx, res.Key())
+	exists := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return resource.Resource{}, "", err
+	}
+	if !exists && res.Generation != 0 {
+		return resource.Resource{}, "", store.ErrConflict
+	}
+	stored, changed, err := s.store.Put(ctx, res)
+	switch {
+	case err != nil:
+		return resource.Resource{}, "", err
+	case !exists:
+		return stored, Created, nil
+	case changed:
+		return stored, Updated, nil
+	}
+	return stored, Unchanged, nil
+}
+
+// createMeshDefaults creates the default policies of a new mesh, skipping any that exist and
+// any whose kind this API does not serve.
+func (s *Server) createMeshDefaults(ctx context.Context, mesh string) error {
+	for _, d := range resource.MeshDefaults(mesh) {
+		if _, ok := s.reg.Get(d.Kind); !ok {
+			continue
+		}
+		if err := s.reg.Validate(&d); err != nil {
+			return fmt.Errorf("default %s: %w", d.Key(), err)
+		}
+		_, err := s.store.Get(ctx, d.Key())
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("default %s: %w", d.Key(), err)
+		}
+		if _, _, err := s.store.Put(ctx, d); err != nil {
+			return fmt.Errorf("default %s: %w", d.Key(), err)
+		}
+	}
+	return nil
+}
+
+// fillFromPath makes the path decide the resource's kind, mesh and name: a body that leaves one
+// out gets the path's, a body that contradicts the path is an error naming the field.
+func fillFromPath(res *resource.Resource, key resource.Key) *Error {
+	for _, f := range []struct {
+		field string
+		body  *string
+		path  string
+	}{
+		{"type", &res.Kind, key.Kind},
+		{"mesh", &res.Mesh, key.Mesh},
+		{"name", &res.Name, key.Name},
+	} {
+		switch {
+		case *f.body == "":
+			*f.body = f.path
+		case *f.body != f.path && f.path == "":
+			return fieldError(f.field, "%s is global-scoped: the body must not name a mesh (got %q)", key.Kind, *f.body)
+		case *f.body != f.path:
+			return fieldError(f.field, "%q contradicts the path, which says %q", *f.body, f.path)
+		}
+	}
+	return nil
+}
+
+func notFound(key resource.Key) *Error {
+	d := fmt.Sprintf("%s %q not found", key.Kind, key.Name)
+	if key.Mesh != "" {
+		d += fmt.Sprintf(" in mesh %q", key.Mesh)
+	}
+	return &Error{Status: http.StatusNotFound, Title: titleNotFound, Details: d}
+}
+
+func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, key resource.Key, generation int64, err error) {
+	var missing *store.MissingOwnerError
+	switch {
+	case errors.As(err, &missing):
+		o := missing.Owner
+		field, details := "owners", fmt.Sprintf("owner %s does not exist", o)
+		if o.Kind == resource.MeshKind {
+			field, details = "mesh", fmt.Sprintf("mesh %q does not exist", o.Name)
+		}
+		s.writeError(w, r, &Error{Status: http.StatusBadRequest, Title: titleInvalid, Details: details,
+			Causes: []Cause{{Field: field, Message: "does not exist"}}})
+	case errors.Is(err, store.ErrConflict):
+		s.writeError(w, r, &Error{Status: http.StatusConflict, Title: titleConflict,
+			Details: fmt.Sprintf("generation: %d does not match the stored %s: get it again and reapply, or leave generation out", generation, key)})
+	default:
+		s.internal(w, r, fmt.Errorf("put %s: %w", key, err))
+	}
+}
+
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.writeError(w, r, &Error{Status: http.StatusInternalServerError, Title: titleInternal, Details: err.Error()})
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *Error) {
+	if e.Status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "error", e.Details)
+	} else {
+		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", e.Status, "error", e.Details)
+	}
+	s.writeJSON(w, r, e.Status, e)
+}
+
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		s.log.Error("encode response", "method", r.Method, "path", r.URL.Path, "error", err)
+		b, status = []byte(`{"title":"Internal server error","details":"cannot encode the response"}`), http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		return
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		s.log.Debug("write response", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+}
+
+func (s *Server) knownPlurals() string {
+	kinds := s.reg.Kinds()
+	p := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		p = append(p, k.Plural)
+	}
+	return strings.Join(p, ", ")
+}

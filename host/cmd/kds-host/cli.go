@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+// defaultCP is the global's API address with the default ports.
+const defaultCP = "http://127.0.0.1:5681"
+
+// clientCommands are the commands that talk to a running control plane's API.
+func clientCommands() []*cobra.Command {
+	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd()}
+}
+
+// apiFlags are the flags of every command that talks to a control plane's API.
+type apiFlags struct {
+	cp      string
+	timeout time.Duration
+}
+
+func addAPIFlags(cmd *cobra.Command) *apiFlags {
+	f := &apiFlags{}
+	cmd.Flags().StringVar(&f.cp, "cp", defaultCP, "the control plane's API address (a zone's is http://127.0.0.1:15681)")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "timeout of each request to the control plane")
+	return f
+}
+
+// apiSession is one command's connection to a control plane: its client and, once asked for,
+// the kinds it serves.
+type apiSession struct {
+	flags  *apiFlags
+	client *api.Client
+	kinds  *resource.Registry
+}
+
+func (f *apiFlags) session() (*apiSession, error) {
+	u, err := url.Parse(f.cp)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--cp %q: want an http:// or https:// URL, e.g. %s", f.cp, defaultCP)
+	}
+	if f.timeout <= 0 {
+		return nil, fmt.Errorf("--timeout %s: must be positive", f.timeout)
+	}
+	return &apiSession{
+		flags:  f,
+		client: &api.Client{BaseURL: f.cp, HTTPClient: &http.Client{Timeout: f.timeout}},
+	}, nil
+}
+
+// explain turns a request that got no answer into an error that says what to check. Every client
+// command passes its error through it.
+func (s *apiSession) explain(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("cannot reach control plane at %s: %v (is it running? set --cp or KDS_CP)", s.flags.cp, ue.Err)
+	}
+	return err
+}
+
+// kind resolves a kind as typed on a command line: singular or plural, any case.
+func (s *apiSession) kind(ctx context.Context, name string) (resource.Kind, error) {
+	reg, err := s.registry(ctx)
+	if err != nil {
+		return resource.Kind{}, err
+	}
+	k, ok := reg.Lookup(name)
+	if !ok {
+		return resource.Kind{}, fmt.Errorf("unknown kind %q (known: %s)", name, knownKinds(reg))
+	}
+	return k, nil
+}
+
+// registry returns the kinds the control plane serves, asking it once.
+func (s *apiSession) registry(ctx context.Context) (*resource.Registry, error) {
+	if s.kinds == nil {
+		reg, err := s.client.Kinds(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list the kinds of %s: %w", s.flags.cp, err)
+		}
+		s.kinds = reg
+	}
+	return s.kinds, nil
+}
+
+// knownKinds lists a registry's kinds with their plurals, for error messages.
+func knownKinds(reg *resource.Registry) string {
+	var out []string
+	for _, k := range reg.Kinds() {
+		out = append(out, fmt.Sprintf("%s (%s)", k.Name, k.Plural))
+	}
+	return strings.Join(out, ", ")
+}
+
+// display is how the CLI names a resource in what it prints: `meshtimeout "x"`.
+func display(k resource.Kind, name string) string {
+	return fmt.Sprintf("%s %q", strings.ToLower(k.Name), name)
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/zone"
+)
+
+// runFlags are the flags of `kds-host` itself (running a control plane).
+type runFlags struct {
+	mode             string
+	dataDir          string
+	store            string
+	kdsAddr          string
+	apiAddr          string
+	diagAddr         string
+	zoneName         string
+	globalAddress    string
+	tlsCert, tlsKey  string
+	tlsCA            string
+	tlsSkipVerify    bool
+	plaintext        bool
+	admissionOutages []string
+	logLevel         string
+	logJSON          bool
+}
+
+// addRunFlags defines the run flags on cmd and returns where their values land.
+func addRunFlags(cmd *cobra.Command) *runFlags {
+	flags := &runFlags{}
+	f := cmd.Flags()
+	f.StringVar(&flags.mode, "mode", "global", "global or zone")
+	f.StringVar(&flags.dataDir, "data-dir", ".data/kds-host", "folder for the SQLite database and the self-signed KDS certificate")
+	f.StringVar(&flags.store, "store", "", "database: empty for SQLite under --data-dir, a path ending in .db, or postgres://user:pass@host/db")
+	f.StringVar(&flags.kdsAddr, "kds-addr", ":5685", "global: KDS gRPC listen address")
+	f.StringVar(&flags.apiAddr, "api-addr", "", "HTTP API listen address (default 127.0.0.1:5681 global, 127.0.0.1:15681 zone)")
+	f.StringVar(&flags.diagAddr, "diag-addr", "", "metrics, /healthz and /readyz listen address (default 127.0.0.1:5680 global, 127.0.0.1:15680 zone)")
+	f.StringVar(&flags.zoneName, "zone-name", "", "zone: this zone's name, sent as the xDS node id")
+	f.StringVar(&flags.globalAddress, "global-address", "", "zone: the global's KDS address, grpcs://host:5685 (TLS) or grpc://host:5685 (plaintext)")
+	f.StringVar(&flags.tlsCert, "kds-tls-cert", "", "global: KDS certificate file (default: a self-signed one under --data-dir)")
+	f.StringVar(&flags.tlsKey, "kds-tls-key", "", "global: KDS private key file")
+	f.StringVar(&flags.tlsCA, "kds-tls-ca", "", "zone: CA file that signed the global's KDS certificate")
+	f.BoolVar(&flags.tlsSkipVerify, "kds-tls-skip-verify", false, "zone: do not verify the global's KDS certificate (testing only)")
+	f.BoolVar(&flags.plaintext, "kds-plaintext", false, "global: serve KDS without TLS (loopback, benchmarks); zones dial grpc://")
+	f.StringSliceVar(&flags.admissionOutages, "admission-outage", nil, "zone, fault injection: KIND=DURATION rejects every write of KIND for DURATION after start, like an admission webhook that is not ready (repeatable)")
+	f.StringVar(&flags.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.BoolVar(&flags.logJSON, "log-json", false, "log JSON lines")
+	return flags
+}
+
+func (flags *runFlags) newLogger(name string) (hclog.Logger, error) {
+	level := hclog.LevelFromString(flags.logLevel)
+	if level == hclog.NoLevel {
+		return nil, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", flags.logLevel)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, JSONFormat: flags.logJSON, Output: os.Stderr}), nil
+}
+
+// parseOutages reads KIND=DURATION pairs.
+func parseOutages(reg *resource.Registry, specs []string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, s := range specs {
+		kind, d, ok := strings.Cut(s, "=")
+		if !ok {
+			return nil, fmt.Errorf("--admission-outage %q: want KIND=DURATION, e.g. Mesh=10s", s)
+		}
+		k, found := reg.Lookup(kind)
+		if !found {
+			return nil, fmt.Errorf("--admission-outage %q: unknown kind %q (known: %s)", s, kind, reg.KnownNames())
+		}
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur <= 0 {
+			return nil, fmt.Errorf("--admission-outage %q: %q is not a positive duration", s, d)
+		}
+		out[k.Name] = dur
+	}
+	return out, nil
+}
+
+func (flags *runFlags) run(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unknown command %q for kds-host (see kds-host --help)", args[0])
+	}
+	log, err := flags.newLogger("kds-host")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	reg := resource.Default()
+
+	switch flags.mode {
+	case "global":
+		return flags.runGlobal(ctx, log, reg)
+	case "zone":
+		return flags.runZone(ctx, log, reg)
+	}
+	return fmt.Errorf("--mode %q: want global or zone", flags.mode)
+}
+
+func (flags *runFlags) openStore(ctx context.Context) (store.Store, error) {
+	st, err := store.Open(ctx, flags.store, flags.dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return st, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *resource.Registry) error {
+	if flags.zoneName != "" || flags.globalAddress != "" || len(flags.admissionOutages) > 0 {
+		return fmt.Errorf("--zone-name, --global-address and --admission-outage are zone flags; add --mode zone")
+	}
+	cfg := controlplane.GlobalConfig{
+		Registry: reg, Logger: log, Version: version,
+		KDSAddr:  flags.kdsAddr,
+		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
+		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
+	}
+	if !flags.plaintext {
+		tc, err := kds.ServerTLS(flags.tlsCert, flags.tlsKey, filepath.Join(flags.dataDir, "tls"))
+		if err != nil {
+			return err
+		}
+		cfg.TLS = tc
+	}
+	st, err := flags.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cfg.Store = st
+	g, err := controlplane.NewGlobal(cfg)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}
+
+func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resource.Registry) error {
+	outages, err := parseOutages(reg, flags.admissionOutages)
+	if err != nil {
+		return err
+	}
+	if flags.plaintext || flags.tlsCert != "" || flags.tlsKey != "" {
+		return fmt.Errorf("--kds-plaintext, --kds-tls-cert and --kds-tls-key are global flags; a zone picks TLS by its --global-address scheme (grpc:// or grpcs://)")
+	}
+	cfg := controlplane.ZoneConfig{
+		Registry: reg, Logger: log, Version: version,
+		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:15681"),
+		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:15680"),
+		KDS: zone.Config{
+			Zone: flags.zoneName, GlobalAddress: flags.globalAddress,
+			TLSCAFile: flags.tlsCA, TLSSkipVerify: flags.tlsSkipVerify,
+			AdmissionOutage: outages,
+		},
+	}
+	st, err := flags.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cfg.Store = st
+	z, err := controlplane.NewZone(cfg)
+	if err != nil {
+		return err
+	}
+	return z.Run(ctx)
+}
