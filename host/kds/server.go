@@ -42,6 +42,7 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, tlsConfig *tls.Con
 	s := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{delta: delta.NewServer(ctx, c, t)})
 	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the caller says so
 	healthpb.RegisterHealthServer(s, h)
 	return s, h
 }

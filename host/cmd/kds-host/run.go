@@ -18,6 +18,7 @@ import (
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 )
 
 // runFlags are the flags of `kds-host` itself (running a control plane).
@@ -37,6 +38,9 @@ type runFlags struct {
 	admissionOutages []string
 	logLevel         string
 	logJSON          bool
+	policyTimeout    time.Duration
+	emulate          string
+	nackBackoff      time.Duration
 }
 
 // addRunFlags defines the run flags on cmd and returns where their values land.
@@ -59,6 +63,9 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringSliceVar(&flags.admissionOutages, "admission-outage", nil, "zone, fault injection: KIND=DURATION rejects every write of KIND for DURATION after start, like an admission webhook that is not ready (repeatable)")
 	f.StringVar(&flags.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.BoolVar(&flags.logJSON, "log-json", false, "log JSON lines")
+	f.DurationVar(&flags.policyTimeout, "policy-timeout", 200*time.Millisecond, "global: deadline of a retry policy call; past it the built-in policy decides")
+	f.StringVar(&flags.emulate, "emulate", "", "global, REPRODUCTION AID ONLY: blocking-per-type or blocking-per-stream reproduces the old retry that slept --nack-backoff inside the xDS callback, stalling the whole stream")
+	f.DurationVar(&flags.nackBackoff, "nack-backoff", 5*time.Second, "global, with --emulate: how long each emulated sleep lasts")
 	return flags
 }
 
@@ -133,6 +140,8 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	}
 	cfg := controlplane.GlobalConfig{
 		Registry: reg, Logger: log, Version: version,
+		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
+		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		KDSAddr:  flags.kdsAddr,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),

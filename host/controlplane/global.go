@@ -1,0 +1,268 @@
+// Package controlplane assembles a running control plane from its parts: a global (store, KDS
+// server, API, diagnostics) or a zone (store, KDS client, read-only API, diagnostics).
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// GlobalConfig is what a global control plane needs.
+type GlobalConfig struct {
+	Store    store.Store
+	Registry *resource.Registry
+	// KDSAddr, APIAddr and DiagAddr are listen addresses; ":0" picks a free port.
+	KDSAddr, APIAddr, DiagAddr string
+	// TLS serves KDS over TLS; nil serves plaintext.
+	TLS     *tls.Config
+	Logger  hclog.Logger
+	Version string
+	// PollInterval is how often the store's revision is read to notice writes by other
+	// replicas sharing the database (default 1s).
+	PollInterval time.Duration
+
+	// RetryPolicy returns the retry policy in force (the plugin runtime's current one); nil
+	// uses Builtin. Builtin is the in-process policy, also the fallback.
+	RetryPolicy func() shared.RetryForcer
+	Builtin     shared.RetryForcer
+	// PolicyTimeout is the deadline of a retry policy call (default 200ms).
+	PolicyTimeout time.Duration
+	// Emulate reproduces an old, blocking retry behaviour (retry.EmulatePerType or
+	// retry.EmulatePerStream), sleeping NACKBackoff inside the xDS callback. Empty: async retry.
+	Emulate     string
+	NACKBackoff time.Duration
+}
+
+// Global is a running global control plane.
+type Global struct {
+	cfg     GlobalConfig
+	log     hclog.Logger
+	Cache   *kds.Cache
+	Zones   *kds.Zones
+	Retry   *retry.Scheduler // nil when emulating
+	tracker *kds.Tracker
+	metrics *prometheus.Registry
+	API     *api.Server
+
+	kdsLn, apiLn, diagLn net.Listener
+	builder              kds.SnapshotBuilder
+	ready                chan struct{}
+}
+
+// NewGlobal assembles a global and opens its listeners, so an address of ":0" is resolved
+// before Run; call Run to serve, or Close to release the listeners.
+func NewGlobal(cfg GlobalConfig) (*Global, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
+	g.Cache = kds.NewCache(cfg.Registry.Names())
+	g.Zones = kds.NewZones()
+	observers := []kds.Observer{g.Zones, newKDSMetrics(g.metrics)}
+	switch cfg.Emulate {
+	case "":
+		if cfg.Builtin == nil {
+			return nil, errors.New("a built-in retry policy is required")
+		}
+		policy := cfg.RetryPolicy
+		if policy == nil {
+			policy = func() shared.RetryForcer { return cfg.Builtin }
+		}
+		sched, err := retry.NewScheduler(retry.Config{
+			Policy: policy, Fallback: cfg.Builtin, Timeout: cfg.PolicyTimeout,
+			Resender: g.Cache, Hooks: newRetryMetrics(g.metrics).hooks(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		g.Retry = sched
+		observers = append(observers, sched)
+	case retry.EmulatePerType, retry.EmulatePerStream:
+		if cfg.NACKBackoff <= 0 {
+			cfg.NACKBackoff = 5 * time.Second
+		}
+		observers = append(observers, &retry.Blocking{PerStream: cfg.Emulate == retry.EmulatePerStream, Backoff: cfg.NACKBackoff, Resender: g.Cache})
+		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
+	default:
+		return nil, fmt.Errorf("--emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
+	}
+	g.tracker = kds.NewTracker(g.Cache, observers...)
+	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
+	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
+
+	var err error
+	if g.kdsLn, err = net.Listen("tcp", cfg.KDSAddr); err != nil {
+		return nil, fmt.Errorf("listen for KDS on %s: %w", cfg.KDSAddr, err)
+	}
+	if g.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.APIAddr, err)
+	}
+	if g.diagLn, err = net.Listen("tcp", cfg.DiagAddr); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("listen for diagnostics on %s: %w", cfg.DiagAddr, err)
+	}
+	return g, nil
+}
+
+// KDSAddr, APIAddr and DiagAddr are the bound addresses.
+func (g *Global) KDSAddr() string  { return g.kdsLn.Addr().String() }
+func (g *Global) APIAddr() string  { return g.apiLn.Addr().String() }
+func (g *Global) DiagAddr() string { return g.diagLn.Addr().String() }
+
+// Close releases the listeners of a global that was never Run.
+func (g *Global) Close() {
+	for _, ln := range []net.Listener{g.kdsLn, g.apiLn, g.diagLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// Run serves until ctx ends, then stops everything it started and returns.
+func (g *Global) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer g.Cache.Close()
+	if g.Retry != nil {
+		defer g.Retry.Close()
+	}
+
+	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, g.cfg.TLS)
+	apiServer := newHTTPServer(g.API.Handler())
+	diagServer := newHTTPServer(diagHandler(g.metrics, g.isReady))
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("sync", func() error { return g.sync(ctx) })
+	run("KDS server", func() error { return grpcServer.Serve(g.kdsLn) })
+	run("API server", func() error { return apiServer.Serve(g.apiLn) })
+	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
+	g.log.Info("global control plane up", "kds", g.KDSAddr(), "tls", g.cfg.TLS != nil, "api", g.APIAddr(), "diagnostics", g.DiagAddr())
+
+	select {
+	case <-ctx.Done():
+	case <-g.ready:
+		health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		<-ctx.Done()
+	}
+	health.Shutdown()
+	shutdown(apiServer, diagServer)
+	stopGRPC(grpcServer)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (g *Global) isReady() bool {
+	select {
+	case <-g.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// sync keeps the KDS snapshot equal to the store: at start, after each write through this
+// process, and when another replica's write moves the store's revision.
+func (g *Global) sync(ctx context.Context) error {
+	var lastRev int64 = -1
+	rebuild := func() error {
+		rev, err := g.cfg.Store.Revision(ctx)
+		if err != nil {
+			return err
+		}
+		if rev == lastRev {
+			return nil
+		}
+		rs, err := g.cfg.Store.List(ctx, "", "")
+		if err != nil {
+			return err
+		}
+		snap, err := g.builder.Build(rs)
+		if err != nil {
+			return err
+		}
+		g.Cache.SetSnapshot(snap)
+		lastRev = rev
+		return nil
+	}
+	if err := rebuild(); err != nil {
+		return fmt.Errorf("first snapshot: %w", err)
+	}
+	close(g.ready)
+	tick := time.NewTicker(g.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-g.cfg.Store.Changes():
+		case <-tick.C:
+		}
+		if err := rebuild(); err != nil && ctx.Err() == nil {
+			g.log.Error("rebuild KDS snapshot", "error", err)
+		}
+	}
+}
+
+// ZoneView is one zone's insight: KDS counters per kind and the retry state of its stream.
+type ZoneView struct {
+	kds.ZoneInsight
+	Retry *retry.StreamState `json:"retry,omitempty"`
+}
+
+// ZoneViews returns every zone's insight.
+func (g *Global) ZoneViews() []ZoneView {
+	var states []retry.StreamState
+	if g.Retry != nil {
+		states = g.Retry.State()
+	}
+	var out []ZoneView
+	for _, zi := range g.Zones.Insights() {
+		zv := ZoneView{ZoneInsight: zi}
+		for i := range states {
+			if states[i].Stream == zi.Stream && zi.Connected {
+				zv.Retry = &states[i]
+			}
+		}
+		out = append(out, zv)
+	}
+	return out
+}
+
+func (g *Global) serveZones(w http.ResponseWriter, _ *http.Request) {
+	views := g.ZoneViews()
+	writeJSON(w, map[string]any{"items": views, "total": len(views)})
+}

@@ -1,0 +1,173 @@
+package controlplane_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/store/pgtest"
+	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+)
+
+var pg pgtest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pg.Stop()
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+func logger(t testing.TB, name string) hclog.Logger {
+	if os.Getenv("KDS_TEST_LOG") == "" {
+		return hclog.NewNullLogger()
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Debug})
+}
+
+func openSQLite(t testing.TB) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openPostgres(t testing.TB) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), pg.Database(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+type runningGlobal struct {
+	*controlplane.Global
+	stop func()
+}
+
+// startGlobal runs a global on loopback (plaintext KDS unless cfg sets TLS) until the test ends
+// or stop is called.
+func startGlobal(t testing.TB, st store.Store, reg *resource.Registry, mutate ...func(*controlplane.GlobalConfig)) *runningGlobal {
+	t.Helper()
+	cfg := controlplane.GlobalConfig{
+		Store: st, Registry: reg, KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
+		Logger: logger(t, "global"), Builtin: retrypolicy.New(), PollInterval: 50 * time.Millisecond,
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	g, err := controlplane.NewGlobal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("global: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("global did not stop within 15s")
+		}
+	}
+	t.Cleanup(stop)
+	return &runningGlobal{Global: g, stop: stop}
+}
+
+type runningZone struct {
+	*controlplane.Zone
+	Store store.Store
+	stop  func()
+}
+
+func startZone(t testing.TB, name, kdsAddr string, st store.Store, reg *resource.Registry, mutate ...func(*zone.Config)) *runningZone {
+	t.Helper()
+	kcfg := zone.Config{Zone: name, GlobalAddress: "grpc://" + kdsAddr, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	for _, m := range mutate {
+		m(&kcfg)
+	}
+	z, err := controlplane.NewZone(controlplane.ZoneConfig{Store: st, Registry: reg, APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
+		Logger: logger(t, name), KDS: kcfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- z.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("zone: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("zone did not stop within 15s")
+		}
+	}
+	t.Cleanup(stop)
+	return &runningZone{Zone: z, Store: st, stop: stop}
+}
+
+// put writes through the store as the API would (validated).
+func put(t testing.TB, st store.Store, reg *resource.Registry, r resource.Resource) {
+	t.Helper()
+	if err := reg.Validate(&r); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Put(context.Background(), r); err != nil {
+		t.Fatalf("put %s: %v", r.Key(), err)
+	}
+}
+
+func mesh(name string) resource.Resource {
+	return resource.Resource{Kind: "Mesh", Name: name, Spec: json.RawMessage(`{}`)}
+}
+
+func timeout(mesh, name, d string) resource.Resource {
+	return resource.Resource{Kind: "MeshTimeout", Mesh: mesh, Name: name,
+		Spec: json.RawMessage(fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":%q}}`, d))}
+}
+
+// count returns how many resources of kind the store holds in mesh ("" for all).
+func count(st store.Store, kind, mesh string) func() int {
+	return func() int {
+		rs, err := st.List(context.Background(), kind, mesh)
+		if err != nil {
+			return -1
+		}
+		return len(rs)
+	}
+}
+
+var _ = NewWithT

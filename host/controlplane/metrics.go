@@ -1,0 +1,112 @@
+package controlplane
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/retry"
+)
+
+// kdsMetrics is the Observer that counts KDS traffic for Prometheus.
+type kdsMetrics struct {
+	streams   prometheus.Gauge
+	responses *prometheus.CounterVec
+	resources *prometheus.CounterVec
+	acks      *prometheus.CounterVec
+	nacks     *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func newKDSMetrics(reg prometheus.Registerer) *kdsMetrics {
+	m := &kdsMetrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kds_streams", Help: "Open zone streams."}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_responses_total",
+			Help: "Delta responses sent to zones."}, []string{"zone", "kind"}),
+		resources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_resources_sent_total",
+			Help: "Resources (and removals) sent to zones."}, []string{"zone", "kind"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_acks_total",
+			Help: "ACKs received from zones."}, []string{"zone", "kind"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_nacks_total",
+			Help: "NACKs received from zones."}, []string{"zone", "kind"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rejected_resources_total",
+			Help: "Resources named as rejected in NACKs."}, []string{"zone", "kind"}),
+	}
+	reg.MustRegister(m.streams, m.responses, m.resources, m.acks, m.nacks, m.rejected)
+	return m
+}
+
+func (m *kdsMetrics) StreamOpened(int64, string) { m.streams.Inc() }
+func (m *kdsMetrics) StreamClosed(int64, string) { m.streams.Dec() }
+
+func (m *kdsMetrics) Sent(_ int64, zone, kind string, versions map[string]string, removed []string) {
+	m.responses.WithLabelValues(zone, kind).Inc()
+	m.resources.WithLabelValues(zone, kind).Add(float64(len(versions) + len(removed)))
+}
+
+func (m *kdsMetrics) Acked(a kds.ACK) {
+	if !a.Initial {
+		m.acks.WithLabelValues(a.Zone, a.Kind).Inc()
+	}
+}
+
+func (m *kdsMetrics) Nacked(n kds.NACK) {
+	m.nacks.WithLabelValues(n.Zone, n.Kind).Inc()
+	m.rejected.WithLabelValues(n.Zone, n.Kind).Add(float64(len(n.Rejected)))
+}
+
+// retryMetrics counts what the retry scheduler decides.
+type retryMetrics struct {
+	rounds    *prometheus.CounterVec
+	resent    *prometheus.CounterVec
+	delay     *prometheus.HistogramVec
+	policy    *prometheus.HistogramVec
+	fallbacks *prometheus.CounterVec
+	giveUps   *prometheus.CounterVec
+}
+
+func newRetryMetrics(reg prometheus.Registerer) *retryMetrics {
+	m := &retryMetrics{
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_rounds_total",
+			Help: "Retry rounds fired."}, []string{"zone"}),
+		resent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_resent_resources_total",
+			Help: "Rejected resources sent again by retry rounds."}, []string{"zone", "kind"}),
+		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kds_retry_delay_seconds",
+			Help: "Delay before each retry round.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 13)}, []string{"zone"}),
+		policy: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kds_retry_policy_call_seconds",
+			Help: "Latency of retry policy decisions, fallback included.", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}, []string{"zone"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_policy_fallbacks_total",
+			Help: "Decisions the built-in policy made because the configured policy failed or timed out."}, []string{"zone"}),
+		giveUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_give_ups_total",
+			Help: "Streams on which the policy gave up."}, []string{"zone"}),
+	}
+	reg.MustRegister(m.rounds, m.resent, m.delay, m.policy, m.fallbacks, m.giveUps)
+	return m
+}
+
+func (m *retryMetrics) hooks() retry.Hooks {
+	return retry.Hooks{
+		PolicyCall: func(zone string, d time.Duration, fallback bool, _ error) {
+			m.policy.WithLabelValues(zone).Observe(d.Seconds())
+			if fallback {
+				m.fallbacks.WithLabelValues(zone).Inc()
+			}
+		},
+		Round: func(zone string, d time.Duration, resent map[string]int) {
+			m.rounds.WithLabelValues(zone).Inc()
+			m.delay.WithLabelValues(zone).Observe(d.Seconds())
+			for kind, n := range resent {
+				m.resent.WithLabelValues(zone, kind).Add(float64(n))
+			}
+		},
+		GaveUp: func(zone, _ string) { m.giveUps.WithLabelValues(zone).Inc() },
+	}
+}

@@ -1,0 +1,100 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/zone"
+)
+
+// ZoneConfig is what a zone control plane needs.
+type ZoneConfig struct {
+	Store    store.Store
+	Registry *resource.Registry
+	// APIAddr and DiagAddr are listen addresses; ":0" picks a free port.
+	APIAddr, DiagAddr string
+	Logger            hclog.Logger
+	Version           string
+	// KDS is the connection to the global; its Store, Registry and Logger are filled in.
+	KDS zone.Config
+}
+
+// Zone is a running zone control plane.
+type Zone struct {
+	cfg     ZoneConfig
+	log     hclog.Logger
+	Client  *zone.Client
+	API     *api.Server
+	metrics *prometheus.Registry
+
+	apiLn, diagLn net.Listener
+}
+
+// NewZone assembles a zone and opens its listeners; call Run to serve.
+func NewZone(cfg ZoneConfig) (*Zone, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cfg.KDS.Store, cfg.KDS.Registry, cfg.KDS.Logger = cfg.Store, cfg.Registry, cfg.Logger.Named("kds")
+	client, err := zone.New(cfg.KDS)
+	if err != nil {
+		return nil, err
+	}
+	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: newRegistry()}
+	z.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, ReadOnly: true, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "zone"})
+	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, z.Client.Stats())
+	}))
+	if z.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.APIAddr, err)
+	}
+	if z.diagLn, err = net.Listen("tcp", cfg.DiagAddr); err != nil {
+		z.apiLn.Close()
+		return nil, fmt.Errorf("listen for diagnostics on %s: %w", cfg.DiagAddr, err)
+	}
+	return z, nil
+}
+
+// APIAddr and DiagAddr are the bound addresses.
+func (z *Zone) APIAddr() string  { return z.apiLn.Addr().String() }
+func (z *Zone) DiagAddr() string { return z.diagLn.Addr().String() }
+
+// Run serves until ctx ends, then stops everything it started and returns.
+func (z *Zone) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	apiServer := newHTTPServer(z.API.Handler())
+	diagServer := newHTTPServer(diagHandler(z.metrics, func() bool { return z.Client.Stats().Connected }))
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("KDS client", func() error { return z.Client.Run(ctx) })
+	run("API server", func() error { return apiServer.Serve(z.apiLn) })
+	run("diagnostics server", func() error { return diagServer.Serve(z.diagLn) })
+	z.log.Info("zone control plane up", "zone", z.cfg.KDS.Zone, "global", z.cfg.KDS.GlobalAddress, "api", z.APIAddr(), "diagnostics", z.DiagAddr())
+	<-ctx.Done()
+	shutdown(apiServer, diagServer)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

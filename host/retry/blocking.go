@@ -1,0 +1,71 @@
+package retry
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kds-host/kds-host/host/kds"
+)
+
+// Emulation modes reproduce the retry behaviour of Kuma 2.3 to 2.7, for side-by-side figures.
+// They block the stream's goroutine on purpose; never use them outside a reproduction.
+const (
+	// EmulatePerType sleeps the NACK backoff inside the xDS callback for every NACKed type.
+	EmulatePerType = "blocking-per-type"
+	// EmulatePerStream sleeps at most once per backoff period per stream (the upstream fix).
+	EmulatePerStream = "blocking-per-stream"
+)
+
+// Blocking is the kds.Observer of the old behaviour: on a NACK it sleeps the backoff inside
+// the callback, stalling every kind on the stream, and then resends the rejected names.
+type Blocking struct {
+	PerStream bool
+	Backoff   time.Duration
+	Resender  Resender
+
+	mu    sync.Mutex
+	slept map[int64]time.Time // per stream: when its last sleep ended
+}
+
+// StreamOpened implements kds.Observer.
+func (b *Blocking) StreamOpened(int64, string) {}
+
+// Sent implements kds.Observer.
+func (b *Blocking) Sent(int64, string, string, map[string]string, []string) {}
+
+// Acked implements kds.Observer.
+func (b *Blocking) Acked(kds.ACK) {}
+
+// StreamClosed implements kds.Observer.
+func (b *Blocking) StreamClosed(id int64, _ string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.slept, id)
+}
+
+// Nacked implements kds.Observer, blocking the stream as the old code did.
+func (b *Blocking) Nacked(n kds.NACK) {
+	sleep := true
+	if b.PerStream {
+		b.mu.Lock()
+		if b.slept == nil {
+			b.slept = map[int64]time.Time{}
+		}
+		// One sleep covers every NACK that arrived while it lasted.
+		sleep = time.Since(b.slept[n.StreamID]) >= b.Backoff
+		b.mu.Unlock()
+	}
+	if sleep {
+		time.Sleep(b.Backoff)
+		if b.PerStream {
+			b.mu.Lock()
+			b.slept[n.StreamID] = time.Now()
+			b.mu.Unlock()
+		}
+	}
+	names := make([]string, 0, len(n.Rejected))
+	for _, r := range n.Rejected {
+		names = append(names, r.Name)
+	}
+	b.Resender.Resend(n.StreamID, map[string][]string{n.Kind: names})
+}

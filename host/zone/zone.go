@@ -1,0 +1,391 @@
+// Package zone is the zone side of KDS: it dials the global, subscribes to every kind, applies
+// each response to the zone's database in one transaction, and ACKs, or NACKs with the
+// structured list of what the database (or admission) refused.
+package zone
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// Config is a zone's connection to its global.
+type Config struct {
+	Zone string
+	// GlobalAddress is grpc://host:port (plaintext) or grpcs://host:port (TLS).
+	GlobalAddress string
+	// TLSCAFile is the CA that signed the global's KDS certificate; empty uses the system roots.
+	TLSCAFile     string
+	TLSSkipVerify bool
+	Store         store.Store
+	Registry      *resource.Registry
+	// AdmissionOutage rejects every write of a kind for a while after Start, as an admission
+	// webhook that is not ready yet would.
+	AdmissionOutage map[string]time.Duration
+	Logger          hclog.Logger
+	// DialTimeout bounds connecting and the first exchange (default 10s).
+	DialTimeout time.Duration
+	// BackoffMin and BackoffMax bound the reconnect backoff (defaults 100ms and 5s).
+	BackoffMin, BackoffMax time.Duration
+}
+
+// Client keeps one zone connected to its global.
+type Client struct {
+	cfg     Config
+	log     hclog.Logger
+	started time.Time
+	target  string
+	creds   credentials.TransportCredentials
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// Stats is what a zone has done since it started.
+type Stats struct {
+	Connected  bool      `json:"connected"`
+	Since      time.Time `json:"since"`
+	Sessions   int       `json:"sessions"`
+	Responses  int64     `json:"responses"`
+	ACKs       int64     `json:"acks"`
+	NACKs      int64     `json:"nacks"`
+	LastError  string    `json:"lastError,omitempty"`
+	NACKByKind map[string]int64
+}
+
+// ParseAddress splits grpc://host:port or grpcs://host:port into a dial target and whether it
+// uses TLS.
+func ParseAddress(addr string) (target string, useTLS bool, err error) {
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		return "", false, fmt.Errorf("global address %q: want grpc://host:port or grpcs://host:port", addr)
+	}
+	switch u.Scheme {
+	case "grpc":
+		return u.Host, false, nil
+	case "grpcs":
+		return u.Host, true, nil
+	}
+	return "", false, fmt.Errorf("global address %q: scheme %q is neither grpc nor grpcs", addr, u.Scheme)
+}
+
+// New checks the configuration and returns a client; Run connects it.
+func New(cfg Config) (*Client, error) {
+	if cfg.Zone == "" {
+		return nil, errors.New("zone name is required (--zone-name)")
+	}
+	if cfg.GlobalAddress == "" {
+		return nil, errors.New("global address is required (--global-address grpcs://host:5685)")
+	}
+	target, useTLS, err := ParseAddress(cfg.GlobalAddress)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), target: target, creds: insecure.NewCredentials()}
+	if c.log == nil {
+		c.log = hclog.NewNullLogger()
+	}
+	if c.cfg.DialTimeout <= 0 {
+		c.cfg.DialTimeout = 10 * time.Second
+	}
+	if c.cfg.BackoffMin <= 0 {
+		c.cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if c.cfg.BackoffMax <= 0 {
+		c.cfg.BackoffMax = 5 * time.Second
+	}
+	if useTLS {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.TLSSkipVerify} //nolint:gosec // opt-in flag
+		if cfg.TLSCAFile != "" {
+			pem, err := os.ReadFile(cfg.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("read --kds-tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--kds-tls-ca %s holds no PEM certificate", cfg.TLSCAFile)
+			}
+			tc.RootCAs = pool
+		}
+		c.creds = credentials.NewTLS(tc)
+	}
+	for kind := range cfg.AdmissionOutage {
+		if _, ok := cfg.Registry.Get(kind); !ok {
+			return nil, fmt.Errorf("--admission-outage: unknown kind %q (known: %s)", kind, cfg.Registry.KnownNames())
+		}
+	}
+	return c, nil
+}
+
+// Stats returns a copy of the zone's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.NACKByKind = make(map[string]int64, len(c.stats.NACKByKind))
+	for k, v := range c.stats.NACKByKind {
+		s.NACKByKind[k] = v
+	}
+	return s
+}
+
+// Run keeps the zone connected until ctx ends, reconnecting with jittered exponential backoff.
+func (c *Client) Run(ctx context.Context) error {
+	backoff := c.cfg.BackoffMin
+	for {
+		began := time.Now()
+		err := c.session(ctx)
+		c.setConnected(false, err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(began) > 30*time.Second {
+			backoff = c.cfg.BackoffMin // it was a healthy session
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		c.log.Warn("KDS stream to global ended, reconnecting", "error", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, c.cfg.BackoffMax)
+	}
+}
+
+func (c *Client) setConnected(up bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Connected = up
+	c.stats.Since = time.Now()
+	if up {
+		c.stats.Sessions++
+	}
+	if err != nil {
+		c.stats.LastError = err.Error()
+	}
+}
+
+// session runs one ADS stream until it fails or ctx ends.
+func (c *Client) session(ctx context.Context) error {
+	conn, err := grpc.NewClient(c.target,
+		grpc.WithTransportCredentials(c.creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", c.cfg.GlobalAddress, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The global answers a health check before the stream opens: that proves the address, TLS
+	// and the server within the dial timeout, where a stream would wait silently.
+	hctx, hcancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	hresp, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{})
+	hcancel()
+	if err != nil {
+		return fmt.Errorf("reach global %s: %w", c.cfg.GlobalAddress, err)
+	}
+	if hresp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("global %s is %s", c.cfg.GlobalAddress, hresp.GetStatus())
+	}
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return fmt.Errorf("open KDS stream to %s: %w", c.cfg.GlobalAddress, err)
+	}
+	initial, err := c.initialVersions(ctx)
+	if err != nil {
+		return err
+	}
+	node := &core.Node{Id: c.cfg.Zone}
+	for _, kind := range c.cfg.Registry.Names() {
+		req := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: kind, InitialResourceVersions: initial[kind]}
+		if err := stream.Send(req); err != nil {
+			return fmt.Errorf("subscribe to %s: %w", kind, err)
+		}
+		node = nil // the node goes in the first request only
+	}
+	c.setConnected(true, nil)
+	c.log.Info("KDS stream to global up", "global", c.cfg.GlobalAddress)
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		req := c.apply(ctx, resp)
+		if err := stream.Send(req); err != nil {
+			return fmt.Errorf("send ACK/NACK: %w", err)
+		}
+	}
+}
+
+// initialVersions is what the zone's database holds, by kind, as the global versions it.
+func (c *Client) initialVersions(ctx context.Context) (map[string]map[string]string, error) {
+	rs, err := c.cfg.Store.List(ctx, "", "")
+	if err != nil {
+		return nil, fmt.Errorf("read the zone's resources: %w", err)
+	}
+	out := map[string]map[string]string{}
+	for i := range rs {
+		p, err := rs[i].ToProto()
+		if err != nil {
+			continue // unreadable: let the global send it again
+		}
+		k := rs[i].Key()
+		if out[k.Kind] == nil {
+			out[k.Kind] = map[string]string{}
+		}
+		out[k.Kind][k.XDSName()] = resource.Version(p)
+	}
+	return out, nil
+}
+
+// apply stores one response and returns the ACK or NACK for it.
+func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryResponse) *discovery.DeltaDiscoveryRequest {
+	kind := resp.GetTypeUrl()
+	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: kind, ResponseNonce: resp.GetNonce()}
+	list := &kdsv1.RejectionList{Kind: kind}
+	reject := func(name, reason string, owner *kdsv1.ResourceKey) {
+		list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: name, Reason: reason, MissingOwner: owner})
+	}
+
+	var puts []resource.Resource
+	names := map[resource.Key]string{}
+	outage := c.outage(kind)
+	for _, r := range resp.GetResources() {
+		name := r.GetName()
+		if outage != "" {
+			reject(name, outage, nil)
+			continue
+		}
+		res, err := c.decode(kind, r)
+		if err != nil {
+			reject(name, err.Error(), nil)
+			continue
+		}
+		puts = append(puts, res)
+		names[res.Key()] = name
+	}
+	var deletes []resource.Key
+	for _, name := range resp.GetRemovedResources() {
+		deletes = append(deletes, resource.KeyFromXDSName(kind, name))
+	}
+
+	if len(puts)+len(deletes) > 0 {
+		failed, err := c.cfg.Store.Apply(ctx, puts, deletes)
+		if err != nil {
+			for _, r := range puts {
+				reject(names[r.Key()], "database: "+err.Error(), nil)
+			}
+		}
+		for key, ferr := range failed {
+			name, ok := names[key]
+			if !ok {
+				continue // a delete that failed: nothing the global can resend
+			}
+			var mo *store.MissingOwnerError
+			if errors.As(ferr, &mo) {
+				reject(name, ferr.Error(), &kdsv1.ResourceKey{Kind: mo.Owner.Kind, Mesh: mo.Owner.Mesh, Name: mo.Owner.Name})
+				continue
+			}
+			reject(name, ferr.Error(), nil)
+		}
+	}
+
+	c.mu.Lock()
+	c.stats.Responses++
+	if len(list.Rejections) == 0 {
+		c.stats.ACKs++
+		c.mu.Unlock()
+		return ack
+	}
+	c.stats.NACKs++
+	if c.stats.NACKByKind == nil {
+		c.stats.NACKByKind = map[string]int64{}
+	}
+	c.stats.NACKByKind[kind]++
+	c.mu.Unlock()
+
+	sort.Slice(list.Rejections, func(i, j int) bool { return list.Rejections[i].Name < list.Rejections[j].Name })
+	msg := summary(kind, list)
+	c.log.Warn("NACK", "kind", kind, "rejected", len(list.Rejections), "detail", msg)
+	detail, err := kds.NACKDetail(list, msg)
+	if err != nil {
+		c.log.Error("encode rejection list", "error", err)
+	}
+	ack.ErrorDetail = detail
+	return ack
+}
+
+// decode reads and validates one resource of a response of kind.
+func (c *Client) decode(kind string, r *discovery.Resource) (resource.Resource, error) {
+	if _, ok := c.cfg.Registry.Get(kind); !ok {
+		return resource.Resource{}, fmt.Errorf("unknown kind %q on this zone", kind)
+	}
+	p, err := kds.Decode(r.GetResource())
+	if err != nil {
+		return resource.Resource{}, err
+	}
+	res, err := resource.FromProto(p)
+	if err != nil {
+		return resource.Resource{}, err
+	}
+	if res.Kind != kind || res.Key().XDSName() != r.GetName() {
+		return resource.Resource{}, fmt.Errorf("resource %s/%s does not match its name %q in a %s response", res.Kind, res.Key().XDSName(), r.GetName(), kind)
+	}
+	if err := c.cfg.Registry.Validate(&res); err != nil {
+		return resource.Resource{}, fmt.Errorf("invalid %s: %w", res.Key(), err)
+	}
+	return res, nil
+}
+
+// outage returns the rejection reason while an admission outage of kind lasts, else "".
+func (c *Client) outage(kind string) string {
+	d, ok := c.cfg.AdmissionOutage[kind]
+	if !ok {
+		return ""
+	}
+	until := c.started.Add(d)
+	if time.Now().Before(until) {
+		return fmt.Sprintf("admission webhook for %s is not ready (simulated outage until %s)", kind, until.Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+func summary(kind string, list *kdsv1.RejectionList) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s rejected", len(list.Rejections), kind)
+	for i, r := range list.Rejections {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(list.Rejections)-3)
+			break
+		}
+		fmt.Fprintf(&b, "; %s: %s", r.Name, r.Reason)
+	}
+	return b.String()
+}
