@@ -44,7 +44,9 @@ type Store interface {
 	Delete(ctx context.Context, key resource.Key) error
 	// Apply writes a batch in one transaction, as a zone applies a response: resources are
 	// written as given (generation included), each on its own savepoint, so an item the database
-	// refuses is reported in failed and the others commit.
+	// refuses is reported in failed and the others commit. Items run in this order: puts of
+	// Meshes, other puts, deletes of other kinds, deletes of Meshes; deleting an absent key is
+	// not a failure.
 	Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (failed map[resource.Key]error, err error)
 	// Revision is a counter that every committed write increases; replicas sharing a database
 	// poll it to notice each other's writes.

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrSchemaTooNew: the database was migrated by a newer kds-host than this one.
+var ErrSchemaTooNew = errors.New("database schema is newer than this kds-host")
+
+// migration is one numbered step of the schema. Its statements are written once, in the SQL
+// that SQLite and PostgreSQL share, and run in the migration transaction.
+type migration struct {
+	version int64
+	name    string
+	stmts   []string
+}
+
+// migrations returns the schema's steps in version order. Append a step; never edit one that
+// has shipped.
+func migrations() []migration {
+	return []migration{
+		{version: 1, name: "meshes, resources, revision", stmts: []string{
+			`CREATE TABLE meshes (
+				name TEXT PRIMARY KEY
+			)`,
+			// mesh_ref is the foreign key that makes the database refuse a policy whose Mesh is
+			// missing: mesh for a mesh-scoped resource, the Mesh's own name for a Mesh row (so
+			// the meshes row and the Mesh resource come and go together), NULL for any other
+			// global-scoped resource. The CHECKs keep it from being anything else.
+			`CREATE TABLE resources (
+				kind       TEXT NOT NULL,
+				mesh       TEXT NOT NULL DEFAULT '',
+				name       TEXT NOT NULL,
+				mesh_ref   TEXT NULL REFERENCES meshes (name) ON DELETE CASCADE,
+				labels     TEXT NOT NULL,
+				owners     TEXT NOT NULL,
+				spec       TEXT NOT NULL,
+				generation BIGINT NOT NULL,
+				PRIMARY KEY (kind, mesh, name),
+				CHECK (kind <> 'Mesh' OR (mesh = '' AND mesh_ref IS NOT NULL AND mesh_ref = name)),
+				CHECK (kind = 'Mesh' OR mesh = '' OR (mesh_ref IS NOT NULL AND mesh_ref = mesh)),
+				CHECK (kind = 'Mesh' OR mesh <> '' OR mesh_ref IS NULL)
+			)`,
+			`CREATE INDEX resources_mesh_ref ON resources (mesh_ref)`,
+			`CREATE TABLE revision (
+				id    INTEGER PRIMARY KEY CHECK (id = 1),
+				value BIGINT NOT NULL
+			)`,
+			`INSERT INTO revision (id, value) VALUES (1, 0)`,
+		}},
+	}
+}
+
+// migrationLockID is the PostgreSQL advisory lock that serialises replicas migrating one
+// database at the same time ("kdsmigr" in ASCII).
+const migrationLockID = 0x6b64736d696772
+
+// migrate brings the database to the newest version in ms, in one transaction, and returns the
+// versions it applied (none when the schema is current). A database at a version newer than
+// the newest in ms is an ErrSchemaTooNew.
+func migrate(ctx context.Context, db *sql.DB, d dialect, ms []migration) (applied []int64, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if d == dialectPostgres {
+		if _, err := tx.ExecContext(ctx, d.rebind(`SELECT pg_advisory_xact_lock(?)`), int64(migrationLockID)); err != nil {
+			return nil, fmt.Errorf("migrate: lock: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    BIGINT PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at TEXT NOT NULL
+	)`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	var current sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&current); err != nil {
+		return nil, fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	latest := int64(0)
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].version
+	}
+	if current.Int64 > latest {
+		return nil, fmt.Errorf("migrate: %w: the database is at schema version %d and this kds-host knows versions up to %d; run a kds-host at least as new as the one that last wrote this database",
+			ErrSchemaTooNew, current.Int64, latest)
+	}
+	for _, m := range ms {
+		if m.version <= current.Int64 {
+			continue
+		}
+		for _, stmt := range m.stmts {
+			if _, err := tx.ExecContext(ctx, d.rebind(stmt)); err != nil {
+				return nil, fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, d.rebind(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`),
+			m.version, m.name, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+			return nil, fmt.Errorf("migrate: record version %d: %w", m.version, err)
+		}
+		applied = append(applied, m.version)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("migrate: commit: %w", err)
+	}
+	return applied, nil
+}

@@ -1,0 +1,5 @@
+package pgtest_test
+
+import "os"
+
+func testingEnv(k string) string { return os.Getenv(k) }

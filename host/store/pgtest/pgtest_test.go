@@ -1,0 +1,54 @@
+package pgtest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/store/pgtest"
+)
+
+func TestStart(t *testing.T) {
+	g := NewWithT(t)
+	dsn := pgtest.Start(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close(ctx)
+
+	var version, addr string
+	g.Expect(conn.QueryRow(ctx, `SHOW server_version`).Scan(&version)).To(Succeed())
+	g.Expect(conn.QueryRow(ctx, `SELECT inet_server_addr()::text`).Scan(&addr)).To(Succeed())
+	t.Logf("PostgreSQL %s on %s", version, addr)
+	g.Expect(addr).To(HavePrefix("127.0.0.1"))
+	if pgtestExternal() {
+		return
+	}
+	var listen string
+	g.Expect(conn.QueryRow(ctx, `SHOW listen_addresses`).Scan(&listen)).To(Succeed())
+	g.Expect(listen).To(Equal("127.0.0.1"))
+}
+
+func TestSharedHandsOutFreshDatabases(t *testing.T) {
+	g := NewWithT(t)
+	var sh pgtest.Shared
+	// Registered first, so it runs after the cleanups that drop the databases.
+	t.Cleanup(func() { g.Expect(sh.Stop()).To(Succeed()) })
+	a, b := sh.Database(t), sh.Database(t)
+	g.Expect(a).NotTo(Equal(b))
+	ctx := context.Background()
+	for _, dsn := range []string{a, b} {
+		conn, err := pgx.Connect(ctx, dsn)
+		g.Expect(err).NotTo(HaveOccurred())
+		var n int
+		g.Expect(conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&n)).To(Succeed())
+		g.Expect(n).To(BeZero())
+		_, err = conn.Exec(ctx, `CREATE TABLE t (x int)`)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(conn.Close(ctx)).To(Succeed())
+	}
+}
+
+func pgtestExternal() bool { return pgtest.Skipped() || testingEnv(pgtest.EnvDSN) != "" }

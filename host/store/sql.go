@@ -1,0 +1,521 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+// sqlStore is the Store over database/sql, for both dialects. Writes go through w (one
+// connection for SQLite), reads through r (the same pool for PostgreSQL).
+type sqlStore struct {
+	d       dialect
+	w, r    *sql.DB
+	changes chan struct{}
+}
+
+func newSQLStore(d dialect, w, r *sql.DB) *sqlStore {
+	return &sqlStore{d: d, w: w, r: r, changes: make(chan struct{}, 1)}
+}
+
+// putAttempts bounds Put's retries when a concurrent writer creates the row between Put's read
+// and its insert (only possible with PostgreSQL; SQLite has one writer).
+const putAttempts = 10
+
+// savepoint is the name of the savepoint each Apply item runs in.
+const savepoint = "kds_apply_item"
+
+const selectColumns = `kind, mesh, name, labels, owners, spec, generation`
+
+// row is a resource in its stored form: labels and owners as canonical JSON, the spec as
+// canonical JSON, and the foreign key to the meshes table.
+type row struct {
+	key                  resource.Key
+	meshRef              sql.NullString
+	labels, owners, spec string
+}
+
+func encodeRow(r *resource.Resource) (row, error) {
+	out := row{key: r.Key()}
+	switch {
+	case r.Kind == resource.MeshKind:
+		if r.Mesh != "" {
+			return row{}, fmt.Errorf("a %s takes no mesh (got %q)", resource.MeshKind, r.Mesh)
+		}
+		out.meshRef = sql.NullString{String: r.Name, Valid: true}
+	case r.Mesh != "":
+		out.meshRef = sql.NullString{String: r.Mesh, Valid: true}
+	}
+	if r.Kind == "" || r.Name == "" {
+		return row{}, errors.New("kind and name are required")
+	}
+	labels := r.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	b, err := json.Marshal(labels) // encoding/json sorts map keys: canonical
+	if err != nil {
+		return row{}, fmt.Errorf("labels: %w", err)
+	}
+	out.labels = string(b)
+	owners := r.Owners
+	if owners == nil {
+		owners = []resource.Key{}
+	}
+	if b, err = json.Marshal(owners); err != nil {
+		return row{}, fmt.Errorf("owners: %w", err)
+	}
+	out.owners = string(b)
+	if out.spec, err = canonicalJSON(r.Spec); err != nil {
+		return row{}, fmt.Errorf("spec: %w", err)
+	}
+	return out, nil
+}
+
+// canonicalJSON re-encodes a JSON value compactly with sorted object keys, numbers kept as
+// written; an absent or null spec is "{}".
+func canonicalJSON(raw json.RawMessage) (string, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return "{}", nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", errors.New("trailing data after the JSON value")
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func (w row) sameContent(o row) bool {
+	return w.labels == o.labels && w.owners == o.owners && w.spec == o.spec
+}
+
+func (w row) decode(generation int64) (resource.Resource, error) {
+	r := resource.Resource{Kind: w.key.Kind, Mesh: w.key.Mesh, Name: w.key.Name,
+		Spec: json.RawMessage(w.spec), Generation: generation}
+	if err := json.Unmarshal([]byte(w.labels), &r.Labels); err != nil {
+		return resource.Resource{}, fmt.Errorf("%s: stored labels: %w", w.key, err)
+	}
+	if len(r.Labels) == 0 {
+		r.Labels = nil
+	}
+	if err := json.Unmarshal([]byte(w.owners), &r.Owners); err != nil {
+		return resource.Resource{}, fmt.Errorf("%s: stored owners: %w", w.key, err)
+	}
+	if len(r.Owners) == 0 {
+		r.Owners = nil
+	}
+	return r, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRow(s scanner) (row, int64, error) {
+	var w row
+	var gen int64
+	err := s.Scan(&w.key.Kind, &w.key.Mesh, &w.key.Name, &w.labels, &w.owners, &w.spec, &gen)
+	return w, gen, err
+}
+
+// missingOwner maps the database's foreign-key refusal to *MissingOwnerError.
+func (s *sqlStore) missingOwner(key resource.Key, err error) error {
+	if !s.d.isForeignKeyViolation(err) {
+		return err
+	}
+	mesh := key.Mesh
+	if mesh == "" {
+		mesh = key.Name // a Mesh row refers to itself
+	}
+	return &MissingOwnerError{Key: key, Owner: resource.Key{Kind: resource.MeshKind, Name: mesh}}
+}
+
+// putError gives a failed put its context; a *MissingOwnerError names the key already.
+func (s *sqlStore) putError(key resource.Key, err error) error {
+	err = s.missingOwner(key, err)
+	var moe *MissingOwnerError
+	if errors.As(err, &moe) {
+		return moe
+	}
+	return fmt.Errorf("put %s: %w", key, err)
+}
+
+func (s *sqlStore) Get(ctx context.Context, key resource.Key) (resource.Resource, error) {
+	q := s.d.rebind(`SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`)
+	w, gen, err := scanRow(s.r.QueryRowContext(ctx, q, key.Kind, key.Mesh, key.Name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return resource.Resource{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return resource.Resource{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	r, err := w.decode(gen)
+	if err != nil {
+		return resource.Resource{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	return r, nil
+}
+
+func (s *sqlStore) List(ctx context.Context, kind, mesh string) ([]resource.Resource, error) {
+	var where []string
+	var args []any
+	if kind != "" {
+		where, args = append(where, "kind = ?"), append(args, kind)
+	}
+	if mesh != "" {
+		where, args = append(where, "mesh = ?"), append(args, mesh)
+	}
+	q := `SELECT ` + selectColumns + ` FROM resources`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	rows, err := s.r.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
+	}
+	defer rows.Close()
+	var out []resource.Resource
+	for rows.Next() {
+		w, gen, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
+		}
+		r, err := w.decode(gen)
+		if err != nil {
+			return nil, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
+	}
+	// Sorted here rather than by ORDER BY: PostgreSQL orders text by the database's collation,
+	// SQLite by bytes; callers get byte order from both.
+	slices.SortFunc(out, func(a, b resource.Resource) int {
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Mesh, b.Mesh), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+func kindOrAll(kind string) string {
+	if kind == "" {
+		return "all kinds"
+	}
+	return kind
+}
+
+// errRetry: a concurrent writer changed the row between read and write; run Put again.
+var errRetry = errors.New("row changed concurrently")
+
+func (s *sqlStore) Put(ctx context.Context, r resource.Resource) (resource.Resource, bool, error) {
+	key := r.Key()
+	w, err := encodeRow(&r)
+	if err != nil {
+		return resource.Resource{}, false, fmt.Errorf("put %s: %w", key, err)
+	}
+	for attempt := 1; ; attempt++ {
+		stored, changed, err := s.putOnce(ctx, w, r.Generation)
+		if errors.Is(err, errRetry) && attempt < putAttempts {
+			continue
+		}
+		if err != nil {
+			return resource.Resource{}, false, s.putError(key, err)
+		}
+		return stored, changed, nil
+	}
+}
+
+// putOnce is one attempt of Put in one transaction.
+func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored resource.Resource, changed bool, err error) {
+	k := w.key
+	changed, err = s.write(ctx, func(tx *sql.Tx) (bool, error) {
+		q := `SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`
+		if s.d == dialectPostgres {
+			// Lock the row until commit so concurrent Puts of one key queue instead of
+			// retrying (SQLite has one writer; its transactions are serial already).
+			q += ` FOR UPDATE`
+		}
+		old, oldGen, err := scanRow(tx.QueryRowContext(ctx, s.d.rebind(q), k.Kind, k.Mesh, k.Name))
+		found := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return false, err
+		}
+		switch {
+		case !found && wantGen != 0:
+			return false, fmt.Errorf("%w: generation %d given, but no resource is stored", ErrConflict, wantGen)
+		case found && wantGen != 0 && wantGen != oldGen:
+			return false, fmt.Errorf("%w: generation %d given, %d stored", ErrConflict, wantGen, oldGen)
+		case found && old.sameContent(w):
+			stored, err = old.decode(oldGen)
+			return false, err
+		}
+		if k.Kind == resource.MeshKind {
+			if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO meshes (name) VALUES (?) ON CONFLICT DO NOTHING`), k.Name); err != nil {
+				return false, err
+			}
+		}
+		var res sql.Result
+		gen := int64(1)
+		if !found {
+			res, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
+				k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen)
+		} else {
+			gen = oldGen + 1
+			res, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?
+				WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
+				w.labels, w.owners, w.spec, gen, k.Kind, k.Mesh, k.Name, oldGen)
+		}
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, err
+		}
+		if n == 0 {
+			if wantGen != 0 {
+				return false, fmt.Errorf("%w: generation %d given, changed concurrently", ErrConflict, wantGen)
+			}
+			return false, errRetry
+		}
+		stored, err = w.decode(gen)
+		return true, err
+	})
+	return stored, changed, err
+}
+
+func (s *sqlStore) Delete(ctx context.Context, key resource.Key) error {
+	_, err := s.write(ctx, func(tx *sql.Tx) (bool, error) {
+		n, err := s.deleteTx(ctx, tx, key)
+		if err == nil && n == 0 {
+			err = ErrNotFound
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// deleteTx deletes one resource and returns how many rows it removed (0 or 1). Deleting a Mesh
+// also deletes its meshes row, and ON DELETE CASCADE removes the resources in it.
+func (s *sqlStore) deleteTx(ctx context.Context, tx execer, key resource.Key) (int64, error) {
+	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM resources WHERE kind = ? AND mesh = ? AND name = ?`), key.Kind, key.Mesh, key.Name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if key.Kind == resource.MeshKind && key.Mesh == "" {
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM meshes WHERE name = ?`), key.Name); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// Apply writes the batch in one transaction, in this order: puts of Meshes, the other puts,
+// deletes of non-Mesh resources, deletes of Meshes (each group in the order given). So a
+// policy may arrive with its Mesh in one batch, and a Mesh deleted in the batch takes the
+// resources in it, including any put earlier in the same batch. Every item runs in its own
+// SAVEPOINT: an item the database refuses is rolled back to it and reported in failed (a
+// *MissingOwnerError when its Mesh is missing), and the rest commit. Puts are written verbatim,
+// generation included; deleting an absent key is not a failure. The revision is bumped and
+// Changes signalled once, when anything changed.
+func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (map[resource.Key]error, error) {
+	type item struct {
+		put *resource.Resource
+		del resource.Key
+	}
+	items := make([]item, 0, len(puts)+len(deletes))
+	for _, mesh := range []bool{true, false} {
+		for i := range puts {
+			if (puts[i].Kind == resource.MeshKind) == mesh {
+				items = append(items, item{put: &puts[i]})
+			}
+		}
+	}
+	for _, mesh := range []bool{false, true} {
+		for _, k := range deletes {
+			if (k.Kind == resource.MeshKind) == mesh {
+				items = append(items, item{del: k})
+			}
+		}
+	}
+	var failed map[resource.Key]error
+	_, err := s.write(ctx, func(tx *sql.Tx) (bool, error) {
+		ex := &stmtCache{tx: tx}
+		defer ex.close()
+		changed := false
+		for _, it := range items {
+			if _, err := ex.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+				return false, fmt.Errorf("savepoint: %w", err)
+			}
+			var key resource.Key
+			var n int64
+			var err error
+			if it.put != nil {
+				key = it.put.Key()
+				if n, err = s.upsertTx(ctx, ex, it.put); err != nil {
+					err = s.putError(key, err)
+				}
+			} else {
+				key = it.del
+				if n, err = s.deleteTx(ctx, ex, key); err != nil {
+					err = fmt.Errorf("delete %s: %w", key, err)
+				}
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+				if _, rerr := ex.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rerr != nil {
+					return false, fmt.Errorf("rollback to savepoint after %v: %w", err, rerr)
+				}
+				if failed == nil {
+					failed = map[resource.Key]error{}
+				}
+				failed[key] = err
+			} else {
+				changed = changed || n > 0
+			}
+			if _, err := ex.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
+				return false, fmt.Errorf("release savepoint: %w", err)
+			}
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply %d puts, %d deletes: %w", len(puts), len(deletes), err)
+	}
+	return failed, nil
+}
+
+// upsertTx writes r verbatim and returns 1 when the row was created or changed, 0 when it
+// was already stored exactly so.
+func (s *sqlStore) upsertTx(ctx context.Context, tx execer, r *resource.Resource) (int64, error) {
+	w, err := encodeRow(r)
+	if err != nil {
+		return 0, err
+	}
+	if r.Kind == resource.MeshKind {
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO meshes (name) VALUES (?) ON CONFLICT DO NOTHING`), r.Name); err != nil {
+			return 0, err
+		}
+	}
+	res, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (kind, mesh, name) DO UPDATE SET
+			labels = excluded.labels, owners = excluded.owners, spec = excluded.spec, generation = excluded.generation
+		WHERE resources.labels <> excluded.labels OR resources.owners <> excluded.owners
+			OR resources.spec <> excluded.spec OR resources.generation <> excluded.generation`),
+		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s *sqlStore) Revision(ctx context.Context) (int64, error) {
+	var v int64
+	if err := s.r.QueryRowContext(ctx, `SELECT value FROM revision WHERE id = 1`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("revision: %w", err)
+	}
+	return v, nil
+}
+
+func (s *sqlStore) Changes() <-chan struct{} { return s.changes }
+
+// Close closes the database connections. Changes is not closed.
+func (s *sqlStore) Close() error {
+	err := s.w.Close()
+	if s.r != s.w {
+		err = errors.Join(err, s.r.Close())
+	}
+	return err
+}
+
+// write runs fn in a write transaction. When fn reports a change, the revision is bumped in the
+// same transaction, which then commits, and Changes is signalled; otherwise the transaction is
+// rolled back. Bumping the revision last keeps the lock order the same in every transaction.
+func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx) (changed bool, err error)) (bool, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("begin: %w", err)
+	}
+	changed, err := fn(tx)
+	if err != nil || !changed {
+		_ = tx.Rollback()
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE revision SET value = value + 1 WHERE id = 1`); err != nil {
+		_ = tx.Rollback()
+		return false, fmt.Errorf("bump revision: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("commit: %w", err)
+	}
+	s.notify()
+	return true, nil
+}
+
+// notify signals Changes without blocking: a pending signal already covers this write.
+func (s *sqlStore) notify() {
+	select {
+	case s.changes <- struct{}{}:
+	default:
+	}
+}
+
+// execer is a *sql.Tx or a stmtCache.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// stmtCache prepares each query once per transaction: Apply runs the same few statements for
+// every item, and parsing them again each time is half of its cost on SQLite.
+type stmtCache struct {
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, ok := c.stmts[query]
+	if !ok {
+		var err error
+		if st, err = c.tx.PrepareContext(ctx, query); err != nil {
+			return nil, err
+		}
+		if c.stmts == nil {
+			c.stmts = map[string]*sql.Stmt{}
+		}
+		c.stmts[query] = st
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (c *stmtCache) close() {
+	for _, st := range c.stmts {
+		_ = st.Close()
+	}
+}
