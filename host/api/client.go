@@ -132,3 +132,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	}
 	return resp.Header, nil
 }
+
+// GetJSON GETs path (e.g. "/api/zones") and decodes the JSON answer into out.
+func (c *Client) GetJSON(ctx context.Context, path string, out any) error {
+	_, err := c.do(ctx, http.MethodGet, path, nil, out)
+	return err
+}

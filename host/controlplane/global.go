@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -19,9 +20,11 @@ import (
 
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -49,6 +52,14 @@ type GlobalConfig struct {
 	// retry.EmulatePerStream), sleeping NACKBackoff inside the xDS callback. Empty: async retry.
 	Emulate     string
 	NACKBackoff time.Duration
+
+	// OwnerCheck returns the owner-check policy in force (default: the built-in prediction).
+	OwnerCheck func() shared.OwnerCheck
+	// OwnerHolds holds a resource back from a zone until its owner is there (DESIGN.md, Owner
+	// check). Off, everything is sent at once and retries cover rejections.
+	OwnerHolds bool
+	// OwnerCheckTimeout is the deadline of one batched Predict call (default 1s).
+	OwnerCheckTimeout time.Duration
 }
 
 // Global is a running global control plane.
@@ -58,6 +69,7 @@ type Global struct {
 	Cache   *kds.Cache
 	Zones   *kds.Zones
 	Retry   *retry.Scheduler // nil when emulating
+	Holds   *owner.Holds     // nil when owner holds are off
 	tracker *kds.Tracker
 	metrics *prometheus.Registry
 	API     *api.Server
@@ -79,7 +91,23 @@ func NewGlobal(cfg GlobalConfig) (*Global, error) {
 	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
 	g.Cache = kds.NewCache(cfg.Registry.Names())
 	g.Zones = kds.NewZones()
+	if g.cfg.OwnerCheck == nil {
+		builtin := ownerpredict.New()
+		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }
+	}
 	observers := []kds.Observer{g.Zones, newKDSMetrics(g.metrics)}
+	if cfg.OwnerHolds {
+		holds, err := owner.New(owner.Config{
+			Policy: g.cfg.OwnerCheck, Timeout: cfg.OwnerCheckTimeout,
+			Source: g.Cache, Inventory: g.Zones, Refresher: g.Cache, Hooks: newOwnerMetrics(g.metrics).hooks(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		g.Holds = holds
+		g.Cache.SetFilter(holds)
+		observers = append(observers, holds)
+	}
 	switch cfg.Emulate {
 	case "":
 		if cfg.Builtin == nil {
@@ -108,8 +136,11 @@ func NewGlobal(cfg GlobalConfig) (*Global, error) {
 		return nil, fmt.Errorf("--emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
 	}
 	g.tracker = kds.NewTracker(g.Cache, observers...)
+	g.metrics.MustRegister(heldCollector{g: g, desc: prometheus.NewDesc("kds_held_resources",
+		"Resources held back from a zone by the owner check.", []string{"zone", "kind", "verdict"}, nil)})
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
+	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
 
 	var err error
 	if g.kdsLn, err = net.Listen("tcp", cfg.KDSAddr); err != nil {
@@ -131,8 +162,11 @@ func (g *Global) KDSAddr() string  { return g.kdsLn.Addr().String() }
 func (g *Global) APIAddr() string  { return g.apiLn.Addr().String() }
 func (g *Global) DiagAddr() string { return g.diagLn.Addr().String() }
 
-// Close releases the listeners of a global that was never Run.
+// Close releases the listeners and workers of a global that was never Run.
 func (g *Global) Close() {
+	if g.Holds != nil {
+		g.Holds.Close()
+	}
 	for _, ln := range []net.Listener{g.kdsLn, g.apiLn, g.diagLn} {
 		if ln != nil {
 			ln.Close()
@@ -147,6 +181,9 @@ func (g *Global) Run(ctx context.Context) error {
 	defer g.Cache.Close()
 	if g.Retry != nil {
 		defer g.Retry.Close()
+	}
+	if g.Holds != nil {
+		defer g.Holds.Close()
 	}
 
 	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, g.cfg.TLS)
@@ -215,6 +252,9 @@ func (g *Global) sync(ctx context.Context) error {
 			return err
 		}
 		g.Cache.SetSnapshot(snap)
+		if g.Holds != nil {
+			g.Holds.Changed()
+		}
 		lastRev = rev
 		return nil
 	}
@@ -237,10 +277,12 @@ func (g *Global) sync(ctx context.Context) error {
 	}
 }
 
-// ZoneView is one zone's insight: KDS counters per kind and the retry state of its stream.
+// ZoneView is one zone's insight: KDS counters per kind, the retry state of its stream, and
+// what is held back from it.
 type ZoneView struct {
 	kds.ZoneInsight
 	Retry *retry.StreamState `json:"retry,omitempty"`
+	Held  []owner.Held       `json:"held,omitempty"`
 }
 
 // ZoneViews returns every zone's insight.
@@ -252,6 +294,21 @@ func (g *Global) ZoneViews() []ZoneView {
 	var out []ZoneView
 	for _, zi := range g.Zones.Insights() {
 		zv := ZoneView{ZoneInsight: zi}
+		if g.Holds != nil {
+			zv.Held = g.Holds.Held(zi.Zone)
+			perKind := map[string]int{}
+			for _, h := range zv.Held {
+				perKind[h.Key.Kind]++
+			}
+			for _, k := range zv.Kinds {
+				k.Held = perKind[k.Kind]
+				delete(perKind, k.Kind)
+			}
+			for kind, n := range perKind { // held before anything of the kind was sent
+				zv.Kinds = append(zv.Kinds, &kds.KindInsight{Kind: kind, Held: n})
+			}
+			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
+		}
 		for i := range states {
 			if states[i].Stream == zi.Stream && zi.Connected {
 				zv.Retry = &states[i]

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/retry"
 )
 
@@ -108,5 +109,63 @@ func (m *retryMetrics) hooks() retry.Hooks {
 			}
 		},
 		GaveUp: func(zone, _ string) { m.giveUps.WithLabelValues(zone).Inc() },
+	}
+}
+
+// ownerMetrics counts owner-check decisions.
+type ownerMetrics struct {
+	calls    *prometheus.CounterVec
+	latency  prometheus.Histogram
+	failOpen *prometheus.CounterVec
+}
+
+func newOwnerMetrics(reg prometheus.Registerer) *ownerMetrics {
+	m := &ownerMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_owner_check_calls_total",
+			Help: "Batched owner-check calls, by zone and result."}, []string{"zone", "result"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kds_owner_check_call_seconds",
+			Help: "Latency of one batched owner-check call.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 15)}),
+		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_owner_check_fail_open_total",
+			Help: "Pushes sent unchecked because the owner check failed or timed out."}, []string{"zone"}),
+	}
+	reg.MustRegister(m.calls, m.latency, m.failOpen)
+	return m
+}
+
+func (m *ownerMetrics) hooks() owner.Hooks {
+	return owner.Hooks{
+		Call: func(zone string, _ int, d time.Duration, err error) {
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			m.calls.WithLabelValues(zone, result).Inc()
+			m.latency.Observe(d.Seconds())
+		},
+		FailOpen: func(zone string, _ error) { m.failOpen.WithLabelValues(zone).Inc() },
+	}
+}
+
+// heldCollector reports, at scrape time, what is held back per zone, kind and verdict.
+type heldCollector struct {
+	g    *Global
+	desc *prometheus.Desc
+}
+
+func (c heldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.g.Holds == nil {
+		return
+	}
+	type key struct{ zone, kind, verdict string }
+	counts := map[key]int{}
+	for _, zone := range c.g.Zones.Connected() {
+		for _, h := range c.g.Holds.Held(zone) {
+			counts[key{zone, h.Key.Kind, h.Verdict}]++
+		}
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.zone, k.kind, k.verdict)
 	}
 }

@@ -124,7 +124,7 @@ func postgresOpener(t testing.TB) storeOpener {
 }
 
 func kindInsight(g *controlplane.Global, zoneName, kind string) kds.KindInsight {
-	for _, z := range g.Zones.Insights() {
+	for _, z := range g.ZoneViews() {
 		if z.Zone != zoneName {
 			continue
 		}

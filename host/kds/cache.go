@@ -11,8 +11,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds).
-// It is called with the cache's lock held and must not block.
+// Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds). An
+// entry it hides is not sent; a zone that already has an older version of it keeps that one. It
+// is called with the cache's lock held and must not block.
 type Filter interface {
 	Visible(zone string, e *Entry) bool
 }
@@ -261,6 +262,10 @@ func (c *Cache) evaluateWatchLocked(st *streamState, w *watch) {
 			}
 		}
 		if c.filter != nil && !c.filter.Visible(st.zone, e) {
+			// Held back: the zone keeps what it has (no update, and no removal either).
+			if v, ok := known[name]; ok {
+				next[name] = v
+			}
 			continue
 		}
 		next[name] = e.Version

@@ -5,6 +5,7 @@ package kds
 
 import (
 	"fmt"
+	"sort"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -110,4 +111,17 @@ func Decode(a *anypb.Any) (*kdsv1.Resource, error) {
 		return nil, fmt.Errorf("decode kds.v1.Resource: %w", err)
 	}
 	return r, nil
+}
+
+// Kinds returns the kinds the snapshot has resources of, sorted.
+func (s *Snapshot) Kinds() []string {
+	if s == nil {
+		return nil
+	}
+	out := make([]string, 0, len(s.kinds))
+	for k := range s.kinds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

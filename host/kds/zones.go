@@ -196,3 +196,34 @@ func (z *Zones) Insights() []ZoneInsight {
 	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
 	return out
 }
+
+// Versions returns what the zone holds: kind -> xDS name -> version. The caller owns the copy.
+func (z *Zones) Versions(zone string) map[string]map[string]string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	out := map[string]map[string]string{}
+	if s := z.zones[zone]; s != nil {
+		for kind, names := range s.inventory {
+			m := make(map[string]string, len(names))
+			for n, v := range names {
+				m[n] = v
+			}
+			out[kind] = m
+		}
+	}
+	return out
+}
+
+// Connected returns the names of the zones with an open stream.
+func (z *Zones) Connected() []string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	var out []string
+	for name, s := range z.zones {
+		if s.connected {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -259,28 +259,45 @@ func (st *stream) scheduleRequest() *pluginv1.ScheduleRequest {
 // decide asks the policy, with a deadline, and the fallback when the policy fails.
 func (s *Scheduler) decide(zone string, req *pluginv1.ScheduleRequest) *pluginv1.ScheduleResponse {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-	resp, err := s.cfg.Policy().Schedule(ctx, req)
-	cancel()
-	if err == nil {
-		err = validResponse(resp)
-	}
+	resp, err := s.call(s.cfg.Policy(), req)
 	if err == nil {
 		s.hookCall(zone, time.Since(start), false, nil)
 		return resp
 	}
-	fctx, fcancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-	defer fcancel()
-	fresp, ferr := s.cfg.Fallback.Schedule(fctx, req)
-	if ferr == nil {
-		ferr = validResponse(fresp)
-	}
+	fresp, ferr := s.call(s.cfg.Fallback, req)
 	s.hookCall(zone, time.Since(start), true, err)
 	if ferr != nil {
 		// Even the built-in policy failed: retry in a second rather than never.
 		return &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second), Reason: "fallback failed: " + ferr.Error()}
 	}
 	return fresp
+}
+
+// call runs one Schedule call and returns by the deadline, even if the policy ignores its
+// context (the call then finishes in the background and its answer is dropped).
+func (s *Scheduler) call(p shared.RetryForcer, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+	defer cancel()
+	type result struct {
+		resp *pluginv1.ScheduleResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		resp, err := p.Schedule(ctx, req)
+		if err == nil {
+			err = validResponse(resp)
+		}
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("retry policy: %w", ctx.Err())
+	}
 }
 
 func (s *Scheduler) hookCall(zone string, d time.Duration, fallback bool, err error) {

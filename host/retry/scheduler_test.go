@@ -321,3 +321,33 @@ type fixed struct {
 func (f *fixed) Schedule(context.Context, *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	return &pluginv1.ScheduleResponse{Delay: durationpb.New(f.d)}, nil
 }
+
+// stubborn ignores its context and answers after 10 s.
+type stubborn struct{ policy }
+
+func (s *stubborn) Schedule(context.Context, *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	time.Sleep(10 * time.Second)
+	return &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Millisecond)}, nil
+}
+
+func TestAPolicyThatIgnoresItsDeadlineStillFallsBackAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		fallbacks := 0
+		s := newScheduler(t, &stubborn{}, &policy{base: 50 * time.Millisecond}, r, retry.Hooks{
+			PolicyCall: func(_ string, _ time.Duration, fb bool, _ error) {
+				if fb {
+					fallbacks++
+				}
+			}})
+		s.StreamOpened(1, "zone-1")
+		start := time.Now()
+		s.Nacked(nack("Mesh", "default"))
+		time.Sleep(time.Second)
+		g.Expect(r.Rounds()).To(HaveLen(1))
+		g.Expect(r.at[0].Sub(start)).To(Equal(250 * time.Millisecond))
+		g.Expect(fallbacks).To(Equal(1))
+		time.Sleep(10 * time.Second) // let the abandoned call finish inside the bubble
+	})
+}

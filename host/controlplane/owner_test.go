@@ -1,0 +1,148 @@
+package controlplane_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/owner"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/zone"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+func withHolds(c *controlplane.GlobalConfig) { c.OwnerHolds = true }
+
+func seedMesh(t *testing.T, gst store.Store, reg *resource.Registry) {
+	put(t, gst, reg, mesh("default"))
+	for _, d := range resource.MeshDefaults("default") {
+		put(t, gst, reg, d)
+	}
+}
+
+func TestABurstOfMeshAndPoliciesArrivesWithoutANACK(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	gl := startGlobal(t, gst, reg, withHolds)
+	zst := openSQLite(t)
+	z := startZone(t, "zone-1", gl.KDSAddr(), zst, reg)
+	g.Eventually(gl.Zones.Connected, 5*time.Second).Should(ConsistOf("zone-1"))
+
+	// Policies first, then their Mesh: without holds the policies would be refused.
+	failed, err := gst.Apply(context.Background(), []resource.Resource{
+		withGen(timeout("default", "user-timeout", "2s")), withGen(mesh("default")),
+	}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(failed).To(BeEmpty())
+	g.Eventually(count(zst, "", ""), 5*time.Second).Should(Equal(2))
+	g.Expect(z.Client.Stats().NACKs).To(BeZero())
+}
+
+func withGen(r resource.Resource) resource.Resource {
+	r.Generation = 1
+	if len(r.Spec) == 0 {
+		r.Spec = []byte(`{}`)
+	}
+	return r
+}
+
+func TestDuringAMeshOutageOnlyMeshIsNACKedAndPoliciesAreHeld(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	seedMesh(t, gst, reg)
+	put(t, gst, reg, timeout("default", "user-timeout", "2s"))
+	gl := startGlobal(t, gst, reg, withHolds)
+	zst := openSQLite(t)
+	z := startZone(t, "zone-1", gl.KDSAddr(), zst, reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"Mesh": 2 * time.Second}
+	})
+
+	// While Mesh is refused, the 5 policies wait for it on the global.
+	g.Eventually(func() int { return len(held(gl.Global)) }, 5*time.Second).Should(Equal(5))
+	for _, h := range held(gl.Global) {
+		g.Expect(h.Verdict).To(Equal("WAIT"))
+		g.Expect(h.WaitingFor).To(Equal("Mesh/default"))
+	}
+	g.Expect(kindInsight(gl.Global, "zone-1", "MeshTimeout").Held).To(Equal(3))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_held_resources")).To(Equal(5.0))
+
+	// After the outage, Mesh is retried and ACKed, and the policies follow in the next push.
+	g.Eventually(count(zst, "", ""), 6*time.Second).Should(Equal(6))
+	g.Expect(z.Client.Stats().NACKByKind).To(Equal(map[string]int64{"Mesh": z.Client.Stats().NACKByKind["Mesh"]}))
+	g.Expect(z.Client.Stats().NACKByKind["Mesh"]).To(BeNumerically(">=", 1))
+	g.Expect(held(gl.Global)).To(BeEmpty())
+}
+
+// downOwnerCheck is an owner-check plugin that is not there.
+type downOwnerCheck struct{}
+
+func (downOwnerCheck) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	return nil, errors.New("plugin exited")
+}
+
+func (downOwnerCheck) Predict(context.Context, *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	return nil, errors.New("plugin exited")
+}
+
+func TestWithTheOwnerCheckDownEverythingIsSentAndRetriesConverge(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	seedMesh(t, gst, reg)
+	gl := startGlobal(t, gst, reg, withHolds, func(c *controlplane.GlobalConfig) {
+		c.OwnerCheck = func() shared.OwnerCheck { return downOwnerCheck{} }
+	})
+	zst := openSQLite(t)
+	z := startZone(t, "zone-1", gl.KDSAddr(), zst, reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"Mesh": time.Second}
+	})
+	g.Eventually(count(zst, "", ""), 6*time.Second).Should(Equal(5))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_owner_check_fail_open_total")).To(BeNumerically(">=", 1))
+	g.Expect(z.Client.Stats().NACKByKind).To(HaveKey("MeshTimeout"), "unchecked, the policies were sent and refused, then retried")
+}
+
+func TestCheckPredictsAgainstAZonesInventory(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	put(t, gst, reg, mesh("default"))
+	gl := startGlobal(t, gst, reg, withHolds)
+	zst := openSQLite(t)
+	startZone(t, "zone-1", gl.KDSAddr(), zst, reg)
+	g.Eventually(count(zst, "Mesh", ""), 5*time.Second).Should(Equal(1))
+	g.Eventually(func() bool { return len(gl.Zones.Versions("zone-1")["Mesh"]) == 1 }, 5*time.Second).Should(BeTrue())
+
+	ctx := context.Background()
+	req := controlplane.CheckRequest{Resources: []resource.Resource{
+		timeout("default", "a", "1s"), timeout("nowhere", "b", "1s"),
+	}}
+	req.Zone = "zone-1"
+	res, err := gl.Check(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Items[0].Verdict).To(Equal("ACCEPT"))
+	g.Expect(res.Items[1].Verdict).To(Equal("REJECT"))
+	g.Expect(res.Rejected).To(Equal(1))
+
+	req.Zone = "" // an empty zone: the Mesh exists on the global, so the policy waits for it
+	res, err = gl.Check(ctx, req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Items[0].Verdict).To(Equal("WAIT"))
+	g.Expect(res.Items[0].WaitingFor).To(Equal("Mesh/default"))
+}
+
+// held is what the global holds back from its first zone.
+func held(g *controlplane.Global) []owner.Held {
+	views := g.ZoneViews()
+	if len(views) == 0 {
+		return nil
+	}
+	return views[0].Held
+}

@@ -1,0 +1,136 @@
+package controlplane_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// metric sums a Prometheus counter over its label sets, read from a /metrics endpoint.
+func metric(t testing.TB, diagAddr, name string) float64 {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + diagAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func TestAnOutageOfMeshConvergesWithinOneBackoffRoundAfterIt(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	put(t, gst, reg, mesh("default"))
+	for _, d := range resource.MeshDefaults("default") {
+		put(t, gst, reg, d)
+	}
+	// Exponential backoff without jitter, so the rounds are known: 0.1, 0.2, 0.4, 0.8 s end
+	// within the outage, and the round of 1.6 s fires after it.
+	builtin := retrypolicy.New()
+	cfg, err := retrypolicy.Parse([]byte("policy: exponential\nbase: 100ms\nfactor: 2\nmax: 30s\njitter: none\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(builtin.Apply(cfg)).To(Succeed())
+	gl := startGlobal(t, gst, reg, func(c *controlplane.GlobalConfig) { c.Builtin = builtin })
+	const outage = 2 * time.Second
+	zst := openSQLite(t)
+	started := time.Now()
+	z := startZone(t, "zone-1", gl.KDSAddr(), zst, reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"Mesh": outage}
+	})
+
+	// The zone rejects Mesh, so its database refuses the 4 defaults of 3 kinds too.
+	g.Eventually(func() int { return len(kindInsight(gl.Global, "zone-1", "MeshCircuitBreaker").Rejected) }, 5*time.Second).Should(Equal(1))
+	g.Expect(kindInsight(gl.Global, "zone-1", "Mesh").Rejected).To(HaveLen(1))
+	put(t, gst, reg, timeout("default", "applied-during-outage", "3s"))
+
+	// Allow the outage, the round that fires after it, and 1 s.
+	g.Eventually(count(zst, "MeshTimeout", "default"), outage+1600*time.Millisecond+time.Second-time.Since(started), 20*time.Millisecond).Should(Equal(3))
+	g.Eventually(count(zst, "", ""), time.Second).Should(Equal(6))
+	converged := z.Client.Stats().NACKs
+	g.Expect(converged).To(BeNumerically(">=", 4))
+	g.Consistently(func() int64 { return z.Client.Stats().NACKs }, 1500*time.Millisecond).Should(Equal(converged), "no NACK after convergence")
+	g.Expect(metric(t, gl.DiagAddr(), "kds_retry_rounds_total")).To(BeNumerically(">=", 1))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_retry_resent_resources_total")).To(BeNumerically(">=", 5))
+	// The stream's retry state is reset.
+	views := gl.ZoneViews()
+	g.Expect(views).To(HaveLen(1))
+	g.Expect(views[0].Retry).NotTo(BeNil())
+	g.Expect(views[0].Retry.Failing).To(BeEmpty())
+	g.Expect(views[0].Retry.Round).To(BeZero())
+}
+
+// slowPolicy takes 10 s for every decision, whatever its deadline says.
+type slowPolicy struct{}
+
+func (slowPolicy) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	return &pluginv1.DescribeResponse{Name: "slow"}, nil
+}
+
+func (slowPolicy) Configure(context.Context, *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
+	return &pluginv1.ConfigureResponse{}, nil
+}
+
+func (slowPolicy) Schedule(context.Context, *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	time.Sleep(10 * time.Second)
+	return &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Millisecond)}, nil
+}
+
+func TestASlowPolicyNeverDelaysAResponse(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	put(t, gst, reg, mesh("default"))
+	put(t, gst, reg, timeout("default", "healthy", "1s"))
+	put(t, gst, reg, resource.Resource{Kind: "MeshRetry", Mesh: "default", Name: "failing"})
+	gl := startGlobal(t, gst, reg, func(c *controlplane.GlobalConfig) {
+		c.RetryPolicy = func() shared.RetryForcer { return slowPolicy{} }
+	})
+	zst := openSQLite(t)
+	startZone(t, "zone-1", gl.KDSAddr(), zst, reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"MeshRetry": time.Hour}
+	})
+	g.Eventually(count(zst, "MeshTimeout", "default"), 5*time.Second).Should(Equal(1))
+	// MeshRetry is NACKed again and again; every decision falls back at the 200ms deadline.
+	g.Eventually(func() float64 { return metric(t, gl.DiagAddr(), "kds_retry_policy_fallbacks_total") }, 5*time.Second).Should(BeNumerically(">=", 2))
+
+	// Meanwhile updates of the healthy kind flow as usual.
+	for i := range 5 {
+		spec := strconv.Itoa(i+2) + "s"
+		put(t, gst, reg, timeout("default", "healthy", spec))
+		g.Eventually(func() string {
+			r, err := zst.Get(context.Background(), resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "healthy"})
+			if err != nil {
+				return ""
+			}
+			return string(r.Spec)
+		}, time.Second, 5*time.Millisecond).Should(ContainSubstring(`"` + spec + `"`))
+	}
+}
