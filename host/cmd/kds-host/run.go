@@ -41,6 +41,8 @@ type runFlags struct {
 	policyTimeout    time.Duration
 	emulate          string
 	nackBackoff      time.Duration
+	ownerHolds       bool
+	ownerTimeout     time.Duration
 }
 
 // addRunFlags defines the run flags on cmd and returns where their values land.
@@ -66,6 +68,8 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.DurationVar(&flags.policyTimeout, "policy-timeout", 200*time.Millisecond, "global: deadline of a retry policy call; past it the built-in policy decides")
 	f.StringVar(&flags.emulate, "emulate", "", "global, REPRODUCTION AID ONLY: blocking-per-type or blocking-per-stream reproduces the old retry that slept --nack-backoff inside the xDS callback, stalling the whole stream")
 	f.DurationVar(&flags.nackBackoff, "nack-backoff", 5*time.Second, "global, with --emulate: how long each emulated sleep lasts")
+	f.BoolVar(&flags.ownerHolds, "owner-holds", true, "global: hold a resource back from a zone until the zone has its owner (ask the owner check before each push)")
+	f.DurationVar(&flags.ownerTimeout, "owner-check-timeout", time.Second, "global: deadline of one batched owner-check call; past it everything is sent (fail-open)")
 	return flags
 }
 
@@ -142,6 +146,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Registry: reg, Logger: log, Version: version,
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
+		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
 		KDSAddr:  flags.kdsAddr,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
