@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 TEST_TIMEOUT ?= 18m
 
-.PHONY: all build tools proto lint test bench run clean
+.PHONY: all build tools proto lint test bench run repro repro-compare clean
 
 all: build
 
@@ -38,6 +38,12 @@ bench: ## benchmarks; see docs/benchmarks.md
 
 run: build ## a global and a zone on this machine, SQLite under .data/; Ctrl-C stops both
 	./examples/run-local.sh
+
+repro: build ## the Kuma retry stall and its fix, with two control planes on loopback (examples/repro)
+	./examples/repro/two-cp.sh --no-build $(REPRO_ARGS)
+
+repro-compare: build ## every retry mode side by side: convergence time, NACKs, rounds
+	./examples/repro/compare.sh $(REPRO_ARGS)
 
 clean:
 	rm -rf $(BIN) .data

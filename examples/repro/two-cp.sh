@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Reproduces the Kuma 2.3-2.7 retry stall with two real control planes on loopback, and shows
+# the fix. A global and a zone start with fresh SQLite data; the zone's "admission webhook" for
+# Mesh is down for --outage, so the zone refuses Mesh and its database refuses every policy of
+# the mesh. Once the rejection shows, a new MeshTimeout is applied on the global, and the script
+# times how long the zone takes to hold 3 MeshTimeouts (2 defaults and the new one).
+#
+#   examples/repro/two-cp.sh [--emulate blocking-per-type|blocking-per-stream] [--plugin PATH]...
+#                            [--owner-holds] [--outage 10s] [--nack-backoff 5s] [--timeout 120]
+#                            [--port-base 25680] [--no-build] [--label NAME]
+#
+# It prints a timeline and a last line `RESULT label=... converged=yes seconds=... nacks=...
+# rounds=...`, stops every process it started (also on Ctrl-C and on failure), and exits 1 when
+# the zone did not converge within --timeout seconds.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+emulate="" outage="10s" nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
+plugins=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --emulate) emulate="$2"; shift 2 ;;
+    --plugin) plugins+=("$2"); shift 2 ;;
+    --owner-holds) holds=true; shift ;;
+    --outage) outage="$2"; shift 2 ;;
+    --nack-backoff) nack_backoff="$2"; shift 2 ;;
+    --timeout) timeout="$2"; shift 2 ;;
+    --port-base) port_base="$2"; shift 2 ;;
+    --no-build) build=0; shift ;;
+    --label) label="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "two-cp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$label" ]; then
+  label=${emulate:-async}
+  [ ${#plugins[@]} -gt 0 ] && label="$label+plugin"
+  [ "$holds" = true ] && label="$label+owner-check"
+fi
+
+BIN=./bin
+if [ "$build" = 1 ]; then make -s build >/dev/null; fi
+for b in kds-host; do [ -x "$BIN/$b" ] || { echo "two-cp.sh: $BIN/$b is missing (make build)" >&2; exit 2; }; done
+
+g_diag=$port_base g_api=$((port_base + 1)) g_kds=$((port_base + 5))
+z_diag=$((port_base + 100)) z_api=$((port_base + 101))
+work=$(mktemp -d "${TMPDIR:-/tmp}/kds-repro.XXXXXX")
+pids=()
+cleanup() {
+  local code=$?
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  if [ "$code" != 0 ]; then
+    echo "--- global log (tail)" >&2; tail -n 15 "$work/global.log" >&2 2>/dev/null || true
+    echo "--- zone log (tail)" >&2; tail -n 15 "$work/zone.log" >&2 2>/dev/null || true
+  fi
+  rm -rf "$work"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%6.2f", b - a }'; }
+wait_ready() { # url what
+  for _ in $(seq 1 200); do curl -fsS -m 1 "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "two-cp.sh: $2 did not become ready ($1)" >&2; exit 1
+}
+zone_timeouts() {
+  "$BIN/kds-host" get meshtimeouts -m default -o json --cp "http://127.0.0.1:$z_api" 2>/dev/null |
+    sed -n 's/^  "total": \([0-9]*\).*/\1/p'
+}
+zone_nacks() { curl -fsS -m 1 "http://127.0.0.1:$z_api/api/zone" 2>/dev/null | sed -n 's/^  "nacks": \([0-9]*\).*/\1/p'; }
+retry_rounds() {
+  curl -fsS -m 1 "http://127.0.0.1:$g_diag/metrics" 2>/dev/null | awk '/^kds_retry_rounds_total/ { s += $2 } END { print s + 0 }'
+}
+
+global_args=(--mode global --data-dir "$work/global" --kds-addr "127.0.0.1:$g_kds" --api-addr "127.0.0.1:$g_api"
+  --diag-addr "127.0.0.1:$g_diag" --owner-holds="$holds")
+[ -n "$emulate" ] && global_args+=(--emulate "$emulate" --nack-backoff "$nack_backoff")
+for p in "${plugins[@]}"; do global_args+=(--plugin "$p"); done
+
+echo "== $label: global and zone on loopback, zone admission for Mesh down for $outage"
+"$BIN/kds-host" "${global_args[@]}" >"$work/global.log" 2>&1 &
+pids+=($!)
+wait_ready "http://127.0.0.1:$g_diag/readyz" global
+"$BIN/kds-host" apply -f examples/resources/mesh.yaml --cp "http://127.0.0.1:$g_api" >/dev/null
+
+start=$(now)
+"$BIN/kds-host" --mode zone --zone-name zone-1 --data-dir "$work/zone" --global-address "grpcs://127.0.0.1:$g_kds" \
+  --kds-tls-ca "$work/global/tls/kds.crt" --api-addr "127.0.0.1:$z_api" --diag-addr "127.0.0.1:$z_diag" \
+  --admission-outage "Mesh=$outage" >"$work/zone.log" 2>&1 &
+pids+=($!)
+wait_ready "http://127.0.0.1:$z_diag/readyz" zone
+echo "t=$(since "$start")s  zone up"
+
+# Wait until the zone has refused something (a NACK), or, with owner holds, until the global
+# holds the policies back: either way the outage is biting.
+for _ in $(seq 1 200); do
+  n=$(zone_nacks); [ "${n:-0}" -gt 0 ] && break
+  sleep 0.05
+done
+echo "t=$(since "$start")s  rejection shows: zone NACKs so far ${n:-0}"
+
+applied=$(now)
+"$BIN/kds-host" apply -f examples/resources/meshtimeout.yaml --cp "http://127.0.0.1:$g_api" >/dev/null
+echo "t=$(since "$start")s  applied MeshTimeout timeout-for-backend on the global"
+
+converged=no last=""
+deadline=$(awk -v a="$applied" -v t="$timeout" 'BEGIN { printf "%.3f", a + t }')
+while awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }'; do
+  c=$(zone_timeouts); c=${c:-0}
+  if [ "$c" != "$last" ]; then echo "t=$(since "$start")s  zone holds $c MeshTimeouts (NACKs $(zone_nacks), rounds $(retry_rounds))"; last=$c; fi
+  if [ "$c" -ge 3 ]; then converged=yes; break; fi
+  sleep 0.05
+done
+seconds=$(since "$applied" | tr -d ' ')
+sleep 0.5 # let the last ACKs land before reading the counters
+nacks=$(zone_nacks) rounds=$(retry_rounds)
+if [ "$converged" = yes ]; then
+  echo "converged: the zone held 3 MeshTimeouts ${seconds}s after the apply; NACKs ${nacks:-?}, retry rounds ${rounds:-?}"
+else
+  echo "NOT converged within ${timeout}s: the zone holds ${last:-0} MeshTimeouts; NACKs ${nacks:-?}, retry rounds ${rounds:-?}" >&2
+fi
+echo "RESULT label=$label converged=$converged seconds=$seconds nacks=${nacks:-0} rounds=${rounds:-0} outage=$outage"
+[ "$converged" = yes ]
