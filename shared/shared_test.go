@@ -65,7 +65,9 @@ func (f fakeOwner) Predict(_ context.Context, req *pluginv1.PredictRequest) (*pl
 func dispense(t *testing.T, oc shared.OwnerCheck) (shared.RetryForcer, shared.OwnerCheck) {
 	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, shared.PluginSets(fakeForcer{}, oc)[shared.ProtocolVersion])
-	t.Cleanup(func() { client.Close(); server.Stop() })
+	// Stop the server first: client.Close asks the server to stop itself too, and two Stops at
+	// once race inside go-plugin's GRPCServer.
+	t.Cleanup(func() { server.Stop(); client.Close() })
 	rf, err := client.Dispense(shared.RetryForcerName)
 	if err != nil {
 		t.Fatal(err)

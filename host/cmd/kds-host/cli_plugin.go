@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/kds-host/kds-host/shared/conformance"
+)
+
+func newPluginCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plugin",
+		Short: "Work with kds-host plugin binaries",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newPluginVerifyCmd())
+	return cmd
+}
+
+func newPluginVerifyCmd() *cobra.Command {
+	var (
+		configFile, giveUpFile string
+		callTimeout            time.Duration
+		verbose                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify PATH",
+		Short: "Check that a binary is a correct kds-host plugin",
+		Long: `verify starts the plugin binary at PATH the way the control plane does (go-plugin over gRPC,
+the kds-host handshake) and runs the conformance suite against it: handshake and version
+negotiation, Describe, Configure, schedule bounds and give-up for a RetryForcer, the verdict
+table for an OwnerCheck, empty, bad and large inputs, concurrent calls, latency, and a clean exit
+after Kill. It prints each check, passed or failed and why, and exits 0 only when none failed.
+
+A RetryForcer runs under its own sample_config unless --config names a policy document. The
+give-up check sets maxAttempts: 3 in that document; a plugin that spells its limit differently
+takes a document that makes it give up from --give-up-config.`,
+		Example: `  kds-host plugin verify ./bin/retry-forcer
+  kds-host plugin verify ./my-retry --config policy.yaml --give-up-config give-up.yaml`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.Flags().StringVar(&configFile, "config", "", "a RetryForcer policy document to run the checks under (default: the plugin's sample_config)")
+	cmd.Flags().StringVar(&giveUpFile, "give-up-config", "", "a RetryForcer policy document that makes the plugin give up after a few rounds")
+	cmd.Flags().DurationVar(&callTimeout, "call-timeout", 2*time.Second, "deadline of each call to the plugin")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show go-plugin's and the plugin's log on stderr")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		opts := conformance.Options{Path: args[0], CallTimeout: callTimeout}
+		var err error
+		if opts.Config, err = readOptional("--config", configFile); err != nil {
+			return err
+		}
+		if opts.GiveUpConfig, err = readOptional("--give-up-config", giveUpFile); err != nil {
+			return err
+		}
+		if verbose {
+			opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Debug, Output: cmd.ErrOrStderr()})
+		}
+		// Ctrl-C ends the run early; the suite still kills the plugin before it returns.
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		report := conformance.Run(ctx, opts)
+		if err := report.Write(cmd.OutOrStdout()); err != nil {
+			return err
+		}
+		return report.Err()
+	}
+	return cmd
+}
+
+// readOptional reads the file a flag names, if it names one.
+func readOptional(flag, path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return b, nil
+}

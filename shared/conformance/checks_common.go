@@ -1,0 +1,293 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+var handshakeCheck = check{
+	name:    CheckHandshake,
+	summary: "starts with the kds-host handshake (magic cookie, protocol 1, gRPC) and serves a plugin kind",
+	run: func(c *checkRun) {
+		c.broken = "the plugin did not start (see handshake)"
+		if _, err := os.Stat(c.opts.Path); err != nil {
+			c.failf("cannot run the plugin: %v", err)
+		}
+		if abs, err := filepath.Abs(c.opts.Path); err == nil {
+			c.opts.Path = abs // a bare name is a file here, not a command on PATH
+		}
+		p, err := c.start(shared.ClientPluginSets(), &shutdownWatcher{Logger: c.opts.Logger, forced: &c.forcedKill})
+		if err != nil {
+			c.failf("%s", c.explainStart(err))
+		}
+		client, rpc := p.client, p.rpc
+		c.client, c.pid = client, p.pid
+		c.broken = "the handshake failed"
+		c.g.Expect(client.NegotiatedVersion()).To(gomega.Equal(shared.ProtocolVersion), "negotiated protocol version")
+		c.g.Expect(client.Protocol()).To(gomega.Equal(plugin.ProtocolGRPC), "the plugin must serve gRPC")
+		c.kinds = c.servedKinds(rpc)
+		if len(c.kinds) == 0 {
+			c.failf("the plugin serves neither %s nor %s: serve one with shared.ServeRetryForcer or shared.ServeOwnerCheck",
+				pluginv1.RetryForcer_ServiceDesc.ServiceName, pluginv1.OwnerCheck_ServiceDesc.ServiceName)
+		}
+		if slices.Contains(c.kinds, KindRetryForcer) {
+			c.rf = dispense[shared.RetryForcer](c, rpc, shared.RetryForcerName)
+		}
+		if slices.Contains(c.kinds, KindOwnerCheck) {
+			c.oc = dispense[shared.OwnerCheck](c, rpc, shared.OwnerCheckName)
+		}
+		c.broken = ""
+		c.notef("pid %d, protocol %d over gRPC with AutoMTLS, serves %s", c.pid, client.NegotiatedVersion(), strings.Join(c.kinds, " and "))
+	},
+}
+
+func dispense[T any](c *checkRun, rpc plugin.ClientProtocol, name string) T {
+	raw, err := rpc.Dispense(name)
+	if err != nil {
+		c.failf("dispense %s: %v", name, err)
+	}
+	impl, ok := raw.(T)
+	if !ok {
+		c.failf("dispense %s: got %T", name, raw)
+	}
+	return impl
+}
+
+// explainStart turns go-plugin's start error into what a plugin author should check.
+func (s *suite) explainStart(err error) string {
+	// Let go-plugin finish reading the plugin's stderr before it is quoted.
+	for range 10 {
+		if s.stderr.String() != "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stderr := s.stderr.String()
+	msg := err.Error()
+	var why string
+	switch {
+	case strings.Contains(stderr, "This binary is a plugin"):
+		why = fmt.Sprintf("the plugin exited at start: it did not find the magic cookie it expects. kds-host sets %s=%s (shared.Handshake); serve the plugin with shared.ServeRetryForcer, shared.ServeOwnerCheck or shared.Serve, which expect it.",
+			shared.Handshake.MagicCookieKey, shared.Handshake.MagicCookieValue)
+	case strings.Contains(msg, "incompatible API version"):
+		why = fmt.Sprintf("the plugin speaks another protocol version than kds-host (%d): %s", shared.ProtocolVersion, msg)
+	case strings.Contains(msg, "unsupported plugin protocol"):
+		why = "the plugin serves net/rpc; kds-host plugins serve gRPC (shared.Serve* does): " + msg
+	case strings.Contains(msg, "timeout while waiting for plugin to start"):
+		why = fmt.Sprintf("the plugin printed no handshake line within %s", s.opts.StartTimeout)
+	case strings.Contains(msg, "exited before we could connect"), strings.Contains(msg, "Unrecognized remote plugin message"):
+		why = "the plugin exited or printed something else before the handshake: " + firstLine(msg)
+	default:
+		why = "go-plugin could not start the plugin: " + msg
+	}
+	return why + s.stderr.excerpt()
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// servedKinds lists the kinds the plugin serves, from gRPC reflection (go-plugin registers it),
+// or, when the plugin has no reflection, by asking each kind's Describe.
+func (c *checkRun) servedKinds(rpc plugin.ClientProtocol) []string {
+	services := map[string]string{
+		pluginv1.RetryForcer_ServiceDesc.ServiceName: KindRetryForcer,
+		pluginv1.OwnerCheck_ServiceDesc.ServiceName:  KindOwnerCheck,
+	}
+	var kinds []string
+	if gc, ok := rpc.(*plugin.GRPCClient); ok {
+		if names, err := listServices(c.ctx, gc.Conn, c.opts.CallTimeout); err == nil {
+			for _, n := range names {
+				if k, ok := services[n]; ok {
+					kinds = append(kinds, k)
+				}
+			}
+			slices.SortFunc(kinds, func(a, b string) int { return -strings.Compare(a, b) }) // RetryForcer first
+			return kinds
+		}
+	}
+	probe := func(k string, d func(ctx context.Context) (*pluginv1.DescribeResponse, error)) {
+		if _, err := call(c, k+".Describe", d); status.Code(err) != codes.Unimplemented {
+			kinds = append(kinds, k)
+		}
+	}
+	probe(KindRetryForcer, dispense[shared.RetryForcer](c, rpc, shared.RetryForcerName).Describe)
+	probe(KindOwnerCheck, dispense[shared.OwnerCheck](c, rpc, shared.OwnerCheckName).Describe)
+	return kinds
+}
+
+// listServices asks a gRPC server's reflection service for its services.
+func listServices(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		return nil, err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	_ = stream.CloseSend()
+	list := resp.GetListServicesResponse()
+	if list == nil {
+		return nil, errors.New("no service list in the reflection response")
+	}
+	var names []string
+	for _, s := range list.GetService() {
+		names = append(names, s.GetName())
+	}
+	return names, nil
+}
+
+var versionNegotiationCheck = check{
+	name:    CheckVersionNegotiation,
+	summary: "a host that offers only protocol 2 is refused with go-plugin's version error",
+	run: func(c *checkRun) {
+		next := shared.ProtocolVersion + 1
+		p, err := c.start(map[int]plugin.PluginSet{next: shared.ClientPluginSets()[shared.ProtocolVersion]}, c.opts.Logger)
+		if err == nil {
+			p.client.Kill()
+			c.failf("the plugin accepted protocol version %d, which kds-host does not define: serve only VersionedPlugins {%d: ...} (shared.Serve* does)",
+				next, shared.ProtocolVersion)
+		}
+		c.g.Expect(err.Error()).To(gomega.ContainSubstring("incompatible API version"),
+			"a host offering only protocol %d must be refused by version negotiation, not otherwise", next)
+		c.notef("refused: %s", firstLine(err.Error()))
+	},
+}
+
+var describeCheck = check{
+	name:    CheckDescribe,
+	summary: "Describe gives name and version; a RetryForcer also max_delay and sample_config",
+	run: func(c *checkRun) {
+		if c.rf != nil {
+			d, err := call(c, "RetryForcer.Describe", c.rf.Describe)
+			if err != nil {
+				c.callFailed("RetryForcer.Describe", err)
+			}
+			c.rfDesc = d
+			c.config = []byte(d.GetSampleConfig())
+			if d.GetMaxDelay() != nil && d.GetMaxDelay().CheckValid() == nil {
+				c.maxDelay = d.GetMaxDelay().AsDuration()
+			}
+			c.g.Expect(d.GetName()).NotTo(gomega.BeEmpty(), "RetryForcer.Describe: name must be set")
+			c.g.Expect(d.GetVersion()).NotTo(gomega.BeEmpty(), "RetryForcer.Describe: version must be set")
+			c.g.Expect(d.GetMaxDelay()).NotTo(gomega.BeNil(), "RetryForcer.Describe: max_delay must be set: it is the largest delay Schedule returns, and the host holds schedules to it")
+			c.g.Expect(d.GetMaxDelay().CheckValid()).To(gomega.Succeed(), "RetryForcer.Describe: max_delay must be a valid duration")
+			c.g.Expect(dur(d.GetMaxDelay().AsDuration())).To(gomega.BeNumerically(">", dur(0)), "RetryForcer.Describe: max_delay must be positive")
+			c.g.Expect(d.GetSampleConfig()).NotTo(gomega.BeEmpty(), "RetryForcer.Describe: sample_config must be set: a policy document the plugin accepts, which shows its users what to write")
+			c.notef("RetryForcer %s %s: max_delay %s, capabilities [%s]", d.GetName(), d.GetVersion(),
+				d.GetMaxDelay().AsDuration(), strings.Join(d.GetCapabilities(), ", "))
+		}
+		if c.oc != nil {
+			d, err := call(c, "OwnerCheck.Describe", c.oc.Describe)
+			if err != nil {
+				c.callFailed("OwnerCheck.Describe", err)
+			}
+			c.ocDesc = d
+			c.g.Expect(d.GetName()).NotTo(gomega.BeEmpty(), "OwnerCheck.Describe: name must be set")
+			c.g.Expect(d.GetVersion()).NotTo(gomega.BeEmpty(), "OwnerCheck.Describe: version must be set")
+			c.notef("OwnerCheck %s %s: capabilities [%s]", d.GetName(), d.GetVersion(), strings.Join(d.GetCapabilities(), ", "))
+		}
+	},
+}
+
+var killCheck = check{
+	name:    CheckKill,
+	summary: fmt.Sprintf("after Kill the process exits within %s and leaves no process behind", MaxExitAfterKill),
+	always:  true,
+	run: func(c *checkRun) {
+		if c.client == nil {
+			c.notRunf("no plugin process was started (see %s)", CheckHandshake)
+		}
+		if c.client.Exited() || exited(c.pid) {
+			if c.broken != "" {
+				c.notRunf("%s", c.broken)
+			}
+			c.notRunf("the plugin process had exited before it was killed")
+		}
+		kids, kidsErr := descendants(c.pid)
+		for _, p := range groupMembers(c.pid) {
+			if !slices.Contains(kids, p) {
+				kids = append(kids, p)
+			}
+		}
+		start := time.Now()
+		done := make(chan struct{})
+		go func() { c.client.Kill(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(killTimeout):
+			killAll(append(kids, c.pid))
+			select {
+			case <-done:
+			case <-time.After(time.Second):
+			}
+			c.killed = true
+			c.failf("Kill did not return within %s; the suite has killed processes %v. go-plugin waits for the plugin's stdout and stderr to close: a process the plugin started that keeps them open keeps the host waiting.",
+				killTimeout, append(kids, c.pid))
+		}
+		elapsed := time.Since(start)
+		c.killed = true
+
+		// Children killed with their parent may take a moment to go.
+		var left []int
+		for deadline := start.Add(MaxExitAfterKill); ; {
+			left = running(kids)
+			if len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		killAll(left)
+
+		if c.forcedKill.Load() {
+			c.failf("the plugin did not exit when asked: go-plugin asked it to shut down, waited %s and had to SIGKILL it (Kill took %s). A plugin's main must return when shared.Serve returns, and nothing may hold it up.",
+				MaxExitAfterKill, round(elapsed))
+		}
+		c.g.Expect(dur(elapsed)).To(gomega.BeNumerically("<=", dur(MaxExitAfterKill)), "Kill took too long")
+		if !exited(c.pid) {
+			c.failf("process %d still runs after Kill returned", c.pid)
+		}
+		if len(left) > 0 {
+			c.failf("processes the plugin started, %v, still run %s after Kill (the suite has now killed them): a plugin must stop what it starts when Serve returns, or start it with Pdeathsig",
+				left, MaxExitAfterKill)
+		}
+		switch {
+		case kidsErr != nil:
+			c.notef("exited %s after Kill; child processes not checked: %v", round(elapsed), kidsErr)
+		case len(kids) > 0:
+			c.notef("exited %s after Kill; its %d child processes are gone too", round(elapsed), len(kids))
+		default:
+			c.notef("exited %s after Kill", round(elapsed))
+		}
+	},
+}
+
+// dur is a time.Duration that gomega prints as 1.5s rather than 1500000000.
+type dur time.Duration
+
+func (d dur) GomegaString() string { return time.Duration(d).String() }

@@ -1,0 +1,14 @@
+//go:build unix && !linux
+
+package conformance
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// ownProcessGroup starts cmd in a process group of its own, so that what the plugin starts can be
+// found (and cleaned up) after the plugin is gone and its children have a new parent.
+func ownProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
