@@ -60,6 +60,10 @@ type GlobalConfig struct {
 	OwnerHolds bool
 	// OwnerCheckTimeout is the deadline of one batched Predict call (default 1s).
 	OwnerCheckTimeout time.Duration
+
+	// Collectors are more Prometheus metrics to serve beside the global's own (the plugin
+	// runtime's).
+	Collectors []prometheus.Collector
 }
 
 // Global is a running global control plane.
@@ -89,6 +93,11 @@ func NewGlobal(cfg GlobalConfig) (*Global, error) {
 		cfg.PollInterval = time.Second
 	}
 	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
+	for _, c := range cfg.Collectors {
+		if err := g.metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
 	g.Cache = kds.NewCache(cfg.Registry.Names())
 	g.Zones = kds.NewZones()
 	if g.cfg.OwnerCheck == nil {

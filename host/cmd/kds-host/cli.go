@@ -20,7 +20,7 @@ const defaultCP = "http://127.0.0.1:5681"
 
 // clientCommands are the commands that talk to a running control plane's API.
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd(), newCheckCmd()}
+	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd(), newCheckCmd(), newPluginCmd(), newInspectCmd()}
 }
 
 // apiFlags are the flags of every command that talks to a control plane's API.

@@ -43,6 +43,7 @@ type runFlags struct {
 	nackBackoff      time.Duration
 	ownerHolds       bool
 	ownerTimeout     time.Duration
+	plugins          pluginFlags // plugins.go
 }
 
 // addRunFlags defines the run flags on cmd and returns where their values land.
@@ -70,6 +71,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.DurationVar(&flags.nackBackoff, "nack-backoff", 5*time.Second, "global, with --emulate: how long each emulated sleep lasts")
 	f.BoolVar(&flags.ownerHolds, "owner-holds", true, "global: hold a resource back from a zone until the zone has its owner (ask the owner check before each push)")
 	f.DurationVar(&flags.ownerTimeout, "owner-check-timeout", time.Second, "global: deadline of one batched owner-check call; past it everything is sent (fail-open)")
+	addPluginFlags(f, &flags.plugins)
 	return flags
 }
 
@@ -151,6 +153,12 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
 	}
+	// Plugins (plugins.go): started before the global, stopped after it.
+	rt, err := flags.plugins.start(log, &cfg)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
 	if !flags.plaintext {
 		tc, err := kds.ServerTLS(flags.tlsCert, flags.tlsKey, filepath.Join(flags.dataDir, "tls"))
 		if err != nil {
@@ -168,10 +176,15 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	if err != nil {
 		return err
 	}
+	stopReloads := flags.plugins.serve(ctx, log, rt, g.API) // plugins.go: /api/plugins, SIGHUP
+	defer stopReloads()
 	return g.Run(ctx)
 }
 
 func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resource.Registry) error {
+	if err := flags.plugins.refuseInZone(); err != nil { // plugins.go
+		return err
+	}
 	outages, err := parseOutages(reg, flags.admissionOutages)
 	if err != nil {
 		return err

@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+func TestPluginFlags(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "fixed.yaml")
+	g.Expect(os.WriteFile(doc, []byte("policy: fixed\n"), 0o600)).To(Succeed())
+
+	f := pluginFlags{paths: []string{"./bin/retry-forcer@sha256:" + strings.Repeat("a", 64), "builtin"}, documents: []string{"retry-forcer=" + doc}}
+	p, err := f.load()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.List).To(HaveLen(2))
+	g.Expect(p.List[0].Path).To(Equal("./bin/retry-forcer"))
+	g.Expect(p.List[0].SHA256).To(HaveLen(32))
+	g.Expect(p.Documents).To(HaveKeyWithValue("retry-forcer", plugins.Document{Source: doc, Data: []byte("policy: fixed\n")}))
+
+	f.documents = append(f.documents, "retry-forcer="+doc)
+	_, err = f.load()
+	g.Expect(err).To(MatchError(`--plugin-config: two documents for plugin "retry-forcer"`))
+	_, err = (&pluginFlags{paths: []string{"x@sha256:12"}}).load()
+	g.Expect(err).To(MatchError(ContainSubstring("--plugin: plugin \"x@sha256:12\": the checksum must be 64 hex digits")))
+
+	// --config wins.
+	cfg := filepath.Join(dir, "kds.yaml")
+	g.Expect(os.WriteFile(cfg, []byte("plugins: [{path: builtin, configFile: fixed.yaml}]\n"), 0o600)).To(Succeed())
+	f.config = cfg
+	p, err = f.load()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.List).To(HaveLen(1))
+	g.Expect(p.Documents).To(BeEmpty())
+
+	g.Expect(f.refuseInZone()).To(MatchError(ContainSubstring("are global flags")))
+	g.Expect((&pluginFlags{}).refuseInZone()).To(Succeed())
+
+	// Env twins: KDS_PLUGIN is a comma list.
+	t.Setenv("KDS_PLUGIN", "./a,./b@sha256:"+strings.Repeat("b", 64))
+	root := newRootCmd()
+	root.SetArgs([]string{"--mode", "nope"})
+	_ = root.Execute()
+	flag := root.Flags().Lookup("plugin")
+	g.Expect(flag.Value.String()).To(Equal("[./a,./b@sha256:" + strings.Repeat("b", 64) + "]"))
+}
+
+// freePorts returns n loopback addresses with free ports.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// hostProcess is a kds-host global run as a real process.
+type hostProcess struct {
+	cmd                    *exec.Cmd
+	out                    *syncBuffer
+	kdsAddr, apiAddr, diag string
+	api                    *api.Client
+	exited                 chan struct{}
+	waitErr                error
+}
+
+// startHost runs `kds-host` (a global, plaintext KDS, free ports) with more args, and waits until
+// it is ready. The test's end stops it.
+func startHost(t *testing.T, args ...string) *hostProcess {
+	t.Helper()
+	ports := freePorts(t, 3)
+	h := &hostProcess{out: &syncBuffer{}, kdsAddr: ports[0], apiAddr: ports[1], diag: ports[2], exited: make(chan struct{})}
+	h.cmd = exec.Command(testbin.Build(t, "./host/cmd/kds-host"), append([]string{
+		"--data-dir", t.TempDir(), "--kds-plaintext", "--kds-addr", h.kdsAddr, "--api-addr", h.apiAddr, "--diag-addr", h.diag,
+		"--log-level", "debug"}, args...)...)
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		h.waitErr = h.cmd.Wait()
+		close(h.exited)
+	}()
+	t.Cleanup(func() {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-h.exited:
+		case <-time.After(15 * time.Second):
+			_ = h.cmd.Process.Kill()
+			<-h.exited
+		}
+		if t.Failed() {
+			t.Logf("kds-host output:\n%s", h.out.String())
+		}
+	})
+	h.api = &api.Client{BaseURL: "http://" + h.apiAddr, HTTPClient: &http.Client{Timeout: 10 * time.Second}}
+	NewWithT(t).Eventually(func() error {
+		resp, err := http.Get("http://" + h.diag + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	}, 20*time.Second, 20*time.Millisecond).Should(Succeed(), "kds-host did not become ready:\n%s", h.out)
+	return h
+}
+
+func (h *hostProcess) plugins(t *testing.T) pluginsReport {
+	t.Helper()
+	var r pluginsReport
+	if err := h.api.GetJSON(context.Background(), "/api/plugins", &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (h *hostProcess) zone(t *testing.T) controlplane.ZoneView {
+	t.Helper()
+	var list struct{ Items []controlplane.ZoneView }
+	if err := h.api.GetJSON(context.Background(), "/api/zones", &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) == 0 {
+		return controlplane.ZoneView{}
+	}
+	return list.Items[0]
+}
+
+func (h *hostProcess) reloadByAPI(t *testing.T) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+h.apiAddr+"/api/plugins/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+func pluginNamed(r pluginsReport, name string) plugins.Status {
+	for _, p := range r.Items {
+		if p.Name == name {
+			return p
+		}
+	}
+	return plugins.Status{}
+}
+
+// alive reports whether a process runs (a zombie does not).
+func alive(pid int) bool {
+	if pid <= 0 || errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+func TestAWrongChecksumStopsTheHostAtStart(t *testing.T) {
+	g := NewWithT(t)
+	bin := testbin.Build(t, "./plugins/retry-forcer")
+	data, err := os.ReadFile(bin)
+	g.Expect(err).NotTo(HaveOccurred())
+	actual := fmt.Sprintf("%x", sha256.Sum256(data))
+	wrong := strings.Repeat("0", 64)
+	ports := freePorts(t, 3)
+	cmd := exec.Command(testbin.Build(t, "./host/cmd/kds-host"), "--data-dir", t.TempDir(), "--kds-plaintext",
+		"--kds-addr", ports[0], "--api-addr", ports[1], "--diag-addr", ports[2], "--plugin", bin+"@sha256:"+wrong)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v: %s", err, out)
+	g.Expect(exit.ExitCode()).To(Equal(1))
+	g.Expect(string(out)).To(ContainSubstring("Error: plugin " + bin + ": checksum mismatch: expected sha256:" + wrong + ", actual sha256:" + actual))
+}
+
+// startZone runs an in-process zone against a global whose KDS is at kdsAddr; it refuses every
+// Mesh, so the global retries on and on.
+func startRejectingZone(t *testing.T, kdsAddr string) *controlplane.Zone {
+	t.Helper()
+	st, err := store.Open(t.Context(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	z, err := controlplane.NewZone(controlplane.ZoneConfig{Store: st, Registry: resource.Default(), APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
+		KDS: zone.Config{Zone: "zone-1", GlobalAddress: "grpc://" + kdsAddr, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+			AdmissionOutage: map[string]time.Duration{"Mesh": time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- z.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("zone: %v", err)
+		}
+	})
+	return z
+}
+
+type round struct {
+	n     uint32
+	delay string
+}
+
+// roundsWatch samples the global's retry rounds of zone-1: round number and its delay.
+type roundsWatch struct {
+	mu     sync.Mutex
+	rounds []round
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func watchRounds(t *testing.T, h *hostProcess) *roundsWatch {
+	w := &roundsWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var list struct{ Items []controlplane.ZoneView }
+			if h.api.GetJSON(context.Background(), "/api/zones", &list) != nil || len(list.Items) == 0 || list.Items[0].Retry == nil {
+				continue
+			}
+			r := list.Items[0].Retry
+			w.mu.Lock()
+			if n := len(w.rounds); r.Round > 0 && (n == 0 || w.rounds[n-1].n != r.Round) {
+				w.rounds = append(w.rounds, round{r.Round, r.LastDelay})
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(w.stop); <-w.done })
+	return w
+}
+
+func (w *roundsWatch) latest() round {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.rounds) == 0 {
+		return round{}
+	}
+	return w.rounds[len(w.rounds)-1]
+}
+
+func (w *roundsWatch) all() []round {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.rounds)
+}
+
+// delaysFrom lists the delays of the rounds numbered from on.
+func (w *roundsWatch) delaysFrom(from uint32) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, r := range w.rounds {
+		if r.n >= from {
+			out = append(out, r.delay)
+		}
+	}
+	return out
+}
+
+func TestSwapTheRetryPolicyBySIGHUPAndByTheAPI(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "kds-host.yaml")
+	bin := testbin.Build(t, "./plugins/retry-forcer")
+	// The built-in policy, the fallback, waits 150ms: a round decided by it would show.
+	writeConfig := func(policy string) {
+		g.Expect(os.WriteFile(cfgFile, []byte("plugins:\n  - path: "+bin+"\n    config: "+policy+
+			"\n  - path: builtin\n    config: {policy: fixed, delay: 150ms}\n"), 0o600)).To(Succeed())
+	}
+	// Exponential without jitter: 100ms, 200ms, then 400ms every round.
+	const exponential = "{policy: exponential, base: 100ms, max: 400ms, jitter: none}"
+	writeConfig(exponential)
+	// A generous policy deadline: on a loaded machine a decision must not fall back by accident.
+	h := startHost(t, "--config", cfgFile, "--policy-timeout", "2s")
+	z := startRejectingZone(t, h.kdsAddr)
+	meshKind, _ := resource.Default().Get("Mesh")
+	_, _, err := h.api.Put(context.Background(), meshKind, "", "default", []byte(`{"type":"Mesh","name":"default"}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	w := watchRounds(t, h)
+	g.Eventually(func() uint32 { return w.latest().n }, 10*time.Second).Should(BeNumerically(">=", 4))
+	g.Expect(w.delaysFrom(1)).To(HaveEach(BeElementOf("100ms", "200ms", "400ms")))
+	stream := h.zone(t).Stream
+	g.Expect(stream).NotTo(BeZero())
+
+	// swapped checks that from the second round after the swap on, every round waits want.
+	swapped := func(how string, want string) {
+		at := w.latest().n
+		g.Eventually(func() []string { return w.delaysFrom(at + 2) }, 10*time.Second).Should(HaveLen(3), "%s: rounds %v", how, w.all())
+		g.Expect(w.delaysFrom(at+2)).To(HaveEach(want), "%s: rounds %v", how, w.all())
+	}
+
+	// SIGHUP: exponential to fixed.
+	writeConfig("{policy: fixed, delay: 250ms}")
+	pid := pluginNamed(h.plugins(t), "retry-forcer").PID
+	g.Expect(h.cmd.Process.Signal(syscall.SIGHUP)).To(Succeed())
+	g.Eventually(func() string { return pluginNamed(h.plugins(t), "retry-forcer").Policy }, 10*time.Second).Should(Equal("fixed delay=250ms"))
+	g.Expect(h.plugins(t).LastReload.Error).To(BeEmpty())
+	g.Expect(pluginNamed(h.plugins(t), "retry-forcer").PID).NotTo(Equal(pid))
+	swapped("SIGHUP", "250ms")
+
+	// The API: back to exponential, then to another fixed delay.
+	writeConfig(exponential)
+	code, body := h.reloadByAPI(t)
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	swapped("API, to exponential", "400ms")
+	writeConfig("{policy: fixed, delay: 300ms}")
+	code, body = h.reloadByAPI(t)
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	var report pluginsReport
+	g.Expect(json.Unmarshal([]byte(body), &report)).To(Succeed())
+	g.Expect(pluginNamed(report, "retry-forcer").Policy).To(Equal("fixed delay=300ms"))
+	swapped("API, to fixed", "300ms")
+
+	// A bad document: refused, the running plugin stays.
+	writeConfig("{policy: fixed, delay: -1s}")
+	before := pluginNamed(h.plugins(t), "retry-forcer")
+	code, body = h.reloadByAPI(t)
+	g.Expect(code).To(Equal(http.StatusUnprocessableEntity))
+	g.Expect(body).To(ContainSubstring(`"title": "Plugin reload failed"`))
+	g.Expect(body).To(ContainSubstring("delay: must be \\u003e 0, got -1s"))
+	g.Expect(pluginNamed(h.plugins(t), "retry-forcer").PID).To(Equal(before.PID))
+	g.Expect(h.plugins(t).LastReload.Error).To(ContainSubstring("delay: must be > 0"))
+
+	// The zone's stream never dropped.
+	g.Expect(z.Client.Stats().Sessions).To(Equal(1))
+	g.Expect(h.zone(t).Stream).To(Equal(stream))
+	g.Expect(h.zone(t).Connected).To(BeTrue())
+
+	// What `kds-host inspect plugins` shows.
+	res := runCLI(t, "", "inspect", "plugins", "--cp", "http://"+h.apiAddr)
+	g.Expect(res.err).NotTo(HaveOccurred(), res.stderr)
+	g.Expect(res.stdout).To(MatchRegexp(`(?m)^NAME +PATH +CHECKSUM +VERSION +SERVES +PID +STATE +RESTARTS +CALLS +ERRORS +TIMEOUTS +P50 +P99 +POLICY$`))
+	g.Expect(res.stdout).To(MatchRegexp(`(?m)^retry-forcer +` + regexpQuote(bin) + ` +sha256:[0-9a-f]{12} +0\.1\.0 +RetryForcer +\d+ +running +0 +\d+ +0 +0 +\S+ +\S+ +fixed delay=300ms$`))
+	g.Expect(res.stdout).To(MatchRegexp(`(?m)^builtin +builtin +- +0\.1\.0 +OwnerCheck,fallback:RetryForcer +- +builtin .* fixed delay=150ms$`))
+	g.Expect(res.stdout).To(ContainSubstring("Last reload: "))
+	g.Expect(res.stdout).To(ContainSubstring("failed, the running plugins stayed: configure plugin retry-forcer with " + cfgFile))
+	res = runCLI(t, "", "inspect", "plugins", "--cp", "http://"+h.apiAddr, "-o", "json")
+	g.Expect(res.err).NotTo(HaveOccurred(), res.stderr)
+	g.Expect(json.Unmarshal([]byte(res.stdout), &report)).To(Succeed())
+	g.Expect(report.Total).To(Equal(2))
+	g.Expect(report.Items[1].Policy).To(Equal("fixed delay=150ms"))
+	g.Expect(report.Config).To(Equal(cfgFile))
+	g.Expect(report.Items[0].Calls).To(BeNumerically(">", 0))
+}
+
+func regexpQuote(s string) string {
+	r := strings.NewReplacer(".", `\.`, "+", `\+`, "(", `\(`, ")", `\)`)
+	return r.Replace(s)
+}
+
+func TestPluginsDieWithTheHost(t *testing.T) {
+	g := NewWithT(t)
+	h := startHost(t, "--plugin", testbin.Build(t, "./plugins/retry-forcer"), "--plugin", testbin.Build(t, "./plugins/owner-check"))
+	r := h.plugins(t)
+	g.Expect(r.Items).To(HaveLen(3))
+	var pids []int
+	for _, p := range r.Items[:2] {
+		g.Expect(p.State).To(Equal(plugins.StateRunning))
+		g.Expect(alive(p.PID)).To(BeTrue())
+		pids = append(pids, p.PID)
+	}
+	g.Expect(h.out.String()).To(ContainSubstring("kds-host.plugin.owner-check: plugin address"), "a plugin's log lines land in the host's log under its name")
+
+	g.Expect(h.cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
+	<-h.exited
+	killed := time.Now()
+	for _, pid := range pids {
+		g.Eventually(func() bool { return alive(pid) }, 2*time.Second, 5*time.Millisecond).Should(BeFalse(), "plugin %d outlived its host", pid)
+	}
+	t.Logf("plugins gone %s after the host's SIGKILL", time.Since(killed).Round(time.Millisecond))
+}

@@ -1,0 +1,129 @@
+package plugins_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/host/retry"
+)
+
+// metricSum sums a runtime metric over its label sets.
+func metricSum(t *testing.T, rt *plugins.Runtime, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(rt.Collectors()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// rejectingZone stands in for a zone that NACKs Mesh "default" every time it is sent: each
+// retry round ends in a NACK, which asks the policy for the next round.
+type rejectingZone struct {
+	sched  *retry.Scheduler
+	mu     sync.Mutex
+	rounds int
+}
+
+func (z *rejectingZone) Resend(id int64, names map[string][]string) {
+	z.mu.Lock()
+	z.rounds++
+	z.mu.Unlock()
+	z.nack(id)
+}
+
+func (z *rejectingZone) nack(id int64) {
+	z.sched.Nacked(kds.NACK{StreamID: id, Zone: "zone-1", Kind: "Mesh",
+		Rejected: []kds.Rejection{{Name: "default", Version: "v1"}}})
+}
+
+func (z *rejectingZone) roundsSoFar() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.rounds
+}
+
+func TestAStoppedPluginTimesOutAndIsReplaced(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	g := NewWithT(t)
+	cfg := config(
+		plugins.Spec{Path: retryForcerBin(t), Document: doc("policy: fixed\ndelay: 30ms\n")},
+		plugins.Spec{Path: plugins.Builtin, Document: doc("policy: fixed\ndelay: 40ms\n")},
+	)
+	cfg.ProbeInterval = time.Hour // the scheduler's calls alone find the hang
+	rt, err := plugins.New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer rt.Close()
+
+	var fallbacks atomic.Int64
+	zone := &rejectingZone{}
+	zone.sched, err = retry.NewScheduler(retry.Config{
+		Policy: rt.RetryForcer, Fallback: rt.Fallback(), Timeout: 200 * time.Millisecond, Resender: zone,
+		Hooks: retry.Hooks{PolicyCall: func(_ string, _ time.Duration, fallback bool, _ error) {
+			if fallback {
+				fallbacks.Add(1)
+			}
+		}},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer zone.sched.Close()
+	zone.sched.StreamOpened(1, "zone-1")
+	zone.nack(1)
+	g.Eventually(zone.roundsSoFar).Should(BeNumerically(">=", 3))
+	g.Expect(fallbacks.Load()).To(BeZero())
+
+	old := statusOf(rt, "retry-forcer")
+	g.Expect(syscall.Kill(old.PID, syscall.SIGSTOP)).To(Succeed())
+	stopped := time.Now()
+
+	// The calls time out, the built-in policy decides meanwhile, and after three timeouts in a
+	// row the plugin is taken for hung and replaced by a new process.
+	g.Eventually(func() string { return statusOf(rt, "retry-forcer").State }, 5*time.Second, 5*time.Millisecond).
+		Should(Equal(plugins.StateRestarting))
+	g.Eventually(func() int { return statusOf(rt, "retry-forcer").PID }, 5*time.Second, 5*time.Millisecond).
+		ShouldNot(Or(BeZero(), Equal(old.PID)))
+	t.Logf("replaced %s after SIGSTOP", time.Since(stopped).Round(time.Millisecond))
+	now := statusOf(rt, "retry-forcer")
+	g.Expect(now.State).To(Equal(plugins.StateRunning))
+	g.Expect(now.Restarts).To(Equal(1))
+	g.Expect(now.Timeouts).To(BeNumerically(">=", 3))
+	g.Expect(now.LastError).To(ContainSubstring("hung: 3 calls in a row missed their 200ms deadline"))
+	g.Expect(fallbacks.Load()).To(BeNumerically(">=", 3))
+	g.Expect(statusOf(rt, plugins.Builtin).Calls).To(BeNumerically(">=", 3))
+
+	// The stopped process is SIGKILLed once go-plugin's Kill has hung for 2 s.
+	g.Eventually(func() bool { return alive(old.PID) }, 5*time.Second).Should(BeFalse())
+
+	// Prometheus sees the same.
+	g.Expect(metricSum(t, rt, "kds_plugin_call_timeouts_total")).To(BeNumerically(">=", 3))
+	g.Expect(metricSum(t, rt, "kds_plugin_call_errors_total")).To(BeNumerically(">=", 3))
+	g.Expect(metricSum(t, rt, "kds_plugin_restarts_total")).To(Equal(1.0))
+	g.Expect(metricSum(t, rt, "kds_plugin_up")).To(Equal(2.0), "retry-forcer and builtin")
+
+	// The new process decides again.
+	g.Eventually(func() uint64 { return statusOf(rt, "retry-forcer").Calls }).Should(BeNumerically(">=", now.Calls+5))
+
+	zone.sched.Close()
+	rt.Close()
+	g.Eventually(func() bool { return alive(now.PID) }, 2*time.Second).Should(BeFalse())
+}

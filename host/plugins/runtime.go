@@ -1,0 +1,453 @@
+// Package plugins is the host's plugin runtime: it runs the RetryForcer and OwnerCheck plugin
+// binaries over go-plugin, verifies them, supervises them, swaps them at runtime, and serves the
+// built-in reference plugins for what no binary serves.
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// Config configures a Runtime. Only Plugins changes later, by Reload; the zero value of every
+// other field is a default.
+type Config struct {
+	Plugins Plugins
+	// Logger is the host's logger. Runtime messages go to its "plugin" sub-logger, and the
+	// log lines of a plugin (JSON hclog lines on its stderr) to "plugin.<binary name>".
+	Logger hclog.Logger
+	// StartTimeout bounds a plugin's start: the go-plugin handshake, then Describe and Configure
+	// (default 10s).
+	StartTimeout time.Duration
+	// CallTimeout is the deadline of every call to a plugin (default 200ms).
+	CallTimeout time.Duration
+	// HungAfter is how many calls in a row may miss their deadline before the plugin is taken
+	// for hung, killed and replaced (default 3). Health probes count too.
+	HungAfter int
+	// ProbeInterval is how often an idle plugin is asked to Describe itself, so that a hung
+	// plugin is found without traffic (default 1s).
+	ProbeInterval time.Duration
+	// KillTimeout bounds go-plugin's Kill (a graceful stop, which can hang); past it the
+	// process is SIGKILLed (default 2s).
+	KillTimeout time.Duration
+	// BackoffMin and BackoffMax bound the delay before a plugin is started again: BackoffMin
+	// after a plugin that ran for StableAfter exits, doubling while it keeps failing
+	// (defaults 100ms, 10s, 10s).
+	BackoffMin, BackoffMax, StableAfter time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.StartTimeout, 10*time.Second)
+	def(&c.CallTimeout, 200*time.Millisecond)
+	def(&c.ProbeInterval, time.Second)
+	def(&c.KillTimeout, 2*time.Second)
+	def(&c.BackoffMin, 100*time.Millisecond)
+	def(&c.BackoffMax, 10*time.Second)
+	def(&c.StableAfter, 10*time.Second)
+	if c.HungAfter <= 0 {
+		c.HungAfter = 3
+	}
+}
+
+// Status is what the runtime knows about one plugin.
+type Status struct {
+	// Name is the name the plugin gives in Describe, or "builtin".
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Checksum is "sha256:HEX" of the binary: the pinned one, or the one computed at start.
+	Checksum string `json:"checksum,omitempty"`
+	Version  string `json:"version,omitempty"`
+	// Serves lists the services the plugin answers (RetryForcer, OwnerCheck). For builtin, the
+	// services no plugin serves; FallbackFor is RetryForcer when a plugin serves it (the
+	// scheduler's fallback, Runtime.Fallback).
+	Serves      []string `json:"serves"`
+	FallbackFor []string `json:"fallbackFor,omitempty"`
+	// Policy is the retry policy in force, as Configure described it.
+	Policy string `json:"policy,omitempty"`
+	// PID is the plugin process's, while it runs.
+	PID   int    `json:"pid,omitempty"`
+	State string `json:"state"`
+	// Since is when State began.
+	Since time.Time `json:"since"`
+	// Restarts counts processes started after one exited or hung.
+	Restarts int `json:"restarts"`
+	// Calls, Errors and Timeouts count calls since the plugin was loaded (a reload starts them
+	// over); Errors include timeouts and calls refused while the plugin was down.
+	Calls     uint64  `json:"calls"`
+	Errors    uint64  `json:"errors"`
+	Timeouts  uint64  `json:"timeouts"`
+	Latency   Latency `json:"latency"`
+	LastError string  `json:"lastError,omitempty"`
+}
+
+// ReloadResult is the outcome of the latest reload.
+type ReloadResult struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error,omitempty"`
+}
+
+// Runtime runs the plugins. Its RetryForcer and OwnerCheck never wait for a plugin that is
+// down: they fail at once, and the caller falls back (the scheduler to Fallback, the owner
+// holds open).
+type Runtime struct {
+	cfg          Config
+	log          hclog.Logger
+	metrics      *metrics
+	builtinStats callStats
+	started      time.Time
+	gen          atomic.Pointer[generation]
+
+	rf *retryForwarder
+	fb *fallbackForwarder
+	oc *ownerForwarder
+
+	mu         sync.Mutex // serializes Reload and Close
+	closed     bool
+	lastReload atomic.Pointer[ReloadResult]
+}
+
+// generation is one loaded set of plugins. A reload builds a new one and swaps it in whole.
+type generation struct {
+	retry, owner *supervisor // nil: the built-in plugin answers
+	supervisors  []*supervisor
+	builtin      *builtin
+}
+
+// builtin is the in-process reference plugins.
+type builtin struct {
+	rf *retrypolicy.Forcer
+	oc *ownerpredict.Predictor
+}
+
+// New starts the plugins of cfg.Plugins and supervises them. It fails, with everything it
+// started stopped, when a plugin cannot be used: a wrong checksum (*ChecksumError), a binary
+// that is not a kds-host plugin (ErrNotAPlugin), a bad policy document, two plugins serving
+// the same service.
+func New(cfg Config) (*Runtime, error) {
+	cfg.setDefaults()
+	rt := &Runtime{cfg: cfg, log: cfg.Logger.Named("plugin"), started: time.Now()}
+	rt.metrics = newMetrics(rt.Status)
+	rt.rf, rt.fb, rt.oc = &retryForwarder{rt}, &fallbackForwarder{rt}, &ownerForwarder{rt}
+	g, err := rt.load(context.Background(), cfg.Plugins)
+	if err != nil {
+		return nil, err
+	}
+	rt.install(g)
+	rt.log.Info("plugins loaded", "plugins", describeGeneration(g))
+	return rt, nil
+}
+
+// Reload reads the plugins to run with read (a --config file, say), starts them, checks and
+// configures them, swaps them in, and then stops the ones they replace (after the calls in
+// flight). On any error, read's included, nothing changes: the running plugins stay, and the
+// error says why (it is also logged, counted and kept for LastReload).
+func (rt *Runtime) Reload(ctx context.Context, read func() (Plugins, error)) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return errors.New("the plugin runtime is closed")
+	}
+	var g *generation
+	p, err := read()
+	if err == nil {
+		g, err = rt.load(ctx, p)
+	}
+	if err != nil {
+		rt.lastReload.Store(&ReloadResult{At: time.Now(), Error: err.Error()})
+		rt.metrics.reloads.WithLabelValues("error").Inc()
+		rt.log.Error("plugin reload failed; the running plugins stay", "error", err)
+		return err
+	}
+	old := rt.install(g)
+	stopAll(old.supervisors)
+	rt.lastReload.Store(&ReloadResult{At: time.Now()})
+	rt.metrics.reloads.WithLabelValues("ok").Inc()
+	rt.log.Info("plugins reloaded", "plugins", describeGeneration(g))
+	return nil
+}
+
+// LastReload is the outcome of the latest Reload, nil before the first. It does not wait for a
+// reload under way.
+func (rt *Runtime) LastReload() *ReloadResult {
+	r := rt.lastReload.Load()
+	if r == nil {
+		return nil
+	}
+	c := *r
+	return &c
+}
+
+// Close stops every plugin process and returns when they are gone. The built-in plugins keep
+// answering.
+func (rt *Runtime) Close() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return
+	}
+	rt.closed = true
+	old := rt.install(&generation{builtin: rt.gen.Load().builtin})
+	stopAll(old.supervisors)
+}
+
+// Collectors are the runtime's Prometheus metrics, for the host's registry.
+func (rt *Runtime) Collectors() []prometheus.Collector { return rt.metrics.collectors() }
+
+// RetryForcer is the retry policy in force: the RetryForcer plugin's, or the built-in one when no
+// plugin serves it. The scheduler calls it for every decision (GlobalConfig.RetryPolicy), so a
+// reload counts from the next decision. While the plugin is down its calls fail at once with
+// Unavailable, and the caller's fallback (Fallback) answers.
+func (rt *Runtime) RetryForcer() shared.RetryForcer { return rt.rf }
+
+// Fallback is the built-in retry policy (configured by a "builtin" entry's document), counted
+// under "builtin" in Status and metrics: the scheduler's fallback.
+func (rt *Runtime) Fallback() shared.RetryForcer { return rt.fb }
+
+// OwnerCheck is the owner check in force: the OwnerCheck plugin, or the built-in one when no
+// plugin serves it (GlobalConfig.OwnerCheck). While the plugin is down its calls fail at once
+// with Unavailable, and the caller fails open (DESIGN.md: everything is sent, retries cover the
+// rest); the built-in check does not stand in for a plugin the user chose.
+func (rt *Runtime) OwnerCheck() shared.OwnerCheck { return rt.oc }
+
+// Status describes every plugin, the built-in plugins last.
+func (rt *Runtime) Status() []Status {
+	g := rt.gen.Load()
+	out := make([]Status, 0, len(g.supervisors)+1)
+	for _, s := range g.supervisors {
+		out = append(out, s.status())
+	}
+	b := Status{
+		Name: Builtin, Path: Builtin, Version: retrypolicy.Version, State: StateBuiltin, Since: rt.started,
+		Policy: g.builtin.rf.Policy().String(), Serves: []string{},
+	}
+	if g.retry == nil {
+		b.Serves = append(b.Serves, RetryForcerService)
+	} else {
+		b.FallbackFor = append(b.FallbackFor, RetryForcerService)
+	}
+	if g.owner == nil {
+		b.Serves = append(b.Serves, OwnerCheckService)
+	}
+	rt.builtinStats.fill(&b)
+	return append(out, b)
+}
+
+// install makes g current, starts supervising its plugins, and returns the generation it
+// replaced.
+func (rt *Runtime) install(g *generation) *generation {
+	for _, s := range g.supervisors {
+		s.begin()
+	}
+	old := rt.gen.Swap(g)
+	if old == nil {
+		old = &generation{}
+	}
+	return old
+}
+
+func stopAll(sups []*supervisor) {
+	var wg sync.WaitGroup
+	for _, s := range sups {
+		wg.Go(s.stop)
+	}
+	wg.Wait()
+}
+
+// load starts the binaries of p (in parallel), learns what each serves, configures them, and
+// returns them as a generation not yet supervised. On error it stops what it started.
+func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
+	var bins []Spec
+	var builtinDoc *Document
+	seenBuiltin := false
+	for _, s := range p.List {
+		if s.Path == Builtin {
+			if seenBuiltin {
+				return nil, errors.New("builtin is listed twice")
+			}
+			seenBuiltin, builtinDoc = true, s.Document
+			continue
+		}
+		if slices.ContainsFunc(bins, func(b Spec) bool { return b.Path == s.Path }) {
+			return nil, fmt.Errorf("plugin %s is listed twice", s.Path)
+		}
+		bins = append(bins, s)
+	}
+
+	insts := make([]*instance, len(bins))
+	errs := make([]error, len(bins))
+	var wg sync.WaitGroup
+	for i, s := range bins {
+		wg.Go(func() { insts[i], errs[i] = startInstance(ctx, s, &rt.cfg, rt.log) })
+	}
+	wg.Wait()
+	fail := func(err error) (*generation, error) {
+		var kill sync.WaitGroup
+		for _, inst := range insts {
+			if inst != nil {
+				kill.Go(inst.proc.Kill)
+			}
+		}
+		kill.Wait()
+		return nil, err
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fail(err)
+	}
+
+	g := &generation{}
+	var rfFrom, ocFrom string
+	for i, inst := range insts {
+		if inst.rf != nil {
+			if rfFrom != "" {
+				return fail(fmt.Errorf("plugins %s and %s both serve RetryForcer: run one of them", rfFrom, bins[i].Path))
+			}
+			rfFrom = bins[i].Path
+		}
+		if inst.oc != nil {
+			if ocFrom != "" {
+				return fail(fmt.Errorf("plugins %s and %s both serve OwnerCheck: run one of them", ocFrom, bins[i].Path))
+			}
+			ocFrom = bins[i].Path
+		}
+	}
+
+	// Policy documents: a Spec's own, else the one named after the plugin.
+	used := map[string]bool{}
+	byName := func(names ...string) *Document {
+		for _, n := range names {
+			if d, ok := p.Documents[n]; ok {
+				used[n] = true
+				return &d
+			}
+		}
+		return nil
+	}
+	docs := make([]*Document, len(bins))
+	for i, inst := range insts {
+		docs[i] = bins[i].Document
+		if docs[i] == nil {
+			docs[i] = byName(inst.name, filepath.Base(bins[i].Path))
+		}
+		if docs[i] == nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, rt.cfg.StartTimeout)
+		err := inst.configure(cctx, docs[i])
+		cancel()
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if builtinDoc == nil {
+		builtinDoc = byName(Builtin)
+	}
+	b, err := newBuiltin(builtinDoc)
+	if err != nil {
+		return fail(err)
+	}
+	for n := range p.Documents {
+		if !used[n] {
+			return fail(fmt.Errorf("a policy document is given for plugin %q, but no plugin has that name (plugins: %s)",
+				n, pluginNames(insts, bins)))
+		}
+	}
+
+	for i, inst := range insts {
+		spec, doc := bins[i], docs[i]
+		wantRF, wantOC := inst.rf != nil, inst.oc != nil
+		start := func(ctx context.Context) (*instance, error) {
+			return rt.restartInstance(ctx, spec, doc, wantRF, wantOC)
+		}
+		s := newSupervisor(spec, inst, start, &rt.cfg, rt.log, rt.metrics)
+		g.supervisors = append(g.supervisors, s)
+		if wantRF {
+			g.retry = s
+		}
+		if wantOC {
+			g.owner = s
+		}
+	}
+	g.builtin = b
+	return g, nil
+}
+
+// restartInstance starts a plugin again: it must still serve what it served, and gets the same
+// policy document.
+func (rt *Runtime) restartInstance(ctx context.Context, spec Spec, doc *Document, wantRF, wantOC bool) (*instance, error) {
+	inst, err := startInstance(ctx, spec, &rt.cfg, rt.log)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case wantRF && inst.rf == nil:
+		err = fmt.Errorf("plugin %s no longer serves RetryForcer", spec.Path)
+	case wantOC && inst.oc == nil:
+		err = fmt.Errorf("plugin %s no longer serves OwnerCheck", spec.Path)
+	case doc != nil:
+		cctx, cancel := context.WithTimeout(ctx, rt.cfg.StartTimeout)
+		err = inst.configure(cctx, doc)
+		cancel()
+	}
+	if err != nil {
+		inst.proc.Kill()
+		return nil, err
+	}
+	return inst, nil
+}
+
+func newBuiltin(doc *Document) (*builtin, error) {
+	b := &builtin{rf: retrypolicy.New(), oc: ownerpredict.New()}
+	if doc == nil {
+		return b, nil
+	}
+	cfg, err := retrypolicy.Parse(doc.Data)
+	if err == nil {
+		err = b.rf.Apply(cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("configure the built-in retry policy with %s: %w", doc.Source, err)
+	}
+	return b, nil
+}
+
+func pluginNames(insts []*instance, bins []Spec) string {
+	names := []string{Builtin}
+	for i, inst := range insts {
+		names = append(names, fmt.Sprintf("%s (%s)", inst.name, filepath.Base(bins[i].Path)))
+	}
+	return strings.Join(names, ", ")
+}
+
+// describeGeneration is a one-line summary for the log.
+func describeGeneration(g *generation) string {
+	var parts []string
+	for _, s := range g.supervisors {
+		st := s.status()
+		parts = append(parts, fmt.Sprintf("%s %s pid %d serves %s", st.Name, st.Path, st.PID, strings.Join(st.Serves, "+")))
+	}
+	if g.retry == nil || g.owner == nil {
+		parts = append(parts, "builtin")
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,348 @@
+package plugins_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/internal/testbin"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+)
+
+func TestARetryForcerPluginIsConfiguredAndAnswers(t *testing.T) {
+	g := NewWithT(t)
+	bin := retryForcerBin(t)
+	rt := start(t, config(plugins.Spec{Path: bin, Document: doc("policy: fixed\ndelay: 1234ms\n")}))
+
+	d, err := schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(1234 * time.Millisecond))
+
+	st := statusOf(rt, "retry-forcer")
+	g.Expect(st.Path).To(Equal(bin))
+	g.Expect(st.State).To(Equal(plugins.StateRunning))
+	g.Expect(st.Serves).To(Equal([]string{plugins.RetryForcerService}))
+	g.Expect(st.Policy).To(Equal("fixed delay=1.234s"))
+	g.Expect(st.Version).NotTo(BeEmpty())
+	g.Expect(st.Checksum).To(Equal("sha256:" + sha256File(t, bin)))
+	g.Expect(alive(st.PID)).To(BeTrue())
+	g.Expect(st.Calls).To(BeEquivalentTo(1))
+	g.Expect(st.Latency.P50).To(BeNumerically(">", 0))
+
+	b := statusOf(rt, plugins.Builtin)
+	g.Expect(b.State).To(Equal(plugins.StateBuiltin))
+	g.Expect(b.Serves).To(Equal([]string{plugins.OwnerCheckService}))
+	g.Expect(b.FallbackFor).To(Equal([]string{plugins.RetryForcerService}))
+
+	// The owner check has no plugin: the built-in one answers.
+	p, err := rt.OwnerCheck().Predict(context.Background(), predictReq)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.GetPredictions()).To(HaveLen(2))
+	g.Expect(statusOf(rt, plugins.Builtin).Calls).To(BeEquivalentTo(1))
+
+	rt.Close()
+	g.Eventually(func() bool { return alive(st.PID) }, 2*time.Second).Should(BeFalse())
+	// Closed, the runtime still answers, through the built-in policy.
+	_, err = schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+func TestWithoutPluginsTheBuiltinAnswersBoth(t *testing.T) {
+	g := NewWithT(t)
+	rt := start(t, config(plugins.Spec{Path: plugins.Builtin, Document: doc("policy: fixed\ndelay: 3s\n")}))
+	d, err := schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(3 * time.Second))
+	st := rt.Status()
+	g.Expect(st).To(HaveLen(1))
+	g.Expect(st[0].Serves).To(Equal([]string{plugins.RetryForcerService, plugins.OwnerCheckService}))
+	g.Expect(st[0].Policy).To(Equal("fixed delay=3s"))
+}
+
+func TestOneBinaryMayServeBoth(t *testing.T) {
+	g := NewWithT(t)
+	rt := start(t, config(plugins.Spec{Path: bothBin(t)}))
+	st := rt.Status()
+	g.Expect(st).To(HaveLen(2))
+	g.Expect(st[0].Serves).To(Equal([]string{plugins.RetryForcerService, plugins.OwnerCheckService}))
+	g.Expect(st[1].Serves).To(BeEmpty())
+	g.Expect(st[1].FallbackFor).To(Equal([]string{plugins.RetryForcerService}))
+
+	p, err := rt.OwnerCheck().Predict(context.Background(), predictReq)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.GetPredictions()).To(HaveLen(2))
+	_, err = schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(statusOf(rt, st[0].Name).Calls).To(BeEquivalentTo(2))
+	g.Expect(statusOf(rt, plugins.Builtin).Calls).To(BeZero())
+}
+
+func TestPolicyDocumentsByName(t *testing.T) {
+	rf, oc := retryForcerBin(t), ownerCheckBin(t)
+	fixed := plugins.Document{Source: "fixed.yaml", Data: []byte("policy: fixed\ndelay: 2s\n")}
+	for _, tc := range []struct {
+		name    string
+		list    []plugins.Spec
+		docs    map[string]plugins.Document
+		delay   time.Duration
+		wantErr string
+	}{
+		{"by Describe name", []plugins.Spec{{Path: rf}}, map[string]plugins.Document{"retry-forcer": fixed}, 2 * time.Second, ""},
+		{"builtin by name", nil, map[string]plugins.Document{"builtin": fixed}, 2 * time.Second, ""},
+		{"a name no plugin has", []plugins.Spec{{Path: rf}}, map[string]plugins.Document{"retry-forcr": fixed}, 0,
+			`a policy document is given for plugin "retry-forcr", but no plugin has that name (plugins: builtin, retry-forcer (retry-forcer))`},
+		{"an owner check takes none", []plugins.Spec{{Path: oc}}, map[string]plugins.Document{"owner-check": fixed}, 0,
+			"plugin owner-check serves only OwnerCheck, which takes no policy document (fixed.yaml)"},
+		{"a bad document", []plugins.Spec{{Path: rf, Document: doc("policy: fixed\nfactor: 2\n")}}, nil, 0,
+			"configure plugin retry-forcer with test: plugin RetryForcer.Configure: InvalidArgument: factor: does not apply to policy fixed"},
+		{"a bad document for builtin", []plugins.Spec{{Path: plugins.Builtin, Document: doc("policy: nope\n")}}, nil, 0,
+			`configure the built-in retry policy with test: policy: unknown policy "nope"`},
+		{"two retry forcers", []plugins.Spec{{Path: rf}, {Path: bothBin(t)}}, nil, 0, "both serve RetryForcer: run one of them"},
+		{"listed twice", []plugins.Spec{{Path: rf}, {Path: rf}}, nil, 0, "is listed twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cfg := config(tc.list...)
+			cfg.Plugins.Documents = tc.docs
+			rt, err := plugins.New(cfg)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			defer rt.Close()
+			d, err := schedule(rt)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d).To(Equal(tc.delay))
+		})
+	}
+}
+
+func sha256File(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func TestAWrongChecksumIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	bin := retryForcerBin(t)
+	actual := sha256File(t, bin)
+	wrong := strings.Repeat("ab", 32)
+	spec, err := plugins.ParseSpec(bin + "@sha256:" + wrong)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = plugins.New(config(spec))
+	var ce *plugins.ChecksumError
+	g.Expect(errors.As(err, &ce)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("expected sha256:" + wrong))
+	g.Expect(err.Error()).To(ContainSubstring("actual sha256:" + actual))
+
+	// The right pin runs.
+	right, err := plugins.ParseSpec(bin + "@sha256:" + actual)
+	g.Expect(err).NotTo(HaveOccurred())
+	rt := start(t, config(right))
+	before := statusOf(rt, "retry-forcer")
+	g.Expect(before.Checksum).To(Equal("sha256:" + actual))
+
+	// A reload to a wrong pin keeps the running plugin and reports the error.
+	err = rt.Reload(context.Background(), static(plugins.Plugins{List: []plugins.Spec{spec}}))
+	g.Expect(errors.As(err, &ce)).To(BeTrue(), "got %v", err)
+	after := statusOf(rt, "retry-forcer")
+	g.Expect(after.PID).To(Equal(before.PID))
+	g.Expect(after.State).To(Equal(plugins.StateRunning))
+	g.Expect(rt.LastReload().Error).To(ContainSubstring("expected sha256:" + wrong))
+	_, err = schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// So does a configuration that cannot be read.
+	err = rt.Reload(context.Background(), func() (plugins.Plugins, error) { return plugins.Plugins{}, errors.New("config x.yaml: bad") })
+	g.Expect(err).To(MatchError("config x.yaml: bad"))
+	g.Expect(rt.LastReload().Error).To(Equal("config x.yaml: bad"))
+	g.Expect(statusOf(rt, "retry-forcer").PID).To(Equal(before.PID))
+}
+
+func TestABinaryThatIsNotAPluginFailsWithinTheStartTimeout(t *testing.T) {
+	script, gone := silentProgram(t)
+
+	for _, tc := range []struct {
+		name, path string
+		want       string
+	}{
+		{"a program that prints something else", testbin.Build(t, "./host/plugins/testdata/notaplugin"),
+			`it printed "notaplugin: hello, I am an ordinary program" instead of a handshake`},
+		{"a program that says nothing", script, "no handshake within the start timeout (1s)"},
+		{"a go-plugin plugin with another cookie", testbin.Build(t, "./host/plugins/testdata/othercookie"),
+			"it exited without a handshake; its stderr: This binary is a plugin. These are not meant to be executed directly."},
+		{"a program that exits at once", "/bin/true", "it exited without a handshake"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cfg := config(plugins.Spec{Path: tc.path})
+			cfg.StartTimeout = time.Second
+			done := make(chan error, 1)
+			go func() {
+				rt, err := plugins.New(cfg)
+				if err == nil {
+					rt.Close()
+				}
+				done <- err
+			}()
+			var err error
+			g.Eventually(done, cfg.StartTimeout+2*time.Second).Should(Receive(&err), "no hang")
+			g.Expect(err).To(MatchError(plugins.ErrNotAPlugin))
+			g.Expect(err.Error()).To(ContainSubstring("plugin " + tc.path + ": not a kds-host plugin"))
+			g.Expect(err.Error()).To(ContainSubstring(tc.want))
+			t.Log(err)
+		})
+	}
+	gone()
+}
+
+// silentProgram writes a plain program that says nothing and starts a child that holds its
+// stdout: only a kill of the whole process group ends both. gone checks that both ended.
+func silentProgram(t *testing.T) (path string, gone func()) {
+	dir := t.TempDir()
+	path = filepath.Join(dir, "silent.sh")
+	err := os.WriteFile(path, []byte("#!/bin/sh\necho $$ > "+dir+"/sh.pid\nsleep 300 &\necho $! > "+dir+"/sleep.pid\nwait\n"), 0o755)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return path, func() {
+		t.Helper()
+		for _, f := range []string{"sh.pid", "sleep.pid"} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			NewWithT(t).Expect(err).NotTo(HaveOccurred())
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			NewWithT(t).Eventually(func() bool { return alive(pid) }, 2*time.Second).Should(BeFalse(), "%s %d left behind", f, pid)
+		}
+	}
+}
+
+func TestACanceledReloadStopsTheStartAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	rt := start(t, config()) // a start timeout of 10s
+	script, gone := silentProgram(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rt.Reload(ctx, static(plugins.Plugins{List: []plugins.Spec{{Path: script}}})) }()
+	var err error
+	g.Eventually(done, 3*time.Second).Should(Receive(&err))
+	g.Expect(err).To(MatchError(context.DeadlineExceeded))
+	g.Expect(err.Error()).To(Equal("plugin " + script + ": context deadline exceeded"))
+	gone()
+	g.Expect(rt.Status()).To(HaveLen(1))
+}
+
+func TestAPluginsLogLinesAppearUnderItsName(t *testing.T) {
+	g := NewWithT(t)
+	var out syncBuffer
+	cfg := config(plugins.Spec{Path: retryForcerBin(t)})
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug, Output: &out})
+	start(t, cfg)
+	// go-plugin's server logs its address as a JSON line on the plugin's stderr; the host's
+	// client writes it into the host's log, under the plugin's name, at its level.
+	g.Eventually(out.String).Should(MatchRegexp(`\[DEBUG\] kds-host\.plugin\.retry-forcer: plugin address: .*network=unix`))
+}
+
+func TestAKilledPluginIsRestartedAndTheBuiltinAnswersMeanwhile(t *testing.T) {
+	g := NewWithT(t)
+	cfg := config(plugins.Spec{Path: retryForcerBin(t), Document: doc("policy: fixed\ndelay: 1234ms\n")})
+	cfg.BackoffMin = 500 * time.Millisecond // long enough to see the plugin down
+	rt := start(t, cfg)
+	first := statusOf(rt, "retry-forcer")
+
+	killed := time.Now()
+	g.Expect(syscall.Kill(first.PID, syscall.SIGKILL)).To(Succeed())
+	// Down: calls fail at once (Unavailable) so the caller's fallback answers, or, when they
+	// reach the dying process, fail fast too.
+	g.Eventually(func() codes.Code {
+		_, err := schedule(rt)
+		return status.Code(err)
+	}, time.Second, time.Millisecond).Should(Equal(codes.Unavailable))
+	g.Eventually(func() string { return statusOf(rt, "retry-forcer").State }, time.Second, time.Millisecond).
+		Should(Equal(plugins.StateRestarting))
+	_, err := schedule(rt)
+	g.Expect(status.Code(err)).To(Equal(codes.Unavailable))
+	g.Expect(err.Error()).To(ContainSubstring("plugin retry-forcer is down (the plugin process exited"))
+	fb, err := rt.Fallback().Schedule(context.Background(), scheduleReq)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fb.GetDelay().AsDuration()).To(BeNumerically(">", 0))
+
+	// Back within 2 s, a new process with the same policy document.
+	g.Eventually(func() string { return statusOf(rt, "retry-forcer").State }, 2*time.Second, 5*time.Millisecond).
+		Should(Equal(plugins.StateRunning))
+	t.Logf("restarted %s after the kill", time.Since(killed).Round(time.Millisecond))
+	second := statusOf(rt, "retry-forcer")
+	g.Expect(second.PID).NotTo(Equal(first.PID))
+	g.Expect(second.Restarts).To(Equal(1))
+	g.Expect(second.LastError).To(ContainSubstring("the plugin process exited"))
+	d, err := schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(1234 * time.Millisecond))
+}
+
+func TestReloadSwapsThePolicy(t *testing.T) {
+	g := NewWithT(t)
+	bin := retryForcerBin(t)
+	rt := start(t, config(plugins.Spec{Path: bin, Document: doc("policy: exponential\njitter: none\nbase: 100ms\n")}))
+	d, err := schedule(rt) // round 2
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(400 * time.Millisecond))
+	old := statusOf(rt, "retry-forcer")
+
+	g.Expect(rt.Reload(context.Background(), static(plugins.Plugins{List: []plugins.Spec{{Path: bin, Document: doc("policy: fixed\ndelay: 250ms\n")}}}))).To(Succeed())
+	d, err = schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(250 * time.Millisecond))
+	now := statusOf(rt, "retry-forcer")
+	g.Expect(now.PID).NotTo(Equal(old.PID))
+	g.Expect(now.Policy).To(Equal("fixed delay=250ms"))
+	g.Expect(alive(old.PID)).To(BeFalse(), "the old process is stopped when Reload returns")
+	g.Expect(rt.LastReload().Error).To(BeEmpty())
+
+	// Back to the built-in policy: no binary at all.
+	g.Expect(rt.Reload(context.Background(), static(plugins.Plugins{}))).To(Succeed())
+	g.Expect(rt.Status()).To(HaveLen(1))
+	g.Expect(alive(now.PID)).To(BeFalse())
+	_, err = schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+func TestAnOwnerCheckPluginThatIsDownFailsFast(t *testing.T) {
+	g := NewWithT(t)
+	cfg := config(plugins.Spec{Path: ownerCheckBin(t)})
+	cfg.BackoffMin = time.Second
+	rt := start(t, cfg)
+	p, err := rt.OwnerCheck().Predict(context.Background(), predictReq)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.GetPredictions()[1].GetVerdict()).To(Equal(pluginv1.Verdict_VERDICT_WAIT))
+
+	pid := statusOf(rt, "owner-check").PID
+	g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+	g.Eventually(func() string { return statusOf(rt, "owner-check").State }).Should(Equal(plugins.StateRestarting))
+	// The caller (the owner holds) fails open on this error, as DESIGN.md says.
+	_, err = rt.OwnerCheck().Predict(context.Background(), predictReq)
+	g.Expect(status.Code(err)).To(Equal(codes.Unavailable))
+	g.Expect(statusOf(rt, plugins.Builtin).Calls).To(BeZero(), "the built-in check does not stand in for the plugin")
+	st := statusOf(rt, "owner-check")
+	g.Expect(st.Calls).To(BeEquivalentTo(2))
+	g.Expect(st.Errors).To(BeEquivalentTo(1))
+}
