@@ -7,16 +7,19 @@
 #
 #   examples/repro/two-cp.sh [--emulate blocking-per-type|blocking-per-stream] [--plugin PATH]...
 #                            [--owner-holds] [--outage 10s] [--nack-backoff 5s] [--timeout 120]
-#                            [--port-base 25680] [--no-build] [--label NAME]
+#                            [--port-base 25680] [--no-build] [--label NAME] [--global-flag ARG]...
 #
+# --global-flag passes one more flag to the global (e.g. --global-flag --plugin-config=builtin=FILE).
+# KDS_BIN names the folder of the binaries (default ./bin).
 # It prints a timeline and a last line `RESULT label=... converged=yes seconds=... nacks=...
-# rounds=...`, stops every process it started (also on Ctrl-C and on failure), and exits 1 when
-# the zone did not converge within --timeout seconds.
+# policy_nacks=... rounds=...` (policy_nacks: NACKs of every kind but Mesh), stops every process it
+# started (also on Ctrl-C and on failure), and exits 1 when the zone did not converge within
+# --timeout seconds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 emulate="" outage="10s" nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
-plugins=()
+plugins=() more=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --emulate) emulate="$2"; shift 2 ;;
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
     --port-base) port_base="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
     --label) label="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --global-flag) more+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "two-cp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +42,7 @@ if [ -z "$label" ]; then
   [ "$holds" = true ] && label="$label+owner-check"
 fi
 
-BIN=./bin
+BIN=${KDS_BIN:-./bin}
 if [ "$build" = 1 ]; then make -s build >/dev/null; fi
 for b in kds-host; do [ -x "$BIN/$b" ] || { echo "two-cp.sh: $BIN/$b is missing (make build)" >&2; exit 2; }; done
 
@@ -76,6 +80,11 @@ zone_timeouts() {
     sed -n 's/^  "total": \([0-9]*\).*/\1/p'
 }
 zone_nacks() { curl -fsS -m 1 "http://127.0.0.1:$z_api/api/zone" 2>/dev/null | sed -n 's/^  "nacks": \([0-9]*\).*/\1/p'; }
+policy_nacks() { # NACKs of every kind but Mesh
+  curl -fsS -m 1 "http://127.0.0.1:$z_api/api/zone" 2>/dev/null |
+    awk '/"nacksByKind"/ { in_map = 1; next } in_map && /}/ { in_map = 0 }
+         in_map && !/"Mesh"/ { gsub(/[^0-9]/, "", $2); s += $2 } END { print s + 0 }'
+}
 retry_rounds() {
   curl -fsS -m 1 "http://127.0.0.1:$g_diag/metrics" 2>/dev/null | awk '/^kds_retry_rounds_total/ { s += $2 } END { print s + 0 }'
 }
@@ -84,6 +93,7 @@ global_args=(--mode global --data-dir "$work/global" --kds-addr "127.0.0.1:$g_kd
   --diag-addr "127.0.0.1:$g_diag" --owner-holds="$holds")
 [ -n "$emulate" ] && global_args+=(--emulate "$emulate" --nack-backoff "$nack_backoff")
 for p in "${plugins[@]}"; do global_args+=(--plugin "$p"); done
+global_args+=("${more[@]}")
 
 echo "== $label: global and zone on loopback, zone admission for Mesh down for $outage"
 "$BIN/kds-host" "${global_args[@]}" >"$work/global.log" 2>&1 &
@@ -121,11 +131,11 @@ while awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }'; do
 done
 seconds=$(since "$applied" | tr -d ' ')
 sleep 0.5 # let the last ACKs land before reading the counters
-nacks=$(zone_nacks) rounds=$(retry_rounds)
+nacks=$(zone_nacks) rounds=$(retry_rounds) pnacks=$(policy_nacks)
 if [ "$converged" = yes ]; then
   echo "converged: the zone held 3 MeshTimeouts ${seconds}s after the apply; NACKs ${nacks:-?}, retry rounds ${rounds:-?}"
 else
   echo "NOT converged within ${timeout}s: the zone holds ${last:-0} MeshTimeouts; NACKs ${nacks:-?}, retry rounds ${rounds:-?}" >&2
 fi
-echo "RESULT label=$label converged=$converged seconds=$seconds nacks=${nacks:-0} rounds=${rounds:-0} outage=$outage"
+echo "RESULT label=$label converged=$converged seconds=$seconds nacks=${nacks:-0} policy_nacks=${pnacks:-0} rounds=${rounds:-0} outage=$outage"
 [ "$converged" = yes ]

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -75,7 +76,8 @@ func TestDuringAMeshOutageOnlyMeshIsNACKedAndPoliciesAreHeld(t *testing.T) {
 	g.Expect(metric(t, gl.DiagAddr(), "kds_held_resources")).To(Equal(5.0))
 
 	// After the outage, Mesh is retried and ACKed, and the policies follow in the next push.
-	g.Eventually(count(zst, "", ""), 6*time.Second).Should(Equal(6))
+	// With the default jittered backoff the round after a 2 s outage fires within 6.3 s.
+	g.Eventually(count(zst, "", ""), 10*time.Second).Should(Equal(6), func() string { return dump(gl.Global, z) })
 	g.Expect(z.Client.Stats().NACKByKind).To(Equal(map[string]int64{"Mesh": z.Client.Stats().NACKByKind["Mesh"]}))
 	g.Expect(z.Client.Stats().NACKByKind["Mesh"]).To(BeNumerically(">=", 1))
 	g.Expect(held(gl.Global)).To(BeEmpty())
@@ -104,7 +106,7 @@ func TestWithTheOwnerCheckDownEverythingIsSentAndRetriesConverge(t *testing.T) {
 	z := startZone(t, "zone-1", gl.KDSAddr(), zst, reg, func(c *zone.Config) {
 		c.AdmissionOutage = map[string]time.Duration{"Mesh": time.Second}
 	})
-	g.Eventually(count(zst, "", ""), 6*time.Second).Should(Equal(5))
+	g.Eventually(count(zst, "", ""), 10*time.Second).Should(Equal(5))
 	g.Expect(metric(t, gl.DiagAddr(), "kds_owner_check_fail_open_total")).To(BeNumerically(">=", 1))
 	g.Expect(z.Client.Stats().NACKByKind).To(HaveKey("MeshTimeout"), "unchecked, the policies were sent and refused, then retried")
 }
@@ -145,4 +147,10 @@ func held(g *controlplane.Global) []owner.Held {
 		return nil
 	}
 	return views[0].Held
+}
+
+// dump describes a global's and a zone's state, for a failure message.
+func dump(g *controlplane.Global, z *runningZone) string {
+	b, _ := json.MarshalIndent(map[string]any{"zones": g.ZoneViews(), "zone": z.Client.Stats()}, "", "  ")
+	return string(b)
 }

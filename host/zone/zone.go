@@ -50,6 +50,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// BackoffMin and BackoffMax bound the reconnect backoff (defaults 100ms and 5s).
 	BackoffMin, BackoffMax time.Duration
+	// Applied, when set, is called after a response's transaction committed with the keys of
+	// the resources it stored (removals and refused resources are not listed), before the ACK
+	// or NACK is sent. It runs on the stream's goroutine and must return quickly. It is for
+	// measurements (examples/bench); nil does nothing.
+	Applied func(kind string, stored []resource.Key)
 }
 
 // Client keeps one zone connected to its global.
@@ -73,7 +78,7 @@ type Stats struct {
 	ACKs       int64     `json:"acks"`
 	NACKs      int64     `json:"nacks"`
 	LastError  string    `json:"lastError,omitempty"`
-	NACKByKind map[string]int64
+	NACKByKind map[string]int64 `json:"nacksByKind,omitempty"`
 }
 
 // ParseAddress splits grpc://host:port or grpcs://host:port into a dial target and whether it
@@ -314,6 +319,15 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 				continue
 			}
 			reject(name, ferr.Error(), nil)
+		}
+		if err == nil && c.cfg.Applied != nil {
+			stored := make([]resource.Key, 0, len(puts))
+			for i := range puts {
+				if _, bad := failed[puts[i].Key()]; !bad {
+					stored = append(stored, puts[i].Key())
+				}
+			}
+			c.cfg.Applied(kind, stored)
 		}
 	}
 

@@ -1,0 +1,100 @@
+// Package repro_test runs the two-control-plane reproduction (two-cp.sh) with the real
+// binaries, in the old blocking mode and in kds-host's own modes, and checks the story it tells.
+package repro_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+type result struct {
+	converged   bool
+	seconds     float64
+	nacks       int
+	policyNACKs int
+	rounds      int
+	output      string
+}
+
+// run runs two-cp.sh and parses its RESULT line.
+func run(t *testing.T, ports int, args ...string) result {
+	t.Helper()
+	bin := filepath.Dir(testbin.Build(t, "./host/cmd/kds-host"))
+	testbin.Build(t, "./plugins/retry-forcer")
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--no-build", "--outage", "2s", "--timeout", "60", "--port-base", strconv.Itoa(ports)}, args...)
+	cmd := exec.Command(filepath.Join(root, "examples/repro/two-cp.sh"), args...)
+	cmd.Env = append(os.Environ(), "KDS_BIN="+bin)
+	out, err := cmd.CombinedOutput()
+	r := result{output: string(out)}
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "RESULT ") {
+			continue
+		}
+		for _, f := range strings.Fields(line)[1:] {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "converged":
+				r.converged = v == "yes"
+			case "seconds":
+				r.seconds, _ = strconv.ParseFloat(v, 64)
+			case "nacks":
+				r.nacks, _ = strconv.Atoi(v)
+			case "policy_nacks":
+				r.policyNACKs, _ = strconv.Atoi(v)
+			case "rounds":
+				r.rounds, _ = strconv.Atoi(v)
+			}
+		}
+	}
+	if err != nil || !r.converged {
+		t.Fatalf("two-cp.sh %v: %v\n%s", args, err, out)
+	}
+	return r
+}
+
+func TestTheReproductionTellsTheStory(t *testing.T) {
+	g := NewWithT(t)
+	// Exponential backoff without jitter, so "one backoff round" is known: rounds of 0.1, 0.2,
+	// 0.4 and 0.8 s fall within the 2 s outage, and the round of 1.6 s fires after it.
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	g.Expect(os.WriteFile(policy, []byte("policy: exponential\nbase: 100ms\nfactor: 2\nmax: 30s\njitter: none\n"), 0o644)).To(Succeed())
+	const outage, round = 2 * time.Second, 1600 * time.Millisecond
+
+	async := run(t, 26680, "--global-flag", "--plugin-config=builtin="+policy)
+	t.Logf("async: %.2fs, %d NACKs, %d rounds", async.seconds, async.nacks, async.rounds)
+	g.Expect(async.seconds).To(BeNumerically("<=", (outage + round + time.Second).Seconds()), async.output)
+	g.Expect(async.rounds).To(BeNumerically(">=", 1))
+
+	blocking := run(t, 26780, "--emulate", "blocking-per-type", "--nack-backoff", "1s")
+	t.Logf("blocking-per-type: %.2fs, %d NACKs", blocking.seconds, blocking.nacks)
+	g.Expect(blocking.seconds).To(BeNumerically(">", async.seconds), "blocking per type is the slowest")
+
+	perStream := run(t, 26880, "--emulate", "blocking-per-stream", "--nack-backoff", "1s")
+	t.Logf("blocking-per-stream: %.2fs, %d NACKs", perStream.seconds, perStream.nacks)
+	g.Expect(blocking.seconds).To(BeNumerically(">", perStream.seconds), "blocking per type is the slowest")
+
+	owner := run(t, 26980, "--owner-holds", "--global-flag", "--plugin-config=builtin="+policy)
+	t.Logf("owner-check: %.2fs, %d NACKs, %d of policies", owner.seconds, owner.nacks, owner.policyNACKs)
+	g.Expect(owner.policyNACKs).To(BeZero(), "with owner-check the policies are held, never NACKed\n%s", owner.output)
+	g.Expect(owner.nacks).To(BeNumerically(">=", 1), "Mesh itself is still refused during the outage")
+	g.Expect(async.policyNACKs).To(BeNumerically(">=", 1), "without it, the policies are refused")
+}
