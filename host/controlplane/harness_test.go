@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,27 +77,32 @@ func startGlobal(t testing.TB, st store.Store, reg *resource.Registry, mutate ..
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop := runUntilStopped(t, "global", g.Run)
+	return &runningGlobal{Global: g, stop: stop}
+}
+
+// runUntilStopped runs run in the background until the returned stop is called or the test
+// ends, and reports an error or a stop that takes longer than 15 s.
+func runUntilStopped(t testing.TB, name string, run func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("global: %v", err)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("%s did not stop within 15s", name)
 			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("global did not stop within 15s")
-		}
+		})
 	}
 	t.Cleanup(stop)
-	return &runningGlobal{Global: g, stop: stop}
+	return stop
 }
 
 type runningZone struct {
@@ -116,26 +122,7 @@ func startZone(t testing.TB, name, kdsAddr string, st store.Store, reg *resource
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- z.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("zone: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("zone did not stop within 15s")
-		}
-	}
-	t.Cleanup(stop)
+	stop := runUntilStopped(t, name, z.Run)
 	return &runningZone{Zone: z, Store: st, stop: stop}
 }
 

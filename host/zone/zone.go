@@ -71,13 +71,13 @@ type Client struct {
 
 // Stats is what a zone has done since it started.
 type Stats struct {
-	Connected  bool      `json:"connected"`
-	Since      time.Time `json:"since"`
-	Sessions   int       `json:"sessions"`
-	Responses  int64     `json:"responses"`
-	ACKs       int64     `json:"acks"`
-	NACKs      int64     `json:"nacks"`
-	LastError  string    `json:"lastError,omitempty"`
+	Connected  bool             `json:"connected"`
+	Since      time.Time        `json:"since"`
+	Sessions   int              `json:"sessions"`
+	Responses  int64            `json:"responses"`
+	ACKs       int64            `json:"acks"`
+	NACKs      int64            `json:"nacks"`
+	LastError  string           `json:"lastError,omitempty"`
 	NACKByKind map[string]int64 `json:"nacksByKind,omitempty"`
 }
 
