@@ -81,7 +81,7 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 
 	async := run(t, 26680, "--global-flag", "--plugin-config=builtin="+policy)
 	t.Logf("async: %.2fs, %d NACKs, %d rounds", async.seconds, async.nacks, async.rounds)
-	g.Expect(async.seconds).To(BeNumerically("<=", (outage + round + time.Second).Seconds()), async.output)
+	g.Expect(async.seconds).To(BeNumerically("<=", (outage+round+time.Second).Seconds()), async.output)
 	g.Expect(async.rounds).To(BeNumerically(">=", 1))
 
 	blocking := run(t, 26780, "--emulate", "blocking-per-type") // 5 s, as Kuma slept

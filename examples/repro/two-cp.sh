@@ -6,7 +6,7 @@
 # times how long the zone takes to hold 3 MeshTimeouts (2 defaults and the new one).
 #
 #   examples/repro/two-cp.sh [--emulate blocking-per-type|blocking-per-stream] [--plugin PATH]...
-#                            [--owner-holds] [--outage 10s] [--nack-backoff 5s] [--timeout 120]
+#                            [--owner-holds] [--outage 3s] [--nack-backoff 5s] [--timeout 120]
 #                            [--port-base 25680] [--no-build] [--label NAME] [--global-flag ARG]...
 #
 # --global-flag passes one more flag to the global (e.g. --global-flag --plugin-config=builtin=FILE).
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-emulate="" outage="10s" nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
+emulate="" outage="3s" nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
 plugins=() more=()
 while [ $# -gt 0 ]; do
   case "$1" in

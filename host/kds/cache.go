@@ -158,6 +158,11 @@ func (c *Cache) closeStream(id int64) {
 	c.mu.Lock()
 	st := c.streams[id]
 	delete(c.streams, id)
+	for req, sid := range c.requests {
+		if sid == id {
+			delete(c.requests, req) // bound, but its watch was never created
+		}
+	}
 	c.mu.Unlock()
 	if st != nil {
 		close(st.stop)

@@ -246,3 +246,14 @@ func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
 	g.Expect(nacks[0].Accepted).To(BeEmpty())
 	tr.OnDeltaStreamClosed(7, nil)
 }
+
+func TestARequestWithoutATypeURLIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	c := kds.NewCache([]string{"Mesh"})
+	defer c.Close()
+	tr := kds.NewTracker(c)
+	g.Expect(tr.OnDeltaStreamOpen(context.Background(), 1, "")).To(Succeed())
+	err := tr.OnStreamDeltaRequest(1, &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}})
+	g.Expect(err).To(MatchError(ContainSubstring("type_url is required")))
+	tr.OnDeltaStreamClosed(1, nil)
+}

@@ -130,6 +130,10 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	}
 	zone := ts.zone
 	kind := req.GetTypeUrl()
+	if kind == "" {
+		t.mu.Unlock()
+		return status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
+	}
 	first := !ts.kinds[kind]
 	ts.kinds[kind] = true
 	var answered sentResponse

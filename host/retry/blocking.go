@@ -12,9 +12,14 @@ import (
 const (
 	// EmulatePerType sleeps the NACK backoff inside the xDS callback for every NACKed type.
 	EmulatePerType = "blocking-per-type"
-	// EmulatePerStream sleeps at most once per backoff period per stream (the upstream fix).
+	// EmulatePerStream sleeps once for the NACKs of all kinds that queued up during a sleep
+	// (the upstream fix): still a stall of the whole stream, but one per burst, not per type.
 	EmulatePerStream = "blocking-per-stream"
 )
+
+// burst is how soon after a sleep a NACK counts as one that queued up during it: the stream's
+// goroutine handles those back to back once the sleep ends.
+const burst = 100 * time.Millisecond
 
 // Blocking is the kds.Observer of the old behaviour: on a NACK it sleeps the backoff inside
 // the callback, stalling every kind on the stream, and then resends the rejected names.
@@ -51,8 +56,8 @@ func (b *Blocking) Nacked(n kds.NACK) {
 		if b.slept == nil {
 			b.slept = map[int64]time.Time{}
 		}
-		// One sleep covers every NACK that arrived while it lasted.
-		sleep = time.Since(b.slept[n.StreamID]) >= b.Backoff
+		// One sleep covers every NACK that queued up while it lasted.
+		sleep = time.Since(b.slept[n.StreamID]) > burst
 		b.mu.Unlock()
 	}
 	if sleep {

@@ -1,0 +1,41 @@
+package retry_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/retry"
+)
+
+func TestBlockingEmulations(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		perStream bool
+		want      time.Duration // stall of three NACKs handled back to back
+	}{
+		{"per type sleeps for every NACKed type", false, 15 * time.Second},
+		{"per stream sleeps once for NACKs that queued during the sleep", true, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := NewWithT(t)
+				r := &resender{}
+				b := &retry.Blocking{PerStream: tc.perStream, Backoff: 5 * time.Second, Resender: r}
+				start := time.Now()
+				for _, kind := range []string{"Mesh", "MeshTimeout", "MeshRetry"} {
+					b.Nacked(nack(kind, "x")) // the stream's goroutine: one callback after another
+				}
+				g.Expect(time.Since(start)).To(Equal(tc.want))
+				g.Expect(r.Rounds()).To(HaveLen(3), "each NACK is resent after its sleep")
+				// A NACK long after the last sleep sleeps again, in both modes.
+				time.Sleep(time.Second)
+				before := time.Now()
+				b.Nacked(nack("Mesh", "x"))
+				g.Expect(time.Since(before)).To(Equal(5 * time.Second))
+			})
+		})
+	}
+}
