@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,10 @@ func run(t *testing.T, ports int, args ...string) result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append([]string{"--no-build", "--outage", "2s", "--timeout", "60", "--port-base", strconv.Itoa(ports)}, args...)
+	if !slices.Contains(args, "--outage") {
+		args = append([]string{"--outage", "2s"}, args...)
+	}
+	args = append([]string{"--no-build", "--timeout", "60", "--port-base", strconv.Itoa(ports)}, args...)
 	cmd := exec.Command(filepath.Join(root, "examples/repro/two-cp.sh"), args...)
 	cmd.Env = append(os.Environ(), "KDS_BIN="+bin)
 	out, err := cmd.CombinedOutput()
@@ -97,4 +101,13 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 	g.Expect(owner.policyNACKs).To(BeZero(), "with owner-check the policies are held, never NACKed\n%s", owner.output)
 	g.Expect(owner.nacks).To(BeNumerically(">=", 1), "Mesh itself is still refused during the outage")
 	g.Expect(async.policyNACKs).To(BeNumerically(">=", 1), "without it, the policies are refused")
+
+	// Scenario B: three policy kinds keep failing; a valid MeshTimeout must not wait behind them.
+	failing := []string{"--outage", "MeshRetry=60s", "--outage", "MeshCircuitBreaker=60s", "--outage", "MeshHealthCheck=60s",
+		"--apply", "examples/resources/meshhealthcheck.yaml"}
+	healthy := run(t, 27080, failing...)
+	stalled := run(t, 27180, append(failing, "--emulate", "blocking-per-type")...)
+	t.Logf("valid update with 3 kinds failing: async %.2fs, blocking-per-type %.2fs", healthy.seconds, stalled.seconds)
+	g.Expect(healthy.policyNACKs).To(BeNumerically(">=", 3), "the failing kinds were refused meanwhile")
+	g.Expect(stalled.seconds).To(BeNumerically(">", healthy.seconds+1), "the old code made the valid update wait for a sleep")
 }

@@ -6,9 +6,13 @@
 # times how long the zone takes to hold 3 MeshTimeouts (2 defaults and the new one).
 #
 #   examples/repro/two-cp.sh [--emulate blocking-per-type|blocking-per-stream] [--plugin PATH]...
-#                            [--owner-holds] [--outage 3s] [--nack-backoff 5s] [--timeout 120]
+#                            [--owner-holds] [--outage 3s|KIND=DURATION]... [--nack-backoff 5s] [--timeout 120]
 #                            [--port-base 25680] [--no-build] [--label NAME] [--global-flag ARG]...
 #
+# --outage DURATION is an outage of Mesh (the default, 3s); --outage KIND=DURATION, repeatable,
+# takes down the admission of other kinds instead, e.g. three policy kinds, which leaves the
+# MeshTimeout healthy: then the time measures how long a valid update waits behind the failures.
+# --apply FILE applies more resources on the global before the zone starts (repeatable).
 # --global-flag passes one more flag to the global (e.g. --global-flag --plugin-config=builtin=FILE).
 # KDS_BIN names the folder of the binaries (default ./bin).
 # It prints a timeline and a last line `RESULT label=... converged=yes seconds=... nacks=...
@@ -18,23 +22,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-emulate="" outage="3s" nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
-plugins=() more=()
+emulate="" outages=() nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
+plugins=() more=() applies=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --emulate) emulate="$2"; shift 2 ;;
     --plugin) plugins+=("$2"); shift 2 ;;
     --owner-holds) holds=true; shift ;;
-    --outage) outage="$2"; shift 2 ;;
+    --outage) outages+=("$2"); shift 2 ;;
     --nack-backoff) nack_backoff="$2"; shift 2 ;;
     --timeout) timeout="$2"; shift 2 ;;
     --port-base) port_base="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
     --label) label="$2"; shift 2 ;;
     --global-flag) more+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --apply) applies+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "two-cp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
+done
+[ ${#outages[@]} -gt 0 ] || outages=(3s)
+outage_args=() outage=""
+for o in "${outages[@]}"; do
+  case "$o" in *=*) ;; *) o="Mesh=$o" ;; esac
+  outage_args+=(--admission-outage "$o")
+  outage="${outage:+$outage,}$o"
 done
 if [ -z "$label" ]; then
   label=${emulate:-async}
@@ -95,16 +107,18 @@ global_args=(--mode global --data-dir "$work/global" --kds-addr "127.0.0.1:$g_kd
 for p in "${plugins[@]}"; do global_args+=(--plugin "$p"); done
 global_args+=("${more[@]}")
 
-echo "== $label: global and zone on loopback, zone admission for Mesh down for $outage"
+echo "== $label: global and zone on loopback, zone admission down: $outage"
 "$BIN/kds-host" "${global_args[@]}" >"$work/global.log" 2>&1 &
 pids+=($!)
 wait_ready "http://127.0.0.1:$g_diag/readyz" global
-"$BIN/kds-host" apply -f examples/resources/mesh.yaml --cp "http://127.0.0.1:$g_api" >/dev/null
+for f in examples/resources/mesh.yaml "${applies[@]}"; do
+  "$BIN/kds-host" apply -f "$f" --cp "http://127.0.0.1:$g_api" >/dev/null
+done
 
 start=$(now)
 "$BIN/kds-host" --mode zone --zone-name zone-1 --data-dir "$work/zone" --global-address "grpcs://127.0.0.1:$g_kds" \
   --kds-tls-ca "$work/global/tls/kds.crt" --api-addr "127.0.0.1:$z_api" --diag-addr "127.0.0.1:$z_diag" \
-  --admission-outage "Mesh=$outage" >"$work/zone.log" 2>&1 &
+  "${outage_args[@]}" >"$work/zone.log" 2>&1 &
 pids+=($!)
 wait_ready "http://127.0.0.1:$z_diag/readyz" zone
 echo "t=$(since "$start")s  zone up"
