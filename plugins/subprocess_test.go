@@ -4,6 +4,7 @@ package plugins_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"sort"
@@ -148,4 +149,36 @@ func BenchmarkScheduleSubprocess(b *testing.B) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkPredict10kSubprocess measures one batched Predict call with 10,000 candidates (and a
+// 10,000-key inventory) to the owner-check binary over go-plugin's gRPC connection.
+func BenchmarkPredict10kSubprocess(b *testing.B) {
+	_, impl := start(b, testbin.Build(b, "./plugins/owner-check"), shared.OwnerCheckName)
+	oc := impl.(shared.OwnerCheck)
+	req := &pluginv1.PredictRequest{Zone: "zone-1"}
+	for i := range 10000 {
+		mesh := fmt.Sprintf("mesh-%d", i%100)
+		req.Candidates = append(req.Candidates, &kdsv1.Resource{Kind: "MeshTimeout", Mesh: mesh, Name: fmt.Sprintf("t-%d", i)})
+		req.Inventory = append(req.Inventory, &kdsv1.ResourceKey{Kind: "MeshRetry", Mesh: mesh, Name: fmt.Sprintf("r-%d", i)})
+	}
+	for i := range 50 {
+		req.Inventory = append(req.Inventory, &kdsv1.ResourceKey{Kind: "Mesh", Name: fmt.Sprintf("mesh-%d", i)})
+	}
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		resp, err := oc.Predict(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(resp.GetPredictions()) != 10000 {
+			b.Fatalf("%d predictions", len(resp.GetPredictions()))
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
