@@ -28,8 +28,14 @@ type Blocking struct {
 	Backoff   time.Duration
 	Resender  Resender
 
-	mu    sync.Mutex
-	slept map[int64]time.Time // per stream: when its last sleep ended
+	mu     sync.Mutex
+	bursts map[int64]*burstState // per stream
+}
+
+// burstState is a stream's last sleep: when it ended, and the kinds handled since without one.
+type burstState struct {
+	ended time.Time
+	kinds map[string]bool
 }
 
 // StreamOpened implements kds.Observer.
@@ -45,26 +51,31 @@ func (b *Blocking) Acked(kds.ACK) {}
 func (b *Blocking) StreamClosed(id int64, _ string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.slept, id)
+	delete(b.bursts, id)
 }
 
 // Nacked implements kds.Observer, blocking the stream as the old code did.
 func (b *Blocking) Nacked(n kds.NACK) {
 	sleep := true
 	if b.PerStream {
+		// One sleep covers the NACKs of the other kinds that queued up while it lasted: they
+		// come right after it, once each. A kind NACKed again starts a new sleep.
 		b.mu.Lock()
-		if b.slept == nil {
-			b.slept = map[int64]time.Time{}
+		if b.bursts == nil {
+			b.bursts = map[int64]*burstState{}
 		}
-		// One sleep covers every NACK that queued up while it lasted.
-		sleep = time.Since(b.slept[n.StreamID]) > burst
+		bs := b.bursts[n.StreamID]
+		if bs != nil && time.Since(bs.ended) <= burst && !bs.kinds[n.Kind] {
+			bs.kinds[n.Kind] = true
+			sleep = false
+		}
 		b.mu.Unlock()
 	}
 	if sleep {
 		time.Sleep(b.Backoff)
 		if b.PerStream {
 			b.mu.Lock()
-			b.slept[n.StreamID] = time.Now()
+			b.bursts[n.StreamID] = &burstState{ended: time.Now(), kinds: map[string]bool{n.Kind: true}}
 			b.mu.Unlock()
 		}
 	}

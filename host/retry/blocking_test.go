@@ -30,6 +30,10 @@ func TestBlockingEmulations(t *testing.T) {
 				}
 				g.Expect(time.Since(start)).To(Equal(tc.want))
 				g.Expect(r.Rounds()).To(HaveLen(3), "each NACK is resent after its sleep")
+				// The same kind NACKed again sleeps again, in both modes.
+				again := time.Now()
+				b.Nacked(nack("MeshTimeout", "x"))
+				g.Expect(time.Since(again)).To(Equal(5 * time.Second))
 				// A NACK long after the last sleep sleeps again, in both modes.
 				time.Sleep(time.Second)
 				before := time.Now()
