@@ -123,6 +123,11 @@ func (s *memStore) Revision(context.Context) (int64, error) {
 	return s.rev, nil
 }
 
+// ChangesSince keeps no history: callers list everything.
+func (s *memStore) ChangesSince(context.Context, int64) ([]resource.Resource, []resource.Key, int64, error) {
+	return nil, nil, 0, store.ErrResync
+}
+
 func (s *memStore) Changes() <-chan struct{} { return s.changes }
 
 func (s *memStore) Close() error { return nil }

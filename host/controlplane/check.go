@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,9 @@ import (
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
+
+// ErrNotReady: the global has not read its store yet, so it cannot judge against it.
+var ErrNotReady = errors.New("the global has not loaded its resources yet; try again in a moment")
 
 // CheckRequest asks what the owner check would decide for resources on a zone.
 type CheckRequest struct {
@@ -33,6 +37,9 @@ type CheckResult struct {
 // exists on the global counts), against the zone's inventory.
 func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, error) {
 	res := CheckResult{Zone: req.Zone}
+	if !g.isReady() {
+		return res, ErrNotReady
+	}
 	if len(req.Resources) == 0 {
 		return res, fmt.Errorf("resources: none given")
 	}
@@ -106,6 +113,10 @@ func (g *Global) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := g.Check(r.Context(), req)
+	if errors.Is(err, ErrNotReady) {
+		writeProblem(w, http.StatusServiceUnavailable, "not ready", err)
+		return
+	}
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "cannot check", err)
 		return

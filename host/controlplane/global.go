@@ -241,10 +241,21 @@ func (g *Global) isReady() bool {
 }
 
 // sync keeps the KDS snapshot equal to the store: at start, after each write through this
-// process, and when another replica's write moves the store's revision.
+// process, and when another replica's write moves the store's revision. It lists the whole store
+// once, then applies only what changed since the revision it last saw (store.ChangesSince), so a
+// write costs what it changed, not the size of the store; when the store cannot tell what changed
+// (store.ErrResync: too far behind), it lists everything again.
 func (g *Global) sync(ctx context.Context) error {
 	var lastRev int64 = -1
+	publish := func(snap *kds.Snapshot) {
+		g.Cache.SetSnapshot(snap)
+		if g.Holds != nil {
+			g.Holds.Changed()
+		}
+	}
 	rebuild := func() error {
+		// The revision first: a write between the two is in the List and is listed again as a
+		// change since rev, which changes nothing.
 		rev, err := g.cfg.Store.Revision(ctx)
 		if err != nil {
 			return err
@@ -260,9 +271,26 @@ func (g *Global) sync(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		g.Cache.SetSnapshot(snap)
-		if g.Holds != nil {
-			g.Holds.Changed()
+		publish(snap)
+		lastRev = rev
+		return nil
+	}
+	update := func() error {
+		changed, deleted, rev, err := g.cfg.Store.ChangesSince(ctx, lastRev)
+		if errors.Is(err, store.ErrResync) {
+			g.log.Debug("rebuild the KDS snapshot from a full list", "reason", err)
+			return rebuild()
+		}
+		if err != nil || rev == lastRev {
+			return err
+		}
+		prev := g.Cache.Snapshot()
+		snap, err := g.builder.Update(changed, deleted)
+		if err != nil {
+			return err
+		}
+		if snap != prev {
+			publish(snap)
 		}
 		lastRev = rev
 		return nil
@@ -280,8 +308,8 @@ func (g *Global) sync(ctx context.Context) error {
 		case <-g.cfg.Store.Changes():
 		case <-tick.C:
 		}
-		if err := rebuild(); err != nil && ctx.Err() == nil {
-			g.log.Error("rebuild KDS snapshot", "error", err)
+		if err := update(); err != nil && ctx.Err() == nil {
+			g.log.Error("update the KDS snapshot", "error", err)
 		}
 	}
 }

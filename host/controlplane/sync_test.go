@@ -205,3 +205,57 @@ func TestAGlobalRestartResendsOnlyWhatChanged(t *testing.T) {
 	g.Expect(mt.Sent).To(Equal(int64(3)))
 	g.Expect(kindInsight(gl2.Global, "zone-1", "Mesh").Sent).To(BeZero())
 }
+
+func TestAWriteThroughOneReplicaReachesAZoneOfAnother(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	ctx := context.Background()
+	dsn := pg.Database(t)
+	open := func() store.Store {
+		st, err := store.Open(ctx, dsn, "")
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	st1, st2 := open(), open()
+	put(t, st1, reg, mesh("default"))
+	put(t, st1, reg, timeout("default", "old", "1s"))
+	gl1 := startGlobal(t, st1, reg)
+	gl2 := startGlobal(t, st2, reg)
+	zst := openSQLite(t)
+	z := startZone(t, "zone-1", gl2.KDSAddr(), zst, reg)
+	g.Eventually(count(zst, "", ""), 10*time.Second).Should(Equal(2))
+
+	// Writes through the first replica's API: the second replica notices them by polling the
+	// revision (nothing signals its Store), and sends its zone what changed.
+	global1 := apiClient(gl1.APIAddr())
+	meshKind, _ := reg.Get("Mesh")
+	mtKind, _ := reg.Get("MeshTimeout")
+	_, _, err := global1.Put(ctx, meshKind, "", "other", []byte("type: Mesh\nname: other\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(count(zst, "", "other"), 10*time.Second).Should(Equal(4), "Mesh other's default policies")
+	_, _, err = global1.Put(ctx, mtKind, "default", "old", []byte(`
+type: MeshTimeout
+mesh: default
+name: old
+spec:
+  targetRef: {kind: Mesh}
+  default: {connectionTimeout: 7s}
+`))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() string {
+		r, err := zst.Get(ctx, resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "old"})
+		if err != nil {
+			return ""
+		}
+		return string(r.Spec)
+	}, 10*time.Second).Should(ContainSubstring("7s"))
+
+	// A Mesh deleted through the first replica takes its policies on the zone too (the
+	// cascaded deletes are changes like any other).
+	g.Expect(global1.Delete(ctx, meshKind, "", "other")).To(Succeed())
+	g.Eventually(count(zst, "", ""), 10*time.Second).Should(Equal(2))
+	g.Expect(count(zst, "", "other")()).To(BeZero())
+	g.Expect(z.Client.Stats().NACKs).To(BeZero())
+	g.Expect(gl2.Cache.Snapshot().Len()).To(Equal(2))
+}

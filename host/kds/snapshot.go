@@ -5,7 +5,9 @@ package kds
 
 import (
 	"fmt"
+	"maps"
 	"sort"
+	"weak"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -26,6 +28,21 @@ type Entry struct {
 type Snapshot struct {
 	kinds map[string]map[string]*Entry
 	size  int
+
+	// A snapshot made by SnapshotBuilder.Update knows the one it was derived from (weakly: it
+	// does not keep it alive) and the xDS names, by kind, whose entries differ from it (added,
+	// changed or removed), so a Cache serving base looks at those names only.
+	base    weak.Pointer[Snapshot]
+	changed map[string][]string
+}
+
+// changesFrom returns, when s was derived from prev by Update, the names by kind in which the
+// two differ; ok is false when s is not known to be derived from prev.
+func (s *Snapshot) changesFrom(prev *Snapshot) (changed map[string][]string, ok bool) {
+	if s == nil || prev == nil || s.changed == nil || s.base != weak.Make(prev) {
+		return nil, false
+	}
+	return s.changed, true
 }
 
 // Len is the number of resources in the snapshot.
@@ -51,9 +68,11 @@ func (s *Snapshot) Get(k resource.Key) (*Entry, bool) {
 }
 
 // SnapshotBuilder turns store contents into Snapshots, reusing the encoded entry of a resource
-// whose content did not change since the previous build.
+// whose content did not change since the previous build. Build starts from a full list; Update
+// applies changes to the last snapshot built. It is not safe for concurrent use.
 type SnapshotBuilder struct {
-	prev map[resource.Key]builtEntry
+	prev map[resource.Key]builtEntry // what the last snapshot holds
+	last *Snapshot
 }
 
 type builtEntry struct {
@@ -62,7 +81,7 @@ type builtEntry struct {
 	entry *Entry
 }
 
-// Build returns a snapshot of rs. It is not safe for concurrent use.
+// Build returns a snapshot of rs.
 func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 	next := make(map[resource.Key]builtEntry, len(rs))
 	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
@@ -87,6 +106,85 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 		s.size++
 	}
 	b.prev = next
+	b.last = s
+	return s, nil
+}
+
+// Update returns the last snapshot built with changed put in (created or replacing the entry
+// of the same key) and deleted taken out. Only the kinds it touches get new maps; the others
+// are shared with the last snapshot, so its cost follows the size of the change, not of the
+// snapshot (plus one copy of each touched kind's map). A change that changes nothing (same
+// generation and spec, or a delete of an absent key) returns the last snapshot itself. When a
+// resource cannot be encoded, nothing is applied.
+func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key) (*Snapshot, error) {
+	prev := b.last
+	if prev == nil {
+		prev = &Snapshot{kinds: map[string]map[string]*Entry{}}
+	}
+	type put struct {
+		key resource.Key
+		be  builtEntry
+	}
+	var puts []put
+	for i := range changed {
+		r := &changed[i]
+		key := r.Key()
+		if be, ok := b.prev[key]; ok && be.gen == r.Generation && be.spec == string(r.Spec) {
+			continue
+		}
+		e, err := NewEntry(r)
+		if err != nil {
+			return nil, err
+		}
+		puts = append(puts, put{key: key, be: builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}})
+	}
+	var dels []resource.Key
+	for _, k := range deleted {
+		if _, ok := b.prev[k]; ok {
+			dels = append(dels, k)
+		}
+	}
+	if len(puts) == 0 && len(dels) == 0 {
+		b.last = prev
+		return prev, nil
+	}
+
+	s := &Snapshot{kinds: maps.Clone(prev.kinds), size: prev.size, base: weak.Make(prev), changed: map[string][]string{}}
+	own := func(kind string) map[string]*Entry { // copy on first write
+		if _, ok := s.changed[kind]; !ok {
+			m := maps.Clone(prev.kinds[kind])
+			if m == nil {
+				m = map[string]*Entry{}
+			}
+			s.kinds[kind] = m
+		}
+		return s.kinds[kind]
+	}
+	if b.prev == nil {
+		b.prev = map[resource.Key]builtEntry{}
+	}
+	for _, p := range puts {
+		byName, name := own(p.key.Kind), p.key.XDSName()
+		if _, ok := byName[name]; !ok {
+			s.size++
+		}
+		byName[name] = p.be.entry
+		s.changed[p.key.Kind] = append(s.changed[p.key.Kind], name)
+		b.prev[p.key] = p.be
+	}
+	for _, k := range dels {
+		name := k.XDSName()
+		delete(own(k.Kind), name)
+		s.size--
+		s.changed[k.Kind] = append(s.changed[k.Kind], name)
+		delete(b.prev, k)
+	}
+	for kind := range s.changed {
+		if len(s.kinds[kind]) == 0 {
+			delete(s.kinds, kind) // as Build: a snapshot has no empty kind
+		}
+	}
+	b.last = s
 	return s, nil
 }
 

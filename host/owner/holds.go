@@ -29,9 +29,10 @@ type Inventory interface {
 	Connected() []string
 }
 
-// Refresher re-evaluates a zone's watches after its view changed (kds.Cache.Refresh).
+// Refresher re-evaluates a zone's watches after its view changed, for the named entries (kind ->
+// xDS names) that became visible (kds.Cache.Refresh).
 type Refresher interface {
-	Refresh(zone string)
+	Refresh(zone string, names map[string][]string)
 }
 
 // Hooks report decisions, for metrics. Any may be nil.
@@ -64,6 +65,14 @@ type verdict struct {
 	version string
 	accept  bool
 	held    Held
+}
+
+// visible is the version of the resource the zone may see, or "" for none.
+func (v verdict) visible() string {
+	if !v.accept {
+		return ""
+	}
+	return v.version
 }
 
 // Holds is the kds.Filter that keeps a zone's view to what its owners allow, and the
@@ -192,10 +201,21 @@ func (h *Holds) run(ctx context.Context) {
 }
 
 // check asks the policy once about every resource the zone does not hold at its current
-// version, records the verdicts, and refreshes the zone's view.
+// version, records the verdicts, and refreshes the zone's view where an entry became visible.
+// An entry hidden now that was visible before needs no refresh: a hidden entry never makes a
+// response (the zone keeps what it has).
 func (h *Holds) check(ctx context.Context, zone string) {
 	snap := h.cfg.Source.Snapshot()
 	held := h.cfg.Inventory.Versions(zone)
+	h.mu.RLock()
+	prev := h.verdicts[zone] // check is the only writer
+	h.mu.RUnlock()
+	shown := map[string][]string{} // kind -> xDS names visible now at a version not visible before
+	show := func(e *kds.Entry) {
+		if prev[e.Key].visible() != e.Version {
+			shown[e.Key.Kind] = append(shown[e.Key.Kind], e.Key.XDSName())
+		}
+	}
 	var entries []*kds.Entry
 	var candidates []*kdsv1.Resource
 	var inventory []*kdsv1.ResourceKey
@@ -205,11 +225,12 @@ func (h *Holds) check(ctx context.Context, zone string) {
 			inventory = append(inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
 		}
 	}
-	next := map[resource.Key]verdict{}
+	next := make(map[resource.Key]verdict, snap.Len())
 	for _, kind := range snap.Kinds() {
 		for name, e := range snap.Kind(kind) {
 			if held[kind][name] == e.Version {
 				next[e.Key] = verdict{version: e.Version, accept: true} // already there
+				show(e)
 				continue
 			}
 			entries = append(entries, e)
@@ -245,12 +266,17 @@ func (h *Holds) check(ctx context.Context, zone string) {
 				}
 			}
 			next[e.Key] = v
+			if v.accept {
+				show(e)
+			}
 		}
 	}
 	h.mu.Lock()
 	h.verdicts[zone] = next
 	h.mu.Unlock()
-	h.cfg.Refresher.Refresh(zone)
+	if len(shown) > 0 {
+		h.cfg.Refresher.Refresh(zone, shown)
+	}
 }
 
 func keyString(k *kdsv1.ResourceKey) string {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -12,11 +13,21 @@ import (
 var ErrSchemaTooNew = errors.New("database schema is newer than this kds-host")
 
 // migration is one numbered step of the schema. Its statements are written once, in the SQL
-// that SQLite and PostgreSQL share, and run in the migration transaction.
+// that SQLite and PostgreSQL share, and run in the migration transaction; what the two do not
+// share (triggers) follows in sqlite or postgres, run on that dialect only.
 type migration struct {
-	version int64
-	name    string
-	stmts   []string
+	version          int64
+	name             string
+	stmts            []string
+	sqlite, postgres []string
+}
+
+// statements returns what the step runs on dialect d, in order.
+func (m migration) statements(d dialect) []string {
+	if d == dialectPostgres {
+		return append(slices.Clip(m.stmts), m.postgres...)
+	}
+	return append(slices.Clip(m.stmts), m.sqlite...)
 }
 
 // migrations returns the schema's steps in version order. Append a step; never edit one that
@@ -52,6 +63,56 @@ func migrations() []migration {
 			)`,
 			`INSERT INTO revision (id, value) VALUES (1, 0)`,
 		}},
+		// Revisions per row and tombstones, for ChangesSince. A kds-host older than this step
+		// that still writes to the database (a replica sharing PostgreSQL) would write rows at
+		// revision 0 and bump the revision after its deletes' tombstones: upgrade the replicas
+		// sharing a database together.
+		{version: 2, name: "resource revisions, tombstones", stmts: []string{
+			// The revision table first: a writer locks its row before anything else, so taking
+			// it first here keeps the lock order of every transaction.
+			//
+			// horizon is the oldest revision ChangesSince can answer from: tombstones at or
+			// below it are pruned, and deletes before this step left none.
+			`ALTER TABLE revision ADD COLUMN horizon BIGINT NOT NULL DEFAULT 0`,
+			`UPDATE revision SET horizon = value WHERE id = 1`,
+			// The revision of the write that last changed the row; rows from before this step
+			// are at 0, older than the horizon, so nobody asks about them.
+			`ALTER TABLE resources ADD COLUMN revision BIGINT NOT NULL DEFAULT 0`,
+			`CREATE INDEX resources_revision ON resources (revision)`,
+			// The last delete of each key, cascades included (the trigger below).
+			`CREATE TABLE tombstones (
+				kind     TEXT NOT NULL,
+				mesh     TEXT NOT NULL,
+				name     TEXT NOT NULL,
+				revision BIGINT NOT NULL,
+				PRIMARY KEY (kind, mesh, name)
+			)`,
+			`CREATE INDEX tombstones_revision ON tombstones (revision)`,
+		},
+			// Every deleted row leaves a tombstone at the revision of its transaction (a writer
+			// bumps the revision first, so the revision row holds it already), including the
+			// rows a Mesh's delete removes by ON DELETE CASCADE: both databases fire row triggers
+			// for cascaded deletes.
+			sqlite: []string{
+				`CREATE TRIGGER resources_tombstone AFTER DELETE ON resources FOR EACH ROW BEGIN
+					INSERT INTO tombstones (kind, mesh, name, revision)
+						VALUES (OLD.kind, OLD.mesh, OLD.name, (SELECT value FROM revision WHERE id = 1))
+						ON CONFLICT (kind, mesh, name) DO UPDATE SET revision = excluded.revision;
+				END`,
+			},
+			postgres: []string{
+				`CREATE FUNCTION kds_resources_tombstone() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					INSERT INTO tombstones (kind, mesh, name, revision)
+						VALUES (OLD.kind, OLD.mesh, OLD.name, (SELECT value FROM revision WHERE id = 1))
+						ON CONFLICT (kind, mesh, name) DO UPDATE SET revision = excluded.revision;
+					RETURN NULL;
+				END
+				$$`,
+				`CREATE TRIGGER resources_tombstone AFTER DELETE ON resources
+					FOR EACH ROW EXECUTE FUNCTION kds_resources_tombstone()`,
+			},
+		},
 	}
 }
 
@@ -100,7 +161,7 @@ func migrate(ctx context.Context, db *sql.DB, d dialect, ms []migration) (applie
 		if m.version <= current.Int64 {
 			continue
 		}
-		for _, stmt := range m.stmts {
+		for _, stmt := range m.statements(d) {
 			if _, err := tx.ExecContext(ctx, d.rebind(stmt)); err != nil {
 				return nil, fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, err)
 			}

@@ -21,14 +21,24 @@ type sqlStore struct {
 	d       dialect
 	w, r    *sql.DB
 	changes chan struct{}
+	// Tombstones are kept for the last keep revisions, pruned every pruneEvery revisions.
+	keep, pruneEvery int64
 }
 
 func newSQLStore(d dialect, w, r *sql.DB) *sqlStore {
-	return &sqlStore{d: d, w: w, r: r, changes: make(chan struct{}, 1)}
+	return &sqlStore{d: d, w: w, r: r, changes: make(chan struct{}, 1), keep: tombstoneRevisions, pruneEvery: pruneEvery}
 }
 
+// tombstoneRevisions is how many revisions back ChangesSince can answer from: the tombstones of
+// older deletes are pruned (every pruneEvery revisions), and a reader further behind than that
+// gets ErrResync and lists everything.
+const (
+	tombstoneRevisions = 10000
+	pruneEvery         = 100
+)
+
 // putAttempts bounds Put's retries when a concurrent writer creates the row between Put's read
-// and its insert (only possible with PostgreSQL; SQLite has one writer).
+// and its insert. Writers queue on the revision row (see write), so this is a guard only.
 const putAttempts = 10
 
 // savepoint is the name of the savepoint each Apply item runs in.
@@ -207,9 +217,7 @@ func (s *sqlStore) List(ctx context.Context, kind, mesh string) ([]resource.Reso
 	}
 	// Sorted here rather than by ORDER BY: PostgreSQL orders text by the database's collation,
 	// SQLite by bytes; callers get byte order from both.
-	slices.SortFunc(out, func(a, b resource.Resource) int {
-		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Mesh, b.Mesh), strings.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(out, func(a, b resource.Resource) int { return compareKeys(a.Key(), b.Key()) })
 	return out, nil
 }
 
@@ -244,7 +252,7 @@ func (s *sqlStore) Put(ctx context.Context, r resource.Resource) (resource.Resou
 // putOnce is one attempt of Put in one transaction.
 func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored resource.Resource, changed bool, err error) {
 	k := w.key
-	changed, err = s.write(ctx, func(tx *sql.Tx) (bool, error) {
+	changed, err = s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
 		q := `SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`
 		if s.d == dialectPostgres {
 			// Lock the row until commit so concurrent Puts of one key queue instead of
@@ -273,14 +281,14 @@ func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored re
 		var res sql.Result
 		gen := int64(1)
 		if !found {
-			res, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
-				k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen)
+			res, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
+				k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen, rev)
 		} else {
 			gen = oldGen + 1
-			res, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?
+			res, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?
 				WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
-				w.labels, w.owners, w.spec, gen, k.Kind, k.Mesh, k.Name, oldGen)
+				w.labels, w.owners, w.spec, gen, rev, k.Kind, k.Mesh, k.Name, oldGen)
 		}
 		if err != nil {
 			return false, err
@@ -302,7 +310,7 @@ func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored re
 }
 
 func (s *sqlStore) Delete(ctx context.Context, key resource.Key) error {
-	_, err := s.write(ctx, func(tx *sql.Tx) (bool, error) {
+	_, err := s.write(ctx, func(tx *sql.Tx, _ int64) (bool, error) {
 		n, err := s.deleteTx(ctx, tx, key)
 		if err == nil && n == 0 {
 			err = ErrNotFound
@@ -316,7 +324,8 @@ func (s *sqlStore) Delete(ctx context.Context, key resource.Key) error {
 }
 
 // deleteTx deletes one resource and returns how many rows it removed (0 or 1). Deleting a Mesh
-// also deletes its meshes row, and ON DELETE CASCADE removes the resources in it.
+// also deletes its meshes row, and ON DELETE CASCADE removes the resources in it. The
+// resources_tombstone trigger records every row removed, cascades included.
 func (s *sqlStore) deleteTx(ctx context.Context, tx execer, key resource.Key) (int64, error) {
 	res, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM resources WHERE kind = ? AND mesh = ? AND name = ?`), key.Kind, key.Mesh, key.Name)
 	if err != nil {
@@ -363,7 +372,7 @@ func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes 
 		}
 	}
 	var failed map[resource.Key]error
-	_, err := s.write(ctx, func(tx *sql.Tx) (bool, error) {
+	_, err := s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
 		ex := &stmtCache{tx: tx}
 		defer ex.close()
 		changed := false
@@ -376,7 +385,7 @@ func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes 
 			var err error
 			if it.put != nil {
 				key = it.put.Key()
-				if n, err = s.upsertTx(ctx, ex, it.put); err != nil {
+				if n, err = s.upsertTx(ctx, ex, it.put, rev); err != nil {
 					err = s.putError(key, err)
 				}
 			} else {
@@ -411,9 +420,9 @@ func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes 
 	return failed, nil
 }
 
-// upsertTx writes r verbatim and returns 1 when the row was created or changed, 0 when it
-// was already stored exactly so.
-func (s *sqlStore) upsertTx(ctx context.Context, tx execer, r *resource.Resource) (int64, error) {
+// upsertTx writes r verbatim, at revision rev, and returns 1 when the row was created or
+// changed, 0 when it was already stored exactly so (and keeps its revision).
+func (s *sqlStore) upsertTx(ctx context.Context, tx execer, r *resource.Resource, rev int64) (int64, error) {
 	w, err := encodeRow(r)
 	if err != nil {
 		return 0, err
@@ -423,13 +432,14 @@ func (s *sqlStore) upsertTx(ctx context.Context, tx execer, r *resource.Resource
 			return 0, err
 		}
 	}
-	res, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	res, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (kind, mesh, name) DO UPDATE SET
-			labels = excluded.labels, owners = excluded.owners, spec = excluded.spec, generation = excluded.generation
+			labels = excluded.labels, owners = excluded.owners, spec = excluded.spec, generation = excluded.generation,
+			revision = excluded.revision
 		WHERE resources.labels <> excluded.labels OR resources.owners <> excluded.owners
 			OR resources.spec <> excluded.spec OR resources.generation <> excluded.generation`),
-		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation)
+		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation, rev)
 	if err != nil {
 		return 0, err
 	}
@@ -444,6 +454,89 @@ func (s *sqlStore) Revision(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+func (s *sqlStore) ChangesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error) {
+	changed, deleted, now, err = s.changesSince(ctx, since)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("changes since revision %d: %w", since, err)
+	}
+	return changed, deleted, now, nil
+}
+
+// changesSince reads the revision, the changed rows and the tombstones in one read-only
+// transaction, so they are one consistent view: with PostgreSQL a REPEATABLE READ snapshot, with
+// SQLite a WAL read transaction.
+func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error) {
+	opts := &sql.TxOptions{ReadOnly: true}
+	if s.d == dialectPostgres {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	tx, err := s.r.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() { _ = tx.Rollback() }() // read-only: nothing to commit
+
+	var horizon int64
+	if err := tx.QueryRowContext(ctx, `SELECT value, horizon FROM revision WHERE id = 1`).Scan(&now, &horizon); err != nil {
+		return nil, nil, 0, err
+	}
+	switch {
+	case since < horizon:
+		return nil, nil, 0, fmt.Errorf("%w (the store keeps changes after revision %d)", ErrResync, horizon)
+	case since > now:
+		return nil, nil, 0, fmt.Errorf("%w (the store is at revision %d)", ErrResync, now)
+	case since == now:
+		return nil, nil, now, nil
+	}
+
+	rows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT `+selectColumns+` FROM resources WHERE revision > ?`), since)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		w, gen, err := scanRow(rows)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		r, err := w.decode(gen)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		changed = append(changed, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, 0, err
+	}
+	slices.SortFunc(changed, func(a, b resource.Resource) int { return compareKeys(a.Key(), b.Key()) })
+
+	// A key deleted and created again is in changed, not here.
+	trows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT t.kind, t.mesh, t.name FROM tombstones t
+		WHERE t.revision > ? AND NOT EXISTS (
+			SELECT 1 FROM resources r WHERE r.kind = t.kind AND r.mesh = t.mesh AND r.name = t.name)`), since)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer trows.Close()
+	for trows.Next() {
+		var k resource.Key
+		if err := trows.Scan(&k.Kind, &k.Mesh, &k.Name); err != nil {
+			return nil, nil, 0, err
+		}
+		deleted = append(deleted, k)
+	}
+	if err := trows.Err(); err != nil {
+		return nil, nil, 0, err
+	}
+	slices.SortFunc(deleted, compareKeys)
+	return changed, deleted, now, nil
+}
+
+// compareKeys orders keys by (kind, mesh, name), bytewise.
+func compareKeys(a, b resource.Key) int {
+	return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Mesh, b.Mesh), strings.Compare(a.Name, b.Name))
+}
+
 func (s *sqlStore) Changes() <-chan struct{} { return s.changes }
 
 // Close closes the database connections. Changes is not closed.
@@ -455,28 +548,51 @@ func (s *sqlStore) Close() error {
 	return err
 }
 
-// write runs fn in a write transaction. When fn reports a change, the revision is bumped in the
-// same transaction, which then commits, and Changes is signalled; otherwise the transaction is
-// rolled back. Bumping the revision last keeps the lock order the same in every transaction.
-func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx) (changed bool, err error)) (bool, error) {
+// write runs fn in a write transaction at the next revision, rev. When fn reports a change, the
+// transaction commits and Changes is signalled; otherwise it is rolled back, and the revision
+// with it. The revision is bumped first: every writer locks its row before anything else (one
+// lock order, no deadlock), so in PostgreSQL writers queue on it until the holder commits, and
+// revisions commit in order. A reader that sees revision R therefore sees every write up to R
+// and none after, and fn can stamp its rows (and the tombstone trigger its tombstones) with
+// rev.
+func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx, rev int64) (changed bool, err error)) (bool, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("begin: %w", err)
 	}
-	changed, err := fn(tx)
+	var rev int64
+	if err := tx.QueryRowContext(ctx, `UPDATE revision SET value = value + 1 WHERE id = 1 RETURNING value`).Scan(&rev); err != nil {
+		_ = tx.Rollback()
+		return false, fmt.Errorf("bump revision: %w", err)
+	}
+	changed, err := fn(tx, rev)
 	if err != nil || !changed {
 		_ = tx.Rollback()
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE revision SET value = value + 1 WHERE id = 1`); err != nil {
+	if err := s.prune(ctx, tx, rev); err != nil {
 		_ = tx.Rollback()
-		return false, fmt.Errorf("bump revision: %w", err)
+		return false, fmt.Errorf("prune tombstones: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("commit: %w", err)
 	}
 	s.notify()
 	return true, nil
+}
+
+// prune drops, every pruneEvery revisions, the tombstones more than keep revisions old, and
+// moves the horizon of ChangesSince past them.
+func (s *sqlStore) prune(ctx context.Context, tx *sql.Tx, rev int64) error {
+	horizon := rev - s.keep
+	if rev%s.pruneEvery != 0 || horizon <= 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM tombstones WHERE revision <= ?`), horizon); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE revision SET horizon = ? WHERE id = 1 AND horizon < ?`), horizon, horizon)
+	return err
 }
 
 // notify signals Changes without blocking: a pending signal already covers this write.

@@ -16,6 +16,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: the caller's generation is not the stored one (optimistic concurrency).
 	ErrConflict = errors.New("generation conflict")
+	// ErrResync: ChangesSince cannot tell what changed since that revision (it is older than
+	// the changes the store keeps, or not one of this database's); List everything instead.
+	ErrResync = errors.New("changes since that revision are not kept: list everything")
 )
 
 // MissingOwnerError is the database refusing a mesh-scoped resource whose Mesh is not stored.
@@ -51,6 +54,13 @@ type Store interface {
 	// Revision is a counter that every committed write increases; replicas sharing a database
 	// poll it to notice each other's writes.
 	Revision(ctx context.Context) (int64, error)
+	// ChangesSince returns what the writes after revision since did, as of revision now: the
+	// resources they created or changed (sorted by key, as List sorts) and the keys they
+	// deleted that are still absent, cascades included. It fails with ErrResync when it cannot
+	// tell (since is older than the changes the store keeps, or newer than now); the caller then
+	// Lists everything. A caller that took a revision before a List may get changes the List
+	// already had: applying them again changes nothing.
+	ChangesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error)
 	// Changes is signalled (coalesced, never blocking the writer) after every committed write
 	// made through this Store value.
 	Changes() <-chan struct{}

@@ -63,6 +63,7 @@ type options struct {
 	gap             time.Duration
 	updateTimeout   time.Duration
 	extra           int
+	ownerHolds      bool
 	tmp             string
 	logLevel        string
 }
@@ -114,6 +115,7 @@ func run() int {
 	flag.DurationVar(&o.gap, "gap", 25*time.Millisecond, "pause between updates: random in [0, gap), so updates fall at every phase of the retry loop")
 	flag.DurationVar(&o.updateTimeout, "update-timeout", time.Minute, "give up when an update has not reached the zone after this long")
 	flag.IntVar(&o.extra, "extra", 0, "more MeshTimeouts on the global (and synced to the zone) besides the healthy one, to see how store size affects update latency")
+	flag.BoolVar(&o.ownerHolds, "owner-holds", false, "hold resources back until their owner is on the zone, as kds-host run does by default (each write then has every zone checked)")
 	flag.StringVar(&o.tmp, "tmp", "", "directory for the temp dirs of the stores (default: the system temp dir)")
 	flag.StringVar(&o.logLevel, "log", "off", "log level of the control planes: off, error, warn, info, debug")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of every run (warm-up excluded) to this file")
@@ -245,7 +247,7 @@ func measure(ctx context.Context, o options, mode string, k, n int) (res result,
 		return res, fmt.Errorf("fill the global's store: %w", err)
 	}
 
-	gcfg := controlplane.GlobalConfig{Store: gst, Registry: reg, Logger: benchcp.Logger(o.logLevel, "global")}
+	gcfg := controlplane.GlobalConfig{Store: gst, Registry: reg, Logger: benchcp.Logger(o.logLevel, "global"), OwnerHolds: o.ownerHolds}
 	if mode == modeAsync {
 		forcer := retrypolicy.New()
 		pcfg, err := retrypolicy.Parse([]byte(fmt.Sprintf("policy: fixed\ndelay: %s\n", o.retryDelay)))

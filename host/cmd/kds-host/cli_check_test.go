@@ -32,11 +32,12 @@ func TestCheckGatesOnRejects(t *testing.T) {
 	go func() { done <- gl.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	cp := "http://" + gl.APIAddr()
-	g.Eventually(func() error { return runCLI(t, "", "get", "meshes", "--cp", cp).err }).Should(Succeed())
-
 	ok := writeFile(t, "ok.yaml", "type: MeshTimeout\nmesh: default\nname: a\n")
-	res := runCLI(t, "", "check", "-f", ok, "--cp", cp)
-	g.Expect(res.err).NotTo(HaveOccurred())
+	var res cliResult
+	g.Eventually(func() error { // 503 until the global has loaded its store
+		res = runCLI(t, "", "check", "-f", ok, "--cp", cp)
+		return res.err
+	}).Should(Succeed())
 	g.Expect(res.stdout).To(ContainSubstring("MeshTimeout/default/a"))
 	g.Expect(res.stdout).To(ContainSubstring("WAIT")) // an empty zone: it waits for Mesh default
 

@@ -1,0 +1,315 @@
+package kds_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+func sameMap[V any](a, b map[string]V) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+func meshResource(name string) resource.Resource {
+	return resource.Resource{Kind: "Mesh", Name: name, Spec: json.RawMessage(`{}`), Generation: 1}
+}
+
+// versions returns the snapshot's versions by kind and xDS name.
+func versions(s *kds.Snapshot) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, kind := range s.Kinds() {
+		out[kind] = map[string]string{}
+		for name, e := range s.Kind(kind) {
+			out[kind][name] = e.Version
+		}
+	}
+	return out
+}
+
+func TestUpdateSharesTheKindsItDoesNotTouch(t *testing.T) {
+	g := NewWithT(t)
+	var b kds.SnapshotBuilder
+	a1 := policy("MeshTimeout", "default", "a", `{"v":1}`)
+	s1, err := b.Build([]resource.Resource{meshResource("default"), a1,
+		policy("MeshTimeout", "default", "b", `{"v":1}`), policy("MeshRetry", "default", "r", `{}`)})
+	g.Expect(err).NotTo(HaveOccurred())
+	old := s1.Kind("MeshTimeout")["default/a"]
+
+	a2 := a1
+	a2.Spec, a2.Generation = json.RawMessage(`{"v":2}`), 2
+	s2, err := b.Update([]resource.Resource{a2}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s2).NotTo(BeIdenticalTo(s1))
+	g.Expect(s2.Len()).To(Equal(4))
+	g.Expect(sameMap(s2.Kind("Mesh"), s1.Kind("Mesh"))).To(BeTrue(), "untouched kinds are shared")
+	g.Expect(sameMap(s2.Kind("MeshRetry"), s1.Kind("MeshRetry"))).To(BeTrue())
+	g.Expect(sameMap(s2.Kind("MeshTimeout"), s1.Kind("MeshTimeout"))).To(BeFalse(), "a touched kind is copied")
+	g.Expect(s1.Kind("MeshTimeout")["default/a"]).To(BeIdenticalTo(old), "the previous snapshot is not modified")
+	want, err := kds.NewEntry(&a2)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).To(Equal(want.Version))
+	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).NotTo(Equal(old.Version))
+	g.Expect(s2.Kind("MeshTimeout")["default/b"]).To(BeIdenticalTo(s1.Kind("MeshTimeout")["default/b"]), "unchanged entries are reused")
+
+	// Nothing to do: the same snapshot.
+	s3, err := b.Update([]resource.Resource{a2}, []resource.Key{{Kind: "MeshRetry", Mesh: "default", Name: "absent"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s3).To(BeIdenticalTo(s2))
+
+	// A kind's last resource deleted: the kind is gone; a new one counts.
+	s4, err := b.Update([]resource.Resource{policy("MeshTimeout", "default", "c", `{}`)},
+		[]resource.Key{{Kind: "MeshRetry", Mesh: "default", Name: "r"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s4.Kinds()).To(Equal([]string{"Mesh", "MeshTimeout"}))
+	g.Expect(s4.Len()).To(Equal(4))
+	g.Expect(sameMap(s4.Kind("Mesh"), s1.Kind("Mesh"))).To(BeTrue())
+
+	// A resource that cannot be encoded fails the update, and nothing of it is applied.
+	_, err = b.Update([]resource.Resource{policy("MeshTimeout", "default", "d", `{}`), policy("MeshTimeout", "default", "bad", `[1]`)}, nil)
+	g.Expect(err).To(HaveOccurred())
+	s5, err := b.Update(nil, []resource.Key{{Kind: "MeshTimeout", Mesh: "default", Name: "c"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s5.Len()).To(Equal(3))
+	g.Expect(s5.Kind("MeshTimeout")).NotTo(HaveKey("default/d"))
+
+	// The result is what a full build of the same resources gives.
+	var full kds.SnapshotBuilder
+	sf, err := full.Build([]resource.Resource{meshResource("default"), a2, policy("MeshTimeout", "default", "b", `{"v":1}`)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(versions(s5)).To(Equal(versions(sf)))
+}
+
+// update applies a change to the harness's snapshot through SnapshotBuilder.Update.
+func (h *harness) update(changed []resource.Resource, deleted ...resource.Key) {
+	h.t.Helper()
+	s, err := h.b.Update(changed, deleted)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.cache.SetSnapshot(s)
+}
+
+func TestAnUpdateSendsWhatChangedAndNothingElse(t *testing.T) {
+	g := NewWithT(t)
+	kinds := []string{"Mesh", "MeshTimeout", "MeshRetry"}
+	h := newHarness(t, kinds)
+	h.set([]resource.Resource{meshResource("default"),
+		policy("MeshTimeout", "default", "a", `{"v":1}`), policy("MeshTimeout", "default", "b", `{"v":1}`),
+		policy("MeshRetry", "default", "r", `{}`)})
+	h.subscribe(kinds...)
+	for range kinds {
+		h.ack(h.recv())
+	}
+	h.expectQuiet(100 * time.Millisecond)
+
+	a2 := policy("MeshTimeout", "default", "a", `{"v":2}`)
+	h.update([]resource.Resource{a2})
+	r := h.recv()
+	g.Expect(r.TypeUrl).To(Equal("MeshTimeout"))
+	g.Expect(r.Resources).To(HaveLen(1))
+	g.Expect(r.Resources[0].Name).To(Equal("default/a"))
+	g.Expect(r.Resources[0].Version).To(Equal(h.cache.Snapshot().Kind("MeshTimeout")["default/a"].Version))
+	g.Expect(r.RemovedResources).To(BeEmpty())
+	h.ack(r)
+	h.expectQuiet(100 * time.Millisecond) // the ACK's watch is in step: nothing more, no other kind
+
+	h.update([]resource.Resource{policy("MeshTimeout", "default", "c", `{}`)}, resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "b"})
+	r = h.recv()
+	g.Expect(r.Resources).To(HaveLen(1))
+	g.Expect(r.Resources[0].Name).To(Equal("default/c"))
+	g.Expect(r.RemovedResources).To(Equal([]string{"default/b"}))
+	h.ack(r)
+
+	// Two updates, the second while the first is not ACKed yet: after the ACK the second is
+	// sent (the watch is no longer in step with the snapshot, so it is evaluated in full).
+	h.update([]resource.Resource{policy("MeshTimeout", "default", "a", `{"v":3}`)})
+	r = h.recv()
+	g.Expect(r.Resources).To(HaveLen(1))
+	h.update([]resource.Resource{policy("MeshTimeout", "default", "a", `{"v":4}`)})
+	h.expectQuiet(100 * time.Millisecond)
+	h.ack(r)
+	r = h.recv()
+	g.Expect(r.Resources).To(HaveLen(1))
+	g.Expect(r.Resources[0].Name).To(Equal("default/a"))
+	g.Expect(r.Resources[0].Version).To(Equal(h.cache.Snapshot().Kind("MeshTimeout")["default/a"].Version))
+	h.ack(r)
+
+	h.update(nil, resource.Key{Kind: "MeshRetry", Mesh: "default", Name: "r"})
+	r = h.recv()
+	g.Expect(r.TypeUrl).To(Equal("MeshRetry"))
+	g.Expect(r.RemovedResources).To(Equal([]string{"default/r"}))
+	h.ack(r)
+	h.expectQuiet(100 * time.Millisecond)
+}
+
+func TestANACKedNameIsResentAfterAnUpdate(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, []string{"MeshTimeout"})
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{"v":1}`)})
+	h.subscribe("MeshTimeout")
+	h.ack(h.recv())
+
+	h.update([]resource.Resource{policy("MeshTimeout", "default", "a", `{"v":2}`), policy("MeshTimeout", "default", "b", `{}`)})
+	r := h.recv()
+	g.Expect(r.Resources).To(HaveLen(2))
+	h.nack(r, "default/a")
+	h.expectQuiet(100 * time.Millisecond) // the NACK's watch is in step: nothing is resent by itself
+
+	h.cache.Resend(1, map[string][]string{"MeshTimeout": {"default/a"}})
+	r2 := h.recv()
+	g.Expect(r2.Resources).To(HaveLen(1))
+	g.Expect(r2.Resources[0].Name).To(Equal("default/a"))
+	g.Expect(r2.Resources[0].Version).To(Equal(r.Resources[0].Version))
+	h.ack(r2)
+	h.expectQuiet(100 * time.Millisecond)
+}
+
+// hiding is a kds.Filter that hides the keys it is told to, from every zone.
+type hiding struct {
+	mu     sync.Mutex
+	hidden map[resource.Key]bool
+}
+
+func (f *hiding) Visible(_ string, e *kds.Entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.hidden[e.Key]
+}
+
+// TestRandomUpdatesLeaveTheZoneWithTheSnapshot drives the cache with random changes through
+// Update (now and then a full Build, two changes in a row, a NACK and its forced resend, a
+// filter hiding or showing names and its Refresh) while a zone applies and ACKs every response;
+// after every step the zone comes to hold the snapshot: every visible entry at its version, no
+// name that is not served, and a hidden name as it had it (or not at all).
+func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
+	kinds := []string{"Mesh", "MeshTimeout", "MeshRetry"}
+	h := newHarness(t, kinds)
+	filter := &hiding{hidden: map[resource.Key]bool{}}
+	h.cache.SetFilter(filter)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	stored := map[resource.Key]resource.Resource{{Kind: "Mesh", Name: "default"}: meshResource("default")}
+	list := func() []resource.Resource {
+		var out []resource.Resource
+		for _, r := range stored {
+			out = append(out, r)
+		}
+		return out
+	}
+	h.set(list())
+	h.subscribe(kinds...)
+
+	zone := map[string]map[string]string{}
+	take := func(r *discovery.DeltaDiscoveryResponse) {
+		if zone[r.TypeUrl] == nil {
+			zone[r.TypeUrl] = map[string]string{}
+		}
+		var rejected []string
+		for _, res := range r.Resources {
+			if rnd.IntN(10) == 0 {
+				rejected = append(rejected, res.Name)
+				continue
+			}
+			zone[r.TypeUrl][res.Name] = res.Version
+		}
+		for _, n := range r.RemovedResources {
+			delete(zone[r.TypeUrl], n)
+		}
+		if len(zone[r.TypeUrl]) == 0 {
+			delete(zone, r.TypeUrl)
+		}
+		if len(rejected) == 0 {
+			h.ack(r)
+			return
+		}
+		h.nack(r, rejected...)
+		h.cache.Resend(1, map[string][]string{r.TypeUrl: rejected}) // the retry scheduler's part
+	}
+	holdsSnapshot := func() bool {
+		snap := h.cache.Snapshot()
+		for kind, names := range zone {
+			for name := range names {
+				if _, ok := snap.Kind(kind)[name]; !ok {
+					return false
+				}
+			}
+		}
+		filter.mu.Lock()
+		defer filter.mu.Unlock()
+		for kind, entries := range versions(snap) {
+			for name, v := range entries {
+				if !filter.hidden[resource.KeyFromXDSName(kind, name)] && zone[kind][name] != v {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	// converge takes responses until the zone holds the snapshot.
+	converge := func(step int) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case r := <-h.in:
+				take(r)
+				continue
+			case <-time.After(5 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("step %d: the zone holds %v, the snapshot %v, hidden %v", step, zone, versions(h.cache.Snapshot()), filter.hidden)
+			}
+			if holdsSnapshot() {
+				return
+			}
+		}
+	}
+	converge(0)
+
+	for i := range 300 {
+		if rnd.IntN(5) == 0 {
+			// The filter's answer changes for a few names (the owner check's part), and the
+			// cache is told which.
+			names := map[string][]string{}
+			filter.mu.Lock()
+			for range 1 + rnd.IntN(3) {
+				k := resource.Key{Kind: kinds[1+rnd.IntN(2)], Mesh: "default", Name: fmt.Sprintf("p%d", rnd.IntN(12))}
+				filter.hidden[k] = !filter.hidden[k]
+				names[k.Kind] = append(names[k.Kind], k.XDSName())
+			}
+			filter.mu.Unlock()
+			h.cache.Refresh("zone-1", names)
+		} else {
+			var changed []resource.Resource
+			var deleted []resource.Key
+			for range 1 + rnd.IntN(3) {
+				k := resource.Key{Kind: kinds[1+rnd.IntN(2)], Mesh: "default", Name: fmt.Sprintf("p%d", rnd.IntN(12))}
+				if _, ok := stored[k]; ok && rnd.IntN(3) == 0 {
+					delete(stored, k)
+					deleted = append(deleted, k)
+					continue
+				}
+				r := policy(k.Kind, k.Mesh, k.Name, fmt.Sprintf(`{"i":%d}`, i))
+				stored[k] = r
+				changed = append(changed, r)
+			}
+			if rnd.IntN(20) == 0 {
+				h.set(list())
+			} else {
+				h.update(changed, deleted...)
+			}
+		}
+		if rnd.IntN(5) > 0 { // else the next step comes while this one is on its way
+			converge(i + 1)
+		}
+	}
+	converge(-1)
+}
