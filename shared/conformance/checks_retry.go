@@ -26,7 +26,7 @@ var retryForcerChecks = []check{
 	{CheckRetryConfigure, "Configure accepts the plugin's own sample_config (and --config)", checkConfigure, false},
 	{CheckRetryConfigureMalformed, "Configure answers malformed documents with InvalidArgument and keeps its policy", checkConfigureMalformed, false},
 	{CheckRetryScheduleBounds, "every delay is positive and within max_delay; kinds name failing kinds", checkScheduleBounds, false},
-	{CheckRetryFloor, "later rounds do not shrink below the policy's floor (the smallest first-round delay)", checkFloor, false},
+	{CheckRetryFloor, "later rounds do not shrink below the policy's floor (its min_delay, or the smallest first-round delay)", checkFloor, false},
 	{CheckRetryResetAfterACK, "after the host resets the round (an ACK), round 0 is a first round again", checkResetAfterACK, false},
 	{CheckRetryGiveUp, "gives up when its policy document says so", checkGiveUp, false},
 	{CheckRetryEmptyInput, "an empty request is answered or refused with InvalidArgument, without a crash", checkScheduleEmpty, false},
@@ -229,15 +229,21 @@ func (c *checkRun) firstRounds(n, workers int) []time.Duration {
 
 func checkFloor(c *checkRun) {
 	c.needMaxDelay()
+	declared := c.declaredMinDelay()
 	first := c.firstRounds(500, 10)
 	if len(first) == 0 {
 		c.skipf("the policy in force gives up at round 0, so no round follows another")
 	}
-	// DescribeResponse declares no floor, so the floor is inferred: the smallest of many
-	// first-round delays. A later round may fall to half of it (jitter may draw a first round
-	// that is above the policy's true floor), not below.
+	// Without a declared min_delay the floor is inferred: the smallest of many first-round
+	// delays, and a later round may fall to half of it (jitter may draw a first round that is
+	// above the policy's true floor), not below. A declared min_delay holds every round to it.
 	floor := slices.Min(first)
-	limit := floor / 2
+	limit, rule := floor/2, fmt.Sprintf("the smallest of %d first-round delays is %s, and no later round may be under half of it", len(first), floor)
+	if declared > 0 {
+		c.g.Expect(dur(floor)).To(gomega.BeNumerically(">=", dur(declared)),
+			"Schedule round 0: a delay of %s is under the min_delay %s the plugin declares", floor, declared)
+		floor, limit, rule = declared, declared, fmt.Sprintf("the plugin declares min_delay %s", declared)
+	}
 	const chains, rounds = 2, 40
 	calls := 0
 	for chain := range chains {
@@ -252,11 +258,35 @@ func checkFloor(c *checkRun) {
 			}
 			d := resp.GetDelay().AsDuration()
 			c.g.Expect(dur(d)).To(gomega.BeNumerically(">=", dur(limit)),
-				"%s: the delay shrank below the policy's floor: the smallest of %d first-round delays is %s, and no later round may be under half of it", where, len(first), floor)
+				"%s: the delay shrank below the policy's floor: %s", where, rule)
 			last = d
 		}
 	}
-	c.notef("floor %s (smallest of %d first-round delays); %d later rounds all at least %s", round(floor), len(first), calls, round(limit))
+	if declared > 0 {
+		c.notef("floor %s (declared min_delay); %d first and %d later rounds all at least %s", round(floor), len(first), calls, round(limit))
+		return
+	}
+	c.notef("floor %s (smallest of %d first-round delays; no min_delay declared); %d later rounds all at least %s", round(floor), len(first), calls, round(limit))
+}
+
+// declaredMinDelay is the min_delay Describe declares for the policy in force, or 0 when it
+// declares none.
+func (c *checkRun) declaredMinDelay() time.Duration {
+	d, err := call(c, "RetryForcer.Describe", c.rf.Describe)
+	if err != nil {
+		c.callFailed("Describe", err)
+	}
+	m := d.GetMinDelay()
+	if m == nil {
+		return 0
+	}
+	if m.CheckValid() != nil || m.AsDuration() <= 0 {
+		c.failf("Describe gives a min_delay that is not a valid positive duration (%v)", m)
+	}
+	if c.maxDelay > 0 && m.AsDuration() > c.maxDelay {
+		c.failf("Describe gives a min_delay %s above its max_delay %s", m.AsDuration(), c.maxDelay)
+	}
+	return m.AsDuration()
 }
 
 func checkResetAfterACK(c *checkRun) {

@@ -126,6 +126,7 @@ func TestBrokenFixtures(t *testing.T) {
 		{"crash", conformance.CheckRetryScheduleBounds, "the plugin process exited during the call"},
 		{"negative-delay", conformance.CheckRetryScheduleBounds, "the delay must be positive"},
 		{"exceeds-max", conformance.CheckRetryScheduleBounds, "exceeds the max_delay"},
+		{"shrinks", conformance.CheckRetryFloor, "shrank below the policy's floor"},
 		{"wrong-cookie", conformance.CheckHandshake, "magic cookie"},
 		{"panic-on-empty", conformance.CheckRetryEmptyInput, "the plugin panicked"},
 		{"ignores-shutdown", conformance.CheckKill, "did not exit when asked"},

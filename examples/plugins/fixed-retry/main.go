@@ -23,7 +23,7 @@ type fixedRetry struct{ p atomic.Pointer[policy] }
 
 func (f *fixedRetry) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
 	return &pluginv1.DescribeResponse{Name: "fixed-retry", Version: "1.0.0", Capabilities: []string{"max-attempts"},
-		MaxDelay: durationpb.New(f.p.Load().delay), SampleConfig: "delay: 500ms\nmaxAttempts: 0\n"}, nil
+		MaxDelay: durationpb.New(f.p.Load().delay), MinDelay: durationpb.New(f.p.Load().delay), SampleConfig: "delay: 500ms\nmaxAttempts: 0\n"}, nil
 }
 
 func (f *fixedRetry) Configure(_ context.Context, req *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {

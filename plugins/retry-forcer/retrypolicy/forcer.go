@@ -61,13 +61,15 @@ func (f *Forcer) Config() Config { return f.active.Load().cfg }
 // Policy returns the policy in force.
 func (f *Forcer) Policy() Policy { return f.active.Load().policy }
 
-// Describe names the plugin; max_delay is the largest delay of the policy in force.
+// Describe names the plugin; max_delay and min_delay bound the delays of the policy in force.
 func (f *Forcer) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	p := f.Policy()
 	return &pluginv1.DescribeResponse{
 		Name:         Name,
 		Version:      Version,
 		Capabilities: slices.Clone(capabilities),
-		MaxDelay:     durationpb.New(f.Policy().MaxDelay()),
+		MaxDelay:     durationpb.New(p.MaxDelay()),
+		MinDelay:     durationpb.New(p.Floor()),
 		SampleConfig: DefaultSampleConfig,
 	}, nil
 }

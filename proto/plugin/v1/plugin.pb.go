@@ -127,7 +127,10 @@ type DescribeResponse struct {
 	// max_delay is the largest delay Schedule will return (RetryForcer only).
 	MaxDelay *durationpb.Duration `protobuf:"bytes,4,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
 	// sample_config is a policy document this plugin accepts (RetryForcer only).
-	SampleConfig  string `protobuf:"bytes,5,opt,name=sample_config,json=sampleConfig,proto3" json:"sample_config,omitempty"`
+	SampleConfig string `protobuf:"bytes,5,opt,name=sample_config,json=sampleConfig,proto3" json:"sample_config,omitempty"`
+	// min_delay is the smallest delay Schedule returns under the policy in force, its floor
+	// (RetryForcer only, optional). Later rounds never go below it.
+	MinDelay      *durationpb.Duration `protobuf:"bytes,6,opt,name=min_delay,json=minDelay,proto3" json:"min_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,6 +198,13 @@ func (x *DescribeResponse) GetSampleConfig() string {
 		return x.SampleConfig
 	}
 	return ""
+}
+
+func (x *DescribeResponse) GetMinDelay() *durationpb.Duration {
+	if x != nil {
+		return x.MinDelay
+	}
+	return nil
 }
 
 type ConfigureRequest struct {
@@ -693,13 +703,14 @@ var File_plugin_v1_plugin_proto protoreflect.FileDescriptor
 const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\x16plugin/v1/plugin.proto\x12\tplugin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x10kds/v1/kds.proto\"\x11\n" +
-	"\x0fDescribeRequest\"\xc1\x01\n" +
+	"\x0fDescribeRequest\"\xf9\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x126\n" +
 	"\tmax_delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\x12#\n" +
-	"\rsample_config\x18\x05 \x01(\tR\fsampleConfig\".\n" +
+	"\rsample_config\x18\x05 \x01(\tR\fsampleConfig\x126\n" +
+	"\tmin_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bminDelay\".\n" +
 	"\x10ConfigureRequest\x12\x1a\n" +
 	"\bdocument\x18\x01 \x01(\fR\bdocument\"+\n" +
 	"\x11ConfigureResponse\x12\x16\n" +
@@ -786,31 +797,32 @@ var file_plugin_v1_plugin_proto_goTypes = []any{
 }
 var file_plugin_v1_plugin_proto_depIdxs = []int32{
 	11, // 0: plugin.v1.DescribeResponse.max_delay:type_name -> google.protobuf.Duration
-	12, // 1: plugin.v1.FailingKind.first_nack:type_name -> google.protobuf.Timestamp
-	5,  // 2: plugin.v1.ScheduleRequest.failing:type_name -> plugin.v1.FailingKind
-	11, // 3: plugin.v1.ScheduleRequest.last_delay:type_name -> google.protobuf.Duration
-	11, // 4: plugin.v1.ScheduleResponse.delay:type_name -> google.protobuf.Duration
-	13, // 5: plugin.v1.PredictRequest.candidates:type_name -> kds.v1.Resource
-	14, // 6: plugin.v1.PredictRequest.inventory:type_name -> kds.v1.ResourceKey
-	14, // 7: plugin.v1.Prediction.key:type_name -> kds.v1.ResourceKey
-	0,  // 8: plugin.v1.Prediction.verdict:type_name -> plugin.v1.Verdict
-	14, // 9: plugin.v1.Prediction.waiting_for:type_name -> kds.v1.ResourceKey
-	9,  // 10: plugin.v1.PredictResponse.predictions:type_name -> plugin.v1.Prediction
-	1,  // 11: plugin.v1.RetryForcer.Describe:input_type -> plugin.v1.DescribeRequest
-	3,  // 12: plugin.v1.RetryForcer.Configure:input_type -> plugin.v1.ConfigureRequest
-	6,  // 13: plugin.v1.RetryForcer.Schedule:input_type -> plugin.v1.ScheduleRequest
-	1,  // 14: plugin.v1.OwnerCheck.Describe:input_type -> plugin.v1.DescribeRequest
-	8,  // 15: plugin.v1.OwnerCheck.Predict:input_type -> plugin.v1.PredictRequest
-	2,  // 16: plugin.v1.RetryForcer.Describe:output_type -> plugin.v1.DescribeResponse
-	4,  // 17: plugin.v1.RetryForcer.Configure:output_type -> plugin.v1.ConfigureResponse
-	7,  // 18: plugin.v1.RetryForcer.Schedule:output_type -> plugin.v1.ScheduleResponse
-	2,  // 19: plugin.v1.OwnerCheck.Describe:output_type -> plugin.v1.DescribeResponse
-	10, // 20: plugin.v1.OwnerCheck.Predict:output_type -> plugin.v1.PredictResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 1: plugin.v1.DescribeResponse.min_delay:type_name -> google.protobuf.Duration
+	12, // 2: plugin.v1.FailingKind.first_nack:type_name -> google.protobuf.Timestamp
+	5,  // 3: plugin.v1.ScheduleRequest.failing:type_name -> plugin.v1.FailingKind
+	11, // 4: plugin.v1.ScheduleRequest.last_delay:type_name -> google.protobuf.Duration
+	11, // 5: plugin.v1.ScheduleResponse.delay:type_name -> google.protobuf.Duration
+	13, // 6: plugin.v1.PredictRequest.candidates:type_name -> kds.v1.Resource
+	14, // 7: plugin.v1.PredictRequest.inventory:type_name -> kds.v1.ResourceKey
+	14, // 8: plugin.v1.Prediction.key:type_name -> kds.v1.ResourceKey
+	0,  // 9: plugin.v1.Prediction.verdict:type_name -> plugin.v1.Verdict
+	14, // 10: plugin.v1.Prediction.waiting_for:type_name -> kds.v1.ResourceKey
+	9,  // 11: plugin.v1.PredictResponse.predictions:type_name -> plugin.v1.Prediction
+	1,  // 12: plugin.v1.RetryForcer.Describe:input_type -> plugin.v1.DescribeRequest
+	3,  // 13: plugin.v1.RetryForcer.Configure:input_type -> plugin.v1.ConfigureRequest
+	6,  // 14: plugin.v1.RetryForcer.Schedule:input_type -> plugin.v1.ScheduleRequest
+	1,  // 15: plugin.v1.OwnerCheck.Describe:input_type -> plugin.v1.DescribeRequest
+	8,  // 16: plugin.v1.OwnerCheck.Predict:input_type -> plugin.v1.PredictRequest
+	2,  // 17: plugin.v1.RetryForcer.Describe:output_type -> plugin.v1.DescribeResponse
+	4,  // 18: plugin.v1.RetryForcer.Configure:output_type -> plugin.v1.ConfigureResponse
+	7,  // 19: plugin.v1.RetryForcer.Schedule:output_type -> plugin.v1.ScheduleResponse
+	2,  // 20: plugin.v1.OwnerCheck.Describe:output_type -> plugin.v1.DescribeResponse
+	10, // 21: plugin.v1.OwnerCheck.Predict:output_type -> plugin.v1.PredictResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_plugin_v1_plugin_proto_init() }
