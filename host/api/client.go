@@ -133,6 +133,17 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	return resp.Header, nil
 }
 
+// PostJSON POSTs in as JSON to path and decodes the JSON answer into out. A refusal comes back as
+// an *Error.
+func (c *Client) PostJSON(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodPost, path, body, out)
+	return err
+}
+
 // GetJSON GETs path (e.g. "/api/zones") and decodes the JSON answer into out.
 func (c *Client) GetJSON(ctx context.Context, path string, out any) error {
 	_, err := c.do(ctx, http.MethodGet, path, nil, out)

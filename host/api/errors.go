@@ -115,3 +115,21 @@ func describeType(t reflect.Type) string {
 	}
 	return "a " + t.String()
 }
+
+// WriteJSON answers v as indented JSON with status: the one JSON writer of every kds-host route,
+// the API's own and those mounted beside it.
+func WriteJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		b, status = []byte(`{"title":"Internal server error","details":"cannot encode the response"}`), http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if _, werr := w.Write(append(b, '\n')); werr != nil && err == nil {
+		err = werr
+	}
+	return err
+}
+
+// WriteError answers e, with e.Status, in the API's error shape.
+func WriteError(w http.ResponseWriter, e *Error) error { return WriteJSON(w, e.Status, e) }

@@ -4,7 +4,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -411,17 +410,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *Error) {
 }
 
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		s.log.Error("encode response", "method", r.Method, "path", r.URL.Path, "error", err)
-		b, status = []byte(`{"title":"Internal server error","details":"cannot encode the response"}`), http.StatusInternalServerError
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
 		return
 	}
-	if _, err := w.Write(append(b, '\n')); err != nil {
+	if err := WriteJSON(w, status, v); err != nil {
 		s.log.Debug("write response", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -109,23 +110,17 @@ func (g *Global) serveCheck(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 16<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeProblem(w, http.StatusBadRequest, "bad check request", err)
+		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad check request", Details: err.Error()})
 		return
 	}
 	res, err := g.Check(r.Context(), req)
 	if errors.Is(err, ErrNotReady) {
-		writeProblem(w, http.StatusServiceUnavailable, "not ready", err)
+		api.WriteError(w, &api.Error{Status: http.StatusServiceUnavailable, Title: "Not ready", Details: err.Error()})
 		return
 	}
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "cannot check", err)
+		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Cannot check", Details: err.Error()})
 		return
 	}
-	writeJSON(w, res)
-}
-
-func writeProblem(w http.ResponseWriter, status int, title string, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"title": title, "details": err.Error()})
+	api.WriteJSON(w, http.StatusOK, res)
 }

@@ -358,5 +358,5 @@ func (g *Global) ZoneViews() []ZoneView {
 
 func (g *Global) serveZones(w http.ResponseWriter, _ *http.Request) {
 	views := g.ZoneViews()
-	writeJSON(w, map[string]any{"items": views, "total": len(views)})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"items": views, "total": len(views)})
 }

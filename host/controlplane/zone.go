@@ -53,7 +53,7 @@ func NewZone(cfg ZoneConfig) (*Zone, error) {
 	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: newRegistry()}
 	z.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, ReadOnly: true, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "zone"})
 	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, z.Client.Stats())
+		api.WriteJSON(w, http.StatusOK, z.Client.Stats())
 	}))
 	if z.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.APIAddr, err)

@@ -105,14 +105,7 @@ func TestChangesSinceAfterMeshDeleteCascades(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dsn string) {
 				g, ctx, s := NewWithT(t), context.Background(), openStore(t, dsn)
-				for _, r := range []resource.Resource{
-					mesh("a"), mesh("b"),
-					policy("MeshTimeout", "a", "t", `{}`), policy("MeshRetry", "a", "r", `{}`),
-					policy("MeshTimeout", "b", "t", `{}`),
-				} {
-					_, _, err := s.Put(ctx, r)
-					g.Expect(err).NotTo(HaveOccurred())
-				}
+				putTwoMeshes(t, s)
 				rev := revision(t, s)
 				meshA := resource.Key{Kind: resource.MeshKind, Name: "a"}
 				if via == "Delete" {

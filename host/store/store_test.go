@@ -324,19 +324,26 @@ func TestApplyCanceled(t *testing.T) {
 	})
 }
 
+// putTwoMeshes stores Mesh a with a MeshTimeout and a MeshRetry, and Mesh b with a MeshTimeout.
+func putTwoMeshes(t *testing.T, s Store) {
+	t.Helper()
+	for _, r := range []resource.Resource{
+		mesh("a"), mesh("b"),
+		policy("MeshTimeout", "a", "t", `{}`), policy("MeshRetry", "a", "r", `{}`),
+		policy("MeshTimeout", "b", "t", `{}`),
+	} {
+		if _, _, err := s.Put(context.Background(), r); err != nil {
+			t.Fatalf("put %s: %v", r.Key(), err)
+		}
+	}
+}
+
 func TestDeleteMeshCascades(t *testing.T) {
 	for _, via := range []string{"Delete", "Apply"} {
 		t.Run(via, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, dsn string) {
 				g, ctx, s := NewWithT(t), context.Background(), openStore(t, dsn)
-				for _, r := range []resource.Resource{
-					mesh("a"), mesh("b"),
-					policy("MeshTimeout", "a", "t", `{}`), policy("MeshRetry", "a", "r", `{}`),
-					policy("MeshTimeout", "b", "t", `{}`),
-				} {
-					_, _, err := s.Put(ctx, r)
-					g.Expect(err).NotTo(HaveOccurred())
-				}
+				putTwoMeshes(t, s)
 				rev := revision(t, s)
 				meshA := resource.Key{Kind: resource.MeshKind, Name: "a"}
 				if via == "Delete" {

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -57,9 +53,9 @@ It exits 1 when any resource would be rejected, so it can gate a CI pipeline.`,
 			return err
 		}
 		req.Zone = zone
-		res, err := postCheck(cmd.Context(), s, req)
-		if err != nil {
-			return s.explain(err)
+		var res controlplane.CheckResult
+		if err := s.client.PostJSON(cmd.Context(), "/api/check", req, &res); err != nil {
+			return s.explain(fmt.Errorf("check: %w", err))
 		}
 		out := cmd.OutOrStdout()
 		if output == "json" {
@@ -123,34 +119,4 @@ func readCheckRequest(stdin io.Reader, file string) (controlplane.CheckRequest, 
 		return req, fmt.Errorf("%s holds no resource", file)
 	}
 	return req, nil
-}
-
-func postCheck(ctx context.Context, s *apiSession, req controlplane.CheckRequest) (controlplane.CheckResult, error) {
-	var res controlplane.CheckResult
-	body, err := json.Marshal(req)
-	if err != nil {
-		return res, err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(s.flags.cp, "/")+"/api/check", bytes.NewReader(body))
-	if err != nil {
-		return res, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.HTTPClient.Do(hreq)
-	if err != nil {
-		return res, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return res, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var problem struct{ Title, Details string }
-		if json.Unmarshal(b, &problem) == nil && problem.Details != "" {
-			return res, fmt.Errorf("check: %s: %s", problem.Title, problem.Details)
-		}
-		return res, fmt.Errorf("check: %s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	return res, json.Unmarshal(b, &res)
 }

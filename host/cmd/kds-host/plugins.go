@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -118,15 +117,15 @@ func (f *pluginFlags) serve(ctx context.Context, log hclog.Logger, rt *plugins.R
 		return pluginsReport{Items: st, Total: len(st), Config: f.config, LastReload: rt.LastReload()}
 	}
 	a.Handle("GET /api/plugins", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writePluginsJSON(w, http.StatusOK, report())
+		api.WriteJSON(w, http.StatusOK, report())
 	}))
 	a.Handle("POST /api/plugins/reload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := f.reload(r.Context(), rt); err != nil {
-			writePluginsJSON(w, http.StatusUnprocessableEntity, &api.Error{Title: "Plugin reload failed",
+			api.WriteError(w, &api.Error{Status: http.StatusUnprocessableEntity, Title: "Plugin reload failed",
 				Details: err.Error() + " (the running plugins stay)"})
 			return
 		}
-		writePluginsJSON(w, http.StatusOK, report())
+		api.WriteJSON(w, http.StatusOK, report())
 	}))
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -154,12 +153,4 @@ func (f *pluginFlags) serve(ctx context.Context, log hclog.Logger, rt *plugins.R
 // reload reads the plugin configuration again and swaps the plugins.
 func (f *pluginFlags) reload(ctx context.Context, rt *plugins.Runtime) error {
 	return rt.Reload(ctx, f.load)
-}
-
-func writePluginsJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
