@@ -180,8 +180,10 @@ func (rt *Runtime) Reload(ctx context.Context, read func() (Plugins, error)) err
 		return err
 	}
 	old := rt.install(g)
-	stopAll(old.supervisors)
+	// The reload has taken effect once the new plugins are in force: say so before the old
+	// ones are stopped (which waits for their calls in flight), so Status and LastReload agree.
 	rt.lastReload.Store(&ReloadResult{At: time.Now()})
+	stopAll(old.supervisors)
 	rt.metrics.reloads.WithLabelValues("ok").Inc()
 	rt.log.Info("plugins reloaded", "plugins", describeGeneration(g))
 	return nil
