@@ -13,7 +13,6 @@ import (
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
-	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
 // ErrNotReady: the global has not read its store yet, so it cannot judge against it.
@@ -44,12 +43,11 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 	if len(req.Resources) == 0 {
 		return res, fmt.Errorf("resources: none given")
 	}
-	held := map[string]map[string]string{}
+	var held map[string]map[string]string
 	if req.Zone != "" {
 		held = g.Zones.Versions(req.Zone)
 	}
-	var candidates []*kdsv1.Resource
-	inFile := map[resource.Key]bool{}
+	extra := make([]*kdsv1.Resource, 0, len(req.Resources))
 	for i := range req.Resources {
 		r := req.Resources[i]
 		if err := g.cfg.Registry.Validate(&r); err != nil {
@@ -59,48 +57,25 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 		if err != nil {
 			return res, fmt.Errorf("resources[%d]: %w", i, err)
 		}
-		inFile[r.Key()] = true
-		candidates = append(candidates, p)
+		extra = append(extra, p)
 	}
-	snap := g.Cache.Snapshot()
-	for _, kind := range snap.Kinds() {
-		for name, e := range snap.Kind(kind) {
-			if _, ok := held[kind][name]; !ok && !inFile[e.Key] {
-				candidates = append(candidates, e.Resource)
-			}
-		}
-	}
-	var inventory []*kdsv1.ResourceKey
-	for kind, names := range held {
-		for name := range names {
-			k := resource.KeyFromXDSName(kind, name)
-			inventory = append(inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
-		}
-	}
+	plan := owner.NewPlan(req.Zone, g.Cache.Snapshot(), held, extra)
 	timeout := g.cfg.OwnerCheckTimeout
 	if timeout <= 0 {
 		timeout = time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := g.cfg.OwnerCheck().Predict(ctx, &pluginv1.PredictRequest{Zone: req.Zone, Candidates: candidates, Inventory: inventory})
-	if err != nil {
-		return res, fmt.Errorf("owner check: %w", err)
+	resp, err := g.cfg.OwnerCheck().Predict(ctx, plan.Request)
+	d := plan.Decide(nil, resp, err)
+	if d.Err != nil {
+		return res, fmt.Errorf("owner check: %w", d.Err)
 	}
-	for i := range req.Resources {
-		p := resp.GetPredictions()[i]
-		h := owner.Held{Key: req.Resources[i].Key(), Verdict: "ACCEPT", Reason: p.GetReason()}
-		switch p.GetVerdict() {
-		case pluginv1.Verdict_VERDICT_WAIT:
-			h.Verdict = "WAIT"
-			if w := p.GetWaitingFor(); w != nil {
-				h.WaitingFor = resource.Key{Kind: w.GetKind(), Mesh: w.GetMesh(), Name: w.GetName()}.String()
-			}
-		case pluginv1.Verdict_VERDICT_REJECT:
-			h.Verdict = "REJECT"
+	res.Items = d.Extra
+	for _, h := range d.Extra {
+		if h.Verdict == owner.Reject {
 			res.Rejected++
 		}
-		res.Items = append(res.Items, h)
 	}
 	return res, nil
 }

@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
@@ -84,15 +85,21 @@ type Global struct {
 }
 
 // NewGlobal assembles a global and opens its listeners, so an address of ":0" is resolved
-// before Run; call Run to serve, or Close to release the listeners.
-func NewGlobal(cfg GlobalConfig) (*Global, error) {
+// before Run; call Run to serve, or Close to release the listeners. When it fails, it has
+// stopped whatever it started.
+func NewGlobal(cfg GlobalConfig) (g *Global, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}
-	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
+	g = &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
 	for _, c := range cfg.Collectors {
 		if err := g.metrics.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -104,7 +111,36 @@ func NewGlobal(cfg GlobalConfig) (*Global, error) {
 		builtin := ownerpredict.New()
 		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }
 	}
-	observers := []kds.Observer{g.Zones, newKDSMetrics(g.metrics)}
+	observers := []event.Observer{g.Zones.Observer(), newKDSMetrics(g.metrics).observer()}
+	switch cfg.Emulate {
+	case "":
+		if cfg.Builtin == nil {
+			return nil, errors.New("a built-in retry policy is required")
+		}
+		current := cfg.RetryPolicy
+		if current == nil {
+			current = func() shared.RetryForcer { return cfg.Builtin }
+		}
+		rm := newRetryMetrics(g.metrics)
+		sched, err := retry.NewScheduler(retry.Config{
+			Policy:   retry.Standard(current, cfg.Builtin, cfg.PolicyTimeout, rm.fallback),
+			Resender: g.Cache, Hooks: rm.hooks(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		g.Retry = sched
+		observers = append(observers, sched.Observer())
+	case retry.EmulatePerType, retry.EmulatePerStream:
+		if cfg.NACKBackoff <= 0 {
+			cfg.NACKBackoff = 5 * time.Second
+		}
+		b := &retry.Blocking{PerStream: cfg.Emulate == retry.EmulatePerStream, Backoff: cfg.NACKBackoff, Resender: g.Cache}
+		observers = append(observers, b.Observer())
+		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
+	default:
+		return nil, fmt.Errorf("emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
+	}
 	if cfg.OwnerHolds {
 		holds, err := owner.New(owner.Config{
 			Policy: g.cfg.OwnerCheck, Timeout: cfg.OwnerCheckTimeout,
@@ -115,34 +151,7 @@ func NewGlobal(cfg GlobalConfig) (*Global, error) {
 		}
 		g.Holds = holds
 		g.Cache.SetFilter(holds)
-		observers = append(observers, holds)
-	}
-	switch cfg.Emulate {
-	case "":
-		if cfg.Builtin == nil {
-			return nil, errors.New("a built-in retry policy is required")
-		}
-		policy := cfg.RetryPolicy
-		if policy == nil {
-			policy = func() shared.RetryForcer { return cfg.Builtin }
-		}
-		sched, err := retry.NewScheduler(retry.Config{
-			Policy: policy, Fallback: cfg.Builtin, Timeout: cfg.PolicyTimeout,
-			Resender: g.Cache, Hooks: newRetryMetrics(g.metrics).hooks(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		g.Retry = sched
-		observers = append(observers, sched)
-	case retry.EmulatePerType, retry.EmulatePerStream:
-		if cfg.NACKBackoff <= 0 {
-			cfg.NACKBackoff = 5 * time.Second
-		}
-		observers = append(observers, &retry.Blocking{PerStream: cfg.Emulate == retry.EmulatePerStream, Backoff: cfg.NACKBackoff, Resender: g.Cache})
-		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
-	default:
-		return nil, fmt.Errorf("--emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
+		observers = append(observers, holds.Observer())
 	}
 	g.tracker = kds.NewTracker(g.Cache, observers...)
 	g.metrics.MustRegister(heldCollector{g: g, desc: prometheus.NewDesc("kds_held_resources",
@@ -151,16 +160,13 @@ func NewGlobal(cfg GlobalConfig) (*Global, error) {
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
 	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
 
-	var err error
 	if g.kdsLn, err = net.Listen("tcp", cfg.KDSAddr); err != nil {
 		return nil, fmt.Errorf("listen for KDS on %s: %w", cfg.KDSAddr, err)
 	}
 	if g.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
-		g.Close()
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.APIAddr, err)
 	}
 	if g.diagLn, err = net.Listen("tcp", cfg.DiagAddr); err != nil {
-		g.Close()
 		return nil, fmt.Errorf("listen for diagnostics on %s: %w", cfg.DiagAddr, err)
 	}
 	return g, nil
@@ -175,6 +181,9 @@ func (g *Global) DiagAddr() string { return g.diagLn.Addr().String() }
 func (g *Global) Close() {
 	if g.Holds != nil {
 		g.Holds.Close()
+	}
+	if g.Retry != nil {
+		g.Retry.Close()
 	}
 	for _, ln := range []net.Listener{g.kdsLn, g.apiLn, g.diagLn} {
 		if ln != nil {

@@ -6,12 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/retry"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
-// kdsMetrics is the Observer that counts KDS traffic for Prometheus.
+// kdsMetrics counts KDS traffic for Prometheus.
 type kdsMetrics struct {
 	streams   prometheus.Gauge
 	responses *prometheus.CounterVec
@@ -45,23 +46,24 @@ func newKDSMetrics(reg prometheus.Registerer) *kdsMetrics {
 	return m
 }
 
-func (m *kdsMetrics) StreamOpened(int64, string) { m.streams.Inc() }
-func (m *kdsMetrics) StreamClosed(int64, string) { m.streams.Dec() }
-
-func (m *kdsMetrics) Sent(_ int64, zone, kind string, versions map[string]string, removed []string) {
-	m.responses.WithLabelValues(zone, kind).Inc()
-	m.resources.WithLabelValues(zone, kind).Add(float64(len(versions) + len(removed)))
-}
-
-func (m *kdsMetrics) Acked(a kds.ACK) {
-	if !a.Initial {
-		m.acks.WithLabelValues(a.Zone, a.Kind).Inc()
+func (m *kdsMetrics) observer() event.Observer {
+	return event.Observer{
+		StreamOpened: func(int64, string) { m.streams.Inc() },
+		StreamClosed: func(int64, string) { m.streams.Dec() },
+		Sent: func(s event.Sent) {
+			m.responses.WithLabelValues(s.Zone, s.Kind).Inc()
+			m.resources.WithLabelValues(s.Zone, s.Kind).Add(float64(len(s.Versions) + len(s.Removed)))
+		},
+		ACK: func(a event.ACK) {
+			if !a.Initial {
+				m.acks.WithLabelValues(a.Zone, a.Kind).Inc()
+			}
+		},
+		NACK: func(n event.NACK) {
+			m.nacks.WithLabelValues(n.Zone, n.Kind).Inc()
+			m.rejected.WithLabelValues(n.Zone, n.Kind).Add(float64(len(n.Rejected)))
+		},
 	}
-}
-
-func (m *kdsMetrics) Nacked(n kds.NACK) {
-	m.nacks.WithLabelValues(n.Zone, n.Kind).Inc()
-	m.rejected.WithLabelValues(n.Zone, n.Kind).Add(float64(len(n.Rejected)))
 }
 
 // retryMetrics counts what the retry scheduler decides.
@@ -95,11 +97,8 @@ func newRetryMetrics(reg prometheus.Registerer) *retryMetrics {
 
 func (m *retryMetrics) hooks() retry.Hooks {
 	return retry.Hooks{
-		PolicyCall: func(zone string, d time.Duration, fallback bool, _ error) {
+		PolicyCall: func(zone string, d time.Duration, _ error) {
 			m.policy.WithLabelValues(zone).Observe(d.Seconds())
-			if fallback {
-				m.fallbacks.WithLabelValues(zone).Inc()
-			}
 		},
 		Round: func(zone string, d time.Duration, resent map[string]int) {
 			m.rounds.WithLabelValues(zone).Inc()
@@ -110,6 +109,11 @@ func (m *retryMetrics) hooks() retry.Hooks {
 		},
 		GaveUp: func(zone, _ string) { m.giveUps.WithLabelValues(zone).Inc() },
 	}
+}
+
+// fallback counts a decision the built-in policy made in the configured policy's place.
+func (m *retryMetrics) fallback(req *pluginv1.ScheduleRequest, _ error) {
+	m.fallbacks.WithLabelValues(req.GetZone()).Inc()
 }
 
 // ownerMetrics counts owner-check decisions.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
@@ -100,8 +101,8 @@ func TestADatabaseThatRefusesAPolicyWithoutItsMeshIsNACKedByName(t *testing.T) {
 			// database's foreign key and named in the NACK's structured list.
 			g.Eventually(count(zst, "MeshTimeout", "present"), 10*time.Second).Should(Equal(1))
 			g.Expect(count(zst, "MeshTimeout", "absent")()).To(BeZero())
-			var rejected []kds.Rejection
-			g.Eventually(func() []kds.Rejection {
+			var rejected []event.Rejection
+			g.Eventually(func() []event.Rejection {
 				rejected = kindInsight(gl.Global, "zone-1", "MeshTimeout").Rejected
 				return rejected
 			}, 10*time.Second).Should(HaveLen(1))

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -165,6 +166,8 @@ func (c *Cache) Snapshot() *Snapshot {
 
 // Resend makes the stream send the named resources of each kind again, although the zone was
 // already sent their current version (it rejected them). Names no longer served are ignored.
+// Only the named names of the named kinds are looked at: every open watch is in step with the
+// snapshot for every other name.
 func (c *Cache) Resend(streamID int64, names map[string][]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,7 +175,11 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 	if st == nil {
 		return
 	}
-	for kind, ns := range names {
+	for _, kind := range c.kinds {
+		ns := names[kind]
+		if len(ns) == 0 {
+			continue
+		}
 		set := st.forced[kind]
 		if set == nil {
 			set = map[string]bool{}
@@ -182,8 +189,10 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 			set[n] = true
 		}
 		delete(st.synced, kind)
+		if w := st.watches[kind]; w != nil {
+			c.evaluateNamesLocked(st, w, ns)
+		}
 	}
-	c.evaluateLocked(st)
 }
 
 // bindRequest tells the cache which stream a request belongs to; the delta server calls the
@@ -251,7 +260,7 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	delete(c.requests, req)
 	st := c.streams[id]
 	if st == nil {
-		st = c.openStreamLocked(id, req.GetNode().GetId())
+		return nil, errors.New("kds: the request's stream is closed")
 	}
 	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out, canceled: make(chan struct{}), finished: make(chan struct{})}
 	st.watches[w.kind] = w
@@ -424,7 +433,7 @@ func (c *Cache) evaluateNamesLocked(st *streamState, w *watch, names []string) {
 // answerLocked answers the watch with resp, after which the zone knows next, and queues it for
 // the sender.
 func (c *Cache) answerLocked(st *streamState, w *watch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, sentForced []string) {
-	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return compareStrings(a.Name, b.Name) })
+	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
 	slices.Sort(resp.RemovedResources)
 	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: next, DeltaDiscoveryResponse: resp}
 	w.forced = sentForced
@@ -434,16 +443,6 @@ func (c *Cache) answerLocked(st *streamState, w *watch, resp *discovery.DeltaDis
 	case st.wake <- struct{}{}:
 	default:
 	}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // send is the stream's sender: it feeds queued responses into the server's channel in order.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -33,7 +34,7 @@ func newHarness(t *testing.T, kinds []string) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, cache: kds.NewCache(kinds), zones: kds.NewZones()}
-	srv, _ := kds.NewGRPCServer(ctx, h.cache, kds.NewTracker(h.cache, h.zones), nil)
+	srv, _ := kds.NewGRPCServer(ctx, h.cache, kds.NewTracker(h.cache, h.zones.Observer()), nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -228,8 +229,8 @@ func TestNACKedNamesAreNotResentUntilForcedOrChanged(t *testing.T) {
 
 func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
 	g := NewWithT(t)
-	var nacks []kds.NACK
-	obs := &recorder{nack: func(n kds.NACK) { nacks = append(nacks, n) }}
+	var nacks []event.NACK
+	obs := event.Observer{NACK: func(n event.NACK) { nacks = append(nacks, n) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := kds.NewCache([]string{"MeshTimeout"})
@@ -242,7 +243,7 @@ func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
 	g.Expect(tr.OnStreamDeltaRequest(7, &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResponseNonce: "1",
 		ErrorDetail: statusMessage("webhook down")})).To(Succeed())
 	g.Expect(nacks).To(HaveLen(1))
-	g.Expect(nacks[0].Rejected).To(Equal([]kds.Rejection{{Name: "m/a", Version: "1", Reason: "webhook down"}, {Name: "m/b", Version: "1", Reason: "webhook down"}}))
+	g.Expect(nacks[0].Rejected).To(Equal([]event.Rejection{{Name: "m/a", Version: "1", Reason: "webhook down"}, {Name: "m/b", Version: "1", Reason: "webhook down"}}))
 	g.Expect(nacks[0].Accepted).To(BeEmpty())
 	tr.OnDeltaStreamClosed(7, nil)
 }

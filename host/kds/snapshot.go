@@ -61,12 +61,6 @@ func (s *Snapshot) Kind(kind string) map[string]*Entry {
 	return s.kinds[kind]
 }
 
-// Get returns one entry.
-func (s *Snapshot) Get(k resource.Key) (*Entry, bool) {
-	e, ok := s.Kind(k.Kind)[k.XDSName()]
-	return e, ok
-}
-
 // SnapshotBuilder turns store contents into Snapshots, reusing the encoded entry of a resource
 // whose content did not change since the previous build. Build starts from a full list; Update
 // applies changes to the last snapshot built. It is not safe for concurrent use.

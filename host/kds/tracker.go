@@ -12,60 +12,15 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/kds-host/kds-host/host/event"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
-// Rejection is one resource a zone refused in a NACK.
-type Rejection struct {
-	Name string `json:"name"`
-	// Version is the version the zone refused.
-	Version      string `json:"version,omitempty"`
-	Reason       string `json:"reason,omitempty"`
-	MissingOwner string `json:"missingOwner,omitempty"`
-}
-
-// NACK is a zone's refusal of (part of) one response.
-type NACK struct {
-	StreamID int64
-	Zone     string
-	Kind     string
-	// Rejected are the refused resources; without a structured rejection list from the zone,
-	// every resource of the response counts as refused.
-	Rejected []Rejection
-	// Accepted maps the names of the response the zone did store to their versions.
-	Accepted map[string]string
-	Detail   string
-}
-
-// ACK is a zone's acceptance of one response: it stored Versions (by name) and removed Removed.
-// Initial marks what a zone reported holding when it subscribed (initial_resource_versions).
-type ACK struct {
-	StreamID int64
-	Zone     string
-	Kind     string
-	Versions map[string]string
-	Removed  []string
-	Initial  bool
-}
-
-// Observer is told what happens on zone streams. Its methods run on the stream's goroutine,
-// inside the xDS callbacks: they must record and return, never block.
-type Observer interface {
-	StreamOpened(streamID int64, zone string)
-	// Sent: a response of kind went out with these resources (versions by name) and removals.
-	Sent(streamID int64, zone, kind string, versions map[string]string, removed []string)
-	// Acked: the zone stored every resource of a response, or reported at the start of a
-	// stream what it holds.
-	Acked(a ACK)
-	Nacked(n NACK)
-	StreamClosed(streamID int64, zone string)
-}
-
 // Tracker is the delta server's Callbacks: it binds requests to streams for the Cache, pairs
-// ACKs and NACKs with the response they answer, and tells its Observers.
+// ACKs and NACKs with the response they answer, and tells its observers.
 type Tracker struct {
 	cache     *Cache
-	observers []Observer
+	observers event.Observers
 
 	mu      sync.Mutex
 	streams map[int64]*trackedStream
@@ -84,7 +39,7 @@ type sentResponse struct {
 }
 
 // NewTracker returns the callbacks for a delta server over cache.
-func NewTracker(c *Cache, observers ...Observer) *Tracker {
+func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
 	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}}
 }
 
@@ -104,9 +59,7 @@ func (t *Tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
 	t.mu.Unlock()
 	t.cache.closeStream(id)
 	if ts != nil && ts.zone != "" {
-		for _, o := range t.observers {
-			o.StreamClosed(id, ts.zone)
-		}
+		t.observers.StreamClosed(id, ts.zone)
 	}
 }
 
@@ -146,29 +99,20 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 
 	t.cache.bindRequest(id, zone, req)
 	if opened {
-		for _, o := range t.observers {
-			o.StreamOpened(id, zone)
-		}
+		t.observers.StreamOpened(id, zone)
 	}
 	if first && len(req.GetInitialResourceVersions()) > 0 {
 		// What the zone already holds counts as ACKed.
-		for _, o := range t.observers {
-			o.Acked(ACK{StreamID: id, Zone: zone, Kind: kind, Versions: req.GetInitialResourceVersions(), Initial: true})
-		}
+		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: req.GetInitialResourceVersions(), Initial: true})
 	}
 	if !ok {
 		return nil
 	}
 	if req.GetErrorDetail() == nil {
-		for _, o := range t.observers {
-			o.Acked(ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.removed})
-		}
+		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.removed})
 		return nil
 	}
-	n := nackOf(id, zone, answered, req.GetErrorDetail())
-	for _, o := range t.observers {
-		o.Nacked(n)
-	}
+	t.observers.NACK(nackOf(id, zone, answered, req.GetErrorDetail()))
 	return nil
 }
 
@@ -187,19 +131,17 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 	ts.sent[resp.GetNonce()] = sentResponse{kind: resp.GetTypeUrl(), versions: versions, removed: resp.GetRemovedResources()}
 	zone := ts.zone
 	t.mu.Unlock()
-	for _, o := range t.observers {
-		o.Sent(id, zone, resp.GetTypeUrl(), versions, resp.GetRemovedResources())
-	}
+	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: versions, Removed: resp.GetRemovedResources()})
 }
 
 // nackOf reads a NACK: the zone's structured rejection list when error_detail carries one, or
 // else every resource of the response as rejected with the error message.
-func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Status) NACK {
-	n := NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: detail.GetMessage(), Accepted: map[string]string{}}
+func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Status) event.NACK {
+	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: detail.GetMessage(), Accepted: map[string]string{}}
 	list := RejectionListOf(detail)
 	if list == nil {
 		for name := range answered.versions {
-			n.Rejected = append(n.Rejected, Rejection{Name: name, Version: answered.versions[name], Reason: n.Detail})
+			n.Rejected = append(n.Rejected, event.Rejection{Name: name, Version: answered.versions[name], Reason: n.Detail})
 		}
 		sort.Slice(n.Rejected, func(i, j int) bool { return n.Rejected[i].Name < n.Rejected[j].Name })
 		return n
@@ -210,7 +152,7 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 		if !sent {
 			continue // not in the response it answers: nothing to resend
 		}
-		rj := Rejection{Name: r.GetName(), Version: version, Reason: r.GetReason()}
+		rj := event.Rejection{Name: r.GetName(), Version: version, Reason: r.GetReason()}
 		if mo := r.GetMissingOwner(); mo != nil {
 			rj.MissingOwner = mo.GetKind() + "/" + mo.GetName()
 		}

@@ -5,14 +5,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
 // Zones is the Observer that keeps, per zone, what it holds (its inventory: what it ACKed) and
 // the insight counters per kind that the API and `kds-host inspect zones` show.
 type Zones struct {
-	now func() time.Time
-
 	mu    sync.Mutex
 	zones map[string]*zoneState
 }
@@ -27,15 +26,15 @@ type zoneState struct {
 
 // KindInsight is what happened to one kind on one zone.
 type KindInsight struct {
-	Kind      string      `json:"kind"`
-	Sent      int64       `json:"sent"`
-	Responses int64       `json:"responses"`
-	ACKs      int64       `json:"acks"`
-	NACKs     int64       `json:"nacks"`
-	LastError string      `json:"lastError,omitempty"`
-	Rejected  []Rejection `json:"rejected,omitempty"`
-	Held      int         `json:"held,omitempty"`
-	Known     int         `json:"known"`
+	Kind      string            `json:"kind"`
+	Sent      int64             `json:"sent"`
+	Responses int64             `json:"responses"`
+	ACKs      int64             `json:"acks"`
+	NACKs     int64             `json:"nacks"`
+	LastError string            `json:"lastError,omitempty"`
+	Rejected  []event.Rejection `json:"rejected,omitempty"`
+	Held      int               `json:"held,omitempty"`
+	Known     int               `json:"known"`
 }
 
 // ZoneInsight is one zone's state.
@@ -48,7 +47,12 @@ type ZoneInsight struct {
 }
 
 // NewZones returns an empty zone table.
-func NewZones() *Zones { return &Zones{now: time.Now, zones: map[string]*zoneState{}} }
+func NewZones() *Zones { return &Zones{zones: map[string]*zoneState{}} }
+
+// Observer is how the zone table hears of stream events.
+func (z *Zones) Observer() event.Observer {
+	return event.Observer{StreamOpened: z.streamOpened, Sent: z.sent, ACK: z.acked, NACK: z.nacked, StreamClosed: z.streamClosed}
+}
 
 func (z *Zones) zone(name string) *zoneState {
 	s := z.zones[name]
@@ -68,29 +72,37 @@ func (s *zoneState) kind(k string) *KindInsight {
 	return ki
 }
 
-// StreamOpened implements Observer. A zone's new stream starts from what the zone reports.
-func (z *Zones) StreamOpened(id int64, zone string) {
+// inventoryOf is what the zone holds of kind, by xDS name.
+func (s *zoneState) inventoryOf(kind string) map[string]string {
+	inv := s.inventory[kind]
+	if inv == nil {
+		inv = map[string]string{}
+		s.inventory[kind] = inv
+	}
+	return inv
+}
+
+// streamOpened: a zone's new stream starts from what the zone reports.
+func (z *Zones) streamOpened(id int64, zone string) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	s := z.zone(zone)
-	s.stream, s.connected, s.since = id, true, z.now()
+	s.stream, s.connected, s.since = id, true, time.Now()
 	s.inventory = map[string]map[string]string{}
 	for _, ki := range s.kinds {
 		ki.Rejected, ki.LastError = nil, ""
 	}
 }
 
-// Sent implements Observer.
-func (z *Zones) Sent(id int64, zone, kind string, versions map[string]string, removed []string) {
+func (z *Zones) sent(e event.Sent) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	ki := z.zone(zone).kind(kind)
+	ki := z.zone(e.Zone).kind(e.Kind)
 	ki.Responses++
-	ki.Sent += int64(len(versions) + len(removed))
+	ki.Sent += int64(len(e.Versions) + len(e.Removed))
 }
 
-// Acked implements Observer.
-func (z *Zones) Acked(a ACK) {
+func (z *Zones) acked(a event.ACK) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	s := z.zone(a.Zone)
@@ -98,11 +110,7 @@ func (z *Zones) Acked(a ACK) {
 		return
 	}
 	ki := s.kind(a.Kind)
-	inv := s.inventory[a.Kind]
-	if inv == nil {
-		inv = map[string]string{}
-		s.inventory[a.Kind] = inv
-	}
+	inv := s.inventoryOf(a.Kind)
 	for n, v := range a.Versions {
 		inv[n] = v
 	}
@@ -116,8 +124,7 @@ func (z *Zones) Acked(a ACK) {
 	}
 }
 
-// Nacked implements Observer.
-func (z *Zones) Nacked(n NACK) {
+func (z *Zones) nacked(n event.NACK) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	s := z.zone(n.Zone)
@@ -128,37 +135,20 @@ func (z *Zones) Nacked(n NACK) {
 	ki.NACKs++
 	ki.LastError = n.Detail
 	ki.Rejected = n.Rejected
-	inv := s.inventory[n.Kind]
-	if inv == nil {
-		inv = map[string]string{}
-		s.inventory[n.Kind] = inv
-	}
+	inv := s.inventoryOf(n.Kind)
 	for name, v := range n.Accepted {
 		inv[name] = v
 	}
 	ki.Known = len(inv)
 }
 
-// StreamClosed implements Observer.
-func (z *Zones) StreamClosed(id int64, zone string) {
+func (z *Zones) streamClosed(id int64, zone string) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if s := z.zones[zone]; s != nil && s.stream == id {
 		s.connected = false
-		s.since = z.now()
+		s.since = time.Now()
 	}
-}
-
-// Has reports whether the zone has ACKed the resource (at any version).
-func (z *Zones) Has(zone string, key resource.Key) bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.zones[zone]
-	if s == nil {
-		return false
-	}
-	_, ok := s.inventory[key.Kind][key.XDSName()]
-	return ok
 }
 
 // Inventory returns the keys the zone has ACKed.
@@ -187,7 +177,7 @@ func (z *Zones) Insights() []ZoneInsight {
 		zi := ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since}
 		for _, ki := range s.kinds {
 			c := *ki
-			c.Rejected = append([]Rejection(nil), ki.Rejected...)
+			c.Rejected = append([]event.Rejection(nil), ki.Rejected...)
 			zi.Kinds = append(zi.Kinds, &c)
 		}
 		sort.Slice(zi.Kinds, func(i, j int) bool { return zi.Kinds[i].Kind < zi.Kinds[j].Kind })

@@ -2,6 +2,10 @@
 // the global asks an OwnerCheck policy (batched, one call per push to a zone) which resources the
 // zone would reject for a missing owner, and keeps those out of that zone's view until it ACKs
 // the owner. With the policy down, it fails open: everything is sent and retries cover the rest.
+//
+// Plan is the decision, pure: a zone's inventory, the candidates and the previous verdicts in,
+// the new verdicts and what became visible out. Holds drives it for every connected zone, and
+// `kds-host check` asks it about a file.
 package owner
 
 import (
@@ -11,14 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/resource"
-	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
-	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Source is what Holds reads: the snapshot being served and what each zone holds.
+// Source is what Holds reads: the snapshot being served.
 type Source interface {
 	Snapshot() *kds.Snapshot
 }
@@ -52,43 +54,27 @@ type Config struct {
 	Hooks     Hooks
 }
 
-// Held is one resource kept out of a zone's view.
-type Held struct {
-	Key        resource.Key `json:"key"`
-	Verdict    string       `json:"verdict"` // WAIT or REJECT
-	WaitingFor string       `json:"waitingFor,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
-}
-
-// verdict is the decision for one version of one resource on one zone.
-type verdict struct {
-	version string
-	accept  bool
-	held    Held
-}
-
-// visible is the version of the resource the zone may see, or "" for none.
-func (v verdict) visible() string {
-	if !v.accept {
-		return ""
-	}
-	return v.version
-}
-
-// Holds is the kds.Filter that keeps a zone's view to what its owners allow, and the
-// kds.Observer that re-checks a zone when what it holds changes. A resource version not checked
-// yet for a zone is not visible to it: nothing reaches a zone unchecked, except when the policy
-// fails, and then everything does.
+// Holds is the kds.Filter that keeps a zone's view to what its owners allow, and the observer
+// that re-checks a zone when what it holds changes. A resource version not checked yet for a
+// zone is not visible to it: nothing reaches a zone unchecked, except when the policy fails, and
+// then everything does.
 type Holds struct {
 	cfg Config
 
-	mu       sync.RWMutex
-	verdicts map[string]map[resource.Key]verdict // zone -> key -> decision
-	dirty    map[string]bool
-	wake     chan struct{}
+	mu    sync.RWMutex
+	zones map[string]*zoneHolds // the zones with an open stream
+	dirty map[string]bool
+	wake  chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// zoneHolds is what Holds keeps for one connected zone.
+type zoneHolds struct {
+	stream   int64
+	verdicts Verdicts
+	waiting  int // verdicts that WAIT for an owner
 }
 
 // New starts the worker that checks dirty zones; Close stops it.
@@ -100,7 +86,7 @@ func New(cfg Config) (*Holds, error) {
 		cfg.Timeout = time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Holds{cfg: cfg, verdicts: map[string]map[resource.Key]verdict{}, dirty: map[string]bool{},
+	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, dirty: map[string]bool{},
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go h.run(ctx)
 	return h, nil
@@ -116,8 +102,12 @@ func (h *Holds) Close() {
 func (h *Holds) Visible(zone string, e *kds.Entry) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	v, ok := h.verdicts[zone][e.Key]
-	return ok && v.accept && v.version == e.Version
+	z := h.zones[zone]
+	if z == nil {
+		return false
+	}
+	v, ok := z.verdicts[e.Key]
+	return ok && v.Accept && v.Version == e.Version
 }
 
 // Changed marks every connected zone for a check: the snapshot changed.
@@ -140,39 +130,44 @@ func (h *Holds) mark(zones ...string) {
 	}
 }
 
-// StreamOpened implements kds.Observer.
-func (h *Holds) StreamOpened(_ int64, zone string) { h.mark(zone) }
-
-// StreamClosed implements kds.Observer.
-func (h *Holds) StreamClosed(int64, string) {}
-
-// Sent implements kds.Observer.
-func (h *Holds) Sent(int64, string, string, map[string]string, []string) {}
-
-// Nacked implements kds.Observer: what the zone stored of a partly refused response may be an
-// owner something waits for.
-func (h *Holds) Nacked(n kds.NACK) {
-	if len(n.Accepted) > 0 && h.waiting(n.Zone) {
-		h.mark(n.Zone)
+// Observer is how Holds hears of stream events: a new stream is checked, an ACK (or the stored
+// part of a NACK) may bring an owner that something waits for, and a closed stream's verdicts
+// are freed.
+func (h *Holds) Observer() event.Observer {
+	return event.Observer{
+		StreamOpened: func(id int64, zone string) {
+			h.mu.Lock()
+			h.zones[zone] = &zoneHolds{stream: id}
+			h.mu.Unlock()
+			h.mark(zone)
+		},
+		ACK: func(a event.ACK) {
+			if h.waiting(a.Zone) {
+				h.mark(a.Zone)
+			}
+		},
+		NACK: func(n event.NACK) {
+			if len(n.Accepted) > 0 && h.waiting(n.Zone) {
+				h.mark(n.Zone)
+			}
+		},
+		StreamClosed: func(id int64, zone string) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if z := h.zones[zone]; z != nil && z.stream == id {
+				delete(h.zones, zone)
+				delete(h.dirty, zone)
+			}
+		},
 	}
 }
 
-// Acked implements kds.Observer: an ACK may bring an owner that something waits for.
-func (h *Holds) Acked(a kds.ACK) {
-	if h.waiting(a.Zone) {
-		h.mark(a.Zone)
-	}
-}
-
+// waiting reports whether something waits for an owner on the zone.
 func (h *Holds) waiting(zone string) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	for _, v := range h.verdicts[zone] {
-		if !v.accept && v.held.Verdict == "WAIT" {
-			return true
-		}
-	}
-	return false
+	z := h.zones[zone]
+	return z != nil && z.waiting > 0
 }
 
 func (h *Holds) run(ctx context.Context) {
@@ -202,88 +197,49 @@ func (h *Holds) run(ctx context.Context) {
 
 // check asks the policy once about every resource the zone does not hold at its current
 // version, records the verdicts, and refreshes the zone's view where an entry became visible.
-// An entry hidden now that was visible before needs no refresh: a hidden entry never makes a
-// response (the zone keeps what it has).
 func (h *Holds) check(ctx context.Context, zone string) {
-	snap := h.cfg.Source.Snapshot()
-	held := h.cfg.Inventory.Versions(zone)
 	h.mu.RLock()
-	prev := h.verdicts[zone] // check is the only writer
+	z := h.zones[zone]
 	h.mu.RUnlock()
-	shown := map[string][]string{} // kind -> xDS names visible now at a version not visible before
-	show := func(e *kds.Entry) {
-		if prev[e.Key].visible() != e.Version {
-			shown[e.Key.Kind] = append(shown[e.Key.Kind], e.Key.XDSName())
-		}
+	if z == nil {
+		return // the zone left
 	}
-	var entries []*kds.Entry
-	var candidates []*kdsv1.Resource
-	var inventory []*kdsv1.ResourceKey
-	for kind, names := range held {
-		for name := range names {
-			k := resource.KeyFromXDSName(kind, name)
-			inventory = append(inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
-		}
-	}
-	next := make(map[resource.Key]verdict, snap.Len())
-	for _, kind := range snap.Kinds() {
-		for name, e := range snap.Kind(kind) {
-			if held[kind][name] == e.Version {
-				next[e.Key] = verdict{version: e.Version, accept: true} // already there
-				show(e)
-				continue
-			}
-			entries = append(entries, e)
-			candidates = append(candidates, e.Resource)
-		}
-	}
-	if len(candidates) > 0 {
+	plan := NewPlan(zone, h.cfg.Source.Snapshot(), h.cfg.Inventory.Versions(zone), nil)
+	var d Decision
+	if plan.Asks() {
 		start := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
-		resp, err := h.cfg.Policy().Predict(pctx, &pluginv1.PredictRequest{Zone: zone, Candidates: candidates, Inventory: inventory})
+		resp, err := h.cfg.Policy().Predict(pctx, plan.Request)
 		cancel()
-		if err == nil && len(resp.GetPredictions()) != len(candidates) {
-			err = errors.New("owner check answered a different number of predictions")
-		}
-		if h.cfg.Hooks.Call != nil {
-			h.cfg.Hooks.Call(zone, len(candidates), time.Since(start), err)
-		}
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && h.cfg.Hooks.FailOpen != nil {
-			h.cfg.Hooks.FailOpen(zone, err)
+		d = plan.Decide(z.verdicts, resp, err) // check is the only writer of verdicts
+		if h.cfg.Hooks.Call != nil {
+			h.cfg.Hooks.Call(zone, len(plan.Request.Candidates), time.Since(start), d.Err)
 		}
-		for i, e := range entries {
-			v := verdict{version: e.Version, accept: true}
-			if err == nil {
-				p := resp.GetPredictions()[i]
-				switch p.GetVerdict() {
-				case pluginv1.Verdict_VERDICT_WAIT:
-					v = verdict{version: e.Version, held: Held{Key: e.Key, Verdict: "WAIT", WaitingFor: keyString(p.GetWaitingFor()), Reason: p.GetReason()}}
-				case pluginv1.Verdict_VERDICT_REJECT:
-					v = verdict{version: e.Version, held: Held{Key: e.Key, Verdict: "REJECT", Reason: p.GetReason()}}
-				}
-			}
-			next[e.Key] = v
-			if v.accept {
-				show(e)
-			}
+		if d.Err != nil && h.cfg.Hooks.FailOpen != nil {
+			h.cfg.Hooks.FailOpen(zone, d.Err)
+		}
+	} else {
+		d = plan.Decide(z.verdicts, nil, nil)
+	}
+	waiting := 0
+	for _, v := range d.Verdicts {
+		if !v.Accept && v.Held.Verdict == Wait {
+			waiting++
 		}
 	}
 	h.mu.Lock()
-	h.verdicts[zone] = next
+	if h.zones[zone] != z {
+		h.mu.Unlock()
+		return // the stream closed or was replaced meanwhile: its new stream is checked anew
+	}
+	z.verdicts, z.waiting = d.Verdicts, waiting
 	h.mu.Unlock()
-	if len(shown) > 0 {
-		h.cfg.Refresher.Refresh(zone, shown)
+	if len(d.Shown) > 0 {
+		h.cfg.Refresher.Refresh(zone, d.Shown)
 	}
-}
-
-func keyString(k *kdsv1.ResourceKey) string {
-	if k == nil {
-		return ""
-	}
-	return resource.Key{Kind: k.GetKind(), Mesh: k.GetMesh(), Name: k.GetName()}.String()
 }
 
 // Held returns what is held back from a zone, sorted by key.
@@ -291,11 +247,21 @@ func (h *Holds) Held(zone string) []Held {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	var out []Held
-	for _, v := range h.verdicts[zone] {
-		if !v.accept {
-			out = append(out, v.held)
+	if z := h.zones[zone]; z != nil {
+		for _, v := range z.verdicts {
+			if !v.Accept {
+				out = append(out, v.Held)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
 }
+
+// Zones returns how many zones Holds keeps verdicts for: the zones with an open stream.
+func (h *Holds) Zones() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.zones)
+}
+

@@ -11,9 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/retry"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
 // metricSum sums a runtime metric over its label sets.
@@ -53,8 +54,8 @@ func (z *rejectingZone) Resend(id int64, names map[string][]string) {
 }
 
 func (z *rejectingZone) nack(id int64) {
-	z.sched.Nacked(kds.NACK{StreamID: id, Zone: "zone-1", Kind: "Mesh",
-		Rejected: []kds.Rejection{{Name: "default", Version: "v1"}}})
+	z.sched.Observer().NACK(event.NACK{StreamID: id, Zone: "zone-1", Kind: "Mesh",
+		Rejected: []event.Rejection{{Name: "default", Version: "v1"}}})
 }
 
 func (z *rejectingZone) roundsSoFar() int {
@@ -78,16 +79,13 @@ func TestAStoppedPluginTimesOutAndIsReplaced(t *testing.T) {
 	var fallbacks atomic.Int64
 	zone := &rejectingZone{}
 	zone.sched, err = retry.NewScheduler(retry.Config{
-		Policy: rt.RetryForcer, Fallback: rt.Fallback(), Timeout: 200 * time.Millisecond, Resender: zone,
-		Hooks: retry.Hooks{PolicyCall: func(_ string, _ time.Duration, fallback bool, _ error) {
-			if fallback {
-				fallbacks.Add(1)
-			}
-		}},
+		Policy: retry.Standard(rt.RetryForcer, rt.Fallback(), 200*time.Millisecond,
+			func(*pluginv1.ScheduleRequest, error) { fallbacks.Add(1) }),
+		Resender: zone,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer zone.sched.Close()
-	zone.sched.StreamOpened(1, "zone-1")
+	zone.sched.Observer().StreamOpened(1, "zone-1")
 	zone.nack(1)
 	g.Eventually(zone.roundsSoFar).Should(BeNumerically(">=", 3))
 	g.Expect(fallbacks.Load()).To(BeZero())

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/event"
 )
 
 // Emulation modes reproduce the retry behaviour of Kuma 2.3 to 2.7, for side-by-side figures.
@@ -21,7 +21,7 @@ const (
 // goroutine handles those back to back once the sleep ends.
 const burst = 100 * time.Millisecond
 
-// Blocking is the kds.Observer of the old behaviour: on a NACK it sleeps the backoff inside
+// Blocking is the observer of the old behaviour: on a NACK it sleeps the backoff inside
 // the callback, stalling every kind on the stream, and then resends the rejected names.
 type Blocking struct {
 	PerStream bool
@@ -38,24 +38,19 @@ type burstState struct {
 	kinds map[string]bool
 }
 
-// StreamOpened implements kds.Observer.
-func (b *Blocking) StreamOpened(int64, string) {}
+// Observer is how the emulation hears of NACKs, and of streams closing.
+func (b *Blocking) Observer() event.Observer {
+	return event.Observer{NACK: b.Nacked, StreamClosed: b.streamClosed}
+}
 
-// Sent implements kds.Observer.
-func (b *Blocking) Sent(int64, string, string, map[string]string, []string) {}
-
-// Acked implements kds.Observer.
-func (b *Blocking) Acked(kds.ACK) {}
-
-// StreamClosed implements kds.Observer.
-func (b *Blocking) StreamClosed(id int64, _ string) {
+func (b *Blocking) streamClosed(id int64, _ string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.bursts, id)
 }
 
-// Nacked implements kds.Observer, blocking the stream as the old code did.
-func (b *Blocking) Nacked(n kds.NACK) {
+// Nacked blocks the stream as the old code did: it sleeps inside the xDS callback.
+func (b *Blocking) Nacked(n event.NACK) {
 	sleep := true
 	if b.PerStream {
 		// One sleep covers the NACKs of the other kinds that queued up while it lasted: they

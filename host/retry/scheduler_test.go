@@ -12,7 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/retry"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
@@ -84,20 +84,33 @@ func (r *resender) Rounds() []map[string][]string {
 	return append([]map[string][]string(nil), r.rounds...)
 }
 
-func newScheduler(t *testing.T, p, fallback shared.RetryForcer, r *resender, hooks retry.Hooks) *retry.Scheduler {
+// sched is a Scheduler with its observer at hand: s.NACK(n) is what the tracker calls.
+type sched struct {
+	*retry.Scheduler
+	event.Observer
+}
+
+// newScheduler runs p with the host's standard decorators (deadline 200ms, fallback).
+func newScheduler(t *testing.T, p, fallback shared.RetryForcer, r *resender, hooks retry.Hooks) *sched {
 	t.Helper()
-	s, err := retry.NewScheduler(retry.Config{Policy: func() shared.RetryForcer { return p }, Fallback: fallback, Resender: r, Hooks: hooks})
+	return newSchedulerFallback(t, p, fallback, r, hooks, nil)
+}
+
+func newSchedulerFallback(t *testing.T, p, fallback shared.RetryForcer, r *resender, hooks retry.Hooks, onFallback func(*pluginv1.ScheduleRequest, error)) *sched {
+	t.Helper()
+	policy := retry.Standard(func() shared.RetryForcer { return p }, fallback, 0, onFallback)
+	s, err := retry.NewScheduler(retry.Config{Policy: policy, Resender: r, Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s
+	return &sched{s, s.Observer()}
 }
 
-func nack(kind string, names ...string) kds.NACK {
-	n := kds.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected"}
+func nack(kind string, names ...string) event.NACK {
+	n := event.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected"}
 	for _, name := range names {
-		n.Rejected = append(n.Rejected, kds.Rejection{Name: name, Version: "v1"})
+		n.Rejected = append(n.Rejected, event.Rejection{Name: name, Version: "v1"})
 	}
 	return n
 }
@@ -111,11 +124,11 @@ func TestThreeKindsNACKedWithinOneRoundAreResentInOneRound(t *testing.T) {
 		s.StreamOpened(1, "zone-1")
 		start := time.Now()
 
-		s.Nacked(nack("Mesh", "default"))
+		s.NACK(nack("Mesh", "default"))
 		synctest.Wait()
 		time.Sleep(300 * time.Millisecond)
-		s.Nacked(nack("MeshTimeout", "default/a", "default/b"))
-		s.Nacked(nack("MeshRetry", "default/r"))
+		s.NACK(nack("MeshTimeout", "default/a", "default/b"))
+		s.NACK(nack("MeshRetry", "default/r"))
 		time.Sleep(time.Second)
 		synctest.Wait()
 
@@ -134,8 +147,8 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 		r := &resender{}
 		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
 		s.StreamOpened(1, "zone-1")
-		r.onSend = func(map[string][]string) { s.Nacked(nack("Mesh", "default")) } // keeps failing
-		s.Nacked(nack("Mesh", "default"))
+		r.onSend = func(map[string][]string) { s.NACK(nack("Mesh", "default")) } // keeps failing
+		s.NACK(nack("Mesh", "default"))
 		time.Sleep(100*time.Millisecond + 200*time.Millisecond + 400*time.Millisecond)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(3))
@@ -145,7 +158,7 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 
 		// The zone accepts: the kind leaves the failing set, the round resets, no timer remains.
 		r.onSend = nil
-		s.Acked(kds.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}})
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}})
 		st := s.State()[0]
 		g.Expect(st.Round).To(BeZero())
 		g.Expect(st.Failing).To(BeEmpty())
@@ -154,7 +167,7 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 		g.Expect(r.Rounds()).To(HaveLen(3))
 
 		// A later NACK starts again from round 0.
-		s.Nacked(nack("Mesh", "default"))
+		s.NACK(nack("Mesh", "default"))
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(4))
@@ -170,8 +183,8 @@ func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
 		var gaveUp []string
 		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{GaveUp: func(_, reason string) { gaveUp = append(gaveUp, reason) }})
 		s.StreamOpened(1, "zone-1")
-		r.onSend = func(map[string][]string) { s.Nacked(nack("MeshTimeout", "default/a")) }
-		s.Nacked(nack("MeshTimeout", "default/a"))
+		r.onSend = func(map[string][]string) { s.NACK(nack("MeshTimeout", "default/a")) }
+		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Hour)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(2))
@@ -179,15 +192,15 @@ func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
 		g.Expect(s.State()[0].GivenUp).To(Equal("max attempts reached"))
 
 		// Another NACK of the same content does not restart rounds.
-		s.Nacked(nack("MeshTimeout", "default/a"))
+		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Hour)
 		g.Expect(r.Rounds()).To(HaveLen(2))
 
 		// New content is sent (by the cache, at once); the give-up is lifted, and its NACK
 		// starts a new round from 0.
-		s.Sent(1, "zone-1", "MeshTimeout", map[string]string{"default/a": "v2"}, nil)
+		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: map[string]string{"default/a": "v2"}})
 		g.Expect(s.State()[0].GivenUp).To(BeEmpty())
-		s.Nacked(nack("MeshTimeout", "default/a"))
+		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Second)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(3))
@@ -200,7 +213,7 @@ func TestClosingAStreamFreesItsState(t *testing.T) {
 		r := &resender{}
 		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
 		s.StreamOpened(1, "zone-1")
-		s.Nacked(nack("Mesh", "default"))
+		s.NACK(nack("Mesh", "default"))
 		synctest.Wait()
 		g.Expect(s.State()).To(HaveLen(1))
 		s.StreamClosed(1, "zone-1")
@@ -220,15 +233,18 @@ func TestAPolicyThatNeverAnswersFallsBackAtTheDeadline(t *testing.T) {
 		}
 		var calls []call
 		var mu sync.Mutex
-		hooks := retry.Hooks{PolicyCall: func(_ string, d time.Duration, fb bool, _ error) {
+		fellBack := false
+		hooks := retry.Hooks{PolicyCall: func(_ string, d time.Duration, err error) {
 			mu.Lock()
-			calls = append(calls, call{d, fb})
+			calls = append(calls, call{d, fellBack})
 			mu.Unlock()
+			g.Expect(err).NotTo(HaveOccurred(), "the fallback answered")
 		}}
-		s := newScheduler(t, &policy{hang: true}, &policy{base: 50 * time.Millisecond}, r, hooks)
+		s := newSchedulerFallback(t, &policy{hang: true}, &policy{base: 50 * time.Millisecond}, r, hooks,
+			func(*pluginv1.ScheduleRequest, error) { fellBack = true })
 		s.StreamOpened(1, "zone-1")
 		start := time.Now()
-		s.Nacked(nack("Mesh", "default")) // returns at once, whatever the policy does
+		s.NACK(nack("Mesh", "default")) // returns at once, whatever the policy does
 		g.Expect(time.Since(start)).To(BeZero())
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -243,13 +259,11 @@ func TestAKindThatFailsAfterTheScheduleStillGetsARound(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
 		p := &explicitKinds{}
-		s, err := retry.NewScheduler(retry.Config{Policy: func() shared.RetryForcer { return p }, Fallback: p, Resender: r})
-		g.Expect(err).NotTo(HaveOccurred())
-		defer s.Close()
+		s := newScheduler(t, p, p, r, retry.Hooks{})
 		s.StreamOpened(1, "zone-1")
-		s.Nacked(nack("Mesh", "default"))
+		s.NACK(nack("Mesh", "default"))
 		synctest.Wait()
-		s.Nacked(nack("MeshTimeout", "default/a")) // joins, but the schedule named only Mesh
+		s.NACK(nack("MeshTimeout", "default/a")) // joins, but the schedule named only Mesh
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(Equal([]map[string][]string{{"Mesh": {"default"}}, {"Mesh": {"default"}, "MeshTimeout": {"default/a"}}}))
@@ -285,11 +299,11 @@ func TestTenMinutesOfNACKsKeepMemoryBounded(t *testing.T) {
 			r.rounds, r.at = r.rounds[:0], r.at[:0] // the recorder itself must not grow
 			r.mu.Unlock()
 			for _, k := range kinds {
-				s.Nacked(nack(k, names...))
+				s.NACK(nack(k, names...))
 			}
 		}
 		for _, k := range kinds {
-			s.Nacked(nack(k, names...))
+			s.NACK(nack(k, names...))
 		}
 		heap := func() uint64 {
 			runtime.GC()
@@ -335,19 +349,74 @@ func TestAPolicyThatIgnoresItsDeadlineStillFallsBackAtTheDeadline(t *testing.T) 
 		g := NewWithT(t)
 		r := &resender{}
 		fallbacks := 0
-		s := newScheduler(t, &stubborn{}, &policy{base: 50 * time.Millisecond}, r, retry.Hooks{
-			PolicyCall: func(_ string, _ time.Duration, fb bool, _ error) {
-				if fb {
-					fallbacks++
-				}
-			}})
+		s := newSchedulerFallback(t, &stubborn{}, &policy{base: 50 * time.Millisecond}, r, retry.Hooks{},
+			func(*pluginv1.ScheduleRequest, error) { fallbacks++ })
 		s.StreamOpened(1, "zone-1")
 		start := time.Now()
-		s.Nacked(nack("Mesh", "default"))
+		s.NACK(nack("Mesh", "default"))
 		time.Sleep(time.Second)
 		g.Expect(r.Rounds()).To(HaveLen(1))
 		g.Expect(r.at[0].Sub(start)).To(Equal(250 * time.Millisecond))
 		g.Expect(fallbacks).To(Equal(1))
 		time.Sleep(10 * time.Second) // let the abandoned call finish inside the bubble
+	})
+}
+
+// Defect 1, through the driver: the give-up is lifted by new content of one kind, that kind is
+// ACKed, and the other failing kind must still get its round.
+func TestAGiveUpLiftedByNewContentStillRetriesTheOtherKinds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		p := &policy{base: time.Second, giveUpAt: 1}
+		r := &resender{}
+		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		s.NACK(nack("Mesh", "default"))
+		s.NACK(nack("MeshTimeout", "default/a"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(1))
+		r.onSend = func(names map[string][]string) { s.NACK(nack("Mesh", "default")) }
+		s.NACK(nack("Mesh", "default"))
+		s.NACK(nack("MeshTimeout", "default/a"))
+		synctest.Wait()
+		g.Expect(s.State()[0].GivenUp).To(Equal("max attempts reached"))
+
+		p.giveUpAt = 0
+		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: map[string]string{"default/a": "v2"}})
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: map[string]string{"default/a": "v2"}})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		g.Expect(len(r.Rounds())).To(BeNumerically(">", 1), "Mesh still fails: it gets rounds again")
+		g.Expect(r.Rounds()[1]).To(Equal(map[string][]string{"Mesh": {"default"}}))
+	})
+}
+
+// ignorant ignores its context and answers only when released.
+type ignorant struct {
+	policy
+	release chan struct{}
+}
+
+func (p *ignorant) Schedule(context.Context, *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	<-p.release
+	return &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Millisecond)}, nil
+}
+
+// Defect 2: Close waited for a policy call that ignores its context.
+func TestCloseDoesNotWaitForAPolicyThatIgnoresItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		p := &ignorant{release: make(chan struct{})}
+		defer close(p.release) // lets the abandoned call end inside the bubble
+		s, err := retry.NewScheduler(retry.Config{Policy: retry.WithDeadline(p, time.Hour), Resender: &resender{}})
+		g.Expect(err).NotTo(HaveOccurred())
+		obs := s.Observer()
+		obs.StreamOpened(1, "zone-1")
+		obs.NACK(nack("Mesh", "default"))
+		synctest.Wait()
+		start := time.Now()
+		s.Close()
+		g.Expect(time.Since(start)).To(BeZero(), "Close returns at once")
 	})
 }

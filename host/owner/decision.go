@@ -1,0 +1,154 @@
+package owner
+
+import (
+	"errors"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+)
+
+// Verdict names, as Held.Verdict spells them.
+const (
+	Accept = "ACCEPT"
+	Wait   = "WAIT"
+	Reject = "REJECT"
+)
+
+// Held is one resource kept out of a zone's view, or, in a check's answer, any verdict.
+type Held struct {
+	Key        resource.Key `json:"key"`
+	Verdict    string       `json:"verdict"` // WAIT or REJECT (or ACCEPT, in a check)
+	WaitingFor string       `json:"waitingFor,omitempty"`
+	Reason     string       `json:"reason,omitempty"`
+}
+
+// Verdict is the decision for one version of one resource on one zone.
+type Verdict struct {
+	Version string
+	Accept  bool
+	Held    Held // why not, when not accepted
+}
+
+// visible is the version of the resource the zone may see, or "" for none.
+func (v Verdict) visible() string {
+	if !v.Accept {
+		return ""
+	}
+	return v.Version
+}
+
+// Verdicts are one zone's decisions, by key.
+type Verdicts map[resource.Key]Verdict
+
+// Plan is one owner check of one zone, as a pure decision: NewPlan says what to ask the policy,
+// Decide reads its answer. The I/O (the Predict call) is the caller's.
+type Plan struct {
+	// Request is the Predict call to make: the extra candidates first, then every entry of the
+	// snapshot that the zone does not hold at its version; the zone's inventory.
+	Request *pluginv1.PredictRequest
+
+	extra   int          // how many of Request's candidates are extra
+	entries []*kds.Entry // the snapshot's candidates, in Request order after the extra ones
+	held    []*kds.Entry // the snapshot's entries the zone holds at their version
+}
+
+// NewPlan plans the check of zone, which holds held (kind -> xDS name -> version), against
+// snap. The extra candidates (a `kds-host check` file) are judged too, before the snapshot's,
+// and replace the snapshot's entries of the same keys.
+func NewPlan(zone string, snap *kds.Snapshot, held map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
+	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
+	inExtra := make(map[resource.Key]bool, len(extra))
+	for _, r := range extra {
+		inExtra[resource.Key{Kind: r.GetKind(), Mesh: r.GetMesh(), Name: r.GetName()}] = true
+	}
+	p.Request.Candidates = append(p.Request.Candidates, extra...)
+	for kind, names := range held {
+		for name := range names {
+			k := resource.KeyFromXDSName(kind, name)
+			p.Request.Inventory = append(p.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
+		}
+	}
+	for _, kind := range snap.Kinds() {
+		for name, e := range snap.Kind(kind) {
+			switch {
+			case inExtra[e.Key]:
+			case held[kind][name] == e.Version:
+				p.held = append(p.held, e)
+			default:
+				p.entries = append(p.entries, e)
+				p.Request.Candidates = append(p.Request.Candidates, e.Resource)
+			}
+		}
+	}
+	return p
+}
+
+// Asks reports whether the plan has anything to ask the policy.
+func (p *Plan) Asks() bool { return len(p.Request.Candidates) > 0 }
+
+// Decision is what a check decided.
+type Decision struct {
+	// Verdicts is the verdict of every entry of the snapshot.
+	Verdicts Verdicts
+	// Shown names, by kind, the entries visible now at a version that was not visible before:
+	// the zone's view must be refreshed for those (and for no other: a hidden entry never makes
+	// a response, so an entry hidden now needs no refresh).
+	Shown map[string][]string
+	// Extra is the verdict of each extra candidate, in order (ACCEPT, WAIT or REJECT).
+	Extra []Held
+	// Err is why the policy's answer could not be used; then every entry is accepted (the
+	// check fails open) and Extra is empty.
+	Err error
+}
+
+// Decide reads the policy's answer to Request (err: the call failed) against the zone's
+// previous verdicts.
+func (p *Plan) Decide(prev Verdicts, resp *pluginv1.PredictResponse, err error) Decision {
+	if err == nil && p.Asks() && len(resp.GetPredictions()) != len(p.Request.Candidates) {
+		err = errors.New("owner check answered a different number of predictions")
+	}
+	d := Decision{Verdicts: make(Verdicts, len(p.held)+len(p.entries)), Shown: map[string][]string{}, Err: err}
+	put := func(e *kds.Entry, v Verdict) {
+		d.Verdicts[e.Key] = v
+		if v.Accept && prev[e.Key].visible() != e.Version {
+			d.Shown[e.Key.Kind] = append(d.Shown[e.Key.Kind], e.Key.XDSName())
+		}
+	}
+	for _, e := range p.held {
+		put(e, Verdict{Version: e.Version, Accept: true}) // already there
+	}
+	preds := resp.GetPredictions()
+	for i, e := range p.entries {
+		v := Verdict{Version: e.Version, Accept: true}
+		if err == nil {
+			if h := heldOf(preds[p.extra+i], e.Key); h.Verdict != Accept {
+				v = Verdict{Version: e.Version, Held: h}
+			}
+		}
+		put(e, v)
+	}
+	if err == nil {
+		for i := range p.extra {
+			c := p.Request.Candidates[i]
+			d.Extra = append(d.Extra, heldOf(preds[i], resource.Key{Kind: c.GetKind(), Mesh: c.GetMesh(), Name: c.GetName()}))
+		}
+	}
+	return d
+}
+
+// heldOf reads one prediction about key.
+func heldOf(p *pluginv1.Prediction, key resource.Key) Held {
+	h := Held{Key: key, Verdict: Accept, Reason: p.GetReason()}
+	switch p.GetVerdict() {
+	case pluginv1.Verdict_VERDICT_WAIT:
+		h.Verdict = Wait
+		if w := p.GetWaitingFor(); w != nil {
+			h.WaitingFor = resource.Key{Kind: w.GetKind(), Mesh: w.GetMesh(), Name: w.GetName()}.String()
+		}
+	case pluginv1.Verdict_VERDICT_REJECT:
+		h.Verdict = Reject
+	}
+	return h
+}

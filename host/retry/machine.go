@@ -1,0 +1,320 @@
+// Package retry sends again, on a backoff schedule, what zones rejected: stream-level rounds
+// decided by a RetryForcer policy off the stream's goroutine, applied by one timer per stream.
+//
+// Machine is the decision, per stream, as plain state transitions: events go in with the time
+// they happen, actions come out; it holds no goroutine, lock, timer or clock. Scheduler is the
+// driver that owns those: it feeds the xDS events to each stream's Machine and carries out what
+// the Machine asks (call the policy, arm the timer, resend names). The xDS callbacks only
+// record; nothing here ever blocks a stream.
+package retry
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/kds-host/kds-host/host/event"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+)
+
+// failedDecisionDelay is the round's delay when no policy, not even the fallback, answered:
+// retry in a second rather than never.
+const failedDecisionDelay = time.Second
+
+// Machine is one zone stream's retry state. The zero value is not ready: use NewMachine.
+//
+// A failing kind is due (NACKed, waiting for a round) or resent (sent again by a round, waiting
+// for the zone's answer). While some kind is due and no decision or timer is outstanding and the
+// policy has not given up, the Machine asks for a decision: that one rule is what keeps every
+// failing kind covered, whatever order the events come in.
+type Machine struct {
+	stream int64
+	zone   string
+
+	failing map[string]*failingKind
+	round   uint32
+	last    time.Duration // delay of the previous round
+	givenUp string        // the policy's reason, while it has given up
+
+	// token names the outstanding decision or timer; an answer with another token is stale.
+	token   uint64
+	asking  bool      // a decision is outstanding
+	armed   bool      // the timer is armed
+	nextAt  time.Time // when the armed timer fires
+	delay   time.Duration
+	planned []string // kinds the armed round resends; none: every failing kind
+}
+
+// failingKind is one kind with names the zone refused and has not accepted since.
+type failingKind struct {
+	rejected  map[string]string // name -> refused version
+	detail    string
+	nacks     uint32
+	firstNACK time.Time
+	due       bool // NACKed since its last resend
+}
+
+// NewMachine returns the retry state of a stream that has just opened.
+func NewMachine(stream int64, zone string) *Machine {
+	return &Machine{stream: stream, zone: zone, failing: map[string]*failingKind{}}
+}
+
+// Ready is what a Machine asks of its driver after an event. Any field may be empty.
+type Ready struct {
+	// Ask: ask the policy for a schedule with this request, and hand the answer to Decided
+	// with Token.
+	Ask *pluginv1.ScheduleRequest
+	// Arm: arm the stream's timer for this long, and call Fired with Token when it fires.
+	Arm time.Duration
+	// Disarm: stop the stream's timer. Answers already on their way will be stale.
+	Disarm bool
+	// Token identifies the decision or the timer asked for.
+	Token uint64
+	// Resend: send these names of each kind again (a round fired).
+	Resend map[string][]string
+	// Round reports a round that fired: its delay and the names resent per kind.
+	Round *Round
+	// GaveUp reports the policy's give-up, with its reason.
+	GaveUp string
+}
+
+// Round is a retry round that fired.
+type Round struct {
+	Delay  time.Duration
+	Resent map[string]int
+}
+
+// NACK records a rejection; the rejected names become due for a round.
+func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
+	fk := m.failing[n.Kind]
+	if fk == nil {
+		fk = &failingKind{rejected: map[string]string{}, firstNACK: now}
+		m.failing[n.Kind] = fk
+	}
+	for name := range n.Accepted {
+		delete(fk.rejected, name)
+	}
+	for _, r := range n.Rejected {
+		fk.rejected[r.Name] = r.Version
+	}
+	fk.nacks++
+	fk.detail = n.Detail
+	fk.due = true
+	var r Ready
+	m.forget(n.Kind, &r)
+	m.next(&r)
+	return r
+}
+
+// ACK records that the zone stored the names of a response. What a zone reports holding when
+// it subscribes (an initial ACK) says nothing about what it refused on this stream.
+func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
+	var r Ready
+	if a.Initial {
+		return r
+	}
+	if fk := m.failing[a.Kind]; fk != nil {
+		for name := range a.Versions {
+			delete(fk.rejected, name)
+		}
+		m.forget(a.Kind, &r)
+	}
+	m.next(&r)
+	return r
+}
+
+// Sent records a response that went out. A rejected name sent with another version has new
+// content: it is no longer the refused version, and a give-up no longer holds. A removed name is
+// nothing to resend any more.
+func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
+	var r Ready
+	fk := m.failing[s.Kind]
+	if fk == nil {
+		return r
+	}
+	for name, v := range s.Versions {
+		if old, ok := fk.rejected[name]; ok && old != v {
+			delete(fk.rejected, name)
+			if m.givenUp != "" {
+				m.givenUp = ""
+				m.round, m.last = 0, 0
+			}
+		}
+	}
+	for _, name := range s.Removed {
+		delete(fk.rejected, name)
+	}
+	m.forget(s.Kind, &r)
+	m.next(&r)
+	return r
+}
+
+// Decided takes the policy's answer to the Ask with token; err means no policy answered.
+func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err error, now time.Time) Ready {
+	var r Ready
+	if token != m.token || !m.asking {
+		return r // the stream moved on since it asked
+	}
+	m.asking = false
+	switch {
+	case err != nil, !resp.GetGiveUp() && resp.GetDelay().AsDuration() <= 0:
+		m.arm(failedDecisionDelay, nil, now, &r)
+	case resp.GetGiveUp():
+		m.givenUp = resp.GetReason()
+		if m.givenUp == "" {
+			m.givenUp = "the policy gave up"
+		}
+		r.GaveUp = m.givenUp
+	default:
+		m.arm(resp.GetDelay().AsDuration(), resp.GetKinds(), now, &r)
+	}
+	return r
+}
+
+func (m *Machine) arm(d time.Duration, kinds []string, now time.Time, r *Ready) {
+	m.armed, m.nextAt, m.delay, m.planned = true, now.Add(d), d, kinds
+	r.Arm, r.Token = d, m.token
+}
+
+// Fired runs the round of the timer with token: the rejected names of the planned kinds (every
+// failing kind when the plan names none) are sent again, all at once.
+func (m *Machine) Fired(token uint64, _ time.Time) Ready {
+	var r Ready
+	if token != m.token || !m.armed {
+		return r
+	}
+	m.armed, m.nextAt = false, time.Time{}
+	m.round++
+	m.last = m.delay
+	kinds := m.planned
+	if len(kinds) == 0 {
+		kinds = sortedKinds(m.failing)
+	}
+	r.Resend = map[string][]string{}
+	r.Round = &Round{Delay: m.delay, Resent: map[string]int{}}
+	for _, kind := range kinds {
+		fk := m.failing[kind]
+		if fk == nil {
+			continue
+		}
+		names := make([]string, 0, len(fk.rejected))
+		for n := range fk.rejected {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		r.Resend[kind] = names
+		r.Round.Resent[kind] = len(names)
+		fk.due = false
+	}
+	// A kind that failed after the plan was made, and was left out of it, gets its own round.
+	m.next(&r)
+	return r
+}
+
+// forget drops a kind with no rejected name left; with nothing failing, the stream starts over:
+// no round is outstanding and the next NACK starts from round 0.
+func (m *Machine) forget(kind string, r *Ready) {
+	if fk := m.failing[kind]; fk != nil && len(fk.rejected) == 0 {
+		delete(m.failing, kind)
+	}
+	if len(m.failing) > 0 {
+		return
+	}
+	if m.asking || m.armed {
+		r.Disarm = true
+	}
+	m.token++
+	m.asking, m.armed, m.nextAt, m.planned = false, false, time.Time{}, nil
+	m.round, m.last, m.givenUp = 0, 0, ""
+}
+
+// next asks for a decision when a kind is due and nothing is outstanding.
+func (m *Machine) next(r *Ready) {
+	if m.asking || m.armed || m.givenUp != "" {
+		return
+	}
+	due := false
+	for _, fk := range m.failing {
+		due = due || fk.due
+	}
+	if !due {
+		return
+	}
+	m.token++
+	m.asking = true
+	r.Ask, r.Token = m.request(), m.token
+}
+
+// request is what the policy is asked: every failing kind of the stream.
+func (m *Machine) request() *pluginv1.ScheduleRequest {
+	req := &pluginv1.ScheduleRequest{
+		StreamId: strconv.FormatInt(m.stream, 10), Zone: m.zone,
+		Round: m.round, LastDelay: durationpb.New(m.last),
+	}
+	for _, kind := range sortedKinds(m.failing) {
+		fk := m.failing[kind]
+		req.Failing = append(req.Failing, &pluginv1.FailingKind{
+			Kind: kind, RejectedNames: fk.names(), ErrorDetail: fk.detail,
+			NackCount: fk.nacks, FirstNack: timestamppb.New(fk.firstNACK),
+		})
+	}
+	return req
+}
+
+func (fk *failingKind) names() []string {
+	names := make([]string, 0, len(fk.rejected))
+	for n := range fk.rejected {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func sortedKinds(m map[string]*failingKind) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// KindState is the retry state of one failing kind of a stream.
+type KindState struct {
+	Kind      string    `json:"kind"`
+	Rejected  []string  `json:"rejected"`
+	NACKs     uint32    `json:"nacks"`
+	FirstNACK time.Time `json:"firstNack"`
+}
+
+// StreamState is the retry state of one stream, for insights.
+type StreamState struct {
+	Stream    int64       `json:"stream"`
+	Zone      string      `json:"zone"`
+	Round     uint32      `json:"round"`
+	LastDelay string      `json:"lastDelay,omitempty"`
+	NextRetry *time.Time  `json:"nextRetry,omitempty"`
+	GivenUp   string      `json:"givenUp,omitempty"`
+	Failing   []KindState `json:"failing,omitempty"`
+}
+
+// State is the stream's retry state as insights show it.
+func (m *Machine) State() StreamState {
+	ss := StreamState{Stream: m.stream, Zone: m.zone, Round: m.round, GivenUp: m.givenUp}
+	if m.last > 0 {
+		ss.LastDelay = m.last.String()
+	}
+	if m.armed {
+		t := m.nextAt
+		ss.NextRetry = &t
+	}
+	for _, kind := range sortedKinds(m.failing) {
+		fk := m.failing[kind]
+		ss.Failing = append(ss.Failing, KindState{Kind: kind, Rejected: fk.names(), NACKs: fk.nacks, FirstNACK: fk.firstNACK})
+	}
+	return ss
+}

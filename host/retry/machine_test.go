@@ -1,0 +1,213 @@
+package retry_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/retry"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+)
+
+// The Machine's transitions, one step at a time: no goroutine, no timer, no clock.
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// step is one event for the Machine and what it must answer.
+type step struct {
+	name string
+	// do feeds one event; token is the token of the last Ask or Arm.
+	do   func(m *retry.Machine, token uint64, now time.Time) retry.Ready
+	want func(g Gomega, r retry.Ready, st retry.StreamState)
+}
+
+func nackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready { return m.NACK(nack(kind, names...), now) }
+}
+
+func ackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+		v := map[string]string{}
+		for _, n := range names {
+			v[n] = "v1"
+		}
+		return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: v}, now)
+	}
+}
+
+func sentAt(kind, name, version string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+		return m.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: map[string]string{name: version}}, now)
+	}
+}
+
+func decide(resp *pluginv1.ScheduleResponse, err error) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, token uint64, now time.Time) retry.Ready { return m.Decided(token, resp, err, now) }
+}
+
+func delay(d time.Duration, kinds ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(d), Kinds: kinds}, nil)
+}
+
+func giveUp(reason string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return decide(&pluginv1.ScheduleResponse{GiveUp: true, Reason: reason}, nil)
+}
+
+func fire(m *retry.Machine, token uint64, now time.Time) retry.Ready { return m.Fired(token, now) }
+
+func stale(do func(*retry.Machine, uint64, time.Time) retry.Ready) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, token uint64, now time.Time) retry.Ready { return do(m, token-1, now) }
+}
+
+func asks(round uint32, kinds ...string) func(Gomega, retry.Ready, retry.StreamState) {
+	return func(g Gomega, r retry.Ready, _ retry.StreamState) {
+		g.Expect(r.Ask).NotTo(BeNil(), "an Ask")
+		g.Expect(r.Ask.GetRound()).To(Equal(round))
+		var got []string
+		for _, f := range r.Ask.GetFailing() {
+			got = append(got, f.GetKind())
+		}
+		g.Expect(got).To(Equal(kinds))
+		g.Expect(r.Arm).To(BeZero())
+	}
+}
+
+func arms(d time.Duration) func(Gomega, retry.Ready, retry.StreamState) {
+	return func(g Gomega, r retry.Ready, st retry.StreamState) {
+		g.Expect(r.Arm).To(Equal(d))
+		g.Expect(r.Ask).To(BeNil())
+		g.Expect(st.NextRetry).NotTo(BeNil())
+	}
+}
+
+func resends(names map[string][]string, thenAsk bool) func(Gomega, retry.Ready, retry.StreamState) {
+	return func(g Gomega, r retry.Ready, _ retry.StreamState) {
+		g.Expect(r.Resend).To(Equal(names))
+		g.Expect(r.Round).NotTo(BeNil())
+		g.Expect(r.Ask != nil).To(Equal(thenAsk), "an Ask after the round")
+	}
+}
+
+func nothing(g Gomega, r retry.Ready, _ retry.StreamState) {
+	g.Expect(r).To(Equal(retry.Ready{Token: r.Token}))
+}
+
+func TestMachineTransitions(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		end   func(g Gomega, st retry.StreamState)
+	}{
+		{"a NACK asks, the decision arms, the timer resends", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}}, false)},
+			{"NACK of the resend", nackAt("Mesh", "default"), asks(1, "Mesh")},
+		}, func(g Gomega, st retry.StreamState) {
+			g.Expect(st.Round).To(Equal(uint32(1)))
+			g.Expect(st.LastDelay).To(Equal("1s"))
+			g.Expect(st.Failing[0].NACKs).To(Equal(uint32(2)))
+		}},
+		{"NACKs while a round is pending join it", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"NACK while asking", nackAt("MeshTimeout", "default/a"), nothing},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"NACK while armed", nackAt("MeshRetry", "default/r"), nothing},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}, "MeshRetry": {"default/r"}, "MeshTimeout": {"default/a"}}, false)},
+		}, nil},
+		{"an ACK of every failing kind disarms and resets", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"ACK", ackAt("Mesh", "default"), func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(r.Disarm).To(BeTrue())
+				g.Expect(st.Failing).To(BeEmpty())
+				g.Expect(st.NextRetry).To(BeNil())
+			}},
+			{"the stale timer", stale(fire), nothing},
+		}, func(g Gomega, st retry.StreamState) { g.Expect(st.Round).To(BeZero()) }},
+		{"a partial NACK keeps only what was rejected", []step{
+			{"NACK", nackAt("MeshTimeout", "default/a", "default/b"), asks(0, "MeshTimeout")},
+			{"ACK of one", ackAt("MeshTimeout", "default/a"), nothing},
+		}, func(g Gomega, st retry.StreamState) {
+			g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/b"}))
+		}},
+		{"a kind left out of the plan gets its own round after it", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"NACK", nackAt("MeshTimeout", "default/a"), nothing},
+			{"decision for Mesh only", delay(time.Second, "Mesh"), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}}, true)},
+		}, nil},
+		{"a failed decision retries in a second", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"no policy answered", decide(nil, errors.New("down")), arms(time.Second)},
+		}, nil},
+		{"a stale decision is dropped", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"stale decision", stale(delay(time.Second)), nothing},
+		}, nil},
+		{"a give-up holds until content changes", []step{
+			{"NACK", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},
+			{"give up", giveUp("max attempts"), func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(r.GaveUp).To(Equal("max attempts"))
+				g.Expect(st.GivenUp).To(Equal("max attempts"))
+			}},
+			{"same content NACKed again", nackAt("MeshTimeout", "default/a"), nothing},
+			{"new content sent", sentAt("MeshTimeout", "default/a", "v2"), nothing},
+			{"its NACK starts over", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},
+		}, nil},
+		{"a resend of the same version is not new content", []step{
+			{"NACK", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},
+			{"give up", giveUp("no"), func(Gomega, retry.Ready, retry.StreamState) {}},
+			{"same version sent", sentAt("MeshTimeout", "default/a", "v1"), nothing},
+		}, func(g Gomega, st retry.StreamState) { g.Expect(st.GivenUp).To(Equal("no")) }},
+		// Defect 1: the give-up was lifted by new content of one kind, that kind was ACKed, and
+		// the other failing kind was left with no round pending.
+		{"a give-up lifted by new content reschedules the kinds still failing", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"NACK", nackAt("MeshTimeout", "default/a"), nothing},
+			{"give up", giveUp("max attempts"), func(Gomega, retry.Ready, retry.StreamState) {}},
+			{"new MeshTimeout content", sentAt("MeshTimeout", "default/a", "v2"), asks(0, "Mesh")},
+			{"its ACK", ackAt("MeshTimeout", "default/a"), nothing},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}}, false)},
+		}, nil},
+		{"an initial ACK says nothing of this stream's rejections", []step{
+			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
+			{"initial ACK", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+				return m.ACK(event.ACK{StreamID: 1, Kind: "Mesh", Versions: map[string]string{"default": "v1"}, Initial: true}, now)
+			}, nothing},
+		}, func(g Gomega, st retry.StreamState) { g.Expect(st.Failing).To(HaveLen(1)) }},
+		{"a removed name is nothing to resend", []step{
+			{"NACK", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},
+			{"removal", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+				return m.Sent(event.Sent{StreamID: 1, Kind: "MeshTimeout", Removed: []string{"default/a"}}, now)
+			}, func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(r.Disarm).To(BeTrue(), "the outstanding decision is dropped")
+				g.Expect(st.Failing).To(BeEmpty())
+			}},
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			m := retry.NewMachine(1, "zone-1")
+			var token uint64
+			now := t0
+			for i, s := range tc.steps {
+				now = now.Add(time.Second)
+				r := s.do(m, token, now)
+				if r.Ask != nil || r.Arm > 0 {
+					token = r.Token
+				}
+				t.Run(fmt.Sprintf("%d %s", i, s.name), func(t *testing.T) { s.want(NewWithT(t), r, m.State()) })
+			}
+			if tc.end != nil {
+				tc.end(g, m.State())
+			}
+		})
+	}
+}

@@ -1,0 +1,133 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// DefaultTimeout is the deadline of a retry policy call unless configured otherwise.
+const DefaultTimeout = 200 * time.Millisecond
+
+// MaxDelay is the longest delay the host accepts from a policy.
+const MaxDelay = time.Hour
+
+// Decorators wrap a RetryForcer and are RetryForcers themselves, so policy concerns compose
+// (as client-go's rate limiters do): Standard builds the chain the host runs.
+
+// Standard is the policy a Scheduler runs: the policy in force now (current is asked at every
+// decision, so a swap takes effect at the next one), its answers checked and bounded by timeout,
+// and on any failure the built-in policy, checked and bounded the same way. onFallback, if set,
+// hears of each fallback.
+func Standard(current func() shared.RetryForcer, builtin shared.RetryForcer, timeout time.Duration, onFallback func(req *pluginv1.ScheduleRequest, err error)) shared.RetryForcer {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return WithFallback(WithDeadline(Checked(Current(current)), timeout), WithDeadline(Checked(builtin), timeout), onFallback)
+}
+
+// decorator forwards Describe and Configure to the policy it wraps; each decorator replaces
+// Schedule.
+type decorator struct{ shared.RetryForcer }
+
+// Current is the policy that current returns at each call.
+func Current(current func() shared.RetryForcer) shared.RetryForcer { return currentPolicy(current) }
+
+type currentPolicy func() shared.RetryForcer
+
+func (c currentPolicy) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
+	return c().Describe(ctx)
+}
+
+func (c currentPolicy) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
+	return c().Configure(ctx, req)
+}
+
+func (c currentPolicy) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	return c().Schedule(ctx, req)
+}
+
+// WithDeadline bounds every Schedule call of p by timeout. It returns by the deadline even when
+// p ignores its context: the call then goes on in its own goroutine, whose context is canceled,
+// until p returns, and its answer is dropped. Nothing waits for such a call.
+func WithDeadline(p shared.RetryForcer, timeout time.Duration) shared.RetryForcer {
+	return &deadline{decorator{p}, timeout}
+}
+
+type deadline struct {
+	decorator
+	timeout time.Duration
+}
+
+func (d *deadline) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	type result struct {
+		resp *pluginv1.ScheduleResponse
+		err  error
+	}
+	done := make(chan result, 1) // the call never blocks on it, answered or abandoned
+	go func() {
+		resp, err := d.RetryForcer.Schedule(ctx, req)
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("retry policy: %w", ctx.Err())
+	}
+}
+
+// Checked turns an answer the host must not act on into an error: none, a delay that is not
+// positive, or one over MaxDelay.
+func Checked(p shared.RetryForcer) shared.RetryForcer { return &checked{decorator{p}} }
+
+type checked struct{ decorator }
+
+func (c *checked) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	resp, err := c.RetryForcer.Schedule(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp == nil:
+		return nil, errors.New("empty schedule")
+	case resp.GetGiveUp():
+	case resp.GetDelay() == nil || resp.GetDelay().AsDuration() <= 0:
+		return nil, fmt.Errorf("schedule delay %v is not positive", resp.GetDelay().AsDuration())
+	case resp.GetDelay().AsDuration() > MaxDelay:
+		return nil, fmt.Errorf("schedule delay %v is over %v", resp.GetDelay().AsDuration(), MaxDelay)
+	}
+	return resp, nil
+}
+
+// WithFallback answers with fallback whenever p fails. onFallback, if set, is told why.
+func WithFallback(p, fallback shared.RetryForcer, onFallback func(req *pluginv1.ScheduleRequest, err error)) shared.RetryForcer {
+	return &withFallback{decorator{p}, fallback, onFallback}
+}
+
+type withFallback struct {
+	decorator
+	fallback   shared.RetryForcer
+	onFallback func(*pluginv1.ScheduleRequest, error)
+}
+
+func (f *withFallback) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	resp, err := f.RetryForcer.Schedule(ctx, req)
+	if err == nil || ctx.Err() != nil {
+		return resp, err
+	}
+	if f.onFallback != nil {
+		f.onFallback(req, err)
+	}
+	resp, ferr := f.fallback.Schedule(ctx, req)
+	if ferr != nil {
+		return nil, fmt.Errorf("%w; the fallback failed too: %w", err, ferr)
+	}
+	return resp, nil
+}
