@@ -87,14 +87,14 @@ type Global struct {
 // NewGlobal assembles a global and opens its listeners, so an address of ":0" is resolved
 // before Run; call Run to serve, or Close to release the listeners. When it fails, it has
 // stopped whatever it started.
-func NewGlobal(cfg GlobalConfig) (g *Global, err error) {
+func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}
-	g = &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
+	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
 	defer func() {
 		if err != nil {
 			g.Close()

@@ -71,7 +71,8 @@ type streamState struct {
 // immutable while recorded (a snapshot's maps always; the subscription's returned map until a
 // request subscribes or unsubscribes names, which is never taken at a sync point), and holding
 // them keeps their identity from being reused. Forced names and the filter's answers are not part
-// of it: Resend and Refresh drop the sync points they touch.
+// of it: Refresh drops the sync points it touches, and a watch at a sync point looks at the names
+// forced on its kind.
 type syncPoint struct {
 	known   map[string]string
 	entries map[string]*Entry
@@ -188,7 +189,6 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 		for _, n := range ns {
 			set[n] = true
 		}
-		delete(st.synced, kind)
 		if w := st.watches[kind]; w != nil {
 			c.evaluateNamesLocked(st, w, ns)
 		}
@@ -267,9 +267,13 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	// The request after a response (its ACK or NACK) finds the zone at the sync point the
 	// response recorded, unless the snapshot changed meanwhile or the request changes the
 	// subscription.
+	// Names forced meanwhile are not part of a sync point: those alone are looked at then.
 	unchanged := len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0
-	if !unchanged || !st.synced[w.kind].at(sub.ReturnedResources(), c.snap.Kind(w.kind)) {
+	switch {
+	case !unchanged || !st.synced[w.kind].at(sub.ReturnedResources(), c.snap.Kind(w.kind)):
 		c.evaluateWatchLocked(st, w)
+	case len(st.forced[w.kind]) > 0:
+		c.evaluateNamesLocked(st, w, slices.Collect(maps.Keys(st.forced[w.kind])))
 	}
 	return func() { c.cancel(st, w) }, nil
 }

@@ -58,11 +58,11 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 }
 
 // ServerTLS loads the KDS certificate and key, or, when both are empty, makes a self-signed
-// certificate for localhost and writes it (and its key) under dir so zones can trust it with
-// --kds-tls-ca DIR/kds.crt.
+// certificate for localhost and writes it (and its key) under dir, as kds.crt and kds.key, so
+// that zones can trust it.
 func ServerTLS(certFile, keyFile, dir string) (*tls.Config, error) {
 	if (certFile == "") != (keyFile == "") {
-		return nil, fmt.Errorf("--kds-tls-cert and --kds-tls-key go together")
+		return nil, fmt.Errorf("a KDS certificate and its key go together: give both or neither")
 	}
 	if certFile == "" {
 		certFile, keyFile = filepath.Join(dir, "kds.crt"), filepath.Join(dir, "kds.key")

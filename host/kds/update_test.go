@@ -313,3 +313,51 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 	}
 	converge(-1)
 }
+
+// counting is a kds.Filter that shows everything and counts what it is asked, by kind.
+type counting struct {
+	mu    sync.Mutex
+	asked map[string]int
+}
+
+func (f *counting) Visible(_ string, e *kds.Entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked[e.Key.Kind]++
+	return true
+}
+
+func (f *counting) reset() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.asked
+	f.asked = map[string]int{}
+	return out
+}
+
+// Defect 6: Resend re-evaluated every kind of the stream, under the cache's one lock.
+func TestResendLooksOnlyAtTheNamedNames(t *testing.T) {
+	g := NewWithT(t)
+	kinds := []string{"Mesh", "MeshTimeout", "MeshRetry"}
+	h := newHarness(t, kinds)
+	filter := &counting{asked: map[string]int{}}
+	h.cache.SetFilter(filter)
+	rs := []resource.Resource{meshResource("default")}
+	for i := range 100 {
+		rs = append(rs, policy("MeshTimeout", "default", fmt.Sprintf("t-%d", i), `{}`), policy("MeshRetry", "default", fmt.Sprintf("r-%d", i), `{}`))
+	}
+	h.set(rs)
+	h.subscribe(kinds...)
+	for range kinds {
+		h.ack(h.recv())
+	}
+	filter.reset()
+
+	h.cache.Resend(1, map[string][]string{"MeshTimeout": {"default/t-7"}})
+	r := h.recv()
+	g.Expect(r.TypeUrl).To(Equal("MeshTimeout"))
+	g.Expect(r.Resources).To(HaveLen(1))
+	g.Expect(filter.reset()).To(Equal(map[string]int{"MeshTimeout": 1}), "one name of one kind looked at")
+	h.ack(r)
+	h.expectQuiet(100 * time.Millisecond)
+}

@@ -264,4 +264,3 @@ func (h *Holds) Zones() int {
 	defer h.mu.RUnlock()
 	return len(h.zones)
 }
-

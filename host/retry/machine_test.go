@@ -47,7 +47,9 @@ func sentAt(kind, name, version string) func(*retry.Machine, uint64, time.Time) 
 }
 
 func decide(resp *pluginv1.ScheduleResponse, err error) func(*retry.Machine, uint64, time.Time) retry.Ready {
-	return func(m *retry.Machine, token uint64, now time.Time) retry.Ready { return m.Decided(token, resp, err, now) }
+	return func(m *retry.Machine, token uint64, now time.Time) retry.Ready {
+		return m.Decided(token, resp, err, now)
+	}
 }
 
 func delay(d time.Duration, kinds ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {

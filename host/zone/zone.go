@@ -20,7 +20,9 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/hashicorp/go-hclog"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -81,6 +83,16 @@ type Stats struct {
 	NACKByKind map[string]int64 `json:"nacksByKind,omitempty"`
 }
 
+// ConfigError is a Config field whose value cannot be used.
+type ConfigError struct {
+	Field string // the Config field's name
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // ParseAddress splits grpc://host:port or grpcs://host:port into a dial target and whether it
 // uses TLS.
 func ParseAddress(addr string) (target string, useTLS bool, err error) {
@@ -100,14 +112,14 @@ func ParseAddress(addr string) (target string, useTLS bool, err error) {
 // New checks the configuration and returns a client; Run connects it.
 func New(cfg Config) (*Client, error) {
 	if cfg.Zone == "" {
-		return nil, errors.New("zone name is required (--zone-name)")
+		return nil, &ConfigError{Field: "Zone", Err: errors.New("a zone name is required")}
 	}
 	if cfg.GlobalAddress == "" {
-		return nil, errors.New("global address is required (--global-address grpcs://host:5685)")
+		return nil, &ConfigError{Field: "GlobalAddress", Err: errors.New("the global's address is required, e.g. grpcs://host:5685")}
 	}
 	target, useTLS, err := ParseAddress(cfg.GlobalAddress)
 	if err != nil {
-		return nil, err
+		return nil, &ConfigError{Field: "GlobalAddress", Err: err}
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), target: target, creds: insecure.NewCredentials()}
 	if c.log == nil {
@@ -127,11 +139,11 @@ func New(cfg Config) (*Client, error) {
 		if cfg.TLSCAFile != "" {
 			pem, err := os.ReadFile(cfg.TLSCAFile)
 			if err != nil {
-				return nil, fmt.Errorf("read --kds-tls-ca: %w", err)
+				return nil, &ConfigError{Field: "TLSCAFile", Err: fmt.Errorf("read the global's CA: %w", err)}
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--kds-tls-ca %s holds no PEM certificate", cfg.TLSCAFile)
+				return nil, &ConfigError{Field: "TLSCAFile", Err: fmt.Errorf("%s holds no PEM certificate", cfg.TLSCAFile)}
 			}
 			tc.RootCAs = pool
 		}
@@ -139,7 +151,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	for kind := range cfg.AdmissionOutage {
 		if _, ok := cfg.Registry.Get(kind); !ok {
-			return nil, fmt.Errorf("--admission-outage: unknown kind %q (known: %s)", kind, cfg.Registry.KnownNames())
+			return nil, &ConfigError{Field: "AdmissionOutage", Err: fmt.Errorf("unknown kind %q (known: %s)", kind, cfg.Registry.KnownNames())}
 		}
 	}
 	return c, nil
@@ -298,27 +310,29 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 	}
 	var deletes []resource.Key
 	for _, name := range resp.GetRemovedResources() {
-		deletes = append(deletes, resource.KeyFromXDSName(kind, name))
+		key := resource.KeyFromXDSName(kind, name)
+		deletes = append(deletes, key)
+		names[key] = name
 	}
 
 	if len(puts)+len(deletes) > 0 {
 		failed, err := c.cfg.Store.Apply(ctx, puts, deletes)
 		if err != nil {
+			// The transaction failed: nothing of the response is stored, removals included.
 			for _, r := range puts {
 				reject(names[r.Key()], "database: "+err.Error(), nil)
 			}
+			for _, k := range deletes {
+				reject(names[k], "database: the removal failed: "+err.Error(), nil)
+			}
 		}
 		for key, ferr := range failed {
-			name, ok := names[key]
-			if !ok {
-				continue // a delete that failed: nothing the global can resend
-			}
 			var mo *store.MissingOwnerError
 			if errors.As(ferr, &mo) {
-				reject(name, ferr.Error(), &kdsv1.ResourceKey{Kind: mo.Owner.Kind, Mesh: mo.Owner.Mesh, Name: mo.Owner.Name})
+				reject(names[key], ferr.Error(), &kdsv1.ResourceKey{Kind: mo.Owner.Kind, Mesh: mo.Owner.Mesh, Name: mo.Owner.Name})
 				continue
 			}
-			reject(name, ferr.Error(), nil)
+			reject(names[key], ferr.Error(), nil)
 		}
 		if err == nil && c.cfg.Applied != nil {
 			stored := make([]resource.Key, 0, len(puts))
@@ -348,12 +362,25 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 	sort.Slice(list.Rejections, func(i, j int) bool { return list.Rejections[i].Name < list.Rejections[j].Name })
 	msg := summary(kind, list)
 	c.log.Warn("NACK", "kind", kind, "rejected", len(list.Rejections), "detail", msg)
+	ack.ErrorDetail = nackDetail(list, msg)
+	return ack
+}
+
+// nackDetail is a NACK's error_detail. Text from a response or a database may be any bytes,
+// which a protobuf string may not hold, so it is made valid UTF-8 first; and should the list
+// still not encode, the NACK goes without it (the global then takes the whole response as
+// rejected), never as an ACK.
+func nackDetail(list *kdsv1.RejectionList, msg string) *rpcstatus.Status {
+	valid := func(s string) string { return strings.ToValidUTF8(s, "\ufffd") }
+	for _, r := range list.Rejections {
+		r.Name, r.Reason = valid(r.Name), valid(r.Reason)
+	}
+	msg = valid(msg)
 	detail, err := kds.NACKDetail(list, msg)
 	if err != nil {
-		c.log.Error("encode rejection list", "error", err)
+		return &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg + " (the rejection list could not be encoded: " + valid(err.Error()) + ")"}
 	}
-	ack.ErrorDetail = detail
-	return ack
+	return detail
 }
 
 // decode reads and validates one resource of a response of kind.

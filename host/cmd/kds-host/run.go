@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,6 +17,7 @@ import (
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
@@ -144,6 +146,11 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	if flags.zoneName != "" || flags.globalAddress != "" || len(flags.admissionOutages) > 0 {
 		return fmt.Errorf("--zone-name, --global-address and --admission-outage are zone flags; add --mode zone")
 	}
+	switch flags.emulate {
+	case "", retry.EmulatePerType, retry.EmulatePerStream:
+	default:
+		return fmt.Errorf("--emulate %q: want %s or %s", flags.emulate, retry.EmulatePerType, retry.EmulatePerStream)
+	}
 	cfg := controlplane.GlobalConfig{
 		Registry: reg, Logger: log, Version: version,
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
@@ -162,7 +169,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	if !flags.plaintext {
 		tc, err := kds.ServerTLS(flags.tlsCert, flags.tlsKey, filepath.Join(flags.dataDir, "tls"))
 		if err != nil {
-			return err
+			return fmt.Errorf("--kds-tls-cert, --kds-tls-key: %w", err)
 		}
 		cfg.TLS = tc
 	}
@@ -179,6 +186,22 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	stopReloads := flags.plugins.serve(ctx, log, rt, g.API) // plugins.go: /api/plugins, SIGHUP
 	defer stopReloads()
 	return g.Run(ctx)
+}
+
+// zoneFlags name the flag of each zone.Config field.
+var zoneFlags = map[string]string{
+	"Zone": "zone-name", "GlobalAddress": "global-address", "TLSCAFile": "kds-tls-ca", "AdmissionOutage": "admission-outage",
+}
+
+// zoneFlagError names the flag behind a zone configuration error.
+func zoneFlagError(err error) error {
+	var ce *zone.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := zoneFlags[ce.Field]; ok {
+			return fmt.Errorf("--%s (%s): %w", flag, EnvName(flag), ce.Err)
+		}
+	}
+	return err
 }
 
 func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resource.Registry) error {
@@ -210,7 +233,7 @@ func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resou
 	cfg.Store = st
 	z, err := controlplane.NewZone(cfg)
 	if err != nil {
-		return err
+		return zoneFlagError(err)
 	}
 	return z.Run(ctx)
 }
