@@ -327,19 +327,13 @@ func (c *Cache) evaluateWatchLocked(st *streamState, w *watch) {
 	if w.resp != nil {
 		return
 	}
-	known := w.sub.ReturnedResources()
-	forced := st.forced[w.kind]
-	wildcard := w.sub.IsWildcard()
-	subscribed := w.sub.SubscribedResources()
-
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version, 10)}
+	known, forced := w.sub.ReturnedResources(), st.forced[w.kind]
+	resp := c.response(w.kind)
 	next := make(map[string]string, len(known))
 	var sentForced []string
 	for name, e := range c.snap.Kind(w.kind) {
-		if !wildcard {
-			if _, ok := subscribed[name]; !ok {
-				continue
-			}
+		if !w.subscribes(name) {
+			continue
 		}
 		if c.filter != nil && !c.filter.Visible(st.zone, e) {
 			// Held back: the zone keeps what it has (no update, and no removal either).
@@ -382,20 +376,14 @@ func (c *Cache) evaluateNamesLocked(st *streamState, w *watch, names []string) {
 	if w.resp != nil {
 		return
 	}
-	known := w.sub.ReturnedResources()
-	forced := st.forced[w.kind]
-	wildcard := w.sub.IsWildcard()
-	subscribed := w.sub.SubscribedResources()
+	known, forced := w.sub.ReturnedResources(), st.forced[w.kind]
 	entries := c.snap.Kind(w.kind)
-
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version, 10)}
+	resp := c.response(w.kind)
 	var sentForced []string
 	for _, name := range names {
 		v, isKnown := known[name]
 		e, served := entries[name]
-		if served && !wildcard {
-			_, served = subscribed[name]
-		}
+		served = served && w.subscribes(name)
 		switch {
 		case served && c.filter != nil && !c.filter.Visible(st.zone, e):
 			// Held back: the zone keeps what it has.
@@ -432,6 +420,20 @@ func (c *Cache) evaluateNamesLocked(st *streamState, w *watch, names []string) {
 		delete(next, name)
 	}
 	c.answerLocked(st, w, resp, next, sentForced)
+}
+
+// response starts a response of kind.
+func (c *Cache) response(kind string) *discovery.DeltaDiscoveryResponse {
+	return &discovery.DeltaDiscoveryResponse{TypeUrl: kind, SystemVersionInfo: strconv.FormatInt(c.version, 10)}
+}
+
+// subscribes reports whether the watch's subscription covers name.
+func (w *watch) subscribes(name string) bool {
+	if w.sub.IsWildcard() {
+		return true
+	}
+	_, ok := w.sub.SubscribedResources()[name]
+	return ok
 }
 
 // answerLocked answers the watch with resp, after which the zone knows next, and queues it for

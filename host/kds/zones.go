@@ -102,11 +102,19 @@ func (z *Zones) sent(e event.Sent) {
 	ki.Sent += int64(len(e.Versions) + len(e.Removed))
 }
 
+// onStream is the zone's state when id is its current stream, else nil. Call with z.mu held.
+func (z *Zones) onStream(zone string, id int64) *zoneState {
+	if s := z.zones[zone]; s != nil && s.stream == id {
+		return s
+	}
+	return nil
+}
+
 func (z *Zones) acked(a event.ACK) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	s := z.zone(a.Zone)
-	if s.stream != a.StreamID {
+	s := z.onStream(a.Zone, a.StreamID)
+	if s == nil {
 		return
 	}
 	ki := s.kind(a.Kind)
@@ -127,8 +135,8 @@ func (z *Zones) acked(a event.ACK) {
 func (z *Zones) nacked(n event.NACK) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	s := z.zone(n.Zone)
-	if s.stream != n.StreamID {
+	s := z.onStream(n.Zone, n.StreamID)
+	if s == nil {
 		return
 	}
 	ki := s.kind(n.Kind)
@@ -145,7 +153,7 @@ func (z *Zones) nacked(n event.NACK) {
 func (z *Zones) streamClosed(id int64, zone string) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if s := z.zones[zone]; s != nil && s.stream == id {
+	if s := z.onStream(zone, id); s != nil {
 		s.connected = false
 		s.since = time.Now()
 	}
