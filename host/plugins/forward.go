@@ -9,60 +9,49 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-// retryForwarder is Runtime.RetryForcer: the RetryForcer plugin of the current generation, or
-// the built-in policy when there is none.
-type retryForwarder struct{ rt *Runtime }
+// describer is what both plugin kinds answer.
+type describer interface {
+	Describe(ctx context.Context) (*pluginv1.DescribeResponse, error)
+}
 
-func (f *retryForwarder) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
-	return forward(f.rt, ctx, "Describe", retrySide, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.DescribeResponse, error) {
-		return rf.Describe(ctx)
+// forwarder is one service of the current generation, as the Runtime hands it out: every call
+// goes to what the generation has in force on its side (see forward).
+type forwarder[S describer] struct {
+	rt   *Runtime
+	side side[S]
+}
+
+func (f *forwarder[S]) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
+	return forward(f.rt, ctx, "Describe", f.side, func(ctx context.Context, s S) (*pluginv1.DescribeResponse, error) {
+		return s.Describe(ctx)
 	})
 }
 
-// Configure reaches the plugin in force now. A restart re-applies the document the plugin was
+// retryForwarder is Runtime.RetryForcer (retrySide: the RetryForcer plugin of the current
+// generation, or the built-in policy when there is none) and Runtime.Fallback (fallbackSide:
+// always the built-in policy).
+type retryForwarder struct{ forwarder[shared.RetryForcer] }
+
+// Configure reaches the policy in force now. A restart re-applies the document the plugin was
 // loaded with, so lasting changes go through Reload.
 func (f *retryForwarder) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
-	return forward(f.rt, ctx, "Configure", retrySide, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.ConfigureResponse, error) {
+	return forward(f.rt, ctx, "Configure", f.side, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.ConfigureResponse, error) {
 		return rf.Configure(ctx, req)
 	})
 }
 
 func (f *retryForwarder) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
-	return forward(f.rt, ctx, "Schedule", retrySide, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.ScheduleResponse, error) {
+	return forward(f.rt, ctx, "Schedule", f.side, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.ScheduleResponse, error) {
 		return rf.Schedule(ctx, req)
 	})
 }
 
-// fallbackForwarder is Runtime.Fallback: always the built-in retry policy.
-type fallbackForwarder struct{ rt *Runtime }
-
-func (f *fallbackForwarder) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
-	b := f.rt.gen.Load().builtin
-	return callBuiltin(f.rt, ctx, "Describe", func(ctx context.Context) (*pluginv1.DescribeResponse, error) { return b.rf.Describe(ctx) })
-}
-
-func (f *fallbackForwarder) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
-	b := f.rt.gen.Load().builtin
-	return callBuiltin(f.rt, ctx, "Configure", func(ctx context.Context) (*pluginv1.ConfigureResponse, error) { return b.rf.Configure(ctx, req) })
-}
-
-func (f *fallbackForwarder) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
-	b := f.rt.gen.Load().builtin
-	return callBuiltin(f.rt, ctx, "Schedule", func(ctx context.Context) (*pluginv1.ScheduleResponse, error) { return b.rf.Schedule(ctx, req) })
-}
-
 // ownerForwarder is Runtime.OwnerCheck: the OwnerCheck plugin of the current generation, or the
 // built-in owner check when there is none.
-type ownerForwarder struct{ rt *Runtime }
-
-func (f *ownerForwarder) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
-	return forward(f.rt, ctx, "Describe", ownerSide, func(ctx context.Context, oc shared.OwnerCheck) (*pluginv1.DescribeResponse, error) {
-		return oc.Describe(ctx)
-	})
-}
+type ownerForwarder struct{ forwarder[shared.OwnerCheck] }
 
 func (f *ownerForwarder) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
-	return forward(f.rt, ctx, "Predict", ownerSide, func(ctx context.Context, oc shared.OwnerCheck) (*pluginv1.PredictResponse, error) {
+	return forward(f.rt, ctx, "Predict", f.side, func(ctx context.Context, oc shared.OwnerCheck) (*pluginv1.PredictResponse, error) {
 		return oc.Predict(ctx, req)
 	})
 }
@@ -80,6 +69,10 @@ var (
 		supervisor: func(g *generation) *supervisor { return g.retry },
 		builtin:    func(g *generation) shared.RetryForcer { return g.builtin.rf },
 		plugin:     func(i *instance) shared.RetryForcer { return i.rf },
+	}
+	fallbackSide = side[shared.RetryForcer]{
+		supervisor: func(*generation) *supervisor { return nil },
+		builtin:    func(g *generation) shared.RetryForcer { return g.builtin.rf },
 	}
 	ownerSide = side[shared.OwnerCheck]{
 		supervisor: func(g *generation) *supervisor { return g.owner },
@@ -125,6 +118,5 @@ func callBuiltin[T any](rt *Runtime, ctx context.Context, method string, f func(
 
 var (
 	_ shared.RetryForcer = (*retryForwarder)(nil)
-	_ shared.RetryForcer = (*fallbackForwarder)(nil)
 	_ shared.OwnerCheck  = (*ownerForwarder)(nil)
 )

@@ -14,6 +14,7 @@ import (
 
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 // Service names, as Status.Serves spells them.
@@ -21,6 +22,18 @@ const (
 	RetryForcerService = "RetryForcer"
 	OwnerCheckService  = "OwnerCheck"
 )
+
+// process is one plugin process as a supervisor sees it: a *launch.Process, or a fake in tests.
+type process interface {
+	// Exited reports whether the process has ended.
+	Exited() bool
+	// Kill ends the process: gracefully, then with SIGKILL after the kill timeout. It returns
+	// when the process is gone, and may be called more than once. Its error says the kill was
+	// forced; the launcher has logged it.
+	Kill() error
+	// Stderr is the end of what the process wrote to stderr, for error messages.
+	Stderr() string
+}
 
 // instance is one started plugin process and what it serves. Calls hold it (acquire, release)
 // so that a swap lets them finish before the process is stopped.
@@ -102,30 +115,30 @@ func (i *instance) retire(drain time.Duration) {
 		}
 		t.Stop()
 	}
-	i.proc.Kill()
+	i.kill()
 }
+
+// kill ends the process at once (bounded). How it went does not matter here: a forced kill is
+// in the log already.
+func (i *instance) kill() { _ = i.proc.Kill() }
 
 // startInstance starts the binary of spec and learns what it serves. A binary serves a kind when
 // it answers that kind's Describe; Unimplemented means it does not.
 func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger) (*instance, error) {
-	sum := ""
-	if spec.SHA256 != nil {
-		sum = fmt.Sprintf("%x", spec.SHA256)
-	}
-	p, err := startProcess(ctx, spec, opt, log)
+	p, err := launch.Start(ctx, launch.Options{
+		Path: spec.Path, SHA256: spec.SHA256, Logger: log,
+		StartTimeout: opt.StartTimeout, KillTimeout: opt.KillTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
-	inst := newInstance(p, p.pid)
-	inst.checksum = sum
-	if inst.checksum == "" {
-		// Not pinned: show what runs. go-plugin has run it already, so this is for display.
-		inst.checksum, _ = fileSHA256(p.file)
-	}
+	inst := newInstance(p, p.Pid())
+	// Pinned, the pin; else what runs. go-plugin has run it already, so this is for display.
+	inst.checksum, _ = p.Checksum()
 	ictx, cancel := context.WithTimeout(ctx, opt.StartTimeout)
 	defer cancel()
-	if err := inst.identify(ictx, p.client); err != nil {
-		p.Kill()
+	if err := inst.identify(ictx, p.Client()); err != nil {
+		_ = p.Kill()
 		return nil, fmt.Errorf("plugin %s: %w", spec.Path, err)
 	}
 	if inst.name == "" {
@@ -168,7 +181,7 @@ func (i *instance) identify(ctx context.Context, c *goplugin.Client) error {
 		return err
 	}
 	if rd == nil && od == nil {
-		return fmt.Errorf("%w: it serves neither RetryForcer nor OwnerCheck", ErrNotAPlugin)
+		return fmt.Errorf("%w: it serves neither RetryForcer nor OwnerCheck", launch.ErrNotAPlugin)
 	}
 	if od != nil {
 		i.oc, i.name, i.version = oc, od.GetName(), od.GetVersion()

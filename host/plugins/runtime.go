@@ -119,7 +119,7 @@ type Runtime struct {
 	gen          atomic.Pointer[generation]
 
 	rf *retryForwarder
-	fb *fallbackForwarder
+	fb *retryForwarder
 	oc *ownerForwarder
 
 	mu         sync.Mutex // serializes Reload and Close
@@ -141,14 +141,16 @@ type builtin struct {
 }
 
 // New starts the plugins of cfg.Plugins and supervises them. It fails, with everything it
-// started stopped, when a plugin cannot be used: a wrong checksum (*ChecksumError), a binary
-// that is not a kds-host plugin (ErrNotAPlugin), a bad policy document, two plugins serving
-// the same service.
+// started stopped, when a plugin cannot be used: a wrong checksum (*launch.ChecksumError), a
+// binary that is not a kds-host plugin (launch.ErrNotAPlugin), a bad policy document, two
+// plugins serving the same service.
 func New(cfg Config) (*Runtime, error) {
 	cfg.setDefaults()
 	rt := &Runtime{cfg: cfg, log: cfg.Logger.Named("plugin"), started: time.Now()}
 	rt.metrics = newMetrics(rt.Status)
-	rt.rf, rt.fb, rt.oc = &retryForwarder{rt}, &fallbackForwarder{rt}, &ownerForwarder{rt}
+	rt.rf = &retryForwarder{forwarder[shared.RetryForcer]{rt, retrySide}}
+	rt.fb = &retryForwarder{forwarder[shared.RetryForcer]{rt, fallbackSide}}
+	rt.oc = &ownerForwarder{forwarder[shared.OwnerCheck]{rt, ownerSide}}
 	g, err := rt.load(context.Background(), cfg.Plugins)
 	if err != nil {
 		return nil, err
@@ -307,7 +309,7 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 		var kill sync.WaitGroup
 		for _, inst := range insts {
 			if inst != nil {
-				kill.Go(inst.proc.Kill)
+				kill.Go(inst.kill)
 			}
 		}
 		kill.Wait()
@@ -412,7 +414,7 @@ func (rt *Runtime) restartInstance(ctx context.Context, spec Spec, doc *Document
 		cancel()
 	}
 	if err != nil {
-		inst.proc.Kill()
+		inst.kill()
 		return nil, err
 	}
 	return inst, nil

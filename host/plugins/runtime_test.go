@@ -21,6 +21,7 @@ import (
 	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/internal/testbin"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 func TestARetryForcerPluginIsConfiguredAndAnswers(t *testing.T) {
@@ -151,7 +152,7 @@ func TestAWrongChecksumIsRefused(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	_, err = plugins.New(config(spec))
-	var ce *plugins.ChecksumError
+	var ce *launch.ChecksumError
 	g.Expect(errors.As(err, &ce)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("expected sha256:" + wrong))
 	g.Expect(err.Error()).To(ContainSubstring("actual sha256:" + actual))
@@ -208,7 +209,7 @@ func TestABinaryThatIsNotAPluginFailsWithinTheStartTimeout(t *testing.T) {
 			}()
 			var err error
 			g.Eventually(done, cfg.StartTimeout+2*time.Second).Should(Receive(&err), "no hang")
-			g.Expect(err).To(MatchError(plugins.ErrNotAPlugin))
+			g.Expect(err).To(MatchError(launch.ErrNotAPlugin))
 			g.Expect(err.Error()).To(ContainSubstring("plugin " + tc.path + ": not a kds-host plugin"))
 			g.Expect(err.Error()).To(ContainSubstring(tc.want))
 			t.Log(err)

@@ -25,7 +25,7 @@ type fakeProcess struct {
 }
 
 func (p *fakeProcess) Exited() bool { return p.exited.Load() }
-func (p *fakeProcess) Kill()        { p.kills.Add(1); p.exited.Store(true) }
+func (p *fakeProcess) Kill() error  { p.kills.Add(1); p.exited.Store(true); return nil }
 func (p *fakeProcess) Stderr() string {
 	return ""
 }

@@ -19,6 +19,7 @@ import (
 
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 var handshakeCheck = check{
@@ -32,12 +33,12 @@ var handshakeCheck = check{
 		if abs, err := filepath.Abs(c.opts.Path); err == nil {
 			c.opts.Path = abs // a bare name is a file here, not a command on PATH
 		}
-		p, err := c.start(shared.ClientPluginSets(), &shutdownWatcher{Logger: c.opts.Logger, forced: &c.forcedKill})
+		p, rpc, err := c.start(c.ctx, nil)
 		if err != nil {
-			c.failf("%s", c.explainStart(err))
+			c.failf("%s", explainStart(err))
 		}
-		client, rpc := p.client, p.rpc
-		c.client, c.pid = client, p.pid
+		c.proc = p
+		client := p.Client()
 		c.broken = "the handshake failed"
 		c.g.Expect(client.NegotiatedVersion()).To(gomega.Equal(shared.ProtocolVersion), "negotiated protocol version")
 		c.g.Expect(client.Protocol()).To(gomega.Equal(plugin.ProtocolGRPC), "the plugin must serve gRPC")
@@ -53,7 +54,7 @@ var handshakeCheck = check{
 			c.oc = dispense[shared.OwnerCheck](c, rpc, shared.OwnerCheckName)
 		}
 		c.broken = ""
-		c.notef("pid %d, protocol %d over gRPC with AutoMTLS, serves %s", c.pid, client.NegotiatedVersion(), strings.Join(c.kinds, " and "))
+		c.notef("pid %d, protocol %d over gRPC with AutoMTLS, serves %s", p.Pid(), client.NegotiatedVersion(), strings.Join(c.kinds, " and "))
 	},
 }
 
@@ -69,34 +70,21 @@ func dispense[T any](c *checkRun, rpc plugin.ClientProtocol, name string) T {
 	return impl
 }
 
-// explainStart turns go-plugin's start error into what a plugin author should check.
-func (s *suite) explainStart(err error) string {
-	// Let go-plugin finish reading the plugin's stderr before it is quoted.
-	for range 10 {
-		if s.stderr.String() != "" {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stderr := s.stderr.String()
+// explainStart adds to the launcher's start error what a plugin author should do about it.
+func explainStart(err error) string {
 	msg := err.Error()
-	var why string
 	switch {
-	case strings.Contains(stderr, "This binary is a plugin"):
-		why = fmt.Sprintf("the plugin exited at start: it did not find the magic cookie it expects. kds-host sets %s=%s (shared.Handshake); serve the plugin with shared.ServeRetryForcer, shared.ServeOwnerCheck or shared.Serve, which expect it.",
-			shared.Handshake.MagicCookieKey, shared.Handshake.MagicCookieValue)
+	case strings.Contains(msg, "This binary is a plugin"): // go-plugin's words on its stderr
+		return fmt.Sprintf("the plugin exited at start: it did not find the magic cookie it expects. kds-host sets %s=%s (shared.Handshake); serve the plugin with shared.ServeRetryForcer, shared.ServeOwnerCheck or shared.Serve, which expect it: %s",
+			shared.Handshake.MagicCookieKey, shared.Handshake.MagicCookieValue, msg)
 	case strings.Contains(msg, "incompatible API version"):
-		why = fmt.Sprintf("the plugin speaks another protocol version than kds-host (%d): %s", shared.ProtocolVersion, msg)
+		return fmt.Sprintf("the plugin speaks another protocol version than kds-host (%d): %s", shared.ProtocolVersion, msg)
 	case strings.Contains(msg, "unsupported plugin protocol"):
-		why = "the plugin serves net/rpc; kds-host plugins serve gRPC (shared.Serve* does): " + msg
-	case strings.Contains(msg, "timeout while waiting for plugin to start"):
-		why = fmt.Sprintf("the plugin printed no handshake line within %s", s.opts.StartTimeout)
-	case strings.Contains(msg, "exited before we could connect"), strings.Contains(msg, "Unrecognized remote plugin message"):
-		why = "the plugin exited or printed something else before the handshake: " + firstLine(msg)
-	default:
-		why = "go-plugin could not start the plugin: " + msg
+		return "the plugin serves net/rpc; kds-host plugins serve gRPC (shared.Serve* does): " + msg
+	case errors.Is(err, launch.ErrNotAPlugin):
+		return msg + ". Serve the plugin with shared.ServeRetryForcer, shared.ServeOwnerCheck or shared.Serve: they answer the handshake."
 	}
-	return why + s.stderr.excerpt()
+	return "the plugin could not be started: " + msg
 }
 
 func firstLine(s string) string {
@@ -167,9 +155,9 @@ var versionNegotiationCheck = check{
 	summary: "a host that offers only protocol 2 is refused with go-plugin's version error",
 	run: func(c *checkRun) {
 		next := shared.ProtocolVersion + 1
-		p, err := c.start(map[int]plugin.PluginSet{next: shared.ClientPluginSets()[shared.ProtocolVersion]}, c.opts.Logger)
+		p, _, err := c.start(c.ctx, map[int]plugin.PluginSet{next: shared.ClientPluginSets()[shared.ProtocolVersion]})
 		if err == nil {
-			p.client.Kill()
+			_ = p.Kill()
 			c.failf("the plugin accepted protocol version %d, which kds-host does not define: serve only VersionedPlugins {%d: ...} (shared.Serve* does)",
 				next, shared.ProtocolVersion)
 		}
@@ -220,38 +208,31 @@ var killCheck = check{
 	summary: fmt.Sprintf("after Kill the process exits within %s and leaves no process behind", MaxExitAfterKill),
 	always:  true,
 	run: func(c *checkRun) {
-		if c.client == nil {
+		if c.proc == nil {
 			c.notRunf("no plugin process was started (see %s)", CheckHandshake)
 		}
-		if c.client.Exited() || exited(c.pid) {
+		pid := c.proc.Pid()
+		if c.proc.Exited() || exited(pid) {
 			if c.broken != "" {
 				c.notRunf("%s", c.broken)
 			}
 			c.notRunf("the plugin process had exited before it was killed")
 		}
-		kids, kidsErr := descendants(c.pid)
-		for _, p := range groupMembers(c.pid) {
+		kids, kidsErr := descendants(pid)
+		for _, p := range groupMembers(pid) {
 			if !slices.Contains(kids, p) {
 				kids = append(kids, p)
 			}
 		}
 		start := time.Now()
-		done := make(chan struct{})
-		go func() { c.client.Kill(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(killTimeout):
-			killAll(append(kids, c.pid))
-			select {
-			case <-done:
-			case <-time.After(time.Second):
-			}
-			c.killed = true
-			c.failf("Kill did not return within %s; the suite has killed processes %v. go-plugin waits for the plugin's stdout and stderr to close: a process the plugin started that keeps them open keeps the host waiting.",
-				killTimeout, append(kids, c.pid))
-		}
+		killErr := c.proc.Kill() // as the host kills: bounded by killTimeout, then SIGKILL of the group
 		elapsed := time.Since(start)
 		c.killed = true
+		if errors.Is(killErr, launch.ErrKillTimeout) {
+			killAll(append(kids, pid))
+			c.failf("Kill did not return within %s (%v); the suite has killed processes %v. go-plugin waits for the plugin's stdout and stderr to close: a process the plugin started that keeps them open keeps the host waiting.",
+				killTimeout, killErr, append(kids, pid))
+		}
 
 		// Children killed with their parent may take a moment to go.
 		var left []int
@@ -264,13 +245,13 @@ var killCheck = check{
 		}
 		killAll(left)
 
-		if c.forcedKill.Load() {
+		if errors.Is(killErr, launch.ErrForcedKill) {
 			c.failf("the plugin did not exit when asked: go-plugin asked it to shut down, waited %s and had to SIGKILL it (Kill took %s). A plugin's main must return when shared.Serve returns, and nothing may hold it up.",
 				MaxExitAfterKill, round(elapsed))
 		}
 		c.g.Expect(dur(elapsed)).To(gomega.BeNumerically("<=", dur(MaxExitAfterKill)), "Kill took too long")
-		if !exited(c.pid) {
-			c.failf("process %d still runs after Kill returned", c.pid)
+		if !exited(pid) {
+			c.failf("process %d still runs after Kill returned", pid)
 		}
 		if len(left) > 0 {
 			c.failf("processes the plugin started, %v, still run %s after Kill (the suite has now killed them): a plugin must stop what it starts when Serve returns, or start it with Pdeathsig",

@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/onsi/gomega"
@@ -62,6 +61,17 @@ func verdictTable() (inventory []*kdsv1.ResourceKey, cases []verdictCase) {
 	return inventory, cases
 }
 
+// verdictRequest is the verdict table as one Predict request, its candidates in the order of
+// the cases.
+func verdictRequest() (*pluginv1.PredictRequest, []verdictCase) {
+	inventory, cases := verdictTable()
+	req := &pluginv1.PredictRequest{Zone: "zone-1", Inventory: inventory}
+	for _, tc := range cases {
+		req.Candidates = append(req.Candidates, tc.candidate)
+	}
+	return req, cases
+}
+
 func keyString(k *kdsv1.ResourceKey) string {
 	if k == nil {
 		return "<none>"
@@ -92,11 +102,7 @@ func (c *checkRun) checkVerdicts(preds []*pluginv1.Prediction, cases []verdictCa
 }
 
 func checkVerdictTable(c *checkRun) {
-	inventory, cases := verdictTable()
-	req := &pluginv1.PredictRequest{Zone: "zone-1", Inventory: inventory}
-	for _, tc := range cases {
-		req.Candidates = append(req.Candidates, tc.candidate)
-	}
+	req, cases := verdictRequest()
 	resp, err := c.predict(req)
 	if err != nil {
 		c.callFailed("Predict with the verdict table", err)
@@ -193,41 +199,15 @@ func checkPredictBadInput(c *checkRun) {
 }
 
 func checkPredictConcurrency(c *checkRun) {
-	inventory, cases := verdictTable()
-	req := &pluginv1.PredictRequest{Zone: "zone-1", Inventory: inventory}
-	for _, tc := range cases {
-		req.Candidates = append(req.Candidates, tc.candidate)
+	req, cases := verdictRequest()
+	answers := concurrently(c, "Predict", func(int) (*pluginv1.PredictResponse, error) { return c.predict(req) })
+	for _, resp := range answers {
+		c.checkVerdicts(resp.GetPredictions(), cases)
 	}
-	type answer struct {
-		resp *pluginv1.PredictResponse
-		err  error
-	}
-	answers := make([]answer, Concurrency)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Go(func() {
-			resp, err := c.predict(req)
-			answers[i] = answer{resp, err}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	for i, a := range answers {
-		if a.err != nil {
-			c.callFailed(fmt.Sprintf("concurrent Predict call %d of %d", i+1, Concurrency), a.err)
-		}
-		c.checkVerdicts(a.resp.GetPredictions(), cases)
-	}
-	c.notef("%d calls in flight at once, all answered in %s", Concurrency, round(elapsed))
 }
 
 func checkPredictLatency(c *checkRun) {
-	inventory, cases := verdictTable()
-	req := &pluginv1.PredictRequest{Zone: "zone-1", Inventory: inventory}
-	for _, tc := range cases {
-		req.Candidates = append(req.Candidates, tc.candidate)
-	}
+	req, _ := verdictRequest()
 	c.reportLatency(c.latency("Predict", func(int) error {
 		_, err := c.predict(req)
 		return err

@@ -459,31 +459,14 @@ func checkScheduleLarge(c *checkRun) {
 
 func checkScheduleConcurrency(c *checkRun) {
 	c.needMaxDelay()
-	type answer struct {
-		req  *pluginv1.ScheduleRequest
-		resp *pluginv1.ScheduleResponse
-		err  error
+	reqs := make([]*pluginv1.ScheduleRequest, Concurrency)
+	for i := range reqs {
+		reqs[i] = scheduleRequest(fmt.Sprintf("conformance-concurrent-%d", i), uint32(i%8), time.Duration(i%8)*100*time.Millisecond)
 	}
-	answers := make([]answer, Concurrency)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Go(func() {
-			req := scheduleRequest(fmt.Sprintf("conformance-concurrent-%d", i), uint32(i%8), time.Duration(i%8)*100*time.Millisecond)
-			resp, err := c.schedule(req)
-			answers[i] = answer{req, resp, err}
-		})
+	answers := concurrently(c, "Schedule", func(i int) (*pluginv1.ScheduleResponse, error) { return c.schedule(reqs[i]) })
+	for i, resp := range answers {
+		c.validSchedule(resp, reqs[i], fmt.Sprintf("concurrent Schedule call %d of %d", i+1, Concurrency), c.maxDelay)
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	for i, a := range answers {
-		where := fmt.Sprintf("concurrent Schedule call %d of %d", i+1, Concurrency)
-		if a.err != nil {
-			c.callFailed(where, a.err)
-		}
-		c.validSchedule(a.resp, a.req, where, c.maxDelay)
-	}
-	c.notef("%d calls in flight at once, all answered in %s", Concurrency, round(elapsed))
 }
 
 func checkScheduleLatency(c *checkRun) {

@@ -1,6 +1,6 @@
 // Package conformance checks that a binary is a correct kds-host plugin: it starts the binary
-// through go-plugin the way the host does, runs one gomega check for each rule a plugin must keep,
-// and reports every check as passed, failed or skipped, with the reason.
+// with the host's own launcher (shared/launch), runs one gomega check for each rule a plugin must
+// keep, and reports every check as passed, failed or skipped, with the reason.
 //
 // Plugin authors run it as `kds-host plugin verify PATH` or as
 // `go test ./shared/conformance -args -plugin PATH`; both call Run.

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"github.com/onsi/gomega"
 	"google.golang.org/grpc/codes"
@@ -19,6 +16,7 @@ import (
 
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 // checkTimeout bounds one check; each call in it is bounded by Options.CallTimeout as well.
@@ -35,7 +33,7 @@ func Run(ctx context.Context, opts Options) Report {
 	start := time.Now()
 	budget, cancel := context.WithTimeout(ctx, opts.Budget)
 	defer cancel()
-	s := &suite{opts: opts, parent: ctx, budget: budget, stderr: &tail{}}
+	s := &suite{opts: opts, parent: ctx, budget: budget}
 	defer s.cleanup()
 
 	report := Report{Plugin: opts.Path}
@@ -65,13 +63,9 @@ type suite struct {
 	opts   Options
 	parent context.Context
 	budget context.Context
-	stderr *tail
-	// forcedKill is set when go-plugin had to SIGKILL the plugin process under check after
-	// asking it to exit.
-	forcedKill atomic.Bool
 
-	client *plugin.Client
-	pid    int
+	// proc is the plugin process under check, from the handshake on.
+	proc *launch.Process
 	// groups are the process groups of every plugin process the run started; what is left in
 	// them at the end is killed.
 	groups []int
@@ -194,48 +188,32 @@ func (s *suite) run(ch check) (res CheckResult) {
 	return res
 }
 
-// instance is a plugin process started through go-plugin.
-type instance struct {
-	client *plugin.Client
-	rpc    plugin.ClientProtocol
-	pid    int
-}
-
-// start launches the plugin binary with the kds-host client configuration, offering the given
-// protocol versions, and waits for the handshake. The process runs in a process group of its
-// own, which the run cleans up at its end.
-func (s *suite) start(versions map[int]plugin.PluginSet, logger hclog.Logger) (instance, error) {
-	cmd := exec.Command(s.opts.Path)
-	ownProcessGroup(cmd)
-	cfg := shared.ClientConfig(cmd, logger)
-	cfg.VersionedPlugins = versions
-	cfg.StartTimeout = s.opts.StartTimeout
-	cfg.Stderr = s.stderr
-	client := plugin.NewClient(cfg)
-	rpc, err := client.Client()
-	if cmd.Process != nil {
-		s.groups = append(s.groups, cmd.Process.Pid)
-	}
+// start launches the plugin binary as the host does (launch.Start), offering the given protocol
+// versions (nil: the host's), and connects to it. The process leads a process group of its own;
+// what is left in it at the end of the run is killed.
+func (s *suite) start(ctx context.Context, versions map[int]plugin.PluginSet) (*launch.Process, plugin.ClientProtocol, error) {
+	p, err := launch.Start(ctx, launch.Options{
+		Path: s.opts.Path, Plugins: versions, Logger: s.opts.Logger,
+		StartTimeout: s.opts.StartTimeout, KillTimeout: killTimeout,
+	})
 	if err != nil {
-		client.Kill()
-		return instance{}, err
+		return nil, nil, err
 	}
-	return instance{client: client, rpc: rpc, pid: cmd.Process.Pid}, nil
+	s.groups = append(s.groups, p.Pid())
+	rpc, err := p.Client().Client()
+	if err != nil {
+		_ = p.Kill()
+		return nil, nil, fmt.Errorf("connect to the plugin: %w", err)
+	}
+	return p, rpc, nil
 }
 
 // cleanup kills the plugin when the kill check did not, and whatever the run's plugin processes
 // left behind.
 func (s *suite) cleanup() {
-	if s.client != nil && !s.killed {
-		kids, _ := descendants(s.pid)
-		done := make(chan struct{})
-		go func() { s.client.Kill(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(killTimeout):
-			killAll(append(kids, s.pid))
-			<-done
-		}
+	if s.proc != nil && !s.killed {
+		kids, _ := descendants(s.proc.Pid())
+		_ = s.proc.Kill() // bounded: the launcher SIGKILLs the process group after killTimeout
 		killAll(running(kids))
 	}
 	for _, g := range s.groups {
@@ -286,7 +264,7 @@ func (c *checkRun) callFailed(what string, err error) {
 	}
 	if c.processExited(err) {
 		c.broken = fmt.Sprintf("the plugin process exited during %s", c.current)
-		c.failf("%s: the plugin process exited during the call (%v)%s", what, err, c.stderr.excerpt())
+		c.failf("%s: the plugin process exited during the call (%v)%s", what, err, c.stderrExcerpt())
 	}
 	st := status.Convert(err)
 	if st.Code() == codes.Internal && strings.Contains(st.Message(), "panicked") {
@@ -298,7 +276,7 @@ func (c *checkRun) callFailed(what string, err error) {
 // processExited reports whether the plugin process has exited. After a call that lost its
 // connection (Unavailable) it gives go-plugin a moment to notice an exit that has just happened.
 func (s *suite) processExited(err error) bool {
-	if s.client == nil {
+	if s.proc == nil {
 		return false
 	}
 	tries := 1
@@ -306,7 +284,7 @@ func (s *suite) processExited(err error) bool {
 		tries = 20
 	}
 	for i := range tries {
-		if s.client.Exited() || exited(s.pid) {
+		if s.proc.Exited() || exited(s.proc.Pid()) {
 			return true
 		}
 		if i < tries-1 {
@@ -314,6 +292,27 @@ func (s *suite) processExited(err error) bool {
 		}
 	}
 	return false
+}
+
+// concurrently makes Concurrency calls fn(0) ... fn(Concurrency-1) at once and returns their
+// answers in that order. A call that failed fails the check.
+func concurrently[T any](c *checkRun, op string, fn func(i int) (T, error)) []T {
+	answers := make([]T, Concurrency)
+	errs := make([]error, Concurrency)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i], errs[i] = fn(i) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for i, err := range errs {
+		if err != nil {
+			c.callFailed(fmt.Sprintf("concurrent %s call %d of %d", op, i+1, Concurrency), err)
+		}
+	}
+	c.notef("%d calls in flight at once, all answered in %s", Concurrency, round(elapsed))
+	return answers
 }
 
 // alive fails the check unless the plugin still answers Describe after what came before.
@@ -347,57 +346,10 @@ func (c *checkRun) answeredOrInvalid(what string, err error) bool {
 	return false
 }
 
-// shutdownWatcher is the go-plugin client's logger: it notes when go-plugin has to force-kill
-// the plugin after asking it to exit.
-type shutdownWatcher struct {
-	hclog.Logger
-	forced *atomic.Bool
-}
-
-func (w *shutdownWatcher) Warn(msg string, args ...any) {
-	if strings.Contains(msg, "failed to exit gracefully") {
-		w.forced.Store(true)
-	}
-	w.Logger.Warn(msg, args...)
-}
-
-// tail keeps the end of the plugin's stderr, for the report.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-const tailSize = 16 << 10
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - tailSize; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}
-
-// excerpt is the part of the plugin's stderr that explains a failure, as lines to append to a
-// report's detail: a panic and the line after it, or else the last few lines.
-func (t *tail) excerpt() string {
-	lines := strings.Split(strings.TrimSpace(t.String()), "\n")
-	if len(lines) == 1 && lines[0] == "" {
+// stderrExcerpt is the end of the plugin's stderr, as a line to append to a report's detail.
+func (s *suite) stderrExcerpt() string {
+	if s.proc == nil || s.proc.Stderr() == "" {
 		return ""
 	}
-	pick := lines[max(0, len(lines)-3):]
-	for i, l := range lines {
-		if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
-			pick = lines[i:min(len(lines), i+3)]
-			break
-		}
-	}
-	return "\nplugin stderr:\n  " + strings.Join(pick, "\n  ")
+	return "\nplugin stderr: " + s.proc.Stderr()
 }

@@ -1,4 +1,4 @@
-package plugins
+package launch
 
 import (
 	"os/exec"
@@ -6,7 +6,7 @@ import (
 	"syscall"
 )
 
-// setProcAttr makes a plugin die with the host and lead its own process group.
+// setProcAttr makes a plugin die with its parent and lead its own process group.
 //
 // Pdeathsig: the kernel SIGKILLs the plugin when its parent dies, even by SIGKILL, which no
 // deferred cleanup survives. Setpgid: the plugin leads a process group, so a kill reaches what it
@@ -15,14 +15,7 @@ import (
 // whole group, by SIGKILL.
 func setProcAttr(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		// exec calls Cancel only before it has reaped the process, so the group still exists
-		// and still is the plugin's.
-		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err == nil {
-			return nil
-		}
-		return cmd.Process.Kill()
-	}
+	cmd.Cancel = func() error { return killGroup(cmd) }
 }
 
 // pinThread locks the calling goroutine to its OS thread and never unlocks it.
@@ -30,8 +23,8 @@ func setProcAttr(cmd *exec.Cmd) {
 // Linux sends Pdeathsig when the thread that forked the child exits, not when the process does
 // (prctl(2): "the parent" is the creating thread). Go ends a thread when a goroutine locked to
 // it exits without unlocking; if the forking thread were shared with other goroutines, one of
-// them (any library that locks a thread) could end it, and the plugin would be SIGKILLed with the
-// host alive. So each plugin is forked by its keeper goroutine on a thread that goroutine holds
+// them (any library that locks a thread) could end it, and the plugin would be SIGKILLed with its
+// parent alive. So each plugin is forked by its keeper goroutine on a thread that goroutine holds
 // until the plugin is gone; when the keeper returns, the thread ends with it, which is harmless
 // by then.
 func pinThread() { runtime.LockOSThread() }
