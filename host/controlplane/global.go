@@ -82,6 +82,9 @@ type Global struct {
 	kdsLn, apiLn, diagLn net.Listener
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
+	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
+	// runs it. Nil without plugins.
+	reloads func(ctx context.Context)
 }
 
 // NewGlobal assembles a global and opens its listeners, so an address of ":0" is resolved
@@ -224,6 +227,9 @@ func (g *Global) Run(ctx context.Context) error {
 	run("KDS server", func() error { return grpcServer.Serve(g.kdsLn) })
 	run("API server", func() error { return apiServer.Serve(g.apiLn) })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
+	if g.reloads != nil {
+		run("plugin reloads", func() error { g.reloads(ctx); return nil })
+	}
 	g.log.Info("global control plane up", "kds", g.KDSAddr(), "tls", g.cfg.TLS != nil, "api", g.APIAddr(), "diagnostics", g.DiagAddr())
 
 	select {

@@ -11,34 +11,29 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/plugins"
 )
 
 // newInspectCmd is `kds-host inspect`: views of a running global's state, one subcommand each.
 func newInspectCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "inspect",
-		Short: "Show what a running global knows: its zones, its plugins",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newInspectZonesCmd(), newInspectPluginsCmd())
+	return groupCmd("inspect", "Show what a running global knows: its zones, its plugins",
+		newInspectZonesCmd(), newInspectPluginsCmd())
+}
+
+// groupCmd is a command that only groups its subcommands.
+func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs}
+	cmd.AddCommand(subs...)
 	return cmd
 }
 
-func newInspectPluginsCmd() *cobra.Command {
-	var output string
-	cmd := &cobra.Command{
-		Use:   "plugins",
-		Short: "Show the global's plugins: path, checksum, version, pid, state, restarts, calls and latency",
-		Long: `plugins asks the global (--cp) for its plugins: each binary with the services it serves, its
-checksum and version, the process id, its state (running, restarting), how often it was restarted,
-its calls, errors and timeouts, and the p50 and p99 latency of its latest calls; then builtin, the
-in-process policies that serve what no plugin serves and answer when a plugin cannot.`,
-		Example: `  kds-host inspect plugins
-  kds-host inspect plugins -o json`,
-		Args: cobra.NoArgs,
-	}
+// inspectCmd makes cmd an `inspect` view: it asks the global (--cp) for path, and prints the
+// answer, a T, as JSON (-o json) or with table (-o table, the default).
+func inspectCmd[T any](cmd *cobra.Command, path string, table func(cmd *cobra.Command, v T) error) *cobra.Command {
+	cmd.Args = cobra.NoArgs
 	flags := addAPIFlags(cmd)
+	var output string
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if output != "table" && output != "json" {
@@ -48,22 +43,37 @@ in-process policies that serve what no plugin serves and answer when a plugin ca
 		if err != nil {
 			return err
 		}
-		var report pluginsReport
-		if err := s.client.GetJSON(cmd.Context(), "/api/plugins", &report); err != nil {
-			return s.explain(fmt.Errorf("inspect plugins: %w", err))
+		var v T
+		if err := s.client.GetJSON(cmd.Context(), path, &v); err != nil {
+			return s.explain(fmt.Errorf("inspect %s: %w", cmd.Name(), err))
 		}
 		if output == "json" {
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
-			return enc.Encode(report)
+			return enc.Encode(v)
 		}
-		return printPlugins(cmd.OutOrStdout(), report)
+		return table(cmd, v)
 	}
 	return cmd
 }
 
+func newInspectPluginsCmd() *cobra.Command {
+	return inspectCmd(&cobra.Command{
+		Use:   "plugins",
+		Short: "Show the global's plugins: path, checksum, version, pid, state, restarts, calls and latency",
+		Long: `plugins asks the global (--cp) for its plugins: each binary with the services it serves, its
+checksum and version, the process id, its state (running, restarting), how often it was restarted,
+its calls, errors and timeouts, and the p50 and p99 latency of its latest calls; then builtin, the
+in-process policies that serve what no plugin serves and answer when a plugin cannot.`,
+		Example: `  kds-host inspect plugins
+  kds-host inspect plugins -o json`,
+	}, "/api/plugins", func(cmd *cobra.Command, r controlplane.PluginsReport) error {
+		return printPlugins(cmd.OutOrStdout(), r)
+	})
+}
+
 // printPlugins prints a plugins report as a table, and the latest reload under it.
-func printPlugins(w io.Writer, r pluginsReport) error {
+func printPlugins(w io.Writer, r controlplane.PluginsReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tPATH\tCHECKSUM\tVERSION\tSERVES\tPID\tSTATE\tRESTARTS\tCALLS\tERRORS\tTIMEOUTS\tP50\tP99\tPOLICY")
 	for _, p := range r.Items {

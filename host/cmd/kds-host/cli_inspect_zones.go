@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -12,83 +11,66 @@ import (
 	"github.com/kds-host/kds-host/host/controlplane"
 )
 
+// zoneList is the answer of GET /api/zones.
+type zoneList struct {
+	Items []controlplane.ZoneView `json:"items"`
+	Total int                     `json:"total"`
+}
+
 func newInspectZonesCmd() *cobra.Command {
-	var output string
-	cmd := &cobra.Command{
+	return inspectCmd(&cobra.Command{
 		Use:   "zones",
 		Short: "Show, per zone and kind, what the global sent and what the zone ACKed, NACKed or is held back",
 		Long: `zones asks the global (--cp) for its view of every zone: per kind, the resources sent, the
 ACKs and NACKs received, what the zone holds, what is held back for a missing owner, the names it
 rejected, and the retry state of its stream (round, next retry, give-up).`,
-		Args: cobra.NoArgs,
+	}, "/api/zones", printZones)
+}
+
+// printZones prints the zones as a table: a row per zone and kind.
+func printZones(cmd *cobra.Command, list zoneList) error {
+	if len(list.Items) == 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "No zone has connected to this global yet.")
+		return nil
 	}
-	flags := addAPIFlags(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if output != "table" && output != "json" {
-			return fmt.Errorf("--output %q: want table or json", output)
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tACKED\tNACKED\tKNOWN\tHELD\tREJECTED\tROUND\tNEXT RETRY")
+	for _, z := range list.Items {
+		state := "connected"
+		if !z.Connected {
+			state = "disconnected"
 		}
-		s, err := flags.session()
-		if err != nil {
-			return err
-		}
-		var list struct {
-			Items []controlplane.ZoneView `json:"items"`
-			Total int                     `json:"total"`
-		}
-		if err := s.client.GetJSON(cmd.Context(), "/api/zones", &list); err != nil {
-			return s.explain(fmt.Errorf("inspect zones: %w", err))
-		}
-		out := cmd.OutOrStdout()
-		if output == "json" {
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			return enc.Encode(list)
-		}
-		if len(list.Items) == 0 {
-			fmt.Fprintln(cmd.ErrOrStderr(), "No zone has connected to this global yet.")
-			return nil
-		}
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tACKED\tNACKED\tKNOWN\tHELD\tREJECTED\tROUND\tNEXT RETRY")
-		for _, z := range list.Items {
-			state := "connected"
-			if !z.Connected {
-				state = "disconnected"
+		round, next, failing := "-", "-", map[string]bool{}
+		if z.Retry != nil {
+			round = fmt.Sprint(z.Retry.Round)
+			if z.Retry.NextRetry != nil {
+				next = "in " + time.Until(*z.Retry.NextRetry).Round(time.Millisecond).String()
 			}
-			round, next, failing := "-", "-", map[string]bool{}
-			if z.Retry != nil {
-				round = fmt.Sprint(z.Retry.Round)
-				if z.Retry.NextRetry != nil {
-					next = "in " + time.Until(*z.Retry.NextRetry).Round(time.Millisecond).String()
-				}
-				if z.Retry.GivenUp != "" {
-					next = "given up: " + z.Retry.GivenUp
-				}
-				for _, f := range z.Retry.Failing {
-					failing[f.Kind] = true
-				}
+			if z.Retry.GivenUp != "" {
+				next = "given up: " + z.Retry.GivenUp
 			}
-			for _, k := range z.Kinds {
-				names := make([]string, 0, len(k.Rejected))
-				for _, r := range k.Rejected {
-					names = append(names, r.Name)
-				}
-				rejected := "-"
-				if len(names) > 0 {
-					rejected = strings.Join(names, ",")
-					if len(rejected) > 40 {
-						rejected = fmt.Sprintf("%d names", len(names))
-					}
-				}
-				r, n := "-", "-"
-				if failing[k.Kind] {
-					r, n = round, next
-				}
-				fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.ACKs, k.NACKs, k.Known, k.Held, rejected, r, n)
+			for _, f := range z.Retry.Failing {
+				failing[f.Kind] = true
 			}
 		}
-		return tw.Flush()
+		for _, k := range z.Kinds {
+			names := make([]string, 0, len(k.Rejected))
+			for _, r := range k.Rejected {
+				names = append(names, r.Name)
+			}
+			rejected := "-"
+			if len(names) > 0 {
+				rejected = strings.Join(names, ",")
+				if len(rejected) > 40 {
+					rejected = fmt.Sprintf("%d names", len(names))
+				}
+			}
+			r, n := "-", "-"
+			if failing[k.Kind] {
+				r, n = round, next
+			}
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.ACKs, k.NACKs, k.Known, k.Held, rejected, r, n)
+		}
 	}
-	return cmd
+	return tw.Flush()
 }

@@ -14,13 +14,7 @@ import (
 )
 
 func newPluginCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "plugin",
-		Short: "Work with kds-host plugin binaries",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newPluginVerifyCmd())
-	return cmd
+	return groupCmd("plugin", "Work with kds-host plugin binaries", newPluginVerifyCmd())
 }
 
 func newPluginVerifyCmd() *cobra.Command {

@@ -1,19 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net/http"
-	"os"
-	"os/signal"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 
-	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/plugins"
 )
@@ -77,8 +70,8 @@ func (f *pluginFlags) load() (plugins.Plugins, error) {
 	return p, nil
 }
 
-// start starts the plugin runtime and makes cfg use it: its retry policy (with the built-in one
-// as the fallback), its owner check, its metrics. It fails on a plugin that cannot be used.
+// start starts the plugin runtime and makes cfg use it (controlplane's UsePlugins). It fails on
+// a plugin that cannot be used.
 func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*plugins.Runtime, error) {
 	if f.config != "" && (len(f.paths) > 0 || len(f.documents) > 0) {
 		log.Warn("--config is given: --plugin and --plugin-config are ignored", "config", f.config)
@@ -95,62 +88,6 @@ func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*
 	if err != nil {
 		return nil, err
 	}
-	cfg.RetryPolicy, cfg.Builtin, cfg.OwnerCheck = rt.RetryForcer, rt.Fallback(), rt.OwnerCheck
-	cfg.Collectors = append(cfg.Collectors, rt.Collectors()...)
+	cfg.UsePlugins(rt)
 	return rt, nil
-}
-
-// pluginsReport is the answer of GET /api/plugins and POST /api/plugins/reload.
-type pluginsReport struct {
-	Items []plugins.Status `json:"items"`
-	Total int              `json:"total"`
-	// Config is the --config file a reload reads, if any.
-	Config     string                `json:"config,omitempty"`
-	LastReload *plugins.ReloadResult `json:"lastReload,omitempty"`
-}
-
-// serve mounts GET /api/plugins and POST /api/plugins/reload on the API, and reloads the plugins
-// on SIGHUP. The returned func stops the SIGHUP handler and waits for it.
-func (f *pluginFlags) serve(ctx context.Context, log hclog.Logger, rt *plugins.Runtime, a *api.Server) (stop func()) {
-	report := func() pluginsReport {
-		st := rt.Status()
-		return pluginsReport{Items: st, Total: len(st), Config: f.config, LastReload: rt.LastReload()}
-	}
-	a.Handle("GET /api/plugins", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		api.WriteJSON(w, http.StatusOK, report())
-	}))
-	a.Handle("POST /api/plugins/reload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := f.reload(r.Context(), rt); err != nil {
-			api.WriteError(w, &api.Error{Status: http.StatusUnprocessableEntity, Title: "Plugin reload failed",
-				Details: err.Error() + " (the running plugins stay)"})
-			return
-		}
-		api.WriteJSON(w, http.StatusOK, report())
-	}))
-
-	ctx, cancel := context.WithCancel(ctx)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the plugins", "config", f.config)
-				_ = f.reload(ctx, rt) // the runtime logs the outcome
-			}
-		}
-	})
-	return func() {
-		signal.Stop(hup)
-		cancel()
-		wg.Wait()
-	}
-}
-
-// reload reads the plugin configuration again and swaps the plugins.
-func (f *pluginFlags) reload(ctx context.Context, rt *plugins.Runtime) error {
-	return rt.Reload(ctx, f.load)
 }

@@ -169,9 +169,9 @@ func startHost(t *testing.T, args ...string) *hostProcess {
 	return h
 }
 
-func (h *hostProcess) plugins(t *testing.T) pluginsReport {
+func (h *hostProcess) plugins(t *testing.T) controlplane.PluginsReport {
 	t.Helper()
-	var r pluginsReport
+	var r controlplane.PluginsReport
 	if err := h.api.GetJSON(context.Background(), "/api/plugins", &r); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func (h *hostProcess) reloadByAPI(t *testing.T) (int, string) {
 	return resp.StatusCode, b.String()
 }
 
-func pluginNamed(r pluginsReport, name string) plugins.Status {
+func pluginNamed(r controlplane.PluginsReport, name string) plugins.Status {
 	for _, p := range r.Items {
 		if p.Name == name {
 			return p
@@ -387,7 +387,7 @@ func TestSwapTheRetryPolicyBySIGHUPAndByTheAPI(t *testing.T) {
 	writeConfig("{policy: fixed, delay: 300ms}")
 	code, body = h.reloadByAPI(t)
 	g.Expect(code).To(Equal(http.StatusOK), body)
-	var report pluginsReport
+	var report controlplane.PluginsReport
 	g.Expect(json.Unmarshal([]byte(body), &report)).To(Succeed())
 	g.Expect(pluginNamed(report, "retry-forcer").Policy).To(Equal("fixed delay=300ms"))
 	swapped("API, to fixed", "300ms")
@@ -442,11 +442,11 @@ func TestPluginsDieWithTheHost(t *testing.T) {
 	}
 	g.Expect(h.out.String()).To(ContainSubstring("kds-host.plugin.owner-check: plugin address"), "a plugin's log lines land in the host's log under its name")
 
+	// Order, not time: once the host is gone, so are its plugins (Pdeathsig), however long the
+	// kernel takes; the wait is only a guard against a hang.
 	g.Expect(h.cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
 	<-h.exited
-	killed := time.Now()
 	for _, pid := range pids {
-		g.Eventually(func() bool { return alive(pid) }, 2*time.Second, 5*time.Millisecond).Should(BeFalse(), "plugin %d outlived its host", pid)
+		g.Eventually(func() bool { return alive(pid) }, time.Minute, 5*time.Millisecond).Should(BeFalse(), "plugin %d outlived its host", pid)
 	}
-	t.Logf("plugins gone %s after the host's SIGKILL", time.Since(killed).Round(time.Millisecond))
 }

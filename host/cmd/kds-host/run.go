@@ -183,8 +183,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	if err != nil {
 		return err
 	}
-	stopReloads := flags.plugins.serve(ctx, log, rt, g.API) // plugins.go: /api/plugins, SIGHUP
-	defer stopReloads()
+	g.ServePlugins(rt, flags.plugins.load, flags.plugins.config) // /api/plugins and SIGHUP, for as long as Run runs
 	return g.Run(ctx)
 }
 
