@@ -34,6 +34,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// patience is how long a test waits for what must happen with real processes before it calls
+// it a hang. It is no claim on how long anything takes: the tests assert order and counts, and
+// the exact timing is the supervisor's, tested with synctest (supervisor_test.go).
+const patience = time.Minute
+
 // Fixture binaries.
 func retryForcerBin(t testing.TB) string { return testbin.Build(t, "./plugins/retry-forcer") }
 func ownerCheckBin(t testing.TB) string  { return testbin.Build(t, "./plugins/owner-check") }

@@ -147,12 +147,14 @@ func TestAnExitedPluginIsRestartedWithBackoff(t *testing.T) {
 		p := &fakePlugin{}
 		s := supervise(t, p, nil)
 
-		// It exits after a stable run: noticed within one poll, restarted after BackoffMin.
-		time.Sleep(time.Minute)
+		// It exits after a stable run, half a poll before a poll: noticed at that poll, and
+		// restarted after BackoffMin. (The fake clock makes every gap exact; exiting between
+		// polls keeps the exit and the poll from falling on the same instant.)
+		time.Sleep(time.Minute + exitPoll/2)
 		p.proc(0).exited.Store(true)
 		time.Sleep(time.Second)
 		g.Expect(p.gaps()).To(HaveLen(1))
-		g.Expect(p.gaps()[0]).To(BeNumerically("~", time.Minute+100*time.Millisecond, exitPoll))
+		g.Expect(p.gaps()[0]).To(Equal(time.Minute + exitPoll + 100*time.Millisecond))
 		g.Expect(s.status().Restarts).To(Equal(1))
 		g.Expect(s.status().PID).To(Equal(102))
 
@@ -166,7 +168,7 @@ func TestAnExitedPluginIsRestartedWithBackoff(t *testing.T) {
 		time.Sleep(time.Minute)
 		gaps := p.gaps()
 		g.Expect(gaps).To(HaveLen(11))
-		g.Expect(gaps[1]).To(BeNumerically("~", time.Minute+time.Second, exitPoll)) // the 1s slept above, then the minute
+		g.Expect(gaps[1]).To(Equal(time.Minute+time.Second), "the 1s slept above, then the minute")
 		want := []time.Duration{200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000}
 		for i, w := range want {
 			g.Expect(gaps[i+2]).To(Equal(w*time.Millisecond), "gap %d", i+2)
