@@ -54,6 +54,10 @@ type GlobalConfig struct {
 	Emulate     string
 	NACKBackoff time.Duration
 
+	// ReRequestLimit bounds how often a zone stream's re-requests (names it refused, asked for
+	// again once their cause cleared) are answered at once (zero: kds.DefaultReRequestLimit).
+	ReRequestLimit kds.RateLimit
+
 	// OwnerCheck returns the owner-check policy in force (default: the built-in prediction).
 	OwnerCheck func() shared.OwnerCheck
 	// OwnerHolds holds a resource back from a zone until its owner is there (DESIGN.md, Owner
@@ -124,7 +128,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		if current == nil {
 			current = func() shared.RetryForcer { return cfg.Builtin }
 		}
-		rm := newRetryMetrics(g.metrics)
+		rm := newRetryMetrics(g.metrics, g.log.Named("retry"))
 		sched, err := retry.NewScheduler(retry.Config{
 			Policy:   retry.Standard(current, cfg.Builtin, cfg.PolicyTimeout, rm.fallback),
 			Resender: g.Cache, Hooks: rm.hooks(),
@@ -157,6 +161,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		observers = append(observers, holds.Observer())
 	}
 	g.tracker = kds.NewTracker(g.Cache, observers...)
+	if cfg.ReRequestLimit.Rate > 0 {
+		g.tracker.LimitReRequests(cfg.ReRequestLimit)
+	}
 	g.metrics.MustRegister(heldCollector{g: g, desc: prometheus.NewDesc("kds_held_resources",
 		"Resources held back from a zone by the owner check.", []string{"zone", "kind", "verdict"}, nil)})
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -20,6 +21,7 @@ type kdsMetrics struct {
 	acks      *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
 	rejected  *prometheus.CounterVec
+	again     *prometheus.CounterVec
 }
 
 func newRegistry() *prometheus.Registry {
@@ -40,9 +42,11 @@ func newKDSMetrics(reg prometheus.Registerer) *kdsMetrics {
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_nacks_total",
 			Help: "NACKs received from zones."}, []string{"zone", "kind"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rejected_resources_total",
-			Help: "Resources named as rejected in NACKs."}, []string{"zone", "kind"}),
+			Help: "Resources named as rejected in NACKs, by the zone's cause."}, []string{"zone", "kind", "cause"}),
+		again: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rerequests_total",
+			Help: "Zones asking again for names they refused once the cause cleared: answered at once, or refused by the stream's rate limit."}, []string{"zone", "result"}),
 	}
-	reg.MustRegister(m.streams, m.responses, m.resources, m.acks, m.nacks, m.rejected)
+	reg.MustRegister(m.streams, m.responses, m.resources, m.acks, m.nacks, m.rejected, m.again)
 	return m
 }
 
@@ -61,7 +65,20 @@ func (m *kdsMetrics) observer() event.Observer {
 		},
 		NACK: func(n event.NACK) {
 			m.nacks.WithLabelValues(n.Zone, n.Kind).Inc()
-			m.rejected.WithLabelValues(n.Zone, n.Kind).Add(float64(len(n.Rejected)))
+			for _, r := range n.Rejected {
+				cause := string(r.Cause)
+				if cause == "" {
+					cause = "UNSPECIFIED"
+				}
+				m.rejected.WithLabelValues(n.Zone, n.Kind, cause).Inc()
+			}
+		},
+		ReRequest: func(r event.ReRequest) {
+			result := "answered"
+			if !r.Answered {
+				result = "limited"
+			}
+			m.again.WithLabelValues(r.Zone, result).Inc()
 		},
 	}
 }
@@ -74,9 +91,12 @@ type retryMetrics struct {
 	policy    *prometheus.HistogramVec
 	fallbacks *prometheus.CounterVec
 	giveUps   *prometheus.CounterVec
+	held      *prometheus.CounterVec
+	released  *prometheus.CounterVec
+	log       hclog.Logger
 }
 
-func newRetryMetrics(reg prometheus.Registerer) *retryMetrics {
+func newRetryMetrics(reg prometheus.Registerer, log hclog.Logger) *retryMetrics {
 	m := &retryMetrics{
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_rounds_total",
 			Help: "Retry rounds fired."}, []string{"zone"}),
@@ -90,8 +110,13 @@ func newRetryMetrics(reg prometheus.Registerer) *retryMetrics {
 			Help: "Decisions the built-in policy made because the configured policy failed or timed out."}, []string{"zone"}),
 		giveUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_give_ups_total",
 			Help: "Streams on which the policy gave up."}, []string{"zone"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_held_resources_total",
+			Help: "Rejected resources the policy holds back until their content changes (an INVALID spec)."}, []string{"zone", "kind"}),
+		released: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_released_resources_total",
+			Help: "Rejected resources sent again at once because the owner they missed was ACKed."}, []string{"zone", "kind"}),
+		log: log,
 	}
-	reg.MustRegister(m.rounds, m.resent, m.delay, m.policy, m.fallbacks, m.giveUps)
+	reg.MustRegister(m.rounds, m.resent, m.delay, m.policy, m.fallbacks, m.giveUps, m.held, m.released)
 	return m
 }
 
@@ -107,7 +132,21 @@ func (m *retryMetrics) hooks() retry.Hooks {
 				m.resent.WithLabelValues(zone, kind).Add(float64(n))
 			}
 		},
-		GaveUp: func(zone, _ string) { m.giveUps.WithLabelValues(zone).Inc() },
+		GaveUp: func(zone, reason string) {
+			m.giveUps.WithLabelValues(zone).Inc()
+			m.log.Info("the retry policy gave up: no more forced resends on this stream until content changes", "zone", zone, "reason", reason)
+		},
+		Held: func(zone string, held []retry.HeldName) {
+			for _, h := range held {
+				m.held.WithLabelValues(zone, h.Kind).Inc()
+				m.log.Info("rejected resource held until its content changes", "zone", zone, "kind", h.Kind, "name", h.Name, "reason", h.Reason)
+			}
+		},
+		Released: func(zone string, resent map[string]int) {
+			for kind, n := range resent {
+				m.released.WithLabelValues(zone, kind).Add(float64(n))
+			}
+		},
 	}
 }
 

@@ -2,13 +2,46 @@
 // for the parts of the global that react to it, without the xDS stack.
 package event
 
+// Cause is why a zone refused a resource (kds.v1.Cause without its prefix); empty when the zone
+// did not say.
+type Cause string
+
+// The causes a zone gives.
+const (
+	// CauseUnspecified: the zone did not say (a plain xDS client, or a zone that predates causes).
+	CauseUnspecified Cause = ""
+	// CauseTransient: the zone cannot take it now (admission not ready, a timeout).
+	CauseTransient Cause = "TRANSIENT"
+	// CauseMissingOwner: its owner is not on the zone (Rejection.MissingOwner).
+	CauseMissingOwner Cause = "MISSING_OWNER"
+	// CauseInvalid: the content itself is refused; the same content again cannot help.
+	CauseInvalid Cause = "INVALID"
+)
+
 // Rejection is one resource a zone refused in a NACK.
 type Rejection struct {
 	Name string `json:"name"`
 	// Version is the version the zone refused.
-	Version      string `json:"version,omitempty"`
-	Reason       string `json:"reason,omitempty"`
+	Version string `json:"version,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Cause   Cause  `json:"cause,omitempty"`
+	// MissingOwner is the owner the zone lacks, as KIND/XDS-NAME (Mesh/default), with
+	// CauseMissingOwner.
 	MissingOwner string `json:"missingOwner,omitempty"`
+}
+
+// OwnerName is how Rejection.MissingOwner names a resource of kind by its xDS name.
+func OwnerName(kind, xdsName string) string { return kind + "/" + xdsName }
+
+// ReRequest is a zone asking again, over its stream, for names it refused once their cause
+// cleared (it subscribes to them again). Answered tells whether the global resends them now;
+// false: the stream's rate limit refused it.
+type ReRequest struct {
+	StreamID int64
+	Zone     string
+	Kind     string
+	Names    []string
+	Answered bool
 }
 
 // NACK is a zone's refusal of (part of) one response.
@@ -51,6 +84,7 @@ type Observer struct {
 	Sent         func(Sent)
 	ACK          func(ACK)
 	NACK         func(NACK)
+	ReRequest    func(ReRequest)
 	StreamClosed func(streamID int64, zone string)
 }
 
@@ -89,6 +123,15 @@ func (os Observers) NACK(n NACK) {
 	for _, o := range os {
 		if o.NACK != nil {
 			o.NACK(n)
+		}
+	}
+}
+
+// ReRequest tells every observer of a zone's re-request.
+func (os Observers) ReRequest(r ReRequest) {
+	for _, o := range os {
+		if o.ReRequest != nil {
+			o.ReRequest(r)
 		}
 	}
 }

@@ -181,28 +181,38 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 		if len(ns) == 0 {
 			continue
 		}
-		set := st.forced[kind]
-		if set == nil {
-			set = map[string]bool{}
-			st.forced[kind] = set
-		}
-		for _, n := range ns {
-			set[n] = true
-		}
+		st.force(kind, ns)
 		if w := st.watches[kind]; w != nil {
 			c.evaluateNamesLocked(st, w, ns)
 		}
 	}
 }
 
-// bindRequest tells the cache which stream a request belongs to; the delta server calls the
-// request callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
-func (c *Cache) bindRequest(streamID int64, zone string, req *discovery.DeltaDiscoveryRequest) {
+// bindRequest tells the cache which stream a request belongs to, and which names of its kind
+// to send again although the zone knows them (a re-request); the delta server calls the request
+// callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
+func (c *Cache) bindRequest(streamID int64, zone string, req *discovery.DeltaDiscoveryRequest, again []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.requests[req] = streamID
-	if st := c.streams[streamID]; st == nil {
-		c.openStreamLocked(streamID, zone)
+	st := c.streams[streamID]
+	if st == nil {
+		st = c.openStreamLocked(streamID, zone)
+	}
+	if len(again) > 0 {
+		st.force(req.GetTypeUrl(), again)
+	}
+}
+
+// force marks names of kind to be sent although the zone knows them. Call with the cache's lock.
+func (st *streamState) force(kind string, names []string) {
+	set := st.forced[kind]
+	if set == nil {
+		set = map[string]bool{}
+		st.forced[kind] = set
+	}
+	for _, n := range names {
+		set[n] = true
 	}
 }
 
@@ -267,13 +277,23 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	// The request after a response (its ACK or NACK) finds the zone at the sync point the
 	// response recorded, unless the snapshot changed meanwhile or the request changes the
 	// subscription.
-	// Names forced meanwhile are not part of a sync point: those alone are looked at then.
-	unchanged := len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0
+	// Names forced meanwhile are not part of a sync point, nor are names a request subscribes
+	// (a re-request, or a new name of a named subscription): those alone are looked at then.
+	// Unsubscribing changes what the zone knows: that takes a full evaluation.
+	subscribed := req.GetResourceNamesSubscribe()
 	switch {
-	case !unchanged || !st.synced[w.kind].at(sub.ReturnedResources(), c.snap.Kind(w.kind)):
+	case len(req.GetResourceNamesUnsubscribe()) > 0 || slices.Contains(subscribed, "*") ||
+		!st.synced[w.kind].at(sub.ReturnedResources(), c.snap.Kind(w.kind)):
 		c.evaluateWatchLocked(st, w)
-	case len(st.forced[w.kind]) > 0:
-		c.evaluateNamesLocked(st, w, slices.Collect(maps.Keys(st.forced[w.kind])))
+	case len(st.forced[w.kind]) > 0 || len(subscribed) > 0:
+		names := maps.Clone(st.forced[w.kind])
+		if names == nil {
+			names = map[string]bool{}
+		}
+		for _, n := range subscribed {
+			names[n] = true
+		}
+		c.evaluateNamesLocked(st, w, slices.Collect(maps.Keys(names)))
 	}
 	return func() { c.cancel(st, w) }, nil
 }

@@ -30,11 +30,16 @@ type harness struct {
 	b      kds.SnapshotBuilder
 }
 
-func newHarness(t *testing.T, kinds []string) *harness {
+// newHarness serves kinds; each tune, if any, sets up the tracker before it serves.
+func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *kds.Tracker) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, cache: kds.NewCache(kinds), zones: kds.NewZones()}
-	srv, _ := kds.NewGRPCServer(ctx, h.cache, kds.NewTracker(h.cache, h.zones.Observer()), nil)
+	tracker := kds.NewTracker(h.cache, h.zones.Observer())
+	for _, f := range tune {
+		tracker = f(h)
+	}
+	srv, _ := kds.NewGRPCServer(ctx, h.cache, tracker, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

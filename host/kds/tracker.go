@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
@@ -21,15 +23,17 @@ import (
 type Tracker struct {
 	cache     *Cache
 	observers event.Observers
+	reLimit   RateLimit
 
 	mu      sync.Mutex
 	streams map[int64]*trackedStream
 }
 
 type trackedStream struct {
-	zone  string
-	sent  map[string]sentResponse // by nonce
-	kinds map[string]bool         // kinds requested so far
+	zone       string
+	sent       map[string]sentResponse // by nonce
+	kinds      map[string]bool         // kinds requested so far
+	reRequests tokenBucket
 }
 
 type sentResponse struct {
@@ -40,8 +44,12 @@ type sentResponse struct {
 
 // NewTracker returns the callbacks for a delta server over cache.
 func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
-	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}}
+	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}, reLimit: DefaultReRequestLimit()}
 }
+
+// LimitReRequests sets how often a stream's re-requests are answered (DefaultReRequestLimit
+// unless set); call it before serving.
+func (t *Tracker) LimitReRequests(l RateLimit) { t.reLimit = l }
 
 // OnDeltaStreamOpen implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
@@ -95,9 +103,21 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 		answered, ok = ts.sent[nonce]
 		delete(ts.sent, nonce)
 	}
+	// A request that answers no response and subscribes names of a kind already subscribed is
+	// the zone asking for them again (their cause cleared): they are sent again at once, as far
+	// as the stream's rate limit allows.
+	var again []string
+	reRequest := !first && req.GetResponseNonce() == "" && len(req.GetResourceNamesSubscribe()) > 0
+	answer := reRequest && ts.reRequests.allow(time.Now(), t.reLimit)
+	if answer {
+		again = req.GetResourceNamesSubscribe()
+	}
 	t.mu.Unlock()
 
-	t.cache.bindRequest(id, zone, req)
+	t.cache.bindRequest(id, zone, req, again)
+	if reRequest {
+		t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
+	}
 	if opened {
 		t.observers.StreamOpened(id, zone)
 	}
@@ -152,9 +172,12 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 		if !sent {
 			continue // not in the response it answers: nothing to resend
 		}
-		rj := event.Rejection{Name: r.GetName(), Version: version, Reason: r.GetReason()}
+		rj := event.Rejection{Name: r.GetName(), Version: version, Reason: r.GetReason(), Cause: causeOf(r.GetCause())}
 		if mo := r.GetMissingOwner(); mo != nil {
-			rj.MissingOwner = mo.GetKind() + "/" + mo.GetName()
+			rj.MissingOwner = resource.Key{Kind: mo.GetKind(), Mesh: mo.GetMesh(), Name: mo.GetName()}.String()
+			if rj.Cause == event.CauseUnspecified {
+				rj.Cause = event.CauseMissingOwner // a zone that names the owner but predates causes
+			}
 		}
 		n.Rejected = append(n.Rejected, rj)
 		rejected[r.GetName()] = true
@@ -165,6 +188,50 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 		}
 	}
 	return n
+}
+
+// causeOf reads a wire cause; an unknown value counts as unspecified.
+func causeOf(c kdsv1.Cause) event.Cause {
+	switch c {
+	case kdsv1.Cause_CAUSE_TRANSIENT:
+		return event.CauseTransient
+	case kdsv1.Cause_CAUSE_MISSING_OWNER:
+		return event.CauseMissingOwner
+	case kdsv1.Cause_CAUSE_INVALID:
+		return event.CauseInvalid
+	}
+	return event.CauseUnspecified
+}
+
+// RateLimit is a token bucket: Rate tokens a second, at most Burst saved up.
+type RateLimit struct {
+	Rate  float64
+	Burst int
+}
+
+// DefaultReRequestLimit is how often a stream's re-requests are answered unless configured:
+// 20 a second, 40 at once.
+func DefaultReRequestLimit() RateLimit { return RateLimit{Rate: 20, Burst: 40} }
+
+// tokenBucket is one stream's RateLimit state. The zero value is a full bucket.
+type tokenBucket struct {
+	started bool
+	tokens  float64
+	last    time.Time
+}
+
+// allow takes a token if there is one.
+func (b *tokenBucket) allow(now time.Time, l RateLimit) bool {
+	if !b.started {
+		b.started, b.tokens, b.last = true, float64(l.Burst), now
+	}
+	b.tokens = min(float64(l.Burst), b.tokens+now.Sub(b.last).Seconds()*l.Rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // RejectionListOf finds the structured rejection list in a NACK's error_detail, or returns nil.

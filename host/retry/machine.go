@@ -9,15 +9,17 @@
 package retry
 
 import (
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/kds-host/kds-host/host/event"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -51,12 +53,29 @@ type Machine struct {
 
 // failingKind is one kind with names the zone refused and has not accepted since.
 type failingKind struct {
-	rejected  map[string]string // name -> refused version
+	rejected  map[string]*rejectedName // what a round resends
+	held      map[string]heldName      // what the policy holds until its content changes
 	detail    string
 	nacks     uint32
 	firstNACK time.Time
 	due       bool // NACKed since its last resend
 }
+
+// rejectedName is one refused name: the version refused, why, and how often in a row.
+type rejectedName struct {
+	version  string
+	cause    event.Cause
+	owner    string // event.Rejection.MissingOwner
+	attempts uint32 // NACKs of this version
+}
+
+// heldName is a refused name the policy holds back until its content changes.
+type heldName struct {
+	version, reason string
+}
+
+// active reports whether the kind has names a round would resend.
+func (fk *failingKind) active() bool { return len(fk.rejected) > 0 }
 
 // NewMachine returns the retry state of a stream that has just opened.
 func NewMachine(stream int64, zone string) *Machine {
@@ -80,6 +99,18 @@ type Ready struct {
 	Round *Round
 	// GaveUp reports the policy's give-up, with its reason.
 	GaveUp string
+	// Held reports the names the policy just held back, with their reasons.
+	Held []HeldName
+	// Released counts, by kind, the names resent at once because the owner they missed was
+	// ACKed (they are in Resend too).
+	Released map[string]int
+}
+
+// HeldName is a rejected name the policy holds back until its content changes.
+type HeldName struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Round is a retry round that fired.
@@ -92,20 +123,31 @@ type Round struct {
 func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
 	fk := m.failing[n.Kind]
 	if fk == nil {
-		fk = &failingKind{rejected: map[string]string{}, firstNACK: now}
+		fk = &failingKind{rejected: map[string]*rejectedName{}, held: map[string]heldName{}, firstNACK: now}
 		m.failing[n.Kind] = fk
 	}
 	for name := range n.Accepted {
 		delete(fk.rejected, name)
+		delete(fk.held, name)
 	}
-	for _, r := range n.Rejected {
-		fk.rejected[r.Name] = r.Version
+	for _, rj := range n.Rejected {
+		if h, ok := fk.held[rj.Name]; ok && h.version == rj.Version {
+			continue // held: the zone refused it once more, and it stays held
+		}
+		delete(fk.held, rj.Name)
+		rn := fk.rejected[rj.Name]
+		if rn == nil || rn.version != rj.Version {
+			rn = &rejectedName{version: rj.Version}
+			fk.rejected[rj.Name] = rn
+		}
+		rn.cause, rn.owner = rj.Cause, rj.MissingOwner
+		rn.attempts++
 	}
 	fk.nacks++
 	fk.detail = n.Detail
 	fk.due = true
 	var r Ready
-	m.forget(n.Kind, &r)
+	m.settle(&r)
 	m.next(&r)
 	return r
 }
@@ -120,11 +162,41 @@ func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 	if fk := m.failing[a.Kind]; fk != nil {
 		for name := range a.Versions {
 			delete(fk.rejected, name)
+			delete(fk.held, name)
 		}
-		m.forget(a.Kind, &r)
 	}
+	m.release(a, &r)
+	m.settle(&r)
 	m.next(&r)
 	return r
+}
+
+// release resends at once the names that missed an owner the ACK brought.
+func (m *Machine) release(a event.ACK, r *Ready) {
+	if len(a.Versions) == 0 {
+		return
+	}
+	for _, kind := range sortedKinds(m.failing) {
+		var names []string
+		for name, rn := range m.failing[kind].rejected {
+			if rn.cause != event.CauseMissingOwner || rn.owner == "" {
+				continue
+			}
+			ownerKind, ownerName, _ := strings.Cut(rn.owner, "/")
+			if _, ok := a.Versions[ownerName]; ok && ownerKind == a.Kind {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		slices.Sort(names)
+		if r.Resend == nil {
+			r.Resend, r.Released = map[string][]string{}, map[string]int{}
+		}
+		r.Resend[kind] = names
+		r.Released[kind] = len(names)
+	}
 }
 
 // Sent records a response that went out. A rejected name sent with another version has new
@@ -137,7 +209,10 @@ func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 		return r
 	}
 	for name, v := range s.Versions {
-		if old, ok := fk.rejected[name]; ok && old != v {
+		if h, ok := fk.held[name]; ok && h.version != v {
+			delete(fk.held, name)
+		}
+		if rn, ok := fk.rejected[name]; ok && rn.version != v {
 			delete(fk.rejected, name)
 			if m.givenUp != "" {
 				m.givenUp = ""
@@ -147,8 +222,9 @@ func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 	}
 	for _, name := range s.Removed {
 		delete(fk.rejected, name)
+		delete(fk.held, name)
 	}
-	m.forget(s.Kind, &r)
+	m.settle(&r)
 	m.next(&r)
 	return r
 }
@@ -160,6 +236,13 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 		return r // the stream moved on since it asked
 	}
 	m.asking = false
+	if err == nil {
+		m.hold(resp.GetHold(), &r)
+		if !m.anyActive() {
+			m.settle(&r) // the policy held back everything there was to resend
+			return r
+		}
+	}
 	switch {
 	case err != nil, !resp.GetGiveUp() && resp.GetDelay().AsDuration() <= 0:
 		m.arm(failedDecisionDelay, nil, now, &r)
@@ -173,6 +256,36 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 		m.arm(resp.GetDelay().AsDuration(), resp.GetKinds(), now, &r)
 	}
 	return r
+}
+
+// hold moves the names the policy holds back out of what rounds resend.
+func (m *Machine) hold(names []*pluginv1.HeldName, r *Ready) {
+	for _, h := range names {
+		fk := m.failing[h.GetKind()]
+		if fk == nil {
+			continue
+		}
+		rn, ok := fk.rejected[h.GetName()]
+		if !ok {
+			continue
+		}
+		reason := h.GetReason()
+		if reason == "" {
+			reason = "the policy holds it until its content changes"
+		}
+		delete(fk.rejected, h.GetName())
+		fk.held[h.GetName()] = heldName{version: rn.version, reason: reason}
+		r.Held = append(r.Held, HeldName{Kind: h.GetKind(), Name: h.GetName(), Reason: reason})
+	}
+}
+
+func (m *Machine) anyActive() bool {
+	for _, fk := range m.failing {
+		if fk.active() {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Machine) arm(d time.Duration, kinds []string, now time.Time, r *Ready) {
@@ -198,14 +311,10 @@ func (m *Machine) Fired(token uint64, _ time.Time) Ready {
 	r.Round = &Round{Delay: m.delay, Resent: map[string]int{}}
 	for _, kind := range kinds {
 		fk := m.failing[kind]
-		if fk == nil {
+		if fk == nil || !fk.active() {
 			continue
 		}
-		names := make([]string, 0, len(fk.rejected))
-		for n := range fk.rejected {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := fk.names()
 		r.Resend[kind] = names
 		r.Round.Resent[kind] = len(names)
 		fk.due = false
@@ -215,13 +324,15 @@ func (m *Machine) Fired(token uint64, _ time.Time) Ready {
 	return r
 }
 
-// forget drops a kind with no rejected name left; with nothing failing, the stream starts over:
-// no round is outstanding and the next NACK starts from round 0.
-func (m *Machine) forget(kind string, r *Ready) {
-	if fk := m.failing[kind]; fk != nil && len(fk.rejected) == 0 {
-		delete(m.failing, kind)
+// settle drops the kinds with no rejected or held name left; with nothing left to resend, the
+// stream starts over: no round is outstanding and the next NACK starts from round 0.
+func (m *Machine) settle(r *Ready) {
+	for kind, fk := range m.failing {
+		if !fk.active() && len(fk.held) == 0 {
+			delete(m.failing, kind)
+		}
 	}
-	if len(m.failing) > 0 {
+	if m.anyActive() {
 		return
 	}
 	if m.asking || m.armed {
@@ -239,7 +350,7 @@ func (m *Machine) next(r *Ready) {
 	}
 	due := false
 	for _, fk := range m.failing {
-		due = due || fk.due
+		due = due || fk.due && fk.active()
 	}
 	if !due {
 		return
@@ -257,12 +368,47 @@ func (m *Machine) request() *pluginv1.ScheduleRequest {
 	}
 	for _, kind := range sortedKinds(m.failing) {
 		fk := m.failing[kind]
-		req.Failing = append(req.Failing, &pluginv1.FailingKind{
-			Kind: kind, RejectedNames: fk.names(), ErrorDetail: fk.detail,
+		if !fk.active() {
+			continue
+		}
+		names := fk.names()
+		f := &pluginv1.FailingKind{
+			Kind: kind, RejectedNames: names, ErrorDetail: fk.detail,
 			NackCount: fk.nacks, FirstNack: timestamppb.New(fk.firstNACK),
-		})
+		}
+		for _, n := range names {
+			rn := fk.rejected[n]
+			f.Rejected = append(f.Rejected, &pluginv1.RejectedName{Name: n, Cause: wireCause(rn.cause), MissingOwner: ownerKey(rn.owner), Attempts: rn.attempts})
+		}
+		req.Failing = append(req.Failing, f)
 	}
 	return req
+}
+
+// wireCause is a cause as plugin.v1 carries it.
+func wireCause(c event.Cause) kdsv1.Cause {
+	switch c {
+	case event.CauseTransient:
+		return kdsv1.Cause_CAUSE_TRANSIENT
+	case event.CauseMissingOwner:
+		return kdsv1.Cause_CAUSE_MISSING_OWNER
+	case event.CauseInvalid:
+		return kdsv1.Cause_CAUSE_INVALID
+	}
+	return kdsv1.Cause_CAUSE_UNSPECIFIED
+}
+
+// ownerKey reads KIND/XDS-NAME (event.Rejection.MissingOwner) as a resource key.
+func ownerKey(owner string) *kdsv1.ResourceKey {
+	kind, name, ok := strings.Cut(owner, "/")
+	if !ok {
+		return nil
+	}
+	mesh, local, scoped := strings.Cut(name, "/")
+	if !scoped {
+		return &kdsv1.ResourceKey{Kind: kind, Name: name}
+	}
+	return &kdsv1.ResourceKey{Kind: kind, Mesh: mesh, Name: local}
 }
 
 func (fk *failingKind) names() []string {
@@ -285,10 +431,11 @@ func sortedKinds(m map[string]*failingKind) []string {
 
 // KindState is the retry state of one failing kind of a stream.
 type KindState struct {
-	Kind      string    `json:"kind"`
-	Rejected  []string  `json:"rejected"`
-	NACKs     uint32    `json:"nacks"`
-	FirstNACK time.Time `json:"firstNack"`
+	Kind      string     `json:"kind"`
+	Rejected  []string   `json:"rejected"`
+	Held      []HeldName `json:"held,omitempty"`
+	NACKs     uint32     `json:"nacks"`
+	FirstNACK time.Time  `json:"firstNack"`
 }
 
 // StreamState is the retry state of one stream, for insights.
@@ -314,7 +461,11 @@ func (m *Machine) State() StreamState {
 	}
 	for _, kind := range sortedKinds(m.failing) {
 		fk := m.failing[kind]
-		ss.Failing = append(ss.Failing, KindState{Kind: kind, Rejected: fk.names(), NACKs: fk.nacks, FirstNACK: fk.firstNACK})
+		ks := KindState{Kind: kind, Rejected: fk.names(), NACKs: fk.nacks, FirstNACK: fk.firstNACK}
+		for _, n := range slices.Sorted(maps.Keys(fk.held)) {
+			ks.Held = append(ks.Held, HeldName{Kind: kind, Name: n, Reason: fk.held[n].reason})
+		}
+		ss.Failing = append(ss.Failing, ks)
 	}
 	return ss
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/retry"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -28,6 +29,13 @@ type step struct {
 
 func nackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready { return m.NACK(nack(kind, names...), now) }
+}
+
+func nackCause(kind, name string, cause event.Cause, owner string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+		return m.NACK(event.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected",
+			Rejected: []event.Rejection{{Name: name, Version: "v1", Cause: cause, MissingOwner: owner}}}, now)
+	}
 }
 
 func ackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
@@ -184,6 +192,63 @@ func TestMachineTransitions(t *testing.T) {
 				return m.ACK(event.ACK{StreamID: 1, Kind: "Mesh", Versions: map[string]string{"default": "v1"}, Initial: true}, now)
 			}, nothing},
 		}, func(g Gomega, st retry.StreamState) { g.Expect(st.Failing).To(HaveLen(1)) }},
+		{"an owner's ACK resends at once what missed it", []step{
+			{"NACK of the Mesh", nackCause("Mesh", "default", event.CauseTransient, ""), asks(0, "Mesh")},
+			{"NACK of a policy without it", nackCause("MeshTimeout", "default/a", event.CauseMissingOwner, "Mesh/default"), nothing},
+			{"decision", delay(time.Minute), arms(time.Minute)},
+			{"the Mesh ACKed", ackAt("Mesh", "default"), func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(r.Resend).To(Equal(map[string][]string{"MeshTimeout": {"default/a"}}))
+				g.Expect(r.Released).To(Equal(map[string]int{"MeshTimeout": 1}))
+				g.Expect(r.Round).To(BeNil(), "not a round")
+			}},
+			{"another owner's ACK releases nothing", ackAt("Mesh", "other"), nothing},
+		}, nil},
+		{"the policy holds an INVALID name until its content changes", []step{
+			{"NACK", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), asks(0, "MeshTimeout")},
+			{"NACK of another", nackCause("MeshTimeout", "default/late", event.CauseMissingOwner, "Mesh/default"), nothing},
+			{"decision holds the invalid one", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
+				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}}, nil),
+				func(g Gomega, r retry.Ready, st retry.StreamState) {
+					g.Expect(r.Held).To(Equal([]retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+					g.Expect(r.Arm).To(Equal(time.Second), "the other name still gets its round")
+					g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/late"}))
+					g.Expect(st.Failing[0].Held).To(Equal([]retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+				}},
+			{"timer", fire, resends(map[string][]string{"MeshTimeout": {"default/late"}}, false)},
+			{"the other is ACKed", ackAt("MeshTimeout", "default/late"), func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(st.Failing).To(HaveLen(1), "the held name is still shown")
+				g.Expect(st.Failing[0].Held).To(HaveLen(1))
+				g.Expect(st.Round).To(BeZero(), "nothing left to resend: the stream starts over")
+			}},
+			{"the held name NACKed again stays held", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), nothing},
+			{"new content of it is sent", sentAt("MeshTimeout", "default/bad", "v2"), func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(st.Failing).To(BeEmpty(), "released")
+			}},
+		}, nil},
+		{"a policy that holds everything leaves nothing armed", []step{
+			{"NACK", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), asks(0, "MeshTimeout")},
+			{"decision holds it", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
+				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/bad"}}}, nil),
+				func(g Gomega, r retry.Ready, st retry.StreamState) {
+					g.Expect(r.Arm).To(BeZero())
+					g.Expect(st.NextRetry).To(BeNil())
+					g.Expect(st.Failing[0].Held[0].Reason).NotTo(BeEmpty())
+				}},
+		}, nil},
+		{"the request carries each name's cause, owner and attempts", []step{
+			{"NACK", nackCause("MeshTimeout", "default/a", event.CauseMissingOwner, "Mesh/default"), asks(0, "MeshTimeout")},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"MeshTimeout": {"default/a"}}, false)},
+			{"NACK again", nackCause("MeshTimeout", "default/a", event.CauseMissingOwner, "Mesh/default"), func(g Gomega, r retry.Ready, _ retry.StreamState) {
+				f := r.Ask.GetFailing()[0]
+				g.Expect(f.GetRejectedNames()).To(Equal([]string{"default/a"}))
+				g.Expect(f.GetRejected()).To(HaveLen(1))
+				g.Expect(f.GetRejected()[0].GetCause()).To(Equal(kdsv1.Cause_CAUSE_MISSING_OWNER))
+				g.Expect(f.GetRejected()[0].GetMissingOwner().GetKind()).To(Equal("Mesh"))
+				g.Expect(f.GetRejected()[0].GetMissingOwner().GetName()).To(Equal("default"))
+				g.Expect(f.GetRejected()[0].GetAttempts()).To(Equal(uint32(2)))
+			}},
+		}, nil},
 		{"a removed name is nothing to resend", []step{
 			{"NACK", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},
 			{"removal", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {

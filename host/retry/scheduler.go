@@ -25,6 +25,10 @@ type Hooks struct {
 	Round func(zone string, delay time.Duration, resent map[string]int)
 	// GaveUp reports a give-up.
 	GaveUp func(zone, reason string)
+	// Held reports names the policy holds back until their content changes.
+	Held func(zone string, held []HeldName)
+	// Released reports names resent at once, by kind, because the owner they missed arrived.
+	Released func(zone string, resent map[string]int)
 }
 
 // Config is a Scheduler's collaborators.
@@ -140,6 +144,12 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 	}
 	if r.GaveUp != "" && s.cfg.Hooks.GaveUp != nil {
 		s.cfg.Hooks.GaveUp(d.zone, r.GaveUp)
+	}
+	if len(r.Held) > 0 && s.cfg.Hooks.Held != nil {
+		s.cfg.Hooks.Held(d.zone, r.Held)
+	}
+	if len(r.Released) > 0 && s.cfg.Hooks.Released != nil {
+		s.cfg.Hooks.Released(d.zone, r.Released)
 	}
 	if len(r.Resend) > 0 {
 		s.cfg.Resender.Resend(id, r.Resend)

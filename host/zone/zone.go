@@ -9,9 +9,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -47,7 +49,15 @@ type Config struct {
 	// AdmissionOutage rejects every write of a kind for a while after Start, as an admission
 	// webhook that is not ready yet would.
 	AdmissionOutage map[string]time.Duration
-	Logger          hclog.Logger
+	// AdmissionDeny refuses, as INVALID, every resource that carries one of these labels (key
+	// -> value), as an admission webhook with a rule the global does not know would: fault
+	// injection, for the reproduction and tests.
+	AdmissionDeny map[string]string
+	// Plain makes the zone a plain xDS client, as Kuma's zone is: its NACKs carry a message
+	// only (no structured rejections, no causes), and it never asks again for what it refused.
+	// The global then converges with its retry timer alone.
+	Plain  bool
+	Logger hclog.Logger
 	// DialTimeout bounds connecting and the first exchange (default 10s).
 	DialTimeout time.Duration
 	// BackoffMin and BackoffMax bound the reconnect backoff (defaults 100ms and 5s).
@@ -67,6 +77,8 @@ type Client struct {
 	target  string
 	creds   credentials.TransportCredentials
 
+	ready chan string // kinds whose admission outage just ended
+
 	mu    sync.Mutex
 	stats Stats
 }
@@ -81,6 +93,9 @@ type Stats struct {
 	NACKs      int64            `json:"nacks"`
 	LastError  string           `json:"lastError,omitempty"`
 	NACKByKind map[string]int64 `json:"nacksByKind,omitempty"`
+	// ReRequests counts the times the zone asked its global again for names it had refused,
+	// once their cause cleared.
+	ReRequests int64 `json:"reRequests"`
 }
 
 // ConfigError is a Config field whose value cannot be used.
@@ -121,7 +136,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, &ConfigError{Field: "GlobalAddress", Err: err}
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), target: target, creds: insecure.NewCredentials()}
+	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), target: target, creds: insecure.NewCredentials(),
+		ready: make(chan string, len(cfg.AdmissionOutage))}
 	if c.log == nil {
 		c.log = hclog.NewNullLogger()
 	}
@@ -170,7 +186,19 @@ func (c *Client) Stats() Stats {
 }
 
 // Run keeps the zone connected until ctx ends, reconnecting with jittered exponential backoff.
+// It also owns the admission outages' ends: when one ends, the zone says so in its log and asks
+// its global again for what that admission refused.
 func (c *Client) Run(ctx context.Context) error {
+	for kind, d := range c.cfg.AdmissionOutage {
+		t := time.AfterFunc(time.Until(c.started.Add(d)), func() {
+			c.log.Info("admission webhook ready", "kind", kind, "after", d)
+			select {
+			case c.ready <- kind:
+			case <-ctx.Done():
+			}
+		})
+		defer t.Stop()
+	}
 	backoff := c.cfg.BackoffMin
 	for {
 		began := time.Now()
@@ -249,14 +277,65 @@ func (c *Client) session(ctx context.Context) error {
 	}
 	c.setConnected(true, nil)
 	c.log.Info("KDS stream to global up", "global", c.cfg.GlobalAddress)
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return fmt.Errorf("receive: %w", err)
+
+	// One goroutine receives; this one applies, answers, and asks again for what it refused once
+	// the cause clears. The stream's context ends the receiver when the session returns.
+	responses := make(chan *discovery.DeltaDiscoveryResponse)
+	received := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				received <- err
+				return
+			}
+			select {
+			case responses <- resp:
+			case <-ctx.Done():
+				return
+			}
 		}
-		req := c.apply(ctx, resp)
-		if err := stream.Send(req); err != nil {
-			return fmt.Errorf("send ACK/NACK: %w", err)
+	})
+	refused := newRefusals()
+	ask := func(kind string, names []string) error {
+		if len(names) == 0 || c.cfg.Plain {
+			return nil
+		}
+		c.mu.Lock()
+		c.stats.ReRequests++
+		c.mu.Unlock()
+		c.log.Debug("asking the global again", "kind", kind, "names", len(names))
+		if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: kind, ResourceNamesSubscribe: names}); err != nil {
+			return fmt.Errorf("ask again for %s: %w", kind, err)
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-received:
+			return fmt.Errorf("receive: %w", err)
+		case kind := <-c.ready:
+			if err := ask(kind, refused.admissionReady(kind)); err != nil {
+				return err
+			}
+		case resp := <-responses:
+			out := c.apply(ctx, resp)
+			if err := stream.Send(out.reply); err != nil {
+				return fmt.Errorf("send ACK/NACK: %w", err)
+			}
+			refused.settled(resp.GetTypeUrl(), out.settled)
+			refused.refused(resp.GetTypeUrl(), out.rejected)
+			again := refused.ownersStored(out.stored)
+			for _, kind := range slices.Sorted(maps.Keys(again)) {
+				if err := ask(kind, again[kind]); err != nil {
+					return err
+				}
+			}
 		}
 	}
 }
@@ -282,13 +361,23 @@ func (c *Client) initialVersions(ctx context.Context) (map[string]map[string]str
 	return out, nil
 }
 
-// apply stores one response and returns the ACK or NACK for it.
-func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryResponse) *discovery.DeltaDiscoveryRequest {
+// applied is what one response did on the zone.
+type applied struct {
+	reply    *discovery.DeltaDiscoveryRequest // the ACK or NACK
+	stored   []resource.Key                   // the resources stored
+	settled  []string                         // the xDS names stored or removed
+	rejected []*kdsv1.Rejection
+}
+
+// apply stores one response in one transaction and returns the ACK or NACK for it. A refusal
+// says why: its admission is not ready, or the transaction failed (TRANSIENT); the database
+// lacks its owner (MISSING_OWNER); the content is refused (INVALID).
+func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryResponse) applied {
 	kind := resp.GetTypeUrl()
-	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: kind, ResponseNonce: resp.GetNonce()}
+	out := applied{reply: &discovery.DeltaDiscoveryRequest{TypeUrl: kind, ResponseNonce: resp.GetNonce()}}
 	list := &kdsv1.RejectionList{Kind: kind}
-	reject := func(name, reason string, owner *kdsv1.ResourceKey) {
-		list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: name, Reason: reason, MissingOwner: owner})
+	reject := func(name, reason string, cause kdsv1.Cause, owner *kdsv1.ResourceKey) {
+		list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: name, Reason: reason, Cause: cause, MissingOwner: owner})
 	}
 
 	var puts []resource.Resource
@@ -297,12 +386,12 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 	for _, r := range resp.GetResources() {
 		name := r.GetName()
 		if outage != "" {
-			reject(name, outage, nil)
+			reject(name, outage, kdsv1.Cause_CAUSE_TRANSIENT, nil)
 			continue
 		}
 		res, err := c.decode(kind, r)
 		if err != nil {
-			reject(name, err.Error(), nil)
+			reject(name, err.Error(), kdsv1.Cause_CAUSE_INVALID, nil)
 			continue
 		}
 		puts = append(puts, res)
@@ -320,28 +409,35 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 		if err != nil {
 			// The transaction failed: nothing of the response is stored, removals included.
 			for _, r := range puts {
-				reject(names[r.Key()], "database: "+err.Error(), nil)
+				reject(names[r.Key()], "database: "+err.Error(), kdsv1.Cause_CAUSE_TRANSIENT, nil)
 			}
 			for _, k := range deletes {
-				reject(names[k], "database: the removal failed: "+err.Error(), nil)
+				reject(names[k], "database: the removal failed: "+err.Error(), kdsv1.Cause_CAUSE_TRANSIENT, nil)
 			}
 		}
 		for key, ferr := range failed {
 			var mo *store.MissingOwnerError
 			if errors.As(ferr, &mo) {
-				reject(names[key], ferr.Error(), &kdsv1.ResourceKey{Kind: mo.Owner.Kind, Mesh: mo.Owner.Mesh, Name: mo.Owner.Name})
+				reject(names[key], ferr.Error(), kdsv1.Cause_CAUSE_MISSING_OWNER, &kdsv1.ResourceKey{Kind: mo.Owner.Kind, Mesh: mo.Owner.Mesh, Name: mo.Owner.Name})
 				continue
 			}
-			reject(names[key], ferr.Error(), nil)
+			reject(names[key], ferr.Error(), kdsv1.Cause_CAUSE_INVALID, nil)
 		}
-		if err == nil && c.cfg.Applied != nil {
-			stored := make([]resource.Key, 0, len(puts))
+		if err == nil {
 			for i := range puts {
 				if _, bad := failed[puts[i].Key()]; !bad {
-					stored = append(stored, puts[i].Key())
+					out.stored = append(out.stored, puts[i].Key())
+					out.settled = append(out.settled, names[puts[i].Key()])
 				}
 			}
-			c.cfg.Applied(kind, stored)
+			for _, k := range deletes {
+				if _, bad := failed[k]; !bad {
+					out.settled = append(out.settled, names[k])
+				}
+			}
+			if c.cfg.Applied != nil {
+				c.cfg.Applied(kind, out.stored)
+			}
 		}
 	}
 
@@ -350,7 +446,7 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 	if len(list.Rejections) == 0 {
 		c.stats.ACKs++
 		c.mu.Unlock()
-		return ack
+		return out
 	}
 	c.stats.NACKs++
 	if c.stats.NACKByKind == nil {
@@ -360,10 +456,16 @@ func (c *Client) apply(ctx context.Context, resp *discovery.DeltaDiscoveryRespon
 	c.mu.Unlock()
 
 	sort.Slice(list.Rejections, func(i, j int) bool { return list.Rejections[i].Name < list.Rejections[j].Name })
+	out.rejected = list.Rejections
 	msg := summary(kind, list)
 	c.log.Warn("NACK", "kind", kind, "rejected", len(list.Rejections), "detail", msg)
-	ack.ErrorDetail = nackDetail(list, msg)
-	return ack
+	if c.cfg.Plain {
+		// A plain xDS client: the message a person reads, nothing the global can act on.
+		out.reply.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: strings.ToValidUTF8(msg, "\ufffd")}
+		return out
+	}
+	out.reply.ErrorDetail = nackDetail(list, msg)
+	return out
 }
 
 // nackDetail is a NACK's error_detail. Text from a response or a database may be any bytes,
@@ -401,6 +503,11 @@ func (c *Client) decode(kind string, r *discovery.Resource) (resource.Resource, 
 	}
 	if err := c.cfg.Registry.Validate(&res); err != nil {
 		return resource.Resource{}, fmt.Errorf("invalid %s: %w", res.Key(), err)
+	}
+	for k, v := range c.cfg.AdmissionDeny {
+		if res.Labels[k] == v {
+			return resource.Resource{}, fmt.Errorf("admission webhook denies %s: label %s=%s is not allowed here (simulated)", res.Key(), k, v)
+		}
 	}
 	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
@@ -11,6 +12,7 @@ import (
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
 func newTestClient(t *testing.T) (*Client, store.Store) {
@@ -41,11 +43,11 @@ func TestAFailedRemovalIsNACKed(t *testing.T) {
 	g := NewWithT(t)
 	c, st := newTestClient(t)
 	ctx := context.Background()
-	req := c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "1", Resources: []*discovery.Resource{meshEntry(t, "default")}})
+	req := c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "1", Resources: []*discovery.Resource{meshEntry(t, "default")}}).reply
 	g.Expect(req.GetErrorDetail()).To(BeNil(), "stored")
 
 	st.Close() // every transaction fails from now on
-	req = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "2", RemovedResources: []string{"default"}})
+	req = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "2", RemovedResources: []string{"default"}}).reply
 	g.Expect(req.GetErrorDetail()).NotTo(BeNil(), "a removal the database refused is a NACK")
 	list := kds.RejectionListOf(req.GetErrorDetail())
 	g.Expect(list.GetRejections()).To(HaveLen(1))
@@ -60,9 +62,83 @@ func TestARejectionThatCannotBeEncodedAsIsStillANACK(t *testing.T) {
 	c, _ := newTestClient(t)
 	bad := meshEntry(t, "default")
 	bad.Name = "de\xfffault" // not UTF-8: a protobuf string cannot hold it as it is
-	req := c.apply(context.Background(), &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "1", Resources: []*discovery.Resource{bad}})
+	req := c.apply(context.Background(), &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "1", Resources: []*discovery.Resource{bad}}).reply
 	g.Expect(req.GetErrorDetail()).NotTo(BeNil())
 	list := kds.RejectionListOf(req.GetErrorDetail())
 	g.Expect(list.GetRejections()).To(HaveLen(1))
 	g.Expect(list.GetRejections()[0].GetName()).To(Equal("de\ufffdfault"))
+}
+
+// Which cause clears which names: the zone's memory of what it refused.
+func TestRefusalsSayWhatToAskForAgain(t *testing.T) {
+	g := NewWithT(t)
+	r := newRefusals()
+	mesh := &kdsv1.ResourceKey{Kind: "Mesh", Name: "default"}
+	r.refused("Mesh", []*kdsv1.Rejection{{Name: "default", Cause: kdsv1.Cause_CAUSE_TRANSIENT}, {Name: "other", Cause: kdsv1.Cause_CAUSE_INVALID}})
+	r.refused("MeshTimeout", []*kdsv1.Rejection{
+		{Name: "default/a", Cause: kdsv1.Cause_CAUSE_MISSING_OWNER, MissingOwner: mesh},
+		{Name: "default/b", Cause: kdsv1.Cause_CAUSE_MISSING_OWNER, MissingOwner: mesh},
+		{Name: "default/c", Cause: kdsv1.Cause_CAUSE_TRANSIENT},
+		{Name: "prod/x", Cause: kdsv1.Cause_CAUSE_MISSING_OWNER, MissingOwner: &kdsv1.ResourceKey{Kind: "Mesh", Name: "prod"}},
+	})
+	r.refused("MeshRetry", []*kdsv1.Rejection{{Name: "default/r", Cause: kdsv1.Cause_CAUSE_MISSING_OWNER, MissingOwner: mesh}})
+	r.settled("MeshRetry", []string{"default/r"}) // stored after all, by a later response
+
+	g.Expect(r.admissionReady("Mesh")).To(Equal([]string{"default"}), "only TRANSIENT; INVALID is never asked for again")
+	g.Expect(r.admissionReady("Mesh")).To(BeEmpty(), "asked once")
+	g.Expect(r.admissionReady("MeshTimeout")).To(Equal([]string{"default/c"}))
+	g.Expect(r.ownersStored(nil)).To(BeEmpty())
+	g.Expect(r.ownersStored([]resource.Key{{Kind: "Mesh", Name: "default"}})).To(Equal(map[string][]string{"MeshTimeout": {"default/a", "default/b"}}))
+	g.Expect(r.ownersStored([]resource.Key{{Kind: "Mesh", Name: "default"}})).To(BeEmpty(), "asked once")
+	g.Expect(r.ownersStored([]resource.Key{{Kind: "Mesh", Name: "prod"}})).To(Equal(map[string][]string{"MeshTimeout": {"prod/x"}}))
+	g.Expect(r.byKind).To(HaveKey("Mesh"), "the INVALID name is still remembered")
+	g.Expect(r.byKind).NotTo(HaveKey("MeshTimeout"))
+}
+
+func TestTheZoneGivesEachRefusalItsCause(t *testing.T) {
+	g := NewWithT(t)
+	st, err := store.Open(context.Background(), "", t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer st.Close()
+	c, err := New(Config{Zone: "zone-1", GlobalAddress: "grpc://127.0.0.1:1", Store: st, Registry: resource.Default(),
+		AdmissionOutage: map[string]time.Duration{"MeshRetry": time.Hour}, AdmissionDeny: map[string]string{"deny": "yes"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	entry := func(r resource.Resource) *discovery.Resource {
+		e, err := kds.NewEntry(&r)
+		g.Expect(err).NotTo(HaveOccurred())
+		return &discovery.Resource{Name: r.Key().XDSName(), Version: e.Version, Resource: e.Any}
+	}
+	causes := func(out applied) map[string]kdsv1.Cause {
+		m := map[string]kdsv1.Cause{}
+		for _, rj := range kds.RejectionListOf(out.reply.GetErrorDetail()).GetRejections() {
+			m[rj.GetName()] = rj.GetCause()
+		}
+		return m
+	}
+	ctx := context.Background()
+	out := c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshTimeout", Nonce: "1", Resources: []*discovery.Resource{
+		entry(resource.Resource{Kind: "MeshTimeout", Mesh: "default", Name: "orphan", Spec: json.RawMessage(`{}`)}),
+	}})
+	g.Expect(causes(out)).To(Equal(map[string]kdsv1.Cause{"default/orphan": kdsv1.Cause_CAUSE_MISSING_OWNER}))
+	g.Expect(kds.RejectionListOf(out.reply.GetErrorDetail()).GetRejections()[0].GetMissingOwner().GetName()).To(Equal("default"))
+
+	out = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "2", Resources: []*discovery.Resource{
+		entry(resource.Resource{Kind: "Mesh", Name: "default", Spec: json.RawMessage(`{}`)}),
+		entry(resource.Resource{Kind: "Mesh", Name: "denied", Labels: map[string]string{"deny": "yes"}, Spec: json.RawMessage(`{}`)}),
+	}})
+	g.Expect(causes(out)).To(Equal(map[string]kdsv1.Cause{"denied": kdsv1.Cause_CAUSE_INVALID}))
+	g.Expect(out.stored).To(Equal([]resource.Key{{Kind: "Mesh", Name: "default"}}))
+
+	out = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshRetry", Nonce: "3", Resources: []*discovery.Resource{
+		entry(resource.Resource{Kind: "MeshRetry", Mesh: "default", Name: "r", Spec: json.RawMessage(`{}`)}),
+	}})
+	g.Expect(causes(out)).To(Equal(map[string]kdsv1.Cause{"default/r": kdsv1.Cause_CAUSE_TRANSIENT}))
+
+	// A plain xDS client says why in words only.
+	c.cfg.Plain = true
+	out = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshRetry", Nonce: "4", Resources: []*discovery.Resource{
+		entry(resource.Resource{Kind: "MeshRetry", Mesh: "default", Name: "r", Spec: json.RawMessage(`{}`)}),
+	}})
+	g.Expect(out.reply.GetErrorDetail().GetMessage()).To(ContainSubstring("admission webhook for MeshRetry is not ready"))
+	g.Expect(kds.RejectionListOf(out.reply.GetErrorDetail())).To(BeNil())
 }

@@ -95,6 +95,8 @@ func TestConformance(t *testing.T) {
 		{"./plugins/retry-forcer", 15},
 		{"./plugins/owner-check", 10},
 		{"./examples/plugins/fixed-retry", 15},
+		// Built from plugin.v1 as it stood before rejection causes: the contract stays compatible.
+		{"./shared/conformance/testdata/v1plugin", 15},
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
 			g := NewWithT(t)

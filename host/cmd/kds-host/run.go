@@ -38,6 +38,10 @@ type runFlags struct {
 	tlsSkipVerify    bool
 	plaintext        bool
 	admissionOutages []string
+	admissionDeny    []string
+	plainXDS         bool
+	reRequestRate    float64
+	reRequestBurst   int
 	logLevel         string
 	logJSON          bool
 	policyTimeout    time.Duration
@@ -66,6 +70,10 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.BoolVar(&flags.tlsSkipVerify, "kds-tls-skip-verify", false, "zone: do not verify the global's KDS certificate (testing only)")
 	f.BoolVar(&flags.plaintext, "kds-plaintext", false, "global: serve KDS without TLS (loopback, benchmarks); zones dial grpc://")
 	f.StringSliceVar(&flags.admissionOutages, "admission-outage", nil, "zone, fault injection: KIND=DURATION rejects every write of KIND for DURATION after start, like an admission webhook that is not ready (repeatable)")
+	f.StringSliceVar(&flags.admissionDeny, "admission-deny-label", nil, "zone, fault injection: KEY=VALUE makes the zone's admission refuse, as INVALID, every resource with that label, as a webhook with a rule the global does not know would (repeatable)")
+	f.BoolVar(&flags.plainXDS, "plain-xds", false, "zone: behave as a plain xDS client, as Kuma's zone does: NACK with a message only (no structured rejections or causes) and never ask again for what was refused; the global's retry timer alone brings it back")
+	f.Float64Var(&flags.reRequestRate, "rerequest-rate", 20, "global: re-requests a zone stream may make per second (names it refused, asked for again once their cause cleared); more are not answered and are counted in kds_rerequests_total")
+	f.IntVar(&flags.reRequestBurst, "rerequest-burst", 40, "global: re-requests a zone stream may make at once, above --rerequest-rate")
 	f.StringVar(&flags.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.BoolVar(&flags.logJSON, "log-json", false, "log JSON lines")
 	f.DurationVar(&flags.policyTimeout, "policy-timeout", 200*time.Millisecond, "global: deadline of a retry policy call; past it the built-in policy decides")
@@ -143,8 +151,11 @@ func orDefault(v, def string) string {
 }
 
 func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *resource.Registry) error {
-	if flags.zoneName != "" || flags.globalAddress != "" || len(flags.admissionOutages) > 0 {
-		return fmt.Errorf("--zone-name, --global-address and --admission-outage are zone flags; add --mode zone")
+	if flags.zoneName != "" || flags.globalAddress != "" || len(flags.admissionOutages) > 0 || len(flags.admissionDeny) > 0 || flags.plainXDS {
+		return fmt.Errorf("--zone-name, --global-address, --admission-outage, --admission-deny-label and --plain-xds are zone flags; add --mode zone")
+	}
+	if flags.reRequestRate <= 0 || flags.reRequestBurst < 1 {
+		return fmt.Errorf("--rerequest-rate must be > 0 and --rerequest-burst at least 1 (got %g and %d)", flags.reRequestRate, flags.reRequestBurst)
 	}
 	switch flags.emulate {
 	case "", retry.EmulatePerType, retry.EmulatePerStream:
@@ -156,9 +167,10 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
-		KDSAddr:  flags.kdsAddr,
-		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
-		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
+		ReRequestLimit: kds.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst},
+		KDSAddr:        flags.kdsAddr,
+		APIAddr:        orDefault(flags.apiAddr, "127.0.0.1:5681"),
+		DiagAddr:       orDefault(flags.diagAddr, "127.0.0.1:5680"),
 	}
 	// Plugins (plugins.go): started before the global, stopped after it.
 	rt, err := flags.plugins.start(log, &cfg)
@@ -211,6 +223,14 @@ func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resou
 	if err != nil {
 		return err
 	}
+	deny := map[string]string{}
+	for _, v := range flags.admissionDeny {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--admission-deny-label %q: want KEY=VALUE, e.g. kds-host.io/deny=true", v)
+		}
+		deny[k] = val
+	}
 	if flags.plaintext || flags.tlsCert != "" || flags.tlsKey != "" {
 		return fmt.Errorf("--kds-plaintext, --kds-tls-cert and --kds-tls-key are global flags; a zone picks TLS by its --global-address scheme (grpc:// or grpcs://)")
 	}
@@ -221,7 +241,7 @@ func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resou
 		KDS: zone.Config{
 			Zone: flags.zoneName, GlobalAddress: flags.globalAddress,
 			TLSCAFile: flags.tlsCA, TLSSkipVerify: flags.tlsSkipVerify,
-			AdmissionOutage: outages,
+			AdmissionOutage: outages, AdmissionDeny: deny, Plain: flags.plainXDS,
 		},
 	}
 	st, err := flags.openStore(ctx)

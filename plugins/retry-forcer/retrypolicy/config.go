@@ -22,6 +22,10 @@ min: 1ms              # smallest delay with full jitter, in (0, base] (exponenti
 jitter: full          # full | none (exponential)
 maxAttempts: 0        # rounds before giving up; 0 = unlimited (every policy)
 # delay: 1s           # the delay of every round (fixed only)
+# By the zone's cause of each rejection (every policy; these are the defaults):
+# transientMax: 2s    # TRANSIENT (admission not ready): never wait longer; the zone asks again itself
+# ownerWait: 30s      # MISSING_OWNER only: the slow safety net; the owner's ACK resends at once
+# invalidAttempts: 3  # INVALID: sends of the same content before it is held until it changes
 `
 
 // Config is a parsed policy document with every default filled in. Fields that do not apply to
@@ -43,6 +47,44 @@ type Config struct {
 	Delay time.Duration
 	// MaxAttempts is the number of rounds before giving up; 0 is unlimited.
 	MaxAttempts uint32
+
+	// By the zone's cause of each rejection, for every policy (zero: the default).
+	// TransientMax caps the delay while every name to resend is TRANSIENT (default 2s).
+	TransientMax time.Duration
+	// OwnerWait is the delay while every name to resend waits for its owner (MISSING_OWNER),
+	// capped at the policy's max (default 30s).
+	OwnerWait time.Duration
+	// InvalidAttempts is how often an INVALID name is sent at one version before it is held
+	// until its content changes (default 3).
+	InvalidAttempts uint32
+}
+
+// Defaults of the cause fields.
+const (
+	DefaultTransientMax    = 2 * time.Second
+	DefaultOwnerWait       = 30 * time.Second
+	DefaultInvalidAttempts = 3
+)
+
+func (c Config) transientMax() time.Duration {
+	if c.TransientMax > 0 {
+		return c.TransientMax
+	}
+	return DefaultTransientMax
+}
+
+func (c Config) ownerWait() time.Duration {
+	if c.OwnerWait > 0 {
+		return c.OwnerWait
+	}
+	return DefaultOwnerWait
+}
+
+func (c Config) invalidAttempts() uint32 {
+	if c.InvalidAttempts > 0 {
+		return c.InvalidAttempts
+	}
+	return DefaultInvalidAttempts
 }
 
 // Default is the default policy: exponential, base 100ms, factor 2, max 30s, min 1ms, full
@@ -51,15 +93,17 @@ func Default() Config { return defaults(Exponential) }
 
 // defaults returns the default Config of a known policy.
 func defaults(policy string) Config {
+	var c Config
 	switch policy {
 	case Fixed:
-		return Config{Policy: Fixed, Delay: time.Second}
+		c = Config{Policy: Fixed, Delay: time.Second}
 	case Decorrelated:
-		return Config{Policy: Decorrelated, Base: 100 * time.Millisecond, Max: 30 * time.Second}
+		c = Config{Policy: Decorrelated, Base: 100 * time.Millisecond, Max: 30 * time.Second}
 	default:
-		return Config{Policy: Exponential, Base: 100 * time.Millisecond, Factor: 2,
+		c = Config{Policy: Exponential, Base: 100 * time.Millisecond, Factor: 2,
 			Max: 30 * time.Second, Min: time.Millisecond, Jitter: JitterFull}
 	}
+	return c
 }
 
 // FieldError is what is wrong with one field of a policy document. Field is the document's
@@ -85,9 +129,13 @@ const (
 	fJitter      = "jitter"
 	fDelay       = "delay"
 	fMaxAttempts = "maxAttempts"
+
+	fTransientMax    = "transientMax"
+	fOwnerWait       = "ownerWait"
+	fInvalidAttempts = "invalidAttempts"
 )
 
-var fieldOrder = []string{fPolicy, fBase, fFactor, fMax, fMin, fJitter, fDelay, fMaxAttempts}
+var fieldOrder = []string{fPolicy, fBase, fFactor, fMax, fMin, fJitter, fDelay, fMaxAttempts, fTransientMax, fOwnerWait, fInvalidAttempts}
 
 var policyNames = []string{Exponential, Fixed, Decorrelated}
 
@@ -172,6 +220,15 @@ func Parse(doc []byte) (Config, error) {
 			cfg.Jitter, err = stringValue(field, v)
 		case fMaxAttempts:
 			cfg.MaxAttempts, err = attemptsValue(field, v)
+		case fTransientMax:
+			cfg.TransientMax, err = durationValue(field, v)
+		case fOwnerWait:
+			cfg.OwnerWait, err = durationValue(field, v)
+		case fInvalidAttempts:
+			cfg.InvalidAttempts, err = attemptsValue(field, v)
+			if err == nil && cfg.InvalidAttempts == 0 {
+				err = fieldErr(field, "must be at least 1, got 0")
+			}
 		}
 		if err != nil {
 			return Config{}, err
@@ -197,6 +254,12 @@ func (c Config) Validate() error {
 		if set[field] && !applies(field, c.Policy) {
 			return notApplicable(field, c.Policy)
 		}
+	}
+	if c.TransientMax < 0 {
+		return fieldErr(fTransientMax, "must be > 0, got %s", c.TransientMax)
+	}
+	if c.OwnerWait < 0 {
+		return fieldErr(fOwnerWait, "must be > 0, got %s", c.OwnerWait)
 	}
 	switch c.Policy {
 	case Exponential:

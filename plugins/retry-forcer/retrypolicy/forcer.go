@@ -20,7 +20,7 @@ const Name = "retry-forcer"
 const Version = "0.1.0"
 
 // capabilities are what a Forcer declares in Describe: the policies it offers, and give-up.
-var capabilities = []string{Exponential, Fixed, Decorrelated, "max-attempts"}
+var capabilities = []string{Exponential, Fixed, Decorrelated, "max-attempts", "causes"}
 
 // Forcer serves the reference policies as a shared.RetryForcer: the policy document chooses
 // one, Configure swaps it atomically, and Schedule applies it to a stream's failing kinds. It is
@@ -92,7 +92,9 @@ func (f *Forcer) Configure(_ context.Context, req *pluginv1.ConfigureRequest) (*
 }
 
 // Schedule returns the delay before the stream's next retry round, which resends every failing
-// kind, or gives up when the policy's attempts are exhausted.
+// kind, or gives up when the policy's attempts are exhausted. The zone's causes shape the round
+// (see planByCause): TRANSIENT waits at most transientMax, MISSING_OWNER alone waits ownerWait,
+// and an INVALID name sent invalidAttempts times is held until its content changes.
 func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -127,12 +129,12 @@ func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*
 	active := f.active.Load()
 	p, round := active.policy, req.GetRound()
 	delay, giveUp := p.Next(round, last.AsDuration())
-	resp := &pluginv1.ScheduleResponse{Kinds: kinds, GiveUp: giveUp}
 	if giveUp {
-		resp.Reason = fmt.Sprintf("%s: max attempts %d reached", p.Name(), active.cfg.MaxAttempts)
-		return resp, nil
+		return &pluginv1.ScheduleResponse{Kinds: kinds, GiveUp: true,
+			Reason: fmt.Sprintf("%s: max attempts %d reached", p.Name(), active.cfg.MaxAttempts)}, nil
 	}
-	resp.Delay = durationpb.New(delay)
-	resp.Reason = fmt.Sprintf("%s round %d", p.Name(), round)
+	plan := planByCause(active.cfg, p, f.rnd, failing, delay)
+	resp := &pluginv1.ScheduleResponse{Kinds: plan.kinds, Hold: plan.hold, Delay: durationpb.New(plan.delay)}
+	resp.Reason = fmt.Sprintf("%s round %d%s", p.Name(), round, plan.why)
 	return resp, nil
 }

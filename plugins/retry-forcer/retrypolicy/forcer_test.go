@@ -42,7 +42,7 @@ func TestForcerDescribe(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(d.GetName()).To(Equal("retry-forcer"))
 	g.Expect(d.GetVersion()).To(Equal(retrypolicy.Version))
-	g.Expect(d.GetCapabilities()).To(ConsistOf("exponential", "fixed", "decorrelated", "max-attempts"))
+	g.Expect(d.GetCapabilities()).To(ConsistOf("exponential", "fixed", "decorrelated", "max-attempts", "causes"))
 	g.Expect(d.GetMaxDelay().AsDuration()).To(Equal(30 * time.Second))
 	g.Expect(d.GetSampleConfig()).To(Equal(retrypolicy.DefaultSampleConfig))
 

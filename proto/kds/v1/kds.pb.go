@@ -26,6 +26,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Cause is why a zone refused a resource: it says what can make the zone take it.
+type Cause int32
+
+const (
+	// CAUSE_UNSPECIFIED: the zone did not say (it predates causes, or is a plain xDS client).
+	Cause_CAUSE_UNSPECIFIED Cause = 0
+	// CAUSE_TRANSIENT: the zone cannot take it now (its admission is not ready, a timeout); the
+	// same content may be taken later, and the zone asks for it again when it can.
+	Cause_CAUSE_TRANSIENT Cause = 1
+	// CAUSE_MISSING_OWNER: its owner (missing_owner) is not on the zone; the zone takes it once the
+	// owner is there, and asks for it again then.
+	Cause_CAUSE_MISSING_OWNER Cause = 2
+	// CAUSE_INVALID: the content itself is refused; sending the same content again cannot help.
+	Cause_CAUSE_INVALID Cause = 3
+)
+
+// Enum value maps for Cause.
+var (
+	Cause_name = map[int32]string{
+		0: "CAUSE_UNSPECIFIED",
+		1: "CAUSE_TRANSIENT",
+		2: "CAUSE_MISSING_OWNER",
+		3: "CAUSE_INVALID",
+	}
+	Cause_value = map[string]int32{
+		"CAUSE_UNSPECIFIED":   0,
+		"CAUSE_TRANSIENT":     1,
+		"CAUSE_MISSING_OWNER": 2,
+		"CAUSE_INVALID":       3,
+	}
+)
+
+func (x Cause) Enum() *Cause {
+	p := new(Cause)
+	*p = x
+	return p
+}
+
+func (x Cause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Cause) Descriptor() protoreflect.EnumDescriptor {
+	return file_kds_v1_kds_proto_enumTypes[0].Descriptor()
+}
+
+func (Cause) Type() protoreflect.EnumType {
+	return &file_kds_v1_kds_proto_enumTypes[0]
+}
+
+func (x Cause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Cause.Descriptor instead.
+func (Cause) EnumDescriptor() ([]byte, []int) {
+	return file_kds_v1_kds_proto_rawDescGZIP(), []int{0}
+}
+
 // Resource is one synced object: a Mesh, or a policy that lives in a Mesh.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -191,7 +250,9 @@ type Rejection struct {
 	Name   string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// missing_owner is set when the zone refused the resource because its owner is absent.
-	MissingOwner  *ResourceKey `protobuf:"bytes,3,opt,name=missing_owner,json=missingOwner,proto3" json:"missing_owner,omitempty"`
+	MissingOwner *ResourceKey `protobuf:"bytes,3,opt,name=missing_owner,json=missingOwner,proto3" json:"missing_owner,omitempty"`
+	// cause classifies the refusal; CAUSE_MISSING_OWNER comes with missing_owner.
+	Cause         Cause `protobuf:"varint,4,opt,name=cause,proto3,enum=kds.v1.Cause" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +306,13 @@ func (x *Rejection) GetMissingOwner() *ResourceKey {
 		return x.MissingOwner
 	}
 	return nil
+}
+
+func (x *Rejection) GetCause() Cause {
+	if x != nil {
+		return x.Cause
+	}
+	return Cause_CAUSE_UNSPECIFIED
 }
 
 // RejectionList is packed into a NACK's error_detail.details.
@@ -322,16 +390,22 @@ const file_kds_v1_kds_proto_rawDesc = "" +
 	"\vResourceKey\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"q\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\x96\x01\n" +
 	"\tRejection\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x128\n" +
-	"\rmissing_owner\x18\x03 \x01(\v2\x13.kds.v1.ResourceKeyR\fmissingOwner\"V\n" +
+	"\rmissing_owner\x18\x03 \x01(\v2\x13.kds.v1.ResourceKeyR\fmissingOwner\x12#\n" +
+	"\x05cause\x18\x04 \x01(\x0e2\r.kds.v1.CauseR\x05cause\"V\n" +
 	"\rRejectionList\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x121\n" +
 	"\n" +
 	"rejections\x18\x02 \x03(\v2\x11.kds.v1.RejectionR\n" +
-	"rejectionsB1Z/github.com/kds-host/kds-host/proto/kds/v1;kdsv1b\x06proto3"
+	"rejections*_\n" +
+	"\x05Cause\x12\x15\n" +
+	"\x11CAUSE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fCAUSE_TRANSIENT\x10\x01\x12\x17\n" +
+	"\x13CAUSE_MISSING_OWNER\x10\x02\x12\x11\n" +
+	"\rCAUSE_INVALID\x10\x03B1Z/github.com/kds-host/kds-host/proto/kds/v1;kdsv1b\x06proto3"
 
 var (
 	file_kds_v1_kds_proto_rawDescOnce sync.Once
@@ -345,26 +419,29 @@ func file_kds_v1_kds_proto_rawDescGZIP() []byte {
 	return file_kds_v1_kds_proto_rawDescData
 }
 
+var file_kds_v1_kds_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_kds_v1_kds_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_kds_v1_kds_proto_goTypes = []any{
-	(*Resource)(nil),        // 0: kds.v1.Resource
-	(*ResourceKey)(nil),     // 1: kds.v1.ResourceKey
-	(*Rejection)(nil),       // 2: kds.v1.Rejection
-	(*RejectionList)(nil),   // 3: kds.v1.RejectionList
-	nil,                     // 4: kds.v1.Resource.LabelsEntry
-	(*structpb.Struct)(nil), // 5: google.protobuf.Struct
+	(Cause)(0),              // 0: kds.v1.Cause
+	(*Resource)(nil),        // 1: kds.v1.Resource
+	(*ResourceKey)(nil),     // 2: kds.v1.ResourceKey
+	(*Rejection)(nil),       // 3: kds.v1.Rejection
+	(*RejectionList)(nil),   // 4: kds.v1.RejectionList
+	nil,                     // 5: kds.v1.Resource.LabelsEntry
+	(*structpb.Struct)(nil), // 6: google.protobuf.Struct
 }
 var file_kds_v1_kds_proto_depIdxs = []int32{
-	4, // 0: kds.v1.Resource.labels:type_name -> kds.v1.Resource.LabelsEntry
-	1, // 1: kds.v1.Resource.owners:type_name -> kds.v1.ResourceKey
-	5, // 2: kds.v1.Resource.spec:type_name -> google.protobuf.Struct
-	1, // 3: kds.v1.Rejection.missing_owner:type_name -> kds.v1.ResourceKey
-	2, // 4: kds.v1.RejectionList.rejections:type_name -> kds.v1.Rejection
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 0: kds.v1.Resource.labels:type_name -> kds.v1.Resource.LabelsEntry
+	2, // 1: kds.v1.Resource.owners:type_name -> kds.v1.ResourceKey
+	6, // 2: kds.v1.Resource.spec:type_name -> google.protobuf.Struct
+	2, // 3: kds.v1.Rejection.missing_owner:type_name -> kds.v1.ResourceKey
+	0, // 4: kds.v1.Rejection.cause:type_name -> kds.v1.Cause
+	3, // 5: kds.v1.RejectionList.rejections:type_name -> kds.v1.Rejection
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_kds_v1_kds_proto_init() }
@@ -377,13 +454,14 @@ func file_kds_v1_kds_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kds_v1_kds_proto_rawDesc), len(file_kds_v1_kds_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_kds_v1_kds_proto_goTypes,
 		DependencyIndexes: file_kds_v1_kds_proto_depIdxs,
+		EnumInfos:         file_kds_v1_kds_proto_enumTypes,
 		MessageInfos:      file_kds_v1_kds_proto_msgTypes,
 	}.Build()
 	File_kds_v1_kds_proto = out.File

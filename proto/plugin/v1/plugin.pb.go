@@ -299,12 +299,16 @@ func (x *ConfigureResponse) GetPolicy() string {
 
 // FailingKind is one kind that the zone has NACKed and not ACKed since.
 type FailingKind struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// rejected_names are the names the host would resend, sorted.
 	RejectedNames []string               `protobuf:"bytes,2,rep,name=rejected_names,json=rejectedNames,proto3" json:"rejected_names,omitempty"`
 	ErrorDetail   string                 `protobuf:"bytes,3,opt,name=error_detail,json=errorDetail,proto3" json:"error_detail,omitempty"`
 	NackCount     uint32                 `protobuf:"varint,4,opt,name=nack_count,json=nackCount,proto3" json:"nack_count,omitempty"`
 	FirstNack     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=first_nack,json=firstNack,proto3" json:"first_nack,omitempty"`
+	// rejected is rejected_names with why each was refused, in the same order. A plugin written
+	// before it existed reads rejected_names only, and keeps working.
+	Rejected      []*RejectedName `protobuf:"bytes,6,rep,name=rejected,proto3" json:"rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +378,86 @@ func (x *FailingKind) GetFirstNack() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *FailingKind) GetRejected() []*RejectedName {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
+}
+
+// RejectedName is one rejected resource of a failing kind.
+type RejectedName struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// cause is the zone's: CAUSE_UNSPECIFIED from a zone that does not say.
+	Cause v1.Cause `protobuf:"varint,2,opt,name=cause,proto3,enum=kds.v1.Cause" json:"cause,omitempty"`
+	// missing_owner is the owner the zone lacks, with CAUSE_MISSING_OWNER.
+	MissingOwner *v1.ResourceKey `protobuf:"bytes,3,opt,name=missing_owner,json=missingOwner,proto3" json:"missing_owner,omitempty"`
+	// attempts counts the NACKs of this name at its current version on this stream: 1 after the
+	// first. It starts over when its content changes.
+	Attempts      uint32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectedName) Reset() {
+	*x = RejectedName{}
+	mi := &file_plugin_v1_plugin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectedName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectedName) ProtoMessage() {}
+
+func (x *RejectedName) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_v1_plugin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectedName.ProtoReflect.Descriptor instead.
+func (*RejectedName) Descriptor() ([]byte, []int) {
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RejectedName) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RejectedName) GetCause() v1.Cause {
+	if x != nil {
+		return x.Cause
+	}
+	return v1.Cause(0)
+}
+
+func (x *RejectedName) GetMissingOwner() *v1.ResourceKey {
+	if x != nil {
+		return x.MissingOwner
+	}
+	return nil
+}
+
+func (x *RejectedName) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 type ScheduleRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	StreamId string                 `protobuf:"bytes,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
@@ -389,7 +473,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +485,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +498,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScheduleRequest) GetStreamId() string {
@@ -459,15 +543,18 @@ type ScheduleResponse struct {
 	// kinds are the kinds whose rejected names the round resends; empty means every failing kind.
 	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	// give_up stops forced resends on this stream until content changes.
-	GiveUp        bool   `protobuf:"varint,3,opt,name=give_up,json=giveUp,proto3" json:"give_up,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	GiveUp bool   `protobuf:"varint,3,opt,name=give_up,json=giveUp,proto3" json:"give_up,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// hold names rejected resources the host stops resending until their content changes (an
+	// INVALID spec, past its attempts), each with its reason; the rest of the stream goes on.
+	Hold          []*HeldName `protobuf:"bytes,5,rep,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +566,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +579,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ScheduleResponse) GetDelay() *durationpb.Duration {
@@ -523,6 +610,74 @@ func (x *ScheduleResponse) GetReason() string {
 	return ""
 }
 
+func (x *ScheduleResponse) GetHold() []*HeldName {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+// HeldName is a rejected resource the host holds back until its content changes.
+type HeldName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldName) Reset() {
+	*x = HeldName{}
+	mi := &file_plugin_v1_plugin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldName) ProtoMessage() {}
+
+func (x *HeldName) ProtoReflect() protoreflect.Message {
+	mi := &file_plugin_v1_plugin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldName.ProtoReflect.Descriptor instead.
+func (*HeldName) Descriptor() ([]byte, []int) {
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HeldName) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *HeldName) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeldName) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type PredictRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Zone  string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
@@ -536,7 +691,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +703,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +716,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PredictRequest) GetZone() string {
@@ -597,7 +752,7 @@ type Prediction struct {
 
 func (x *Prediction) Reset() {
 	*x = Prediction{}
-	mi := &file_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +764,7 @@ func (x *Prediction) String() string {
 func (*Prediction) ProtoMessage() {}
 
 func (x *Prediction) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +777,7 @@ func (x *Prediction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prediction.ProtoReflect.Descriptor instead.
 func (*Prediction) Descriptor() ([]byte, []int) {
-	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Prediction) GetKey() *v1.ResourceKey {
@@ -663,7 +818,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +830,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_plugin_v1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +843,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PredictResponse) GetPredictions() []*Prediction {
@@ -714,7 +869,7 @@ const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x10ConfigureRequest\x12\x1a\n" +
 	"\bdocument\x18\x01 \x01(\fR\bdocument\"+\n" +
 	"\x11ConfigureResponse\x12\x16\n" +
-	"\x06policy\x18\x01 \x01(\tR\x06policy\"\xc5\x01\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\"\xfa\x01\n" +
 	"\vFailingKind\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12%\n" +
 	"\x0erejected_names\x18\x02 \x03(\tR\rrejectedNames\x12!\n" +
@@ -722,19 +877,30 @@ const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"nack_count\x18\x04 \x01(\rR\tnackCount\x129\n" +
 	"\n" +
-	"first_nack\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstNack\"\xc4\x01\n" +
+	"first_nack\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstNack\x123\n" +
+	"\brejected\x18\x06 \x03(\v2\x17.plugin.v1.RejectedNameR\brejected\"\x9d\x01\n" +
+	"\fRejectedName\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\x05cause\x18\x02 \x01(\x0e2\r.kds.v1.CauseR\x05cause\x128\n" +
+	"\rmissing_owner\x18\x03 \x01(\v2\x13.kds.v1.ResourceKeyR\fmissingOwner\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\rR\battempts\"\xc4\x01\n" +
 	"\x0fScheduleRequest\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\tR\bstreamId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x120\n" +
 	"\afailing\x18\x03 \x03(\v2\x16.plugin.v1.FailingKindR\afailing\x12\x14\n" +
 	"\x05round\x18\x04 \x01(\rR\x05round\x128\n" +
 	"\n" +
-	"last_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlastDelay\"\x8a\x01\n" +
+	"last_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlastDelay\"\xb3\x01\n" +
 	"\x10ScheduleResponse\x12/\n" +
 	"\x05delay\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x17\n" +
 	"\agive_up\x18\x03 \x01(\bR\x06giveUp\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x89\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12'\n" +
+	"\x04hold\x18\x05 \x03(\v2\x13.plugin.v1.HeldNameR\x04hold\"J\n" +
+	"\bHeldName\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x89\x01\n" +
 	"\x0ePredictRequest\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x120\n" +
 	"\n" +
@@ -777,7 +943,7 @@ func file_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_plugin_v1_plugin_proto_goTypes = []any{
 	(Verdict)(0),                  // 0: plugin.v1.Verdict
 	(*DescribeRequest)(nil),       // 1: plugin.v1.DescribeRequest
@@ -785,44 +951,51 @@ var file_plugin_v1_plugin_proto_goTypes = []any{
 	(*ConfigureRequest)(nil),      // 3: plugin.v1.ConfigureRequest
 	(*ConfigureResponse)(nil),     // 4: plugin.v1.ConfigureResponse
 	(*FailingKind)(nil),           // 5: plugin.v1.FailingKind
-	(*ScheduleRequest)(nil),       // 6: plugin.v1.ScheduleRequest
-	(*ScheduleResponse)(nil),      // 7: plugin.v1.ScheduleResponse
-	(*PredictRequest)(nil),        // 8: plugin.v1.PredictRequest
-	(*Prediction)(nil),            // 9: plugin.v1.Prediction
-	(*PredictResponse)(nil),       // 10: plugin.v1.PredictResponse
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*v1.Resource)(nil),           // 13: kds.v1.Resource
-	(*v1.ResourceKey)(nil),        // 14: kds.v1.ResourceKey
+	(*RejectedName)(nil),          // 6: plugin.v1.RejectedName
+	(*ScheduleRequest)(nil),       // 7: plugin.v1.ScheduleRequest
+	(*ScheduleResponse)(nil),      // 8: plugin.v1.ScheduleResponse
+	(*HeldName)(nil),              // 9: plugin.v1.HeldName
+	(*PredictRequest)(nil),        // 10: plugin.v1.PredictRequest
+	(*Prediction)(nil),            // 11: plugin.v1.Prediction
+	(*PredictResponse)(nil),       // 12: plugin.v1.PredictResponse
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(v1.Cause)(0),                 // 15: kds.v1.Cause
+	(*v1.ResourceKey)(nil),        // 16: kds.v1.ResourceKey
+	(*v1.Resource)(nil),           // 17: kds.v1.Resource
 }
 var file_plugin_v1_plugin_proto_depIdxs = []int32{
-	11, // 0: plugin.v1.DescribeResponse.max_delay:type_name -> google.protobuf.Duration
-	11, // 1: plugin.v1.DescribeResponse.min_delay:type_name -> google.protobuf.Duration
-	12, // 2: plugin.v1.FailingKind.first_nack:type_name -> google.protobuf.Timestamp
-	5,  // 3: plugin.v1.ScheduleRequest.failing:type_name -> plugin.v1.FailingKind
-	11, // 4: plugin.v1.ScheduleRequest.last_delay:type_name -> google.protobuf.Duration
-	11, // 5: plugin.v1.ScheduleResponse.delay:type_name -> google.protobuf.Duration
-	13, // 6: plugin.v1.PredictRequest.candidates:type_name -> kds.v1.Resource
-	14, // 7: plugin.v1.PredictRequest.inventory:type_name -> kds.v1.ResourceKey
-	14, // 8: plugin.v1.Prediction.key:type_name -> kds.v1.ResourceKey
-	0,  // 9: plugin.v1.Prediction.verdict:type_name -> plugin.v1.Verdict
-	14, // 10: plugin.v1.Prediction.waiting_for:type_name -> kds.v1.ResourceKey
-	9,  // 11: plugin.v1.PredictResponse.predictions:type_name -> plugin.v1.Prediction
-	1,  // 12: plugin.v1.RetryForcer.Describe:input_type -> plugin.v1.DescribeRequest
-	3,  // 13: plugin.v1.RetryForcer.Configure:input_type -> plugin.v1.ConfigureRequest
-	6,  // 14: plugin.v1.RetryForcer.Schedule:input_type -> plugin.v1.ScheduleRequest
-	1,  // 15: plugin.v1.OwnerCheck.Describe:input_type -> plugin.v1.DescribeRequest
-	8,  // 16: plugin.v1.OwnerCheck.Predict:input_type -> plugin.v1.PredictRequest
-	2,  // 17: plugin.v1.RetryForcer.Describe:output_type -> plugin.v1.DescribeResponse
-	4,  // 18: plugin.v1.RetryForcer.Configure:output_type -> plugin.v1.ConfigureResponse
-	7,  // 19: plugin.v1.RetryForcer.Schedule:output_type -> plugin.v1.ScheduleResponse
-	2,  // 20: plugin.v1.OwnerCheck.Describe:output_type -> plugin.v1.DescribeResponse
-	10, // 21: plugin.v1.OwnerCheck.Predict:output_type -> plugin.v1.PredictResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 0: plugin.v1.DescribeResponse.max_delay:type_name -> google.protobuf.Duration
+	13, // 1: plugin.v1.DescribeResponse.min_delay:type_name -> google.protobuf.Duration
+	14, // 2: plugin.v1.FailingKind.first_nack:type_name -> google.protobuf.Timestamp
+	6,  // 3: plugin.v1.FailingKind.rejected:type_name -> plugin.v1.RejectedName
+	15, // 4: plugin.v1.RejectedName.cause:type_name -> kds.v1.Cause
+	16, // 5: plugin.v1.RejectedName.missing_owner:type_name -> kds.v1.ResourceKey
+	5,  // 6: plugin.v1.ScheduleRequest.failing:type_name -> plugin.v1.FailingKind
+	13, // 7: plugin.v1.ScheduleRequest.last_delay:type_name -> google.protobuf.Duration
+	13, // 8: plugin.v1.ScheduleResponse.delay:type_name -> google.protobuf.Duration
+	9,  // 9: plugin.v1.ScheduleResponse.hold:type_name -> plugin.v1.HeldName
+	17, // 10: plugin.v1.PredictRequest.candidates:type_name -> kds.v1.Resource
+	16, // 11: plugin.v1.PredictRequest.inventory:type_name -> kds.v1.ResourceKey
+	16, // 12: plugin.v1.Prediction.key:type_name -> kds.v1.ResourceKey
+	0,  // 13: plugin.v1.Prediction.verdict:type_name -> plugin.v1.Verdict
+	16, // 14: plugin.v1.Prediction.waiting_for:type_name -> kds.v1.ResourceKey
+	11, // 15: plugin.v1.PredictResponse.predictions:type_name -> plugin.v1.Prediction
+	1,  // 16: plugin.v1.RetryForcer.Describe:input_type -> plugin.v1.DescribeRequest
+	3,  // 17: plugin.v1.RetryForcer.Configure:input_type -> plugin.v1.ConfigureRequest
+	7,  // 18: plugin.v1.RetryForcer.Schedule:input_type -> plugin.v1.ScheduleRequest
+	1,  // 19: plugin.v1.OwnerCheck.Describe:input_type -> plugin.v1.DescribeRequest
+	10, // 20: plugin.v1.OwnerCheck.Predict:input_type -> plugin.v1.PredictRequest
+	2,  // 21: plugin.v1.RetryForcer.Describe:output_type -> plugin.v1.DescribeResponse
+	4,  // 22: plugin.v1.RetryForcer.Configure:output_type -> plugin.v1.ConfigureResponse
+	8,  // 23: plugin.v1.RetryForcer.Schedule:output_type -> plugin.v1.ScheduleResponse
+	2,  // 24: plugin.v1.OwnerCheck.Describe:output_type -> plugin.v1.DescribeResponse
+	12, // 25: plugin.v1.OwnerCheck.Predict:output_type -> plugin.v1.PredictResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_plugin_v1_plugin_proto_init() }
@@ -836,7 +1009,7 @@ func file_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_v1_plugin_proto_rawDesc), len(file_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,99 @@
+package retrypolicy
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+)
+
+// causePlan is a round shaped by the zone's causes.
+type causePlan struct {
+	delay time.Duration
+	kinds []string
+	hold  []*pluginv1.HeldName
+	why   string // appended to the reason
+}
+
+// planByCause shapes the policy's delay for this round by why the zone refused each name:
+//
+//   - an INVALID name sent invalidAttempts times at one version is held until its content
+//     changes: the same content again cannot help;
+//   - a name without a cause (a zone that does not say), or INVALID before that, takes the
+//     policy's delay as it is;
+//   - TRANSIENT takes it capped at transientMax (drawn in [transientMax/2, transientMax] past
+//     half of it, never below the policy's floor): the zone asks again by itself the moment it
+//     can, so the timer is only the safety net;
+//   - MISSING_OWNER waits ownerWait (capped at the policy's max): the host resends at once when
+//     the owner is ACKed, and the zone asks again when the owner lands.
+//
+// The round waits for the most urgent of these and resends every kind that still has a name to
+// resend. A request from a host that sends no causes (rejected is empty) is judged by
+// rejected_names alone, without causes.
+func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingKind, delay time.Duration) causePlan {
+	const (
+		urgent = iota
+		transient
+		owner
+		none
+	)
+	class := none
+	var plan causePlan
+	held := 0
+	for _, fk := range failing {
+		left := len(fk.GetRejectedNames())
+		if len(fk.GetRejected()) > 0 {
+			left = 0
+		}
+		for _, rn := range fk.GetRejected() {
+			switch rn.GetCause() {
+			case kdsv1.Cause_CAUSE_INVALID:
+				if rn.GetAttempts() >= cfg.invalidAttempts() {
+					plan.hold = append(plan.hold, &pluginv1.HeldName{Kind: fk.GetKind(), Name: rn.GetName(),
+						Reason: fmt.Sprintf("the zone refused this content as invalid %d times; held until it changes", rn.GetAttempts())})
+					held++
+					continue
+				}
+				class = min(class, urgent)
+			case kdsv1.Cause_CAUSE_TRANSIENT:
+				class = min(class, transient)
+			case kdsv1.Cause_CAUSE_MISSING_OWNER:
+				class = min(class, owner)
+			default:
+				class = min(class, urgent)
+			}
+			left++
+		}
+		if len(fk.GetRejected()) == 0 && left > 0 {
+			class = urgent // no causes: the policy as it is
+		}
+		if left > 0 {
+			plan.kinds = append(plan.kinds, fk.GetKind())
+		}
+	}
+	slices.Sort(plan.kinds)
+	plan.kinds = slices.Compact(plan.kinds)
+	switch class {
+	case transient:
+		limit := cfg.transientMax()
+		if delay > limit/2 {
+			delay = rnd.between(limit/2, limit)
+		}
+		plan.delay = max(delay, p.Floor())
+		plan.why = fmt.Sprintf(", TRANSIENT: at most %s", limit)
+	case owner:
+		plan.delay = max(delay, min(cfg.ownerWait(), p.MaxDelay()))
+		plan.why = ", MISSING_OWNER only: waiting for the owner"
+	default:
+		plan.delay = delay
+	}
+	if held > 0 {
+		plan.why += fmt.Sprintf(", %d INVALID held", held)
+	}
+	if len(plan.kinds) == 0 {
+		plan.delay = p.MaxDelay() // everything is held: the host has nothing to resend
+	}
+	return plan
+}
