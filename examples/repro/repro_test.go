@@ -102,6 +102,12 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 	g.Expect(owner.nacks).To(BeNumerically(">=", 1), "Mesh itself is still refused during the outage")
 	g.Expect(async.policyNACKs).To(BeNumerically(">=", 1), "without it, the policies are refused")
 
+	// A plain xDS zone (Kuma's own) says nothing of causes and never asks again: the global's
+	// timer alone brings it back.
+	plain := run(t, 27280, "--zone-flag", "--plain-xds", "--global-flag", "--plugin-config=builtin="+policy)
+	t.Logf("plain xDS zone: %.2fs, %d NACKs, %d rounds", plain.seconds, plain.nacks, plain.rounds)
+	g.Expect(plain.rounds).To(BeNumerically(">=", 1), "the timer did it")
+
 	// Scenario B: three policy kinds keep failing; a valid MeshTimeout must not wait behind them.
 	failing := []string{"--outage", "MeshRetry=60s", "--outage", "MeshCircuitBreaker=60s", "--outage", "MeshHealthCheck=60s",
 		"--apply", "examples/resources/meshhealthcheck.yaml"}

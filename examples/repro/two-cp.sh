@@ -8,22 +8,25 @@
 #   examples/repro/two-cp.sh [--emulate blocking-per-type|blocking-per-stream] [--plugin PATH]...
 #                            [--owner-holds] [--outage 3s|KIND=DURATION]... [--nack-backoff 5s] [--timeout 120]
 #                            [--port-base 25680] [--no-build] [--label NAME] [--global-flag ARG]...
+#                            [--zone-flag ARG]...
 #
 # --outage DURATION is an outage of Mesh (the default, 3s); --outage KIND=DURATION, repeatable,
 # takes down the admission of other kinds instead, e.g. three policy kinds, which leaves the
 # MeshTimeout healthy: then the time measures how long a valid update waits behind the failures.
 # --apply FILE applies more resources on the global before the zone starts (repeatable).
-# --global-flag passes one more flag to the global (e.g. --global-flag --plugin-config=builtin=FILE).
+# --global-flag passes one more flag to the global (e.g. --global-flag --plugin-config=builtin=FILE),
+# --zone-flag one more to the zone (e.g. --zone-flag --plain-xds, a zone that acts as Kuma's).
 # KDS_BIN names the folder of the binaries (default ./bin).
 # It prints a timeline and a last line `RESULT label=... converged=yes seconds=... nacks=...
-# policy_nacks=... rounds=...` (policy_nacks: NACKs of every kind but Mesh), stops every process it
-# started (also on Ctrl-C and on failure), and exits 1 when the zone did not converge within
-# --timeout seconds.
+# policy_nacks=... rounds=... late_rounds=... late_seconds=...` (policy_nacks: NACKs of every kind
+# but Mesh; late_rounds: the retry rounds fired from 5 s after the apply until convergence, over
+# late_seconds), stops every process it started (also on Ctrl-C and on failure), and exits 1 when
+# the zone did not converge within --timeout seconds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 emulate="" outages=() nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
-plugins=() more=() applies=()
+plugins=() more=() zmore=() applies=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --emulate) emulate="$2"; shift 2 ;;
@@ -36,8 +39,9 @@ while [ $# -gt 0 ]; do
     --no-build) build=0; shift ;;
     --label) label="$2"; shift 2 ;;
     --global-flag) more+=("$2"); shift 2 ;;
+    --zone-flag) zmore+=("$2"); shift 2 ;;
     --apply) applies+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "two-cp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -118,7 +122,7 @@ done
 start=$(now)
 "$BIN/kds-host" --mode zone --zone-name zone-1 --data-dir "$work/zone" --global-address "grpcs://127.0.0.1:$g_kds" \
   --kds-tls-ca "$work/global/tls/kds.crt" --api-addr "127.0.0.1:$z_api" --diag-addr "127.0.0.1:$z_diag" \
-  "${outage_args[@]}" >"$work/zone.log" 2>&1 &
+  "${outage_args[@]}" "${zmore[@]}" >"$work/zone.log" 2>&1 &
 pids+=($!)
 wait_ready "http://127.0.0.1:$z_diag/readyz" zone
 echo "t=$(since "$start")s  zone up"
@@ -135,15 +139,22 @@ applied=$(now)
 "$BIN/kds-host" apply -f examples/resources/meshtimeout.yaml --cp "http://127.0.0.1:$g_api" >/dev/null
 echo "t=$(since "$start")s  applied MeshTimeout timeout-for-backend on the global"
 
-converged=no last=""
+converged=no last="" late_from=""
 deadline=$(awk -v a="$applied" -v t="$timeout" 'BEGIN { printf "%.3f", a + t }')
+late=$(awk -v a="$applied" 'BEGIN { printf "%.3f", a + 5 }')
 while awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }'; do
+  if [ -z "$late_from" ] && awk -v l="$late" -v n="$(now)" 'BEGIN { exit !(n >= l) }'; then late_from=$(retry_rounds); fi
   c=$(zone_timeouts); c=${c:-0}
   if [ "$c" != "$last" ]; then echo "t=$(since "$start")s  zone holds $c MeshTimeouts (NACKs $(zone_nacks), rounds $(retry_rounds))"; last=$c; fi
   if [ "$c" -ge 3 ]; then converged=yes; break; fi
   sleep 0.05
 done
 seconds=$(since "$applied" | tr -d ' ')
+late_rounds=0 late_seconds=0
+if [ -n "$late_from" ]; then
+  late_rounds=$(( $(retry_rounds) - late_from ))
+  late_seconds=$(awk -v s="$seconds" 'BEGIN { printf "%.2f", s - 5 }')
+fi
 sleep 0.5 # let the last ACKs land before reading the counters
 nacks=$(zone_nacks) rounds=$(retry_rounds) pnacks=$(policy_nacks)
 if [ "$converged" = yes ]; then
@@ -151,5 +162,5 @@ if [ "$converged" = yes ]; then
 else
   echo "NOT converged within ${timeout}s: the zone holds ${last:-0} MeshTimeouts; NACKs ${nacks:-?}, retry rounds ${rounds:-?}" >&2
 fi
-echo "RESULT label=$label converged=$converged seconds=$seconds nacks=${nacks:-0} policy_nacks=${pnacks:-0} rounds=${rounds:-0} outage=$outage"
+echo "RESULT label=$label converged=$converged seconds=$seconds nacks=${nacks:-0} policy_nacks=${pnacks:-0} rounds=${rounds:-0} late_rounds=$late_rounds late_seconds=$late_seconds outage=$outage"
 [ "$converged" = yes ]

@@ -56,12 +56,16 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 		for _, k := range z.Kinds {
 			names := make([]string, 0, len(k.Rejected))
 			for _, r := range k.Rejected {
+				if r.Cause != "" {
+					names = append(names, r.Name+" ("+string(r.Cause)+")")
+					continue
+				}
 				names = append(names, r.Name)
 			}
 			rejected := "-"
 			if len(names) > 0 {
 				rejected = strings.Join(names, ",")
-				if len(rejected) > 40 {
+				if len(rejected) > 60 {
 					rejected = fmt.Sprintf("%d names", len(names))
 				}
 			}
@@ -72,5 +76,24 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.ACKs, k.NACKs, k.Known, k.Held, rejected, r, n)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// What the retry policy holds back until its content changes (an INVALID spec), and why.
+	first := true
+	for _, z := range list.Items {
+		if z.Retry == nil {
+			continue
+		}
+		for _, f := range z.Retry.Failing {
+			for _, h := range f.Held {
+				if first {
+					fmt.Fprintln(cmd.OutOrStdout(), "\nNot resent until their content changes:")
+					first = false
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "  %s %s %s: %s\n", z.Zone, h.Kind, h.Name, h.Reason)
+			}
+		}
+	}
+	return nil
 }

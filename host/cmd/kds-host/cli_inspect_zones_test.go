@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"github.com/spf13/cobra"
+
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/retry"
+)
+
+func TestInspectZonesShowsCausesAndWhatIsHeld(t *testing.T) {
+	g := NewWithT(t)
+	var out bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetOut(&out)
+	list := zoneList{Total: 1, Items: []controlplane.ZoneView{{
+		ZoneInsight: kds.ZoneInsight{Zone: "zone-1", Connected: true, Kinds: []*kds.KindInsight{
+			{Kind: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
+			{Kind: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
+		}},
+		Retry: &retry.StreamState{Zone: "zone-1", Round: 2, Failing: []retry.KindState{
+			{Kind: "Mesh", Rejected: []string{"default"}},
+			{Kind: "MeshTimeout", Held: []retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; held until it changes"}}},
+		}},
+	}}}
+	g.Expect(printZones(cmd, list)).To(Succeed())
+	g.Expect(out.String()).To(ContainSubstring("default (TRANSIENT)"))
+	g.Expect(out.String()).To(ContainSubstring("default/bad (INVALID)"))
+	g.Expect(out.String()).To(ContainSubstring("Not resent until their content changes:\n  zone-1 MeshTimeout default/bad: the zone refused this content as invalid 3 times"))
+}
