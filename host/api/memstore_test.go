@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,20 +16,24 @@ import (
 )
 
 // memStore is an in-memory store.Store for tests: the contract of store.Store (generations,
-// unchanged writes, the Mesh foreign key, cascading deletes) without a database. Fail makes
-// every call return that error.
+// unchanged writes, the Mesh foreign key, cascading deletes, a Write that stores all or
+// nothing, an id and meta) without a database. Fail makes every call return that error; refuse
+// makes every write of one key fail, in the middle of a Write.
 type memStore struct {
 	mu      sync.Mutex
 	m       map[resource.Key]resource.Resource
 	rev     int64
 	changes chan struct{}
 	fail    error
+	refused map[resource.Key]error
+	id      string
+	meta    map[string]string
 }
 
 var _ store.Store = (*memStore)(nil)
 
 func newMemStore() *memStore {
-	return &memStore{m: map[resource.Key]resource.Resource{}, changes: make(chan struct{}, 1)}
+	return &memStore{m: map[resource.Key]resource.Resource{}, changes: make(chan struct{}, 1), id: rand.Text(), meta: map[string]string{}}
 }
 
 func (s *memStore) Get(_ context.Context, key resource.Key) (resource.Resource, error) {
@@ -69,31 +74,67 @@ func (s *memStore) List(_ context.Context, kind, mesh string) ([]resource.Resour
 	return out, nil
 }
 
-func (s *memStore) Put(_ context.Context, r resource.Resource) (resource.Resource, bool, error) {
+func (s *memStore) Put(ctx context.Context, r resource.Resource) (resource.Resource, bool, error) {
+	stored, result, err := s.Write(ctx, r, nil)
+	return stored, result != store.Unchanged, err
+}
+
+func (s *memStore) Write(_ context.Context, r resource.Resource, onCreate []resource.Resource) (resource.Resource, store.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
-		return resource.Resource{}, false, s.fail
+		return resource.Resource{}, store.Unchanged, s.fail
 	}
+	// The transaction: next replaces s.m when every write in it succeeded.
+	next := maps.Clone(s.m)
+	stored, result, err := s.putIn(next, r)
+	if err != nil {
+		return resource.Resource{}, store.Unchanged, err
+	}
+	if result == store.Created {
+		for _, c := range onCreate {
+			if _, ok := next[c.Key()]; ok {
+				continue
+			}
+			c.Generation = 0
+			if _, _, err := s.putIn(next, c); err != nil {
+				return resource.Resource{}, store.Unchanged, fmt.Errorf("put %s: %s, created with it: %w", r.Key(), c.Key(), err)
+			}
+		}
+	}
+	if result != store.Unchanged {
+		s.m = next
+		s.wrote()
+	}
+	return stored, result, nil
+}
+
+// putIn is Put into m.
+func (s *memStore) putIn(m map[resource.Key]resource.Resource, r resource.Resource) (resource.Resource, store.Result, error) {
 	key := r.Key()
-	old, found := s.m[key]
+	if err := s.refused[key]; err != nil {
+		return resource.Resource{}, store.Unchanged, err
+	}
+	old, found := m[key]
 	switch {
 	case !found && r.Generation != 0:
-		return resource.Resource{}, false, fmt.Errorf("%w: generation %d given, none stored", store.ErrConflict, r.Generation)
+		return resource.Resource{}, store.Unchanged, fmt.Errorf("%w: generation %d given, none stored", store.ErrConflict, r.Generation)
 	case found && r.Generation != 0 && r.Generation != old.Generation:
-		return resource.Resource{}, false, fmt.Errorf("%w: generation %d given, %d stored", store.ErrConflict, r.Generation, old.Generation)
+		return resource.Resource{}, store.Unchanged, fmt.Errorf("%w: generation %d given, %d stored", store.ErrConflict, r.Generation, old.Generation)
 	case found && sameContent(old, r):
-		return old, false, nil
+		return old, store.Unchanged, nil
 	}
 	if r.Mesh != "" {
-		if _, ok := s.m[resource.Key{Kind: resource.MeshKind, Name: r.Mesh}]; !ok {
-			return resource.Resource{}, false, &store.MissingOwnerError{Key: key, Owner: resource.Key{Kind: resource.MeshKind, Name: r.Mesh}}
+		if _, ok := m[resource.Key{Kind: resource.MeshKind, Name: r.Mesh}]; !ok {
+			return resource.Resource{}, store.Unchanged, &store.MissingOwnerError{Key: key, Owner: resource.Key{Kind: resource.MeshKind, Name: r.Mesh}}
 		}
 	}
 	r.Generation = old.Generation + 1
-	s.m[key] = r
-	s.wrote()
-	return r, true, nil
+	m[key] = r
+	if found {
+		return r, store.Updated, nil
+	}
+	return r, store.Created, nil
 }
 
 func (s *memStore) Delete(_ context.Context, key resource.Key) error {
@@ -130,6 +171,28 @@ func (s *memStore) ChangesSince(context.Context, int64) ([]resource.Resource, []
 
 func (s *memStore) Changes() <-chan struct{} { return s.changes }
 
+func (s *memStore) ID(context.Context) (string, error) { return s.id, nil }
+
+func (s *memStore) Meta(_ context.Context, key string) (string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key == store.IDMetaKey {
+		return s.id, true, nil
+	}
+	v, ok := s.meta[key]
+	return v, ok, nil
+}
+
+func (s *memStore) SetMeta(_ context.Context, key, value string) error {
+	if key == store.IDMetaKey {
+		return fmt.Errorf("set meta %q: %w", key, store.ErrReservedMetaKey)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.meta[key] = value
+	return nil
+}
+
 func (s *memStore) Close() error { return nil }
 
 func (s *memStore) wrote() {
@@ -144,6 +207,16 @@ func (s *memStore) setFail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fail = err
+}
+
+// refuse makes every write of key fail with err.
+func (s *memStore) refuse(key resource.Key, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused == nil {
+		s.refused = map[resource.Key]error{}
+	}
+	s.refused[key] = err
 }
 
 func sameContent(a, b resource.Resource) bool {

@@ -283,12 +283,6 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key resource.Key) {
 		s.writeStoreError(w, r, key, res.Generation, err)
 		return
 	}
-	if outcome == Created && key.Kind == resource.MeshKind {
-		if err := s.createMeshDefaults(ctx, key.Name); err != nil {
-			s.internal(w, r, fmt.Errorf("mesh %q was created, but its default policies were not: %w", key.Name, err))
-			return
-		}
-	}
 	s.log.Info("applied", "resource", key.String(), "result", string(outcome), "generation", stored.Generation)
 	w.Header().Set(ResultHeader, string(outcome))
 	status := http.StatusOK
@@ -299,50 +293,44 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key resource.Key) {
 }
 
 // write stores a validated resource and says whether it created, updated or left it unchanged.
-// A generation that is not zero must be the stored one.
+// A Mesh that it creates comes with its default policies, in the same store transaction: all of
+// them are stored or none, and of concurrent creates of one Mesh only one writes them. A
+// generation that is not zero must be the stored one.
 func (s *Server) write(ctx context.Context, res resource.Resource) (resource.Resource, Outcome, error) {
-	_, err := s.store.Get(ctx, res.Key())
-	exists := err == nil
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	var onCreate []resource.Resource
+	if res.Kind == resource.MeshKind {
+		var err error
+		if onCreate, err = s.meshDefaults(res.Name); err != nil {
+			return resource.Resource{}, "", err
+		}
+	}
+	stored, result, err := s.store.Write(ctx, res, onCreate)
+	if err != nil {
 		return resource.Resource{}, "", err
 	}
-	if !exists && res.Generation != 0 {
-		return resource.Resource{}, "", store.ErrConflict
-	}
-	stored, changed, err := s.store.Put(ctx, res)
-	switch {
-	case err != nil:
-		return resource.Resource{}, "", err
-	case !exists:
+	switch result {
+	case store.Created:
 		return stored, Created, nil
-	case changed:
+	case store.Updated:
 		return stored, Updated, nil
 	}
 	return stored, Unchanged, nil
 }
 
-// createMeshDefaults creates the default policies of a new mesh, skipping any that exist and
-// any whose kind this API does not serve.
-func (s *Server) createMeshDefaults(ctx context.Context, mesh string) error {
+// meshDefaults returns the validated default policies of a new mesh, leaving out those whose
+// kind this API does not serve.
+func (s *Server) meshDefaults(mesh string) ([]resource.Resource, error) {
+	var out []resource.Resource
 	for _, d := range resource.MeshDefaults(mesh) {
 		if _, ok := s.reg.Get(d.Kind); !ok {
 			continue
 		}
 		if err := s.reg.Validate(&d); err != nil {
-			return fmt.Errorf("default %s: %w", d.Key(), err)
+			return nil, fmt.Errorf("mesh %q: default %s: %w", mesh, d.Key(), err)
 		}
-		_, err := s.store.Get(ctx, d.Key())
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("default %s: %w", d.Key(), err)
-		}
-		if _, _, err := s.store.Put(ctx, d); err != nil {
-			return fmt.Errorf("default %s: %w", d.Key(), err)
-		}
+		out = append(out, d)
 	}
-	return nil
+	return out, nil
 }
 
 // fillFromPath makes the path decide the resource's kind, mesh and name: a body that leaves one
@@ -380,7 +368,7 @@ func notFound(key resource.Key) *Error {
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, key resource.Key, generation int64, err error) {
 	var missing *store.MissingOwnerError
 	switch {
-	case errors.As(err, &missing):
+	case errors.As(err, &missing) && missing.Key == key:
 		o := missing.Owner
 		field, details := "owners", fmt.Sprintf("owner %s does not exist", o)
 		if o.Kind == resource.MeshKind {

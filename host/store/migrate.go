@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,12 +16,14 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this kds-host")
 
 // migration is one numbered step of the schema. Its statements are written once, in the SQL
 // that SQLite and PostgreSQL share, and run in the migration transaction; what the two do not
-// share (triggers) follows in sqlite or postgres, run on that dialect only.
+// share (triggers) follows in sqlite or postgres, run on that dialect only. Then data, if set,
+// writes in the same transaction what SQL alone cannot make (a random id).
 type migration struct {
 	version          int64
 	name             string
 	stmts            []string
 	sqlite, postgres []string
+	data             func(ctx context.Context, tx *sql.Tx, d dialect) error
 }
 
 // statements returns what the step runs on dialect d, in order.
@@ -113,7 +117,31 @@ func migrations() []migration {
 					FOR EACH ROW EXECUTE FUNCTION kds_resources_tombstone()`,
 			},
 		},
+		// The store's id, made with the schema (or when an older database is migrated), and
+		// whatever else a control plane keeps beside its resources.
+		{version: 3, name: "store meta, store id", stmts: []string{
+			`CREATE TABLE store_meta (
+				key   TEXT PRIMARY KEY,
+				value TEXT NOT NULL
+			)`,
+		}, data: func(ctx context.Context, tx *sql.Tx, d dialect) error {
+			id, err := newStoreID()
+			if err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, d.rebind(`INSERT INTO store_meta (key, value) VALUES (?, ?)`), IDMetaKey, id)
+			return err
+		}},
 	}
+}
+
+// newStoreID returns 128 random bits from crypto/rand as 32 hex digits.
+func newStoreID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make a store id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // migrationLockID is the PostgreSQL advisory lock that serialises replicas migrating one
@@ -163,6 +191,11 @@ func migrate(ctx context.Context, db *sql.DB, d dialect, ms []migration) (applie
 		}
 		for _, stmt := range m.statements(d) {
 			if _, err := tx.ExecContext(ctx, d.rebind(stmt)); err != nil {
+				return nil, fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, err)
+			}
+		}
+		if m.data != nil {
+			if err := m.data(ctx, tx, d); err != nil {
 				return nil, fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, err)
 			}
 		}

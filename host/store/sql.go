@@ -156,11 +156,10 @@ func (s *sqlStore) missingOwner(key resource.Key, err error) error {
 	return &MissingOwnerError{Key: key, Owner: resource.Key{Kind: resource.MeshKind, Name: mesh}}
 }
 
-// putError gives a failed put its context; a *MissingOwnerError names the key already.
+// putError gives a failed put of key its context; a *MissingOwnerError of key names it already.
 func (s *sqlStore) putError(key resource.Key, err error) error {
 	err = s.missingOwner(key, err)
-	var moe *MissingOwnerError
-	if errors.As(err, &moe) {
+	if moe, ok := err.(*MissingOwnerError); ok && moe.Key == key {
 		return moe
 	}
 	return fmt.Errorf("put %s: %w", key, err)
@@ -232,27 +231,38 @@ func kindOrAll(kind string) string {
 var errRetry = errors.New("row changed concurrently")
 
 func (s *sqlStore) Put(ctx context.Context, r resource.Resource) (resource.Resource, bool, error) {
+	stored, result, err := s.Write(ctx, r, nil)
+	return stored, result != Unchanged, err
+}
+
+func (s *sqlStore) Write(ctx context.Context, r resource.Resource, onCreate []resource.Resource) (resource.Resource, Result, error) {
 	key := r.Key()
 	w, err := encodeRow(&r)
 	if err != nil {
-		return resource.Resource{}, false, fmt.Errorf("put %s: %w", key, err)
+		return resource.Resource{}, Unchanged, fmt.Errorf("put %s: %w", key, err)
+	}
+	with := make([]row, len(onCreate))
+	for i := range onCreate {
+		if with[i], err = encodeRow(&onCreate[i]); err != nil {
+			return resource.Resource{}, Unchanged, fmt.Errorf("put %s: %s, to be created with it: %w", key, onCreate[i].Key(), err)
+		}
 	}
 	for attempt := 1; ; attempt++ {
-		stored, changed, err := s.putOnce(ctx, w, r.Generation)
+		stored, result, err := s.putOnce(ctx, w, r.Generation, with)
 		if errors.Is(err, errRetry) && attempt < putAttempts {
 			continue
 		}
 		if err != nil {
-			return resource.Resource{}, false, s.putError(key, err)
+			return resource.Resource{}, Unchanged, s.putError(key, err)
 		}
-		return stored, changed, nil
+		return stored, result, nil
 	}
 }
 
-// putOnce is one attempt of Put in one transaction.
-func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored resource.Resource, changed bool, err error) {
+// putOnce is one attempt of Write in one transaction.
+func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64, with []row) (stored resource.Resource, result Result, err error) {
 	k := w.key
-	changed, err = s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
+	_, err = s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
 		q := `SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`
 		if s.d == dialectPostgres {
 			// Lock the row until commit so concurrent Puts of one key queue instead of
@@ -273,27 +283,17 @@ func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored re
 			stored, err = old.decode(oldGen)
 			return false, err
 		}
-		if k.Kind == resource.MeshKind {
-			if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO meshes (name) VALUES (?) ON CONFLICT DO NOTHING`), k.Name); err != nil {
-				return false, err
-			}
-		}
-		var res sql.Result
+		var n int64
 		gen := int64(1)
 		if !found {
-			res, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
-				k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen, rev)
+			result = Created
+			n, err = s.insertTx(ctx, tx, w, gen, rev)
 		} else {
-			gen = oldGen + 1
-			res, err = tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?
+			result, gen = Updated, oldGen+1
+			n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?
 				WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
-				w.labels, w.owners, w.spec, gen, rev, k.Kind, k.Mesh, k.Name, oldGen)
+				w.labels, w.owners, w.spec, gen, rev, k.Kind, k.Mesh, k.Name, oldGen))
 		}
-		if err != nil {
-			return false, err
-		}
-		n, err := res.RowsAffected()
 		if err != nil {
 			return false, err
 		}
@@ -303,10 +303,51 @@ func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64) (stored re
 			}
 			return false, errRetry
 		}
+		if !found {
+			// Created here, so the resources that come with it are created here too, once.
+			for _, c := range with {
+				if _, err := s.insertTx(ctx, tx, c, 1, rev); err != nil {
+					return false, fmt.Errorf("%s, created with it: %w", c.key, s.missingOwner(c.key, err))
+				}
+			}
+		}
 		stored, err = w.decode(gen)
 		return true, err
 	})
-	return stored, changed, err
+	if err != nil {
+		return resource.Resource{}, Unchanged, err
+	}
+	return stored, result, nil
+}
+
+// insertTx creates the row w at generation gen and revision rev, with the meshes row of a
+// Mesh, and returns 1, or 0 when a resource with its key is stored already (and is left alone).
+func (s *sqlStore) insertTx(ctx context.Context, tx execer, w row, gen, rev int64) (int64, error) {
+	if err := s.meshRowTx(ctx, tx, w.key); err != nil {
+		return 0, err
+	}
+	k := w.key
+	return rowsAffected(tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
+		k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen, rev))
+}
+
+// meshRowTx makes sure a Mesh's row in the meshes table exists, for the Mesh row to refer to;
+// it does nothing for other kinds.
+func (s *sqlStore) meshRowTx(ctx context.Context, tx execer, key resource.Key) error {
+	if key.Kind != resource.MeshKind {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO meshes (name) VALUES (?) ON CONFLICT DO NOTHING`), key.Name)
+	return err
+}
+
+// rowsAffected is the count of rows an Exec changed, or its error.
+func rowsAffected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (s *sqlStore) Delete(ctx context.Context, key resource.Key) error {
@@ -427,23 +468,17 @@ func (s *sqlStore) upsertTx(ctx context.Context, tx execer, r *resource.Resource
 	if err != nil {
 		return 0, err
 	}
-	if r.Kind == resource.MeshKind {
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO meshes (name) VALUES (?) ON CONFLICT DO NOTHING`), r.Name); err != nil {
-			return 0, err
-		}
+	if err := s.meshRowTx(ctx, tx, w.key); err != nil {
+		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
+	return rowsAffected(tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (kind, mesh, name) DO UPDATE SET
 			labels = excluded.labels, owners = excluded.owners, spec = excluded.spec, generation = excluded.generation,
 			revision = excluded.revision
 		WHERE resources.labels <> excluded.labels OR resources.owners <> excluded.owners
 			OR resources.spec <> excluded.spec OR resources.generation <> excluded.generation`),
-		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation, rev)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation, rev))
 }
 
 func (s *sqlStore) Revision(ctx context.Context) (int64, error) {
@@ -538,6 +573,43 @@ func compareKeys(a, b resource.Key) int {
 }
 
 func (s *sqlStore) Changes() <-chan struct{} { return s.changes }
+
+func (s *sqlStore) ID(ctx context.Context) (string, error) {
+	id, ok, err := s.Meta(ctx, IDMetaKey)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("store id: %w", err)
+	case !ok || id == "":
+		return "", fmt.Errorf("store id: the %s database holds none (no %q row in store_meta)", s.d, IDMetaKey)
+	}
+	return id, nil
+}
+
+func (s *sqlStore) Meta(ctx context.Context, key string) (string, bool, error) {
+	var v string
+	err := s.r.QueryRowContext(ctx, s.d.rebind(`SELECT value FROM store_meta WHERE key = ?`), key).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("meta %q: %w", key, err)
+	}
+	return v, true, nil
+}
+
+func (s *sqlStore) SetMeta(ctx context.Context, key, value string) error {
+	switch key {
+	case IDMetaKey:
+		return fmt.Errorf("set meta %q: %w", key, ErrReservedMetaKey)
+	case "":
+		return errors.New("set meta: the key is empty")
+	}
+	if _, err := s.w.ExecContext(ctx, s.d.rebind(`INSERT INTO store_meta (key, value) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`), key, value); err != nil {
+		return fmt.Errorf("set meta %q: %w", key, err)
+	}
+	return nil
+}
 
 // Close closes the database connections. Changes is not closed.
 func (s *sqlStore) Close() error {

@@ -19,7 +19,36 @@ var (
 	// ErrResync: ChangesSince cannot tell what changed since that revision (it is older than
 	// the changes the store keeps, or not one of this database's); List everything instead.
 	ErrResync = errors.New("changes since that revision are not kept: list everything")
+	// ErrReservedMetaKey: SetMeta was asked to set IDMetaKey, which the schema sets once.
+	ErrReservedMetaKey = errors.New("reserved meta key: the store id is set once, when the schema is created")
 )
+
+// IDMetaKey is the meta key that holds the store's id (see Store.ID).
+const IDMetaKey = "store_id"
+
+// Result is what a Write did.
+type Result int
+
+const (
+	// Unchanged: the resource was stored with identical content already; nothing was written.
+	Unchanged Result = iota
+	// Created: no resource had that key.
+	Created
+	// Updated: the stored resource had other content.
+	Updated
+)
+
+func (r Result) String() string {
+	switch r {
+	case Created:
+		return "created"
+	case Updated:
+		return "updated"
+	case Unchanged:
+		return "unchanged"
+	}
+	return fmt.Sprintf("Result(%d)", int(r))
+}
 
 // MissingOwnerError is the database refusing a mesh-scoped resource whose Mesh is not stored.
 type MissingOwnerError struct {
@@ -42,6 +71,12 @@ type Store interface {
 	// one with identical content changes nothing and reports changed=false. A mesh-scoped
 	// resource whose Mesh is missing fails with *MissingOwnerError.
 	Put(ctx context.Context, r resource.Resource) (stored resource.Resource, changed bool, err error)
+	// Write is Put that says what it did and, only when it creates r, writes onCreate in the
+	// same transaction: resources that come into being with r, such as a new Mesh's default
+	// policies, written at generation 1, skipping any already stored. Either r and all of
+	// onCreate commit or nothing does; of concurrent Writes creating one key, exactly one
+	// reports Created and writes onCreate, and the others see Updated or Unchanged.
+	Write(ctx context.Context, r resource.Resource, onCreate []resource.Resource) (stored resource.Resource, result Result, err error)
 	// Delete removes one resource, or returns ErrNotFound. Deleting a Mesh deletes the
 	// resources in it (ON DELETE CASCADE).
 	Delete(ctx context.Context, key resource.Key) error
@@ -64,5 +99,15 @@ type Store interface {
 	// Changes is signalled (coalesced, never blocking the writer) after every committed write
 	// made through this Store value.
 	Changes() <-chan struct{}
+	// ID is the store's id: random, made when the schema was created (or migrated to hold one),
+	// never changed. Every replica sharing a database sees the same id; a new or emptied
+	// database has a new one, so whoever remembers the id can tell a lost store from its own.
+	ID(ctx context.Context) (string, error)
+	// Meta returns the value stored under key (ok is false when none is), for what a control
+	// plane remembers beside its resources, such as the id of the global a zone follows.
+	Meta(ctx context.Context, key string) (value string, ok bool, err error)
+	// SetMeta stores value under key, replacing any value. Meta is not a resource: SetMeta
+	// bumps no revision and signals no Changes. IDMetaKey is refused with ErrReservedMetaKey.
+	SetMeta(ctx context.Context, key, value string) error
 	Close() error
 }
