@@ -7,7 +7,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 TEST_TIMEOUT ?= 18m
 
-.PHONY: all build tools proto lint test bench run repro repro-compare clean
+FUZZTIME ?= 20s
+
+.PHONY: all build tools proto lint test bench fuzz run repro repro-compare clean
 
 all: build
 
@@ -32,6 +34,14 @@ lint: tools ## gofmt, go vet, staticcheck
 
 test: tools ## every test, with -race (PostgreSQL is started by the tests themselves)
 	PATH="$(TOOLS):$$PATH" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+fuzz: ## every fuzz target for FUZZTIME each (make test runs their seed corpora)
+	@set -e; for t in \
+	  ./host/auth:FuzzVerify ./host/kds:FuzzNACK ./host/zone:FuzzDecode \
+	  ./host/api:FuzzDocuments ./plugins/retry-forcer/retrypolicy:FuzzParse; do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 bench: ## benchmarks; see docs/benchmarks.md
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -27,18 +27,25 @@ wait_ready() { # url name
   exit 1
 }
 
-"$BIN/kds-host" --mode global --data-dir "$DATA/global" "$@" >"$DATA/global.log" 2>&1 &
+# The global keeps its data (and its admin token, which the CLI finds there) in the default
+# --data-dir, so the commands below need no token flag.
+GLOBAL_DATA=$DATA/kds-host
+"$BIN/kds-host" --mode global --data-dir "$GLOBAL_DATA" "$@" >"$DATA/global.log" 2>&1 &
 pids+=($!)
 wait_ready http://127.0.0.1:5680/readyz global
 
-"$BIN/kds-host" --mode zone --zone-name "$ZONE" --data-dir "$DATA/$ZONE" \
-  --global-address grpcs://127.0.0.1:5685 --kds-tls-ca "$DATA/global/tls/kds.crt" >"$DATA/$ZONE.log" 2>&1 &
+# The zone proves its name with a zone token that the global signs.
+"$BIN/kds-host" token zone --name "$ZONE" --data-dir "$GLOBAL_DATA" >"$DATA/$ZONE.token"
+chmod 600 "$DATA/$ZONE.token"
+"$BIN/kds-host" --mode zone --zone-name "$ZONE" --data-dir "$DATA/$ZONE" --zone-token-file "$DATA/$ZONE.token" \
+  --global-address grpcs://127.0.0.1:5685 --kds-tls-ca "$GLOBAL_DATA/tls/kds.crt" >"$DATA/$ZONE.log" 2>&1 &
 pids+=($!)
 wait_ready http://127.0.0.1:15680/readyz "$ZONE"
 
 cat <<MSG
 kds-host is running:
   global  API http://127.0.0.1:5681   KDS grpcs://127.0.0.1:5685   metrics http://127.0.0.1:5680/metrics   log $DATA/global.log
+          admin token $GLOBAL_DATA/admin.token (the CLI reads it by itself on this machine)
   $ZONE  API http://127.0.0.1:15681  (read-only)                    metrics http://127.0.0.1:15680/metrics  log $DATA/$ZONE.log
 
 Try:
@@ -46,7 +53,7 @@ Try:
   $BIN/kds-host apply -f examples/resources/meshtimeout.yaml
   $BIN/kds-host get meshtimeouts -m default --cp http://127.0.0.1:15681   # the zone has 3
   $BIN/kds-host inspect zones
-
+  $BIN/kds-host token user --name me --group read-only      # a token for someone else
 Ctrl-C stops both.
 MSG
 wait -n "${pids[@]}" || true

@@ -20,6 +20,8 @@ type Client struct {
 	BaseURL string
 	// HTTPClient is used for every request; nil uses http.DefaultClient.
 	HTTPClient *http.Client
+	// Token, when set, is sent as `Authorization: Bearer TOKEN`.
+	Token string
 }
 
 // Path is the route of a resource: name empty for a collection, mesh empty for a global kind's
@@ -101,6 +103,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

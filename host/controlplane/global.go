@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
@@ -54,9 +56,30 @@ type GlobalConfig struct {
 	Emulate     string
 	NACKBackoff time.Duration
 
-	// ReRequestLimit bounds how often a zone stream's re-requests (names it refused, asked for
-	// again once their cause cleared) are answered at once (zero: kds.DefaultReRequestLimit).
-	ReRequestLimit kds.RateLimit
+	// Limits bound what zones may cost: node id length, zones in total, NACK text kept, and
+	// how often a stream's re-requests are answered (zero fields: kds.DefaultLimits).
+	Limits kds.Limits
+	// MaxStreamsPerConnection bounds the KDS streams of one connection (default 16).
+	MaxStreamsPerConnection uint32
+	// ZoneGrace is how long a zone's state (its table entry, owner verdicts, metrics series)
+	// outlives its last stream, so a flapping zone is not checked again from scratch (default 1m).
+	ZoneGrace time.Duration
+
+	// Keys checks zone tokens on KDS streams (when KDSAuth) and user tokens on the API, and
+	// mints both. Nil: no authentication at all (tests of other things only).
+	Keys *auth.Keys
+	// KDSAuth requires every KDS stream to prove its zone (a zone token, or with ClientCerts a
+	// client certificate naming it). Off (--kds-auth none), any client may claim any zone.
+	KDSAuth     bool
+	ClientCerts bool
+	// AdminTokenFile is where the admin token was written, for the 401 hint.
+	AdminTokenFile string
+	// APITLS serves the API over TLS; nil serves plain HTTP.
+	APITLS *tls.Config
+	// StoreID is the store's id, sent to each zone at the start of its stream: a zone notices
+	// a global that comes back with another store, and keeps what it holds (default: read from
+	// the store).
+	StoreID string
 
 	// OwnerCheck returns the owner-check policy in force (default: the built-in prediction).
 	OwnerCheck func() shared.OwnerCheck
@@ -84,6 +107,7 @@ type Global struct {
 	API     *api.Server
 
 	kdsLn, apiLn, diagLn net.Listener
+	series               []zoneSeries // metrics with a zone label, freed with the zone
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -101,6 +125,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}
+	if cfg.ZoneGrace <= 0 {
+		cfg.ZoneGrace = time.Minute
+	}
 	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
 	defer func() {
 		if err != nil {
@@ -112,13 +139,23 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	if g.cfg.StoreID == "" && cfg.Store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		g.cfg.StoreID, err = cfg.Store.ID(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read the store's id: %w", err)
+		}
+	}
 	g.Cache = kds.NewCache(cfg.Registry.Names())
 	g.Zones = kds.NewZones()
 	if g.cfg.OwnerCheck == nil {
 		builtin := ownerpredict.New()
 		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }
 	}
-	observers := []event.Observer{g.Zones.Observer(), newKDSMetrics(g.metrics).observer()}
+	km := newKDSMetrics(g.metrics)
+	g.series = append(g.series, km.perZone()...)
+	observers := []event.Observer{g.Zones.Observer(), km.observer(), g.logObserver()}
 	switch cfg.Emulate {
 	case "":
 		if cfg.Builtin == nil {
@@ -129,6 +166,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 			current = func() shared.RetryForcer { return cfg.Builtin }
 		}
 		rm := newRetryMetrics(g.metrics, g.log.Named("retry"))
+		g.series = append(g.series, rm.perZone()...)
 		sched, err := retry.NewScheduler(retry.Config{
 			Policy:   retry.Standard(current, cfg.Builtin, cfg.PolicyTimeout, rm.fallback),
 			Resender: g.Cache, Hooks: rm.hooks(),
@@ -149,9 +187,11 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		return nil, fmt.Errorf("emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
 	}
 	if cfg.OwnerHolds {
+		om := newOwnerMetrics(g.metrics)
+		g.series = append(g.series, om.perZone()...)
 		holds, err := owner.New(owner.Config{
 			Policy: g.cfg.OwnerCheck, Timeout: cfg.OwnerCheckTimeout,
-			Source: g.Cache, Inventory: g.Zones, Refresher: g.Cache, Hooks: newOwnerMetrics(g.metrics).hooks(),
+			Source: g.Cache, Inventory: g.Zones, Refresher: g.Cache, Hooks: om.hooks(),
 		})
 		if err != nil {
 			return nil, err
@@ -161,14 +201,14 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		observers = append(observers, holds.Observer())
 	}
 	g.tracker = kds.NewTracker(g.Cache, observers...)
-	if cfg.ReRequestLimit.Rate > 0 {
-		g.tracker.LimitReRequests(cfg.ReRequestLimit)
-	}
+	g.tracker.SetLimits(cfg.Limits)
 	g.metrics.MustRegister(heldCollector{g: g, desc: prometheus.NewDesc("kds_held_resources",
 		"Resources held back from a zone by the owner check.", []string{"zone", "kind", "verdict"}, nil)})
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
 	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
+	g.API.Handle("POST /api/tokens/zone", g.serveToken(auth.KindZone))
+	g.API.Handle("POST /api/tokens/user", g.serveToken(auth.KindUser))
 
 	if g.kdsLn, err = net.Listen("tcp", cfg.KDSAddr); err != nil {
 		return nil, fmt.Errorf("listen for KDS on %s: %w", cfg.KDSAddr, err)
@@ -214,8 +254,15 @@ func (g *Global) Run(ctx context.Context) error {
 		defer g.Holds.Close()
 	}
 
-	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, g.cfg.TLS)
-	apiServer := newHTTPServer(g.API.Handler())
+	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection}
+	if g.cfg.KDSAuth && g.cfg.Keys != nil {
+		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
+	}
+	if g.cfg.StoreID != "" {
+		scfg.Header = metadata.Pairs(StoreIDHeader, g.cfg.StoreID)
+	}
+	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, scfg)
+	apiServer := newHTTPServer(g.apiHandler())
 	diagServer := newHTTPServer(diagHandler(g.metrics, g.isReady))
 
 	var wg sync.WaitGroup
@@ -232,12 +279,19 @@ func (g *Global) Run(ctx context.Context) error {
 	}
 	run("sync", func() error { return g.sync(ctx) })
 	run("KDS server", func() error { return grpcServer.Serve(g.kdsLn) })
-	run("API server", func() error { return apiServer.Serve(g.apiLn) })
+	run("API server", func() error {
+		if g.cfg.APITLS != nil {
+			apiServer.TLSConfig = g.cfg.APITLS
+			return apiServer.ServeTLS(g.apiLn, "", "")
+		}
+		return apiServer.Serve(g.apiLn)
+	})
+	run("zone expiry", func() error { g.expireZones(ctx); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
 		run("plugin reloads", func() error { g.reloads(ctx); return nil })
 	}
-	g.log.Info("global control plane up", "kds", g.KDSAddr(), "tls", g.cfg.TLS != nil, "api", g.APIAddr(), "diagnostics", g.DiagAddr())
+	g.log.Info("global control plane up", "kds", g.KDSAddr(), "tls", g.cfg.TLS != nil, "kds-auth", g.cfg.KDSAuth, "api", g.APIAddr(), "diagnostics", g.DiagAddr())
 
 	select {
 	case <-ctx.Done():

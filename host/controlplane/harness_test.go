@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
@@ -22,6 +24,41 @@ import (
 )
 
 var pg pgtest.Shared
+
+// testKeys sign the tokens of every global and zone of these tests: each global runs with
+// authentication on, and each zone proves its name with a real zone token.
+var testKeys = sync.OnceValue(func() *auth.Keys {
+	k, err := auth.NewKeys()
+	if err != nil {
+		panic(err)
+	}
+	return k
+})
+
+// token mints a token of the test keys.
+func token(t testing.TB, c auth.Claims) string {
+	t.Helper()
+	tok, err := testKeys().Issue(c, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// adminToken is an admin user's token for the tests' globals.
+func adminToken(t testing.TB) string {
+	return token(t, auth.Claims{Kind: auth.KindUser, Name: "admin", Groups: []string{auth.GroupAdmin}})
+}
+
+// zoneTokenFile writes a zone token for name and returns its file.
+func zoneTokenFile(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".token")
+	if err := os.WriteFile(path, []byte(token(t, auth.Claims{Kind: auth.KindZone, Name: name})+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -69,6 +106,7 @@ func startGlobal(t testing.TB, st store.Store, reg *resource.Registry, mutate ..
 	cfg := controlplane.GlobalConfig{
 		Store: st, Registry: reg, KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
 		Logger: logger(t, "global"), Builtin: retrypolicy.New(), PollInterval: 50 * time.Millisecond,
+		Keys: testKeys(), KDSAuth: true,
 	}
 	for _, m := range mutate {
 		m(&cfg)
@@ -113,7 +151,8 @@ type runningZone struct {
 
 func startZone(t testing.TB, name, kdsAddr string, st store.Store, reg *resource.Registry, mutate ...func(*zone.Config)) *runningZone {
 	t.Helper()
-	kcfg := zone.Config{Zone: name, GlobalAddress: "grpc://" + kdsAddr, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	kcfg := zone.Config{Zone: name, GlobalAddress: "grpc://" + kdsAddr, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		TokenFile: zoneTokenFile(t, name)}
 	for _, m := range mutate {
 		m(&kcfg)
 	}

@@ -22,6 +22,24 @@ type kdsMetrics struct {
 	nacks     *prometheus.CounterVec
 	rejected  *prometheus.CounterVec
 	again     *prometheus.CounterVec
+	refused   *prometheus.CounterVec
+}
+
+func (m *kdsMetrics) perZone() []zoneSeries {
+	return []zoneSeries{m.responses, m.resources, m.acks, m.nacks, m.rejected, m.again}
+}
+
+// zoneSeries is a metric vector with a "zone" label, whose series are deleted when the zone's
+// state is freed, so that zones that come and go do not grow /metrics for ever.
+type zoneSeries interface {
+	DeletePartialMatch(labels prometheus.Labels) int
+}
+
+// forgetZone deletes every series of zone.
+func forgetZone(series []zoneSeries, zone string) {
+	for _, s := range series {
+		s.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	}
 }
 
 func newRegistry() *prometheus.Registry {
@@ -43,10 +61,12 @@ func newKDSMetrics(reg prometheus.Registerer) *kdsMetrics {
 			Help: "NACKs received from zones."}, []string{"zone", "kind"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rejected_resources_total",
 			Help: "Resources named as rejected in NACKs, by the zone's cause."}, []string{"zone", "kind", "cause"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_stream_refusals_total",
+			Help: "KDS streams refused (unauthenticated, permission_denied, limit, invalid) or closed because a newer stream of the same zone replaced them (replaced)."}, []string{"reason"}),
 		again: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rerequests_total",
 			Help: "Zones asking again for names they refused once the cause cleared: answered at once, or refused by the stream's rate limit."}, []string{"zone", "result"}),
 	}
-	reg.MustRegister(m.streams, m.responses, m.resources, m.acks, m.nacks, m.rejected, m.again)
+	reg.MustRegister(m.streams, m.responses, m.resources, m.acks, m.nacks, m.rejected, m.again, m.refused)
 	return m
 }
 
@@ -73,6 +93,7 @@ func (m *kdsMetrics) observer() event.Observer {
 				m.rejected.WithLabelValues(n.Zone, n.Kind, cause).Inc()
 			}
 		},
+		Refused: func(r event.Refusal) { m.refused.WithLabelValues(r.Reason).Inc() },
 		ReRequest: func(r event.ReRequest) {
 			result := "answered"
 			if !r.Answered {
@@ -94,6 +115,10 @@ type retryMetrics struct {
 	held      *prometheus.CounterVec
 	released  *prometheus.CounterVec
 	log       hclog.Logger
+}
+
+func (m *retryMetrics) perZone() []zoneSeries {
+	return []zoneSeries{m.rounds, m.resent, m.delay, m.policy, m.fallbacks, m.giveUps, m.held, m.released}
 }
 
 func newRetryMetrics(reg prometheus.Registerer, log hclog.Logger) *retryMetrics {
@@ -161,6 +186,8 @@ type ownerMetrics struct {
 	latency  prometheus.Histogram
 	failOpen *prometheus.CounterVec
 }
+
+func (m *ownerMetrics) perZone() []zoneSeries { return []zoneSeries{m.calls, m.failOpen} }
 
 func newOwnerMetrics(reg prometheus.Registerer) *ownerMetrics {
 	m := &ownerMetrics{

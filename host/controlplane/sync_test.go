@@ -22,8 +22,9 @@ import (
 	"github.com/kds-host/kds-host/internal/testbin"
 )
 
-func apiClient(addr string) *api.Client {
-	return &api.Client{BaseURL: "http://" + addr, HTTPClient: &http.Client{Timeout: 10 * time.Second}}
+// apiClient talks to a test global's API as its admin.
+func apiClient(t testing.TB, addr string) *api.Client {
+	return &api.Client{BaseURL: "http://" + addr, HTTPClient: &http.Client{Timeout: 10 * time.Second}, Token: adminToken(t)}
 }
 
 func TestMeshAndPoliciesReachTheZoneAndDeletesFollow(t *testing.T) {
@@ -33,7 +34,7 @@ func TestMeshAndPoliciesReachTheZoneAndDeletesFollow(t *testing.T) {
 	zst := openSQLite(t)
 	z := startZone(t, "zone-1", gl.KDSAddr(), zst, reg)
 	ctx := context.Background()
-	global := apiClient(gl.APIAddr())
+	global := apiClient(t, gl.APIAddr())
 
 	meshKind, _ := reg.Get("Mesh")
 	mtKind, _ := reg.Get("MeshTimeout")
@@ -229,7 +230,7 @@ func TestAWriteThroughOneReplicaReachesAZoneOfAnother(t *testing.T) {
 
 	// Writes through the first replica's API: the second replica notices them by polling the
 	// revision (nothing signals its Store), and sends its zone what changed.
-	global1 := apiClient(gl1.APIAddr())
+	global1 := apiClient(t, gl1.APIAddr())
 	meshKind, _ := reg.Get("Mesh")
 	mtKind, _ := reg.Get("MeshTimeout")
 	_, _, err := global1.Put(ctx, meshKind, "", "other", []byte("type: Mesh\nname: other\n"))

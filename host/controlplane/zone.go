@@ -55,6 +55,18 @@ func NewZone(cfg ZoneConfig) (*Zone, error) {
 	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		api.WriteJSON(w, http.StatusOK, z.Client.Stats())
 	}))
+	// The operator's confirmation that the global's store was replaced on purpose: from this
+	// machine only (the zone's API has no tokens).
+	z.API.Handle("POST /api/zone/accept-global", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			api.WriteError(w, &api.Error{Status: http.StatusForbidden, Title: "Forbidden", Details: "accept-global is taken from this machine (loopback) only"})
+			return
+		}
+		z.Client.AcceptNewGlobal()
+		z.log.Warn("the operator accepted the global's new store: the zone syncs from it at its next connection")
+		api.WriteJSON(w, http.StatusOK, map[string]string{"result": "the zone syncs from the global's current store at its next connection"})
+	}))
 	if z.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.APIAddr, err)
 	}

@@ -86,6 +86,17 @@ type Observer struct {
 	NACK         func(NACK)
 	ReRequest    func(ReRequest)
 	StreamClosed func(streamID int64, zone string)
+	// Refused: a stream was refused (no or a bad token, a node id that is not the token's zone,
+	// a limit), or closed because a newer stream of its zone replaced it.
+	Refused func(Refusal)
+}
+
+// Refusal is a stream the global refused or closed. Reason is a short word for metrics
+// (unauthenticated, permission_denied, limit, invalid, replaced); Detail says what a person needs.
+type Refusal struct {
+	Reason string
+	Zone   string // when known
+	Detail string
 }
 
 // Observers tells each of its observers, in order.
@@ -132,6 +143,15 @@ func (os Observers) ReRequest(r ReRequest) {
 	for _, o := range os {
 		if o.ReRequest != nil {
 			o.ReRequest(r)
+		}
+	}
+}
+
+// Refused tells every observer of a refused or replaced stream.
+func (os Observers) Refused(r Refusal) {
+	for _, o := range os {
+		if o.Refused != nil {
+			o.Refused(r)
 		}
 	}
 }

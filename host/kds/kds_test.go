@@ -39,7 +39,7 @@ func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *kds.Trac
 	for _, f := range tune {
 		tracker = f(h)
 	}
-	srv, _ := kds.NewGRPCServer(ctx, h.cache, tracker, nil)
+	srv, _ := kds.NewGRPCServer(ctx, h.cache, tracker, kds.ServerConfig{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func (r *reRequests) answered() (yes, no int) {
 func harnessWithLimit(limit kds.RateLimit, rec *reRequests) func(h *harness) *kds.Tracker {
 	return func(h *harness) *kds.Tracker {
 		tr := kds.NewTracker(h.cache, h.zones.Observer(), rec.observer())
-		tr.LimitReRequests(limit)
+		tr.SetLimits(kds.Limits{ReRequests: limit})
 		return tr
 	}
 }

@@ -20,27 +20,48 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	delta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
+// ServerConfig is how NewGRPCServer serves. The zero value serves plaintext, unauthenticated.
+type ServerConfig struct {
+	// TLS serves KDS over TLS; nil serves plaintext.
+	TLS *tls.Config
+	// Authenticate names the zone a stream's credentials prove (a token in its metadata, or its
+	// client certificate), or refuses the stream with a gRPC status error (Unauthenticated,
+	// PermissionDenied). Nil accepts every stream as whatever zone its node id names.
+	Authenticate func(ctx context.Context) (zone string, err error)
+	// Header is sent to each stream before anything else (the store id, for the zone).
+	Header metadata.MD
+	// MaxStreamsPerConnection bounds the streams one connection may have open (default 16: a
+	// zone needs one KDS stream and a health check).
+	MaxStreamsPerConnection uint32
+}
+
 // NewGRPCServer returns a gRPC server that serves KDS (ADS, delta only) from cache through
-// go-control-plane's delta server, with tracker as its callbacks, and grpc.health.v1. A nil
-// tlsConfig serves plaintext. The server stops serving streams when ctx ends.
-func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, tlsConfig *tls.Config) (*grpc.Server, *health.Server) {
+// go-control-plane's delta server, with tracker as its callbacks, and grpc.health.v1. The server
+// stops serving streams when ctx ends.
+func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) (*grpc.Server, *health.Server) {
+	if cfg.MaxStreamsPerConnection == 0 {
+		cfg.MaxStreamsPerConnection = 16
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20),
-		grpc.MaxConcurrentStreams(100000),
+		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	if tlsConfig != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	s := grpc.NewServer(opts...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{delta: delta.NewServer(ctx, c, t)})
+	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{delta: delta.NewServer(ctx, c, t), tracker: t, cfg: cfg})
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the caller says so
 	healthpb.RegisterHealthServer(s, h)
@@ -50,11 +71,114 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, tlsConfig *tls.Con
 // ads serves the delta half of the Aggregated Discovery Service.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	delta delta.Server
+	delta   delta.Server
+	tracker *Tracker
+	cfg     ServerConfig
 }
 
+// DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
+// can close (a newer stream of the same zone replaces it): its end then carries the reason.
 func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return a.delta.DeltaStreamHandler(s, resource.AnyType)
+	zone := ""
+	if a.cfg.Authenticate != nil {
+		z, err := a.cfg.Authenticate(s.Context())
+		if err != nil {
+			a.tracker.refuse(refusalOf(err), err)
+			return err
+		}
+		zone = z
+	}
+	if len(a.cfg.Header) > 0 {
+		if err := s.SendHeader(a.cfg.Header); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(s.Context())
+	defer cancel(nil)
+	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel})
+	err := a.delta.DeltaStreamHandler(newClosableStream(ctx, s), resource.AnyType)
+	if s.Context().Err() == nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			return cause // closed by the tracker: the zone is told why
+		}
+	}
+	return err
+}
+
+// refusalOf names, for the refusals metric, why a stream was refused.
+func refusalOf(err error) string {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return "unauthenticated"
+	case codes.PermissionDenied:
+		return "permission_denied"
+	case codes.ResourceExhausted:
+		return "limit"
+	case codes.InvalidArgument:
+		return "invalid"
+	}
+	return "other"
+}
+
+// streamKey is the context key of a stream's streamInfo.
+type streamKey struct{}
+
+// streamInfo is what the server knows of a stream before the callbacks do: the zone its
+// credentials prove ("" unauthenticated), and how to close it.
+type streamInfo struct {
+	zone  string
+	close context.CancelCauseFunc
+}
+
+func streamInfoOf(ctx context.Context) *streamInfo {
+	si, _ := ctx.Value(streamKey{}).(*streamInfo)
+	if si == nil {
+		return &streamInfo{close: func(error) {}}
+	}
+	return si
+}
+
+// closableStream is a stream whose Recv also returns when its context is canceled, so that the
+// delta server's loop ends on a close from outside (it only reads requests and responses). The
+// receiving goroutine ends with the RPC.
+type closableStream struct {
+	discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	ctx  context.Context
+	reqs chan received
+}
+
+type received struct {
+	req *discovery.DeltaDiscoveryRequest
+	err error
+}
+
+func newClosableStream(ctx context.Context, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) *closableStream {
+	cs := &closableStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: s, ctx: ctx, reqs: make(chan received)}
+	go func() {
+		for {
+			req, err := s.Recv()
+			select {
+			case cs.reqs <- received{req, err}:
+			case <-s.Context().Done(): // the RPC is over
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return cs
+}
+
+func (s *closableStream) Context() context.Context { return s.ctx }
+
+func (s *closableStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
+	select {
+	case r := <-s.reqs:
+		return r.req, r.err
+	case <-s.ctx.Done():
+		return nil, context.Cause(s.ctx)
+	}
 }
 
 // ServerTLS loads the KDS certificate and key, or, when both are empty, makes a self-signed

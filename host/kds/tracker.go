@@ -2,9 +2,11 @@ package kds
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -23,13 +25,51 @@ import (
 type Tracker struct {
 	cache     *Cache
 	observers event.Observers
-	reLimit   RateLimit
+	limits    Limits
 
 	mu      sync.Mutex
 	streams map[int64]*trackedStream
+	byZone  map[string]int64 // the open stream of each zone
+}
+
+// Limits bound what one zone, or every zone together, may cost the global. Zero fields take the
+// defaults (DefaultLimits).
+type Limits struct {
+	// MaxNodeIDLength bounds a node id, the zone's name (default 253).
+	MaxNodeIDLength int
+	// MaxZones bounds the zones with an open stream (default 10,000).
+	MaxZones int
+	// MaxNACKMessage bounds the NACK text kept and passed on, in bytes (default 4 KiB); a
+	// longer one is truncated, and so is each rejection's reason.
+	MaxNACKMessage int
+	// ReRequests bounds how often a stream's re-requests are answered.
+	ReRequests RateLimit
+}
+
+// DefaultLimits are the limits unless configured.
+func DefaultLimits() Limits {
+	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit()}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxNodeIDLength <= 0 {
+		l.MaxNodeIDLength = d.MaxNodeIDLength
+	}
+	if l.MaxZones <= 0 {
+		l.MaxZones = d.MaxZones
+	}
+	if l.MaxNACKMessage <= 0 {
+		l.MaxNACKMessage = d.MaxNACKMessage
+	}
+	if l.ReRequests.Rate <= 0 || l.ReRequests.Burst <= 0 {
+		l.ReRequests = d.ReRequests
+	}
+	return l
 }
 
 type trackedStream struct {
+	info       *streamInfo // the zone its credentials prove, and how to close it
 	zone       string
 	sent       map[string]sentResponse // by nonce
 	kinds      map[string]bool         // kinds requested so far
@@ -44,18 +84,22 @@ type sentResponse struct {
 
 // NewTracker returns the callbacks for a delta server over cache.
 func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
-	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}, reLimit: DefaultReRequestLimit()}
+	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}, byZone: map[string]int64{}, limits: DefaultLimits()}
 }
 
-// LimitReRequests sets how often a stream's re-requests are answered (DefaultReRequestLimit
-// unless set); call it before serving.
-func (t *Tracker) LimitReRequests(l RateLimit) { t.reLimit = l }
+// SetLimits sets the limits (zero fields: the defaults); call it before serving.
+func (t *Tracker) SetLimits(l Limits) { t.limits = l.withDefaults() }
+
+// refuse counts a refused stream.
+func (t *Tracker) refuse(reason string, err error) {
+	t.observers.Refused(event.Refusal{Reason: reason, Detail: status.Convert(err).Message()})
+}
 
 // OnDeltaStreamOpen implements delta.Callbacks.
-func (t *Tracker) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+func (t *Tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.streams[id] = &trackedStream{sent: map[string]sentResponse{}, kinds: map[string]bool{}}
+	t.streams[id] = &trackedStream{info: streamInfoOf(ctx), sent: map[string]sentResponse{}, kinds: map[string]bool{}}
 	return nil
 }
 
@@ -64,6 +108,9 @@ func (t *Tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
 	t.mu.Lock()
 	ts := t.streams[id]
 	delete(t.streams, id)
+	if ts != nil && t.byZone[ts.zone] == id {
+		delete(t.byZone, ts.zone)
+	}
 	t.mu.Unlock()
 	t.cache.closeStream(id)
 	if ts != nil && ts.zone != "" {
@@ -81,12 +128,19 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 		return status.Error(codes.Internal, "stream not open")
 	}
 	opened := false
+	var replaced *trackedStream
 	if ts.zone == "" {
-		ts.zone = req.GetNode().GetId()
-		if ts.zone == "" {
+		zone, err := t.admitLocked(ts, req.GetNode().GetId())
+		if err != nil {
 			t.mu.Unlock()
-			return status.Error(codes.InvalidArgument, "the first request must carry node.id, the zone name")
+			t.refuse(refusalOf(err), err)
+			return err
 		}
+		if old, ok := t.byZone[zone]; ok && old != id {
+			replaced = t.streams[old]
+		}
+		ts.zone = zone
+		t.byZone[zone] = id
 		opened = true
 	}
 	zone := ts.zone
@@ -108,12 +162,18 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	// as the stream's rate limit allows.
 	var again []string
 	reRequest := !first && req.GetResponseNonce() == "" && len(req.GetResourceNamesSubscribe()) > 0
-	answer := reRequest && ts.reRequests.allow(time.Now(), t.reLimit)
+	answer := reRequest && ts.reRequests.allow(time.Now(), t.limits.ReRequests)
 	if answer {
 		again = req.GetResourceNamesSubscribe()
 	}
 	t.mu.Unlock()
 
+	if replaced != nil {
+		// One stream per zone: the newer one wins, and the older is told why it ends.
+		msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", zone)
+		replaced.info.close(status.Error(codes.Aborted, msg))
+		t.observers.Refused(event.Refusal{Reason: "replaced", Zone: zone, Detail: msg})
+	}
 	t.cache.bindRequest(id, zone, req, again)
 	if reRequest {
 		t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
@@ -132,7 +192,7 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.removed})
 		return nil
 	}
-	t.observers.NACK(nackOf(id, zone, answered, req.GetErrorDetail()))
+	t.observers.NACK(nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage))
 	return nil
 }
 
@@ -156,8 +216,8 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 
 // nackOf reads a NACK: the zone's structured rejection list when error_detail carries one, or
 // else every resource of the response as rejected with the error message.
-func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Status) event.NACK {
-	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: detail.GetMessage(), Accepted: map[string]string{}}
+func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Status, maxText int) event.NACK {
+	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: truncate(detail.GetMessage(), maxText), Accepted: map[string]string{}}
 	list := RejectionListOf(detail)
 	if list == nil {
 		for name := range answered.versions {
@@ -172,7 +232,7 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 		if !sent {
 			continue // not in the response it answers: nothing to resend
 		}
-		rj := event.Rejection{Name: r.GetName(), Version: version, Reason: r.GetReason(), Cause: causeOf(r.GetCause())}
+		rj := event.Rejection{Name: r.GetName(), Version: version, Reason: truncate(r.GetReason(), maxText/4), Cause: causeOf(r.GetCause())}
 		if mo := r.GetMissingOwner(); mo != nil {
 			rj.MissingOwner = resource.Key{Kind: mo.GetKind(), Mesh: mo.GetMesh(), Name: mo.GetName()}.String()
 			if rj.Cause == event.CauseUnspecified {
@@ -188,6 +248,38 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 		}
 	}
 	return n
+}
+
+// admitLocked checks the first request of a stream: its node id names the zone, which must be
+// the zone its credentials prove, and the limits hold. It returns the zone, or a gRPC status
+// error that says what is wrong.
+func (t *Tracker) admitLocked(ts *trackedStream, node string) (string, error) {
+	switch {
+	case node == "":
+		return "", status.Error(codes.InvalidArgument, "the first request must carry node.id, the zone name")
+	case len(node) > t.limits.MaxNodeIDLength:
+		return "", status.Errorf(codes.InvalidArgument, "node.id is %d bytes long; a zone name has at most %d", len(node), t.limits.MaxNodeIDLength)
+	case ts.info.zone != "" && node != ts.info.zone:
+		return "", status.Errorf(codes.PermissionDenied, "node.id %q is not the zone %q this stream's credentials name: start the zone with the token of its own name (kds-host token zone --name %s)",
+			truncate(node, 64), ts.info.zone, truncate(node, 64))
+	}
+	if _, connected := t.byZone[node]; !connected && len(t.byZone) >= t.limits.MaxZones {
+		return "", status.Errorf(codes.ResourceExhausted, "the global serves %d zones already, its limit (--max-zones)", len(t.byZone))
+	}
+	return node, nil
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, and says so.
+func truncate(s string, n int) string {
+	if len(s) <= n || n <= 0 {
+		return s
+	}
+	const more = "... (truncated)"
+	cut := max(0, n-len(more))
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
 }
 
 // causeOf reads a wire cause; an unknown value counts as unspecified.

@@ -159,6 +159,22 @@ func (z *Zones) streamClosed(id int64, zone string) {
 	}
 }
 
+// Expire frees the state of every zone whose last stream closed before the given time, and
+// returns their names.
+func (z *Zones) Expire(before time.Time) []string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	var out []string
+	for name, s := range z.zones {
+		if !s.connected && s.since.Before(before) {
+			delete(z.zones, name)
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Inventory returns the keys the zone has ACKed.
 func (z *Zones) Inventory(zone string) []resource.Key {
 	z.mu.Lock()

@@ -62,7 +62,7 @@ type Holds struct {
 	cfg Config
 
 	mu    sync.RWMutex
-	zones map[string]*zoneHolds // the zones with an open stream
+	zones map[string]*zoneHolds
 	dirty map[string]bool
 	wake  chan struct{}
 
@@ -70,9 +70,12 @@ type Holds struct {
 	done   chan struct{}
 }
 
-// zoneHolds is what Holds keeps for one connected zone.
+// zoneHolds is what Holds keeps for one zone: while it is connected, and after its last stream
+// closed until Forget (the zone's grace period), so that a zone back soon is not checked from
+// scratch.
 type zoneHolds struct {
 	stream   int64
+	open     bool
 	verdicts Verdicts
 	waiting  int // verdicts that WAIT for an owner
 }
@@ -137,7 +140,11 @@ func (h *Holds) Observer() event.Observer {
 	return event.Observer{
 		StreamOpened: func(id int64, zone string) {
 			h.mu.Lock()
-			h.zones[zone] = &zoneHolds{stream: id}
+			if z := h.zones[zone]; z != nil {
+				z.stream, z.open = id, true // back within its grace: its verdicts still hold
+			} else {
+				h.zones[zone] = &zoneHolds{stream: id, open: true}
+			}
 			h.mu.Unlock()
 			h.mark(zone)
 		},
@@ -155,7 +162,7 @@ func (h *Holds) Observer() event.Observer {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if z := h.zones[zone]; z != nil && z.stream == id {
-				delete(h.zones, zone)
+				z.open = false
 				delete(h.dirty, zone)
 			}
 		},
@@ -201,7 +208,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	h.mu.RLock()
 	z := h.zones[zone]
 	h.mu.RUnlock()
-	if z == nil {
+	if z == nil || !z.open {
 		return // the zone left
 	}
 	plan := NewPlan(zone, h.cfg.Source.Snapshot(), h.cfg.Inventory.Versions(zone), nil)
@@ -231,9 +238,9 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		}
 	}
 	h.mu.Lock()
-	if h.zones[zone] != z {
+	if h.zones[zone] != z || !z.open {
 		h.mu.Unlock()
-		return // the stream closed or was replaced meanwhile: its new stream is checked anew
+		return // the zone left meanwhile
 	}
 	z.verdicts, z.waiting = d.Verdicts, waiting
 	h.mu.Unlock()
@@ -258,7 +265,16 @@ func (h *Holds) Held(zone string) []Held {
 	return out
 }
 
-// Zones returns how many zones Holds keeps verdicts for: the zones with an open stream.
+// Forget frees the verdicts of a zone that has no open stream (its grace period is over).
+func (h *Holds) Forget(zone string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if z := h.zones[zone]; z != nil && !z.open {
+		delete(h.zones, zone)
+	}
+}
+
+// Zones returns how many zones Holds keeps verdicts for.
 func (h *Holds) Zones() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

@@ -29,7 +29,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
@@ -44,7 +46,14 @@ type Config struct {
 	// TLSCAFile is the CA that signed the global's KDS certificate; empty uses the system roots.
 	TLSCAFile     string
 	TLSSkipVerify bool
-	Store         store.Store
+	// TokenFile holds the zone token the zone proves its name with (read again at every
+	// connection, so a new token is picked up); empty sends none (a global with --kds-auth none,
+	// or a client certificate).
+	TokenFile string
+	// ClientCertFile and ClientKeyFile are a TLS client certificate whose first DNS SAN is the
+	// zone's name, for a global that takes certificates (--kds-tls-client-ca).
+	ClientCertFile, ClientKeyFile string
+	Store                         store.Store
 	Registry      *resource.Registry
 	// AdmissionOutage rejects every write of a kind for a while after Start, as an admission
 	// webhook that is not ready yet would.
@@ -53,6 +62,9 @@ type Config struct {
 	// -> value), as an admission webhook with a rule the global does not know would: fault
 	// injection, for the reproduction and tests.
 	AdmissionDeny map[string]string
+	// AcceptNewGlobal syncs from the global even when it serves another store than the zone
+	// synced from before (its database was replaced on purpose).
+	AcceptNewGlobal bool
 	// Plain makes the zone a plain xDS client, as Kuma's zone is: its NACKs carry a message
 	// only (no structured rejections, no causes), and it never asks again for what it refused.
 	// The global then converges with its retry timer alone.
@@ -79,8 +91,9 @@ type Client struct {
 
 	ready chan string // kinds whose admission outage just ended
 
-	mu    sync.Mutex
-	stats Stats
+	mu        sync.Mutex
+	stats     Stats
+	acceptNew bool // take the global's next store id as the one to sync from
 }
 
 // Stats is what a zone has done since it started.
@@ -96,6 +109,9 @@ type Stats struct {
 	// ReRequests counts the times the zone asked its global again for names it had refused,
 	// once their cause cleared.
 	ReRequests int64 `json:"reRequests"`
+	// Blocked says why the zone does not sync, when it does not (its global serves another
+	// store than it synced from).
+	Blocked string `json:"blocked,omitempty"`
 }
 
 // ConfigError is a Config field whose value cannot be used.
@@ -137,7 +153,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, &ConfigError{Field: "GlobalAddress", Err: err}
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), target: target, creds: insecure.NewCredentials(),
-		ready: make(chan string, len(cfg.AdmissionOutage))}
+		ready: make(chan string, len(cfg.AdmissionOutage)), acceptNew: cfg.AcceptNewGlobal}
 	if c.log == nil {
 		c.log = hclog.NewNullLogger()
 	}
@@ -162,6 +178,16 @@ func New(cfg Config) (*Client, error) {
 				return nil, &ConfigError{Field: "TLSCAFile", Err: fmt.Errorf("%s holds no PEM certificate", cfg.TLSCAFile)}
 			}
 			tc.RootCAs = pool
+		}
+		if (cfg.ClientCertFile == "") != (cfg.ClientKeyFile == "") {
+			return nil, &ConfigError{Field: "ClientCertFile", Err: errors.New("a client certificate and its key go together")}
+		}
+		if cfg.ClientCertFile != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.ClientCertFile, cfg.ClientKeyFile)
+			if err != nil {
+				return nil, &ConfigError{Field: "ClientCertFile", Err: err}
+			}
+			tc.Certificates = []tls.Certificate{cert}
 		}
 		c.creds = credentials.NewTLS(tc)
 	}
@@ -259,7 +285,15 @@ func (c *Client) session(ctx context.Context) error {
 	if hresp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		return fmt.Errorf("global %s is %s", c.cfg.GlobalAddress, hresp.GetStatus())
 	}
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	sctx := ctx
+	if c.cfg.TokenFile != "" {
+		tok, err := auth.ReadTokenFile(c.cfg.TokenFile)
+		if err != nil {
+			return fmt.Errorf("zone token: %w", err)
+		}
+		sctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	}
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
 	if err != nil {
 		return fmt.Errorf("open KDS stream to %s: %w", c.cfg.GlobalAddress, err)
 	}
@@ -275,8 +309,17 @@ func (c *Client) session(ctx context.Context) error {
 		}
 		node = nil // the node goes in the first request only
 	}
+	// The global says which store it serves before its first response; a global that comes back
+	// with another store (a lost database) would have the zone delete everything it holds.
+	header, err := stream.Header()
+	if err != nil {
+		return fmt.Errorf("KDS stream to %s: %w", c.cfg.GlobalAddress, err)
+	}
+	if err := c.checkGlobalStore(ctx, header.Get(StoreIDHeader)); err != nil {
+		return err
+	}
 	c.setConnected(true, nil)
-	c.log.Info("KDS stream to global up", "global", c.cfg.GlobalAddress)
+	c.log.Info("connected to global", "global", c.cfg.GlobalAddress)
 
 	// One goroutine receives; this one applies, answers, and asks again for what it refused once
 	// the cause clears. The stream's context ends the receiver when the session returns.
@@ -338,6 +381,70 @@ func (c *Client) session(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// StoreIDHeader is the stream header in which the global names its store (the same as
+// controlplane.StoreIDHeader).
+const StoreIDHeader = "kds-store-id"
+
+// globalStoreKey is where the zone remembers, in its own store, the id of the global's store.
+const globalStoreKey = "global-store-id"
+
+// ErrNewGlobalStore is a global that serves another store than the one this zone synced from.
+var ErrNewGlobalStore = errors.New("the global serves another store")
+
+// checkGlobalStore compares the store id the global sent with the one the zone remembers: the
+// first is remembered; another one stops the sync, keeping what the zone holds, until an
+// operator accepts it (--accept-new-global, or AcceptNewGlobal).
+func (c *Client) checkGlobalStore(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil // a global that does not say (an older one): nothing to compare
+	}
+	id := ids[0]
+	known, ok, err := c.cfg.Store.Meta(ctx, globalStoreKey)
+	if err != nil {
+		return fmt.Errorf("read the global's store id: %w", err)
+	}
+	c.mu.Lock()
+	accept := c.acceptNew
+	c.mu.Unlock()
+	switch {
+	case !ok:
+	case known == id:
+		c.setBlocked("")
+		return nil
+	case accept:
+		c.log.Warn("accepting the global's new store as confirmed by the operator", "was", known, "now", id)
+	default:
+		msg := fmt.Sprintf("global %s now serves another store (id %s, this zone synced from %s): the zone keeps what it holds and does not sync; "+
+			"if the global's store was replaced on purpose, restart the zone with --accept-new-global or POST /api/zone/accept-global on its API",
+			c.cfg.GlobalAddress, id, known)
+		c.log.Error(msg)
+		c.setBlocked(msg)
+		return fmt.Errorf("%w: %s", ErrNewGlobalStore, msg)
+	}
+	if err := c.cfg.Store.SetMeta(ctx, globalStoreKey, id); err != nil {
+		return fmt.Errorf("remember the global's store id: %w", err)
+	}
+	c.mu.Lock()
+	c.acceptNew = c.cfg.AcceptNewGlobal
+	c.mu.Unlock()
+	c.setBlocked("")
+	return nil
+}
+
+// AcceptNewGlobal lets the zone sync from a global whose store changed, once: its next stream
+// takes the global's new store id as its own.
+func (c *Client) AcceptNewGlobal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.acceptNew = true
+}
+
+func (c *Client) setBlocked(msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Blocked = msg
 }
 
 // initialVersions is what the zone's database holds, by kind, as the global versions it.

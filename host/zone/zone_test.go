@@ -8,6 +8,7 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -141,4 +142,31 @@ func TestTheZoneGivesEachRefusalItsCause(t *testing.T) {
 	}})
 	g.Expect(out.reply.GetErrorDetail().GetMessage()).To(ContainSubstring("admission webhook for MeshRetry is not ready"))
 	g.Expect(kds.RejectionListOf(out.reply.GetErrorDetail())).To(BeNil())
+}
+
+// FuzzDecode: any resource a global may send (the bytes inside its Any, under any name) is
+// stored as a valid resource of its kind and name, or refused with a reason; never a panic.
+func FuzzDecode(f *testing.F) {
+	good, _ := kds.NewEntry(&resource.Resource{Kind: "MeshTimeout", Mesh: "default", Name: "t",
+		Spec: json.RawMessage(`{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"3s"}}`)})
+	f.Add(good.Any.GetValue(), "default/t", "MeshTimeout")
+	f.Add(good.Any.GetValue(), "other/t", "MeshTimeout")
+	f.Add([]byte{0x0a, 0x04, 'M', 'e', 's', 'h'}, "x", "Mesh")
+	f.Add([]byte{0xff}, "", "Nope")
+	c := &Client{cfg: Config{Registry: resource.Default()}}
+	f.Fuzz(func(t *testing.T, value []byte, name, kind string) {
+		r, err := c.decode(kind, &discovery.Resource{Name: name, Resource: &anypb.Any{TypeUrl: kind, Value: value}})
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("a refusal without a reason")
+			}
+			return
+		}
+		if r.Kind != kind || r.Key().XDSName() != name {
+			t.Fatalf("stored %s as %s %q", r.Key(), kind, name)
+		}
+		if err := resource.Default().Validate(&r); err != nil {
+			t.Fatalf("stored an invalid %s: %v", r.Key(), err)
+		}
+	})
 }

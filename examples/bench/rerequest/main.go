@@ -69,7 +69,7 @@ func run(rate int, loop time.Duration, updates int, limit kds.RateLimit) error {
 		return err
 	}
 	gl, err := benchcp.StartGlobal(ctx, controlplane.GlobalConfig{Store: gst, Registry: reg, Builtin: retrypolicy.New(),
-		OwnerHolds: true, ReRequestLimit: limit, Logger: benchcp.Logger("off", "global")})
+		OwnerHolds: true, Limits: kds.Limits{ReRequests: limit}, Logger: benchcp.Logger("off", "global")})
 	if err != nil {
 		return err
 	}

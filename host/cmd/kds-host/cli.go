@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -20,20 +24,45 @@ const defaultCP = "http://127.0.0.1:5681"
 
 // clientCommands are the commands that talk to a running control plane's API.
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd(), newCheckCmd(), newPluginCmd(), newInspectCmd()}
+	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd(), newCheckCmd(), newPluginCmd(), newInspectCmd(), newTokenCmd()}
 }
 
 // apiFlags are the flags of every command that talks to a control plane's API.
 type apiFlags struct {
-	cp      string
-	timeout time.Duration
+	cp        string
+	timeout   time.Duration
+	tokenFile string
+	dataDir   string
+	caFile    string
 }
 
 func addAPIFlags(cmd *cobra.Command) *apiFlags {
 	f := &apiFlags{}
 	cmd.Flags().StringVar(&f.cp, "cp", defaultCP, "the control plane's API address (a zone's is http://127.0.0.1:15681)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "timeout of each request to the control plane")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the API token (default: $KDS_TOKEN, else the global's admin token under --data-dir)")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", ".data/kds-host", "the global's data dir on this machine, where it keeps its admin token ("+auth.AdminTokenFile+")")
+	cmd.Flags().StringVar(&f.caFile, "cp-ca", "", "CA file that signed the API's certificate, for an https:// --cp")
 	return f
+}
+
+// token is the API token to send: --token-file, else $KDS_TOKEN, else the admin token of a global
+// that runs on this machine with --data-dir, else none (a zone's API, a global without auth).
+func (f *apiFlags) token() (string, error) {
+	if f.tokenFile != "" {
+		t, err := auth.ReadTokenFile(f.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		return t, nil
+	}
+	if t := strings.TrimSpace(os.Getenv("KDS_TOKEN")); t != "" {
+		return t, nil
+	}
+	if t, err := auth.ReadTokenFile(filepath.Join(f.dataDir, auth.AdminTokenFile)); err == nil {
+		return t, nil
+	}
+	return "", nil
 }
 
 // apiSession is one command's connection to a control plane: its client and, once asked for,
@@ -52,9 +81,21 @@ func (f *apiFlags) session() (*apiSession, error) {
 	if f.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: must be positive", f.timeout)
 	}
+	tok, err := f.token()
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: f.timeout}
+	if f.caFile != "" {
+		pool, err := readCAs(f.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cp-ca: %w", err)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
 	return &apiSession{
 		flags:  f,
-		client: &api.Client{BaseURL: f.cp, HTTPClient: &http.Client{Timeout: f.timeout}},
+		client: &api.Client{BaseURL: f.cp, HTTPClient: hc, Token: tok},
 	}, nil
 }
 

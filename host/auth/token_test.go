@@ -1,0 +1,144 @@
+package auth_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/auth"
+)
+
+var now = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+
+func TestTokensRoundTripAndRefuseWhatIsWrong(t *testing.T) {
+	g := NewWithT(t)
+	k, err := auth.NewKeys()
+	g.Expect(err).NotTo(HaveOccurred())
+	tok, err := k.Issue(auth.Claims{Kind: auth.KindZone, Name: "zone-1"}, time.Hour, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := k.Verify(tok, now.Add(59*time.Minute))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Kind).To(Equal(auth.KindZone))
+	g.Expect(c.Name).To(Equal("zone-1"))
+
+	_, err = k.Verify(tok, now.Add(time.Hour))
+	g.Expect(err).To(MatchError(auth.ErrExpired))
+
+	other, _ := auth.NewKeys()
+	_, err = other.Verify(tok, now)
+	g.Expect(err).To(MatchError(auth.ErrUnknownKey))
+
+	// A changed payload with the old signature.
+	parts := strings.Split(tok, ".")
+	forged, err := k.Issue(auth.Claims{Kind: auth.KindZone, Name: "zone-2"}, time.Hour, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	fparts := strings.Split(forged, ".")
+	_, err = k.Verify(strings.Join([]string{parts[0], fparts[1], parts[2]}, "."), now)
+	g.Expect(err).To(MatchError(auth.ErrBadSignature))
+
+	for _, bad := range []string{"", "Bearer x", "kds1.", "kds1.!!!.x", "kds1.e30.AAAA", strings.Repeat("a", auth.MaxTokenSize+1)} {
+		_, err = k.Verify(bad, now)
+		g.Expect(err).To(MatchError(auth.ErrMalformed), "%q", bad)
+	}
+
+	_, err = k.Issue(auth.Claims{Kind: auth.KindZone, Name: "Zone_1"}, 0, now)
+	g.Expect(err).To(MatchError(ContainSubstring("lowercase")))
+	_, err = k.Issue(auth.Claims{Kind: "robot", Name: "x"}, 0, now)
+	g.Expect(err).To(HaveOccurred())
+	_, err = k.Issue(auth.Claims{Kind: auth.KindUser, Name: "x", Groups: []string{"root"}}, 0, now)
+	g.Expect(err).To(MatchError(ContainSubstring(`group "root"`)))
+
+	never, err := k.Issue(auth.Claims{Kind: auth.KindUser, Name: "ops", Groups: []string{auth.GroupReadOnly}}, 0, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err = k.Verify(never, now.AddDate(50, 0, 0))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.InGroup(auth.GroupReadOnly)).To(BeTrue())
+	g.Expect(c.InGroup(auth.GroupAdmin)).To(BeFalse())
+}
+
+func TestKeysLiveInTheDataDirAndRotate(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	k1, err := auth.LoadKeys(dir, "", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	st, err := os.Stat(filepath.Join(dir, auth.SigningKeyFile))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+	tok, err := k1.Issue(auth.Claims{Kind: auth.KindZone, Name: "zone-1"}, 0, now)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	again, err := auth.LoadKeys(dir, "", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = again.Verify(tok, now)
+	g.Expect(err).NotTo(HaveOccurred(), "the same key after a restart")
+
+	// Rotation: a new signing key, the old one kept for verification.
+	newDir := t.TempDir()
+	k2, err := auth.LoadKeys(newDir, "", []string{filepath.Join(dir, auth.SigningKeyFile)})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = k2.Verify(tok, now)
+	g.Expect(err).NotTo(HaveOccurred(), "a token of the old key still verifies")
+	g.Expect(k2.KeyIDs()).To(HaveLen(2))
+	pub, err := k2.PublicPEM()
+	g.Expect(err).NotTo(HaveOccurred())
+	pubFile := filepath.Join(t.TempDir(), "k2.pub")
+	g.Expect(os.WriteFile(pubFile, pub, 0o644)).To(Succeed())
+	k3, err := auth.LoadKeys(dir, "", []string{pubFile})
+	g.Expect(err).NotTo(HaveOccurred())
+	tok2, _ := k2.Issue(auth.Claims{Kind: auth.KindZone, Name: "zone-2"}, 0, now)
+	_, err = k3.Verify(tok2, now)
+	g.Expect(err).NotTo(HaveOccurred(), "a public key verifies")
+
+	_, err = auth.LoadKeys(dir, filepath.Join(dir, "missing.key"), nil)
+	g.Expect(err).To(MatchError(ContainSubstring("missing.key")))
+}
+
+func TestTheAdminTokenIsMadeOnceAndKeptPrivate(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	k, err := auth.LoadKeys(dir, "", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	path, err := auth.EnsureAdminToken(k, dir, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	st, err := os.Stat(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+	first, err := auth.ReadTokenFile(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := k.Verify(first, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.InGroup(auth.GroupAdmin)).To(BeTrue())
+
+	_, err = auth.EnsureAdminToken(k, dir, now.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	second, _ := auth.ReadTokenFile(path)
+	g.Expect(second).To(Equal(first), "kept across restarts")
+
+	other, _ := auth.NewKeys()
+	_, err = auth.EnsureAdminToken(other, dir, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	third, _ := auth.ReadTokenFile(path)
+	g.Expect(third).NotTo(Equal(first), "re-issued when its key is gone")
+}
+
+// FuzzVerify: any input is refused with an error, or is a token this key signed; never a panic.
+func FuzzVerify(f *testing.F) {
+	k, err := auth.NewKeys()
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := k.Issue(auth.Claims{Kind: auth.KindZone, Name: "zone-1"}, time.Hour, now)
+	for _, s := range []string{good, "", "kds1.", "kds1.e30.", "kds1.eyJraW5kIjoiem9uZSJ9.AAAA", good[:len(good)-2], good + "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := k.Verify(tok, now)
+		if err == nil && (c.Name == "" || tok != good && !strings.HasPrefix(tok, "kds1.")) {
+			t.Fatalf("accepted %q as %+v", tok, c)
+		}
+	})
+}

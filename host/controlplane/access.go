@@ -1,0 +1,172 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/auth"
+	"github.com/kds-host/kds-host/host/event"
+)
+
+// StoreIDHeader is the KDS stream's header metadata that carries the global's store id.
+const StoreIDHeader = "kds-store-id"
+
+// apiHandler is the API behind its access rule: with Keys, every route but GET / needs a user
+// token; a read-only one may read (GET, HEAD, and POST /api/check, which changes nothing), an
+// admin one may do everything.
+func (g *Global) apiHandler() http.Handler {
+	h := g.API.Handler()
+	if g.cfg.Keys == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" && r.Method == http.MethodGet {
+			h.ServeHTTP(w, r)
+			return
+		}
+		c, err := g.user(r)
+		if err != nil {
+			api.WriteError(w, err.(*api.Error))
+			return
+		}
+		reads := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost && r.URL.Path == "/api/check"
+		if !c.InGroup(auth.GroupAdmin) && !(reads && c.InGroup(auth.GroupReadOnly)) {
+			api.WriteError(w, &api.Error{Status: http.StatusForbidden, Title: "Forbidden",
+				Details: fmt.Sprintf("user %q (groups %s) may only read; %s %s needs a token of the %s group", c.Name, strings.Join(c.Groups, ","), r.Method, r.URL.Path, auth.GroupAdmin)})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// user checks the request's user token, or returns the 401 that says how to get one.
+func (g *Global) user(r *http.Request) (auth.Claims, error) {
+	hint := "this API needs a token: on the global's machine the CLI reads the admin token from " +
+		"<data-dir>/" + auth.AdminTokenFile + " by itself (give --data-dir if the global runs with another); " +
+		"elsewhere pass --token-file FILE or KDS_TOKEN; an admin mints more with `kds-host token user --name NAME --group read-only`"
+	if g.cfg.AdminTokenFile != "" {
+		hint += " (this global's admin token is " + g.cfg.AdminTokenFile + ")"
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return auth.Claims{}, &api.Error{Status: http.StatusUnauthorized, Title: "Unauthorized", Details: hint}
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return auth.Claims{}, &api.Error{Status: http.StatusUnauthorized, Title: "Unauthorized", Details: "the Authorization header must be `Bearer TOKEN`; " + hint}
+	}
+	c, err := g.cfg.Keys.Verify(strings.TrimSpace(tok), time.Now())
+	if err != nil {
+		return auth.Claims{}, &api.Error{Status: http.StatusUnauthorized, Title: "Unauthorized", Details: fmt.Sprintf("token refused: %v; %s", err, hint)}
+	}
+	if c.Kind != auth.KindUser {
+		return auth.Claims{}, &api.Error{Status: http.StatusForbidden, Title: "Forbidden", Details: fmt.Sprintf("a %s token is for a zone's KDS stream, not for the API", c.Kind)}
+	}
+	return c, nil
+}
+
+// TokenRequest asks for a token: POST /api/tokens/zone or /api/tokens/user (admin only).
+type TokenRequest struct {
+	Name   string   `json:"name"`
+	Groups []string `json:"groups,omitempty"`
+	// ValidFor is a duration ("24h"); empty never expires.
+	ValidFor string `json:"validFor,omitempty"`
+}
+
+// TokenResponse is a minted token.
+type TokenResponse struct {
+	Token   string     `json:"token"`
+	Kind    string     `json:"kind"`
+	Name    string     `json:"name"`
+	Expires *time.Time `json:"expires,omitempty"`
+}
+
+func (g *Global) serveToken(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.cfg.Keys == nil {
+			api.WriteError(w, &api.Error{Status: http.StatusNotFound, Title: "No tokens", Details: "this global runs without authentication: it has no keys to sign tokens with"})
+			return
+		}
+		var req TokenRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad token request", Details: err.Error()})
+			return
+		}
+		var validFor time.Duration
+		if req.ValidFor != "" {
+			d, err := time.ParseDuration(req.ValidFor)
+			if err != nil || d <= 0 {
+				api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad token request", Details: fmt.Sprintf("validFor %q: want a positive duration, e.g. 24h", req.ValidFor)})
+				return
+			}
+			validFor = d
+		}
+		if kind == auth.KindZone && len(req.Groups) > 0 {
+			api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad token request", Details: "a zone token has no groups"})
+			return
+		}
+		if kind == auth.KindUser && len(req.Groups) == 0 {
+			api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad token request", Details: fmt.Sprintf("groups: give %s or %s", auth.GroupReadOnly, auth.GroupAdmin)})
+			return
+		}
+		now := time.Now()
+		tok, err := g.cfg.Keys.Issue(auth.Claims{Kind: kind, Name: req.Name, Groups: req.Groups}, validFor, now)
+		if err != nil {
+			api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad token request", Details: err.Error()})
+			return
+		}
+		resp := TokenResponse{Token: tok, Kind: kind, Name: req.Name}
+		if validFor > 0 {
+			t := now.Add(validFor).UTC()
+			resp.Expires = &t
+		}
+		g.log.Info("token issued", "kind", kind, "name", req.Name, "groups", req.Groups, "valid-for", req.ValidFor)
+		api.WriteJSON(w, http.StatusOK, resp)
+	}
+}
+
+// logObserver logs, at INFO, what an operator needs to know about zone streams.
+func (g *Global) logObserver() event.Observer {
+	log := g.log.Named("kds")
+	return event.Observer{
+		StreamOpened: func(id int64, zone string) { log.Info("zone connected", "zone", zone, "stream", id) },
+		StreamClosed: func(id int64, zone string) { log.Info("zone disconnected", "zone", zone, "stream", id) },
+		Refused: func(r event.Refusal) {
+			if r.Reason == "replaced" {
+				log.Info("zone stream replaced by a newer one", "zone", r.Zone, "detail", r.Detail)
+				return
+			}
+			log.Warn("KDS stream refused", "reason", r.Reason, "detail", r.Detail)
+		},
+	}
+}
+
+// expireZones frees, every so often, the state of zones whose last stream closed more than
+// ZoneGrace ago: their table entry, owner verdicts and metrics series.
+func (g *Global) expireZones(ctx context.Context) {
+	every := max(g.cfg.ZoneGrace/4, 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, zone := range g.Zones.Expire(time.Now().Add(-g.cfg.ZoneGrace)) {
+			if g.Holds != nil {
+				g.Holds.Forget(zone)
+			}
+			forgetZone(g.series, zone)
+		}
+	}
+}
+
