@@ -169,4 +169,3 @@ func (g *Global) expireZones(ctx context.Context) {
 		}
 	}
 }
-

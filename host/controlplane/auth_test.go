@@ -102,7 +102,9 @@ func TestADuplicateZoneReplacesTheOldStream(t *testing.T) {
 
 	// The raw stream ends when the real zone reconnects and replaces it; run it in the background.
 	done := make(chan *status.Status, 1)
-	go func() { done <- streamStatus(t, gl.KDSAddr(), "zone-1", token(t, auth.Claims{Kind: auth.KindZone, Name: "zone-1"})) }()
+	go func() {
+		done <- streamStatus(t, gl.KDSAddr(), "zone-1", token(t, auth.Claims{Kind: auth.KindZone, Name: "zone-1"}))
+	}()
 	g.Eventually(func() string { return first.Client.Stats().LastError }, 10*time.Second).Should(ContainSubstring("replaced by a newer one"))
 	// The first zone reconnects (its backoff) and replaces the raw one in turn.
 	var st *status.Status

@@ -54,7 +54,7 @@ type Config struct {
 	// zone's name, for a global that takes certificates (--kds-tls-client-ca).
 	ClientCertFile, ClientKeyFile string
 	Store                         store.Store
-	Registry      *resource.Registry
+	Registry                      *resource.Registry
 	// AdmissionOutage rejects every write of a kind for a while after Start, as an admission
 	// webhook that is not ready yet would.
 	AdmissionOutage map[string]time.Duration
