@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"strings"
 
 	"github.com/hashicorp/go-plugin"
@@ -39,6 +40,9 @@ func (p *Process) startError(err error) error {
 			actual = "unknown (" + herr.Error() + ")"
 		}
 		return &ChecksumError{Path: path, Expected: hex.EncodeToString(p.opts.SHA256), Actual: actual}
+	case errors.As(err, &pathErr) && p.copyDir != "" && errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("plugin %s: %w (a pinned binary runs from a copy in %s: is that folder's file system mounted noexec?)",
+			path, err, filepath.Dir(p.copyDir))
 	case errors.As(err, &pathErr), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("plugin %s: %w", path, err)
 	}

@@ -4,7 +4,8 @@
 // A plugin started here speaks go-plugin over gRPC with the kds-host handshake and AutoMTLS,
 // leads a process group of its own, dies with its parent (Pdeathsig on Linux, set from a thread
 // held for the process's lifetime), and is killed in bounded time: go-plugin's Kill, then SIGKILL
-// of the whole group.
+// of the whole group. It sees only an allow-listed environment (Options.Env), and a pinned
+// binary runs from a private copy of exactly the bytes that were hashed (Options.SHA256).
 package launch
 
 import (
@@ -29,9 +30,23 @@ import (
 type Options struct {
 	// Path is the plugin binary; a name without a slash is looked up in $PATH.
 	Path string
-	// SHA256 pins the binary's checksum: go-plugin refuses to run a binary that does not match
-	// (a *ChecksumError). Nil runs whatever is at Path.
+	// SHA256 pins the binary's checksum. A pinned binary is copied into a private folder
+	// (0700, under CopyDir) and hashed as it is copied; a copy that does not match is refused (a
+	// *ChecksumError), one that does is made 0500 and is what runs (go-plugin's SecureConfig
+	// checks it once more), and the folder is removed once the process is gone. So the process
+	// runs exactly the bytes that were hashed, whatever happens to Path meanwhile. Its argv[0]
+	// is still Path, but os.Executable in it names the copy. Nil runs whatever is at Path.
 	SHA256 []byte
+	// CopyDir is where the private folders of pinned binaries are made (default
+	// os.TempDir()). It must allow executables (no noexec mount) and must not let other users
+	// rename what is in it (a sticky or private folder).
+	CopyDir string
+	// Env names the host environment variables the plugin sees besides PATH, HOME and TMPDIR
+	// (on Windows PATH, SYSTEMROOT, USERPROFILE, TEMP and TMP), with the host's values; names
+	// the host has not set are left out. Nothing else of the host's environment reaches the
+	// plugin: only these and what go-plugin adds (its cookie, PLUGIN_* and the AutoMTLS client
+	// certificate). A name with "=" in it is an error (see CheckEnv).
+	Env []string
 	// Plugins are the protocol versions and plugin sets the host offers. Nil offers
 	// shared.ClientPluginSets(), which is what the host offers.
 	Plugins map[int]plugin.PluginSet
@@ -82,7 +97,8 @@ type Process struct {
 	cmd     *exec.Cmd
 	sigkill context.CancelFunc // cancels the exec context: the command's Cancel SIGKILLs the group
 	stderr  *tail
-	pid     int // set by the keeper before it reports the start
+	pid     int    // set by the keeper before it reports the start
+	copyDir string // the private folder of a pinned binary's copy; removed by the keeper
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Kill
@@ -96,18 +112,36 @@ type Process struct {
 // complete the handshake is an error that wraps ErrNotAPlugin and says what it did instead.
 func Start(ctx context.Context, opts Options) (*Process, error) {
 	opts = opts.withDefaults()
+	env, err := pluginEnv(opts.Env)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", opts.Path, err)
+	}
 	execCtx, sigkill := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(execCtx, opts.Path)
 	if cmd.Err != nil {
 		sigkill()
 		return nil, fmt.Errorf("plugin %s: %w", opts.Path, cmd.Err)
 	}
+	cmd.Env = env
 	setProcAttr(cmd)
 	p := &Process{
 		opts: opts, cmd: cmd, sigkill: sigkill, stderr: &tail{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	if opts.SHA256 != nil {
+		bin, dir, err := copyPinned(cmd.Path, opts.CopyDir, opts.SHA256)
+		if err != nil {
+			sigkill()
+			if ce, ok := errors.AsType[*ChecksumError](err); ok {
+				ce.Path = opts.Path
+				return nil, ce
+			}
+			return nil, fmt.Errorf("plugin %s: %w", opts.Path, err)
+		}
+		cmd.Path, p.copyDir = bin, dir
+	}
 	cc := shared.ClientConfig(cmd, opts.Logger)
+	cc.SkipHostEnv = true // cmd.Env is all of the host's environment the plugin gets
 	cc.VersionedPlugins = opts.Plugins
 	cc.StartTimeout = opts.StartTimeout
 	cc.Stderr = p.stderr
@@ -118,7 +152,6 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 
 	started := make(chan error, 1)
 	go p.keep(started)
-	var err error
 	select {
 	case err = <-started:
 	case <-ctx.Done():
@@ -139,6 +172,7 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 func (p *Process) keep(started chan<- error) {
 	pinThread()
 	defer close(p.done)
+	defer p.removeCopy()
 	defer p.sigkill()
 	_, err := p.client.Start()
 	if err == nil {
@@ -190,6 +224,16 @@ func (p *Process) killBounded() error {
 		// hold its stdout open, get here; go-plugin's Kill returns once they are gone.
 		p.opts.Logger.Error("plugin still not gone after SIGKILL", "path", p.opts.Path, "pid", p.pid)
 		return fmt.Errorf("%w (after %s), and it was still not gone %s later", ErrKillTimeout, timeout, timeout)
+	}
+}
+
+// removeCopy removes the private folder of a pinned binary's copy, once the process is gone.
+func (p *Process) removeCopy() {
+	if p.copyDir == "" {
+		return
+	}
+	if err := removeCopy(p.copyDir); err != nil {
+		p.opts.Logger.Warn("plugin stopped, but its pinned copy stays", "path", p.opts.Path, "copy", p.copyDir, "error", err)
 	}
 }
 

@@ -22,8 +22,10 @@ func (t *tail) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, b...)
-	if over := len(t.buf) - tailSize; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
+	// Trimmed once it holds twice what is kept, so a plugin that writes many lines costs a
+	// copy of the kept end per tailSize bytes, not per line.
+	if len(t.buf) > 2*tailSize {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailSize:]...)
 	}
 	return len(b), nil
 }
@@ -32,7 +34,7 @@ func (t *tail) Write(b []byte) (int, error) {
 // lines; JSON log lines are shown by their level and message.
 func (t *tail) String() string {
 	t.mu.Lock()
-	text := string(t.buf)
+	text := string(t.buf[max(0, len(t.buf)-tailSize):])
 	t.mu.Unlock()
 	var lines []string
 	for _, l := range strings.Split(text, "\n") {
