@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,10 +124,11 @@ func (i *instance) retire(drain time.Duration) {
 func (i *instance) kill() { _ = i.proc.Kill() }
 
 // startInstance starts the binary of spec and learns what it serves. A binary serves a kind when
-// it answers that kind's Describe; Unimplemented means it does not.
+// it answers that kind's Describe; Unimplemented means it does not. go-plugin logs to log, and
+// the plugin's lines to log.Named(binary name).
 func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger) (*instance, error) {
 	p, err := launch.Start(ctx, launch.Options{
-		Path: spec.Path, SHA256: spec.SHA256, Logger: log,
+		Path: spec.Path, SHA256: spec.SHA256, CopyDir: opt.CopyDir, Env: envNames(opt, spec), Logger: log,
 		StartTimeout: opt.StartTimeout, KillTimeout: opt.KillTimeout,
 	})
 	if err != nil {
@@ -145,6 +147,18 @@ func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger
 		inst.name = filepath.Base(spec.Path)
 	}
 	return inst, nil
+}
+
+// envNames are the host environment variables the plugin of spec sees besides the base ones:
+// the runtime's, then the spec's.
+func envNames(opt *Config, spec Spec) []string {
+	var out []string
+	for _, n := range slices.Concat(opt.Env, spec.Env) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // identify dispenses both kinds and keeps those the plugin answers Describe for.

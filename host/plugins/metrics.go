@@ -16,6 +16,8 @@ type metrics struct {
 	restarts *prometheus.CounterVec
 	reloads  *prometheus.CounterVec
 	up       *upCollector
+
+	logDropped *prometheus.CounterVec
 }
 
 func newMetrics(status func() []Status) *metrics {
@@ -32,13 +34,15 @@ func newMetrics(status func() []Status) *metrics {
 			Help: "Plugin processes started again after one exited or hung."}, []string{"plugin"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_plugin_reloads_total",
 			Help: "Plugin reloads (SIGHUP, POST /api/plugins/reload), by result: ok or error."}, []string{"result"}),
+		logDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_plugin_log_lines_dropped_total",
+			Help: "Log lines of a plugin not relayed to the host's log, over its rate limit (plugin: the binary's file name, which names its log)."}, []string{"plugin"}),
 		up: &upCollector{status: status, desc: prometheus.NewDesc("kds_plugin_up",
 			"1 when the plugin answers calls (running, or builtin), 0 while it is down.", []string{"plugin"}, nil)},
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.errors, m.timeouts, m.seconds, m.restarts, m.reloads, m.up}
+	return []prometheus.Collector{m.calls, m.errors, m.timeouts, m.seconds, m.restarts, m.reloads, m.up, m.logDropped}
 }
 
 // call counts one call to plugin's method.

@@ -1,6 +1,10 @@
 // Package plugins is the host's plugin runtime: it runs the RetryForcer and OwnerCheck plugin
 // binaries over go-plugin, verifies them, supervises them, swaps them at runtime, and serves the
 // built-in reference plugins for what no binary serves.
+//
+// A plugin sees an allow-listed environment (Config.Env, Spec.Env), a pinned one runs from a
+// private copy of the bytes that were hashed (see launch.Options), and its log lines reach the
+// host's log at a bounded rate (Config.LogRate), the excess counted and summarised.
 package plugins
 
 import (
@@ -20,6 +24,7 @@ import (
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 	"github.com/kds-host/kds-host/shared"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 // Config configures a Runtime. Only Plugins changes later, by Reload; the zero value of every
@@ -29,6 +34,21 @@ type Config struct {
 	// Logger is the host's logger. Runtime messages go to its "plugin" sub-logger, and the
 	// log lines of a plugin (JSON hclog lines on its stderr) to "plugin.<binary name>".
 	Logger hclog.Logger
+	// Env names the host environment variables every plugin sees besides PATH, HOME and
+	// TMPDIR, with the host's values (launch.Options.Env); a Spec adds its own. Nothing else
+	// of the host's environment reaches a plugin (not KDS_STORE, not cloud credentials), only
+	// these and go-plugin's own variables.
+	Env []string
+	// CopyDir is where pinned binaries are copied to run from (launch.Options.CopyDir; default
+	// os.TempDir()).
+	CopyDir string
+	// LogRate and LogBurst bound the log lines of each plugin binary that reach Logger:
+	// LogRate a second, LogBurst at once (defaults 100 and 200), over all its restarts. The
+	// lines over the bound are counted (kds_plugin_log_lines_dropped_total) and summarised in
+	// the log at most once per LogSummaryInterval (default 10s), and when the plugin stops.
+	LogRate            float64
+	LogBurst           int
+	LogSummaryInterval time.Duration
 	// StartTimeout bounds a plugin's start: the go-plugin handshake, then Describe and Configure
 	// (default 10s).
 	StartTimeout time.Duration
@@ -65,8 +85,15 @@ func (c *Config) setDefaults() {
 	def(&c.BackoffMin, 100*time.Millisecond)
 	def(&c.BackoffMax, 10*time.Second)
 	def(&c.StableAfter, 10*time.Second)
+	def(&c.LogSummaryInterval, 10*time.Second)
 	if c.HungAfter <= 0 {
 		c.HungAfter = 3
+	}
+	if c.LogRate <= 0 {
+		c.LogRate = 100
+	}
+	if c.LogBurst <= 0 {
+		c.LogBurst = 200
 	}
 }
 
@@ -78,6 +105,9 @@ type Status struct {
 	// Checksum is "sha256:HEX" of the binary: the pinned one, or the one computed at start.
 	Checksum string `json:"checksum,omitempty"`
 	Version  string `json:"version,omitempty"`
+	// Env names the host environment variables the plugin sees besides PATH, HOME and TMPDIR
+	// (Config.Env and its Spec's); never their values.
+	Env []string `json:"env,omitempty"`
 	// Serves lists the services the plugin answers (RetryForcer, OwnerCheck). For builtin, the
 	// services no plugin serves; FallbackFor is RetryForcer when a plugin serves it (the
 	// scheduler's fallback, Runtime.Fallback).
@@ -131,7 +161,16 @@ type Runtime struct {
 type generation struct {
 	retry, owner *supervisor // nil: the built-in plugin answers
 	supervisors  []*supervisor
+	relays       []*logRelay // the log relays of the supervisors' plugins, closed after them
 	builtin      *builtin
+}
+
+// stop stops the generation's plugins and returns when they are gone.
+func (g *generation) stop() {
+	stopAll(g.supervisors)
+	for _, r := range g.relays {
+		r.close()
+	}
 }
 
 // builtin is the in-process reference plugins.
@@ -146,6 +185,9 @@ type builtin struct {
 // plugins serving the same service.
 func New(cfg Config) (*Runtime, error) {
 	cfg.setDefaults()
+	if err := launch.CheckEnv(cfg.Env); err != nil {
+		return nil, fmt.Errorf("the plugins' environment: %w", err)
+	}
 	rt := &Runtime{cfg: cfg, log: cfg.Logger.Named("plugin"), started: time.Now()}
 	rt.metrics = newMetrics(rt.Status)
 	rt.rf = &retryForwarder{forwarder[shared.RetryForcer]{rt, retrySide}}
@@ -185,7 +227,7 @@ func (rt *Runtime) Reload(ctx context.Context, read func() (Plugins, error)) err
 	// The reload has taken effect once the new plugins are in force: say so before the old
 	// ones are stopped (which waits for their calls in flight), so Status and LastReload agree.
 	rt.lastReload.Store(&ReloadResult{At: time.Now()})
-	stopAll(old.supervisors)
+	old.stop()
 	rt.metrics.reloads.WithLabelValues("ok").Inc()
 	rt.log.Info("plugins reloaded", "plugins", describeGeneration(g))
 	return nil
@@ -212,7 +254,7 @@ func (rt *Runtime) Close() {
 	}
 	rt.closed = true
 	old := rt.install(&generation{builtin: rt.gen.Load().builtin})
-	stopAll(old.supervisors)
+	old.stop()
 }
 
 // Collectors are the runtime's Prometheus metrics, for the host's registry.
@@ -300,9 +342,11 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 
 	insts := make([]*instance, len(bins))
 	errs := make([]error, len(bins))
+	relays := make([]*logRelay, len(bins))
 	var wg sync.WaitGroup
 	for i, s := range bins {
-		wg.Go(func() { insts[i], errs[i] = startInstance(ctx, s, &rt.cfg, rt.log) })
+		relays[i] = newLogRelay(filepath.Base(s.Path), &rt.cfg, rt.log, rt.metrics)
+		wg.Go(func() { insts[i], errs[i] = startInstance(ctx, s, &rt.cfg, relays[i].logger(rt.log)) })
 	}
 	wg.Wait()
 	fail := func(err error) (*generation, error) {
@@ -313,13 +357,16 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 			}
 		}
 		kill.Wait()
+		for _, r := range relays {
+			r.close()
+		}
 		return nil, err
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fail(err)
 	}
 
-	g := &generation{}
+	g := &generation{relays: relays}
 	var rfFrom, ocFrom string
 	for i, inst := range insts {
 		if inst.rf != nil {
@@ -378,10 +425,10 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 	}
 
 	for i, inst := range insts {
-		spec, doc := bins[i], docs[i]
+		spec, doc, log := bins[i], docs[i], relays[i].logger(rt.log)
 		wantRF, wantOC := inst.rf != nil, inst.oc != nil
 		start := func(ctx context.Context) (*instance, error) {
-			return rt.restartInstance(ctx, spec, doc, wantRF, wantOC)
+			return rt.restartInstance(ctx, spec, doc, wantRF, wantOC, log)
 		}
 		s := newSupervisor(spec, inst, start, &rt.cfg, rt.log, rt.metrics)
 		g.supervisors = append(g.supervisors, s)
@@ -396,10 +443,10 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 	return g, nil
 }
 
-// restartInstance starts a plugin again: it must still serve what it served, and gets the same
-// policy document.
-func (rt *Runtime) restartInstance(ctx context.Context, spec Spec, doc *Document, wantRF, wantOC bool) (*instance, error) {
-	inst, err := startInstance(ctx, spec, &rt.cfg, rt.log)
+// restartInstance starts a plugin again: it must still serve what it served, gets the same
+// policy document, and logs through the same relay.
+func (rt *Runtime) restartInstance(ctx context.Context, spec Spec, doc *Document, wantRF, wantOC bool, log hclog.Logger) (*instance, error) {
+	inst, err := startInstance(ctx, spec, &rt.cfg, log)
 	if err != nil {
 		return nil, err
 	}

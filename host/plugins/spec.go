@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 // Builtin is the Path of the in-process reference plugins (retrypolicy and ownerpredict).
@@ -35,9 +37,13 @@ type Plugins struct {
 type Spec struct {
 	// Path is the plugin binary, or Builtin.
 	Path string
-	// SHA256 pins the binary's checksum; go-plugin refuses to run a binary that does not match.
-	// Nil runs whatever is at Path.
+	// SHA256 pins the binary's checksum: the binary is copied to a private folder, hashed as
+	// it is copied, refused if it does not match, and run from the copy, so the process runs
+	// exactly the bytes that were hashed. Nil runs whatever is at Path.
 	SHA256 []byte
+	// Env names host environment variables this plugin sees besides Config.Env's (a --config
+	// file's env: [NAME, ...]).
+	Env []string
 	// Document is the policy document the plugin's RetryForcer is configured with; nil looks
 	// it up in Plugins.Documents, and without one there the plugin keeps its own default.
 	Document *Document
@@ -103,6 +109,7 @@ type fileConfig struct {
 type fileSpec struct {
 	Path       string    `yaml:"path"`
 	SHA256     string    `yaml:"sha256"`
+	Env        []string  `yaml:"env"`
 	Config     yaml.Node `yaml:"config"`
 	ConfigFile string    `yaml:"configFile"`
 }
@@ -115,6 +122,8 @@ plugins:
     # sha256: <hex>                     # the same pin, as a field
     config: {policy: fixed, delay: 1s}  # inline policy document...
     # configFile: ./policy.yaml         # ...or one from a file
+    # env: [AWS_REGION]                 # host environment variables it sees, besides PATH,
+                                        # HOME, TMPDIR and --plugin-env's; nothing else
   - path: builtin                       # the in-process policies; config applies to its retry policy
 `
 
@@ -153,6 +162,15 @@ func LoadFile(file string) (Plugins, error) {
 		}
 		if s.Path != Builtin {
 			s.Path = nextTo(dir, s.Path)
+		}
+		if len(fs.Env) > 0 {
+			if s.Path == Builtin {
+				return Plugins{}, fmt.Errorf("%s: env: the built-in plugins run in the host's process", at)
+			}
+			if err := launch.CheckEnv(fs.Env); err != nil {
+				return Plugins{}, fmt.Errorf("%s: env: %w", at, err)
+			}
+			s.Env = fs.Env
 		}
 		switch {
 		case !fs.Config.IsZero() && fs.ConfigFile != "":

@@ -79,6 +79,7 @@ plugins:
     config: {policy: fixed, delay: 1s}
   - path: /opt/owner-check
     sha256: `+hex64+`
+    env: [AWS_REGION, OWNER_CHECK_MODE]
   - path: ./bin/other
     configFile: policy.yaml
   - path: builtin
@@ -98,6 +99,8 @@ plugins:
 	g.Expect(p.List[1].Path).To(Equal("/opt/owner-check"))
 	g.Expect(p.List[1].SHA256).To(HaveLen(32))
 	g.Expect(p.List[1].Document).To(BeNil())
+	g.Expect(p.List[1].Env).To(Equal([]string{"AWS_REGION", "OWNER_CHECK_MODE"}))
+	g.Expect(p.List[0].Env).To(BeNil())
 	g.Expect(p.List[2].Document.Source).To(Equal(filepath.Join(dir, "policy.yaml")))
 	g.Expect(string(p.List[2].Document.Data)).To(Equal("policy: decorrelated\n"))
 	g.Expect(p.List[3].Path).To(Equal(plugins.Builtin))
@@ -128,6 +131,8 @@ plugins:
 		{"plugins:\n  - path: x@sha256:" + hex64 + "\n    sha256: " + hex64 + "\n", "the checksum is given twice"},
 		{"plugins:\n  - path: x\n    configFile: missing.yaml\n", "plugins[0]: configFile: open"},
 		{"plugins: [", "yaml"},
+		{"plugins:\n  - path: x\n    env: [A=b]\n", `plugins[0]: env: environment variable "A=b": give a name alone`},
+		{"plugins:\n  - path: builtin\n    env: [A]\n", "plugins[0]: env: the built-in plugins run in the host's process"},
 	} {
 		_, err := plugins.LoadFile(write("bad.yaml", tc.text))
 		g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)), tc.text)

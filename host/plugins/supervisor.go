@@ -299,7 +299,7 @@ func (s *supervisor) record(method string, d time.Duration, failed, timedOut boo
 func (s *supervisor) status() Status {
 	s.mu.Lock()
 	st := Status{
-		Name: s.name, Path: s.spec.Path, Checksum: "sha256:" + s.info.checksum, Version: s.info.version,
+		Name: s.name, Path: s.spec.Path, Checksum: "sha256:" + s.info.checksum, Version: s.info.version, Env: envNames(s.opt, s.spec),
 		Serves: s.info.serves(), Policy: s.info.policy, State: s.state, Since: s.since,
 		Restarts: s.restarts, LastError: s.lastErr,
 	}
