@@ -9,6 +9,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 // pluginFlags choose the plugins a global runs.
@@ -16,6 +17,7 @@ type pluginFlags struct {
 	config       string
 	paths        []string
 	documents    []string
+	env          []string
 	startTimeout time.Duration
 }
 
@@ -29,13 +31,16 @@ func addPluginFlags(f *pflag.FlagSet, flags *pluginFlags) {
 	f.StringSliceVar(&flags.documents, "plugin-config", nil, "global: NAME=FILE configures plugin NAME (its Describe name, e.g. retry-forcer, "+
 		"its binary's file name, or builtin) with the policy document in FILE (repeatable). "+
 		"Without --config, SIGHUP and POST /api/plugins/reload re-read these files and restart the --plugin binaries")
+	f.StringSliceVar(&flags.env, "plugin-env", nil, "global: NAME of a host environment variable every plugin also sees, with the host's value (repeatable; "+
+		"KDS_PLUGIN_ENV=A,B). A plugin sees only PATH, HOME, TMPDIR, these, its --config entry's env: [NAME] and go-plugin's own variables: "+
+		"nothing else of the host's environment (not KDS_STORE, not cloud credentials) reaches it. It applies with --config too")
 	f.DurationVar(&flags.startTimeout, "plugin-start-timeout", 10*time.Second, "global: how long a plugin may take to start: the go-plugin handshake, then Describe and Configure")
 }
 
 // refuseInZone refuses the plugin flags in a zone, which runs no plugin.
 func (f *pluginFlags) refuseInZone() error {
-	if f.config != "" || len(f.paths) > 0 || len(f.documents) > 0 {
-		return fmt.Errorf("--config, --plugin and --plugin-config are global flags; a zone runs no plugin")
+	if f.config != "" || len(f.paths) > 0 || len(f.documents) > 0 || len(f.env) > 0 {
+		return fmt.Errorf("--config, --plugin, --plugin-config and --plugin-env are global flags; a zone runs no plugin")
 	}
 	return nil
 }
@@ -76,12 +81,15 @@ func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*
 	if f.config != "" && (len(f.paths) > 0 || len(f.documents) > 0) {
 		log.Warn("--config is given: --plugin and --plugin-config are ignored", "config", f.config)
 	}
+	if err := launch.CheckEnv(f.env); err != nil {
+		return nil, fmt.Errorf("--plugin-env: %w", err)
+	}
 	p, err := f.load()
 	if err != nil {
 		return nil, err
 	}
 	rt, err := plugins.New(plugins.Config{
-		Plugins: p, Logger: log, StartTimeout: f.startTimeout,
+		Plugins: p, Logger: log, StartTimeout: f.startTimeout, Env: f.env,
 		// The callers set their own, tighter deadlines; this one bounds every call and probe.
 		CallTimeout: max(cfg.PolicyTimeout, cfg.OwnerCheckTimeout),
 	})

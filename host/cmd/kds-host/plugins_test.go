@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -20,7 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
+	"github.com/spf13/pflag"
 
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/controlplane"
@@ -68,6 +71,9 @@ func TestPluginFlags(t *testing.T) {
 
 	g.Expect(f.refuseInZone()).To(MatchError(ContainSubstring("are global flags")))
 	g.Expect((&pluginFlags{}).refuseInZone()).To(Succeed())
+	g.Expect((&pluginFlags{env: []string{"AWS_REGION"}}).refuseInZone()).To(MatchError(ContainSubstring("--plugin-env are global flags")))
+	_, err = (&pluginFlags{env: []string{"AWS_REGION=eu-1"}}).start(hclog.NewNullLogger(), &controlplane.GlobalConfig{})
+	g.Expect(err).To(MatchError(`--plugin-env: environment variable "AWS_REGION=eu-1": give a name alone; the plugin gets the host's value`))
 
 	// Env twins: KDS_PLUGIN is a comma list.
 	t.Setenv("KDS_PLUGIN", "./a,./b@sha256:"+strings.Repeat("b", 64))
@@ -76,6 +82,47 @@ func TestPluginFlags(t *testing.T) {
 	_ = root.Execute()
 	flag := root.Flags().Lookup("plugin")
 	g.Expect(flag.Value.String()).To(Equal("[./a,./b@sha256:" + strings.Repeat("b", 64) + "]"))
+
+	// KDS_PLUGIN_ENV too.
+	t.Setenv("KDS_PLUGIN_ENV", "AWS_REGION,PLUGIN_MODE")
+	root = newRootCmd()
+	root.SetArgs([]string{"--mode", "nope"})
+	_ = root.Execute()
+	g.Expect(root.Flags().Lookup("plugin-env").Value.(pflag.SliceValue).GetSlice()).To(Equal([]string{"AWS_REGION", "PLUGIN_MODE"}))
+}
+
+// TestAPluginSeesNoneOfTheHostsSecrets runs kds-host with a database password in KDS_STORE and
+// a cloud key in its environment, and a plugin that reports the environment it got: it sees
+// PATH, HOME, TMPDIR and the --plugin-env names (given as KDS_PLUGIN_ENV), nothing else.
+func TestAPluginSeesNoneOfTheHostsSecrets(t *testing.T) {
+	g := NewWithT(t)
+	bin := testbin.Build(t, "./shared/launch/testdata/env")
+	dir := t.TempDir()
+	report := filepath.Join(dir, "env.json")
+	h := startHostEnv(t, []string{
+		"KDS_STORE=postgres://kds:s3cret-db-password@127.0.0.1:1/kds", // --store below wins; the variable stays set
+		"AWS_SECRET_ACCESS_KEY=s3cret-cloud-key",
+		"KDS_PLUGIN_ENV=ENV_REPORT_FILE,PLUGIN_REGION",
+		"ENV_REPORT_FILE=" + report,
+		"PLUGIN_REGION=eu-1",
+		"TMPDIR=" + dir,
+	}, "--store", filepath.Join(dir, "kds.db"), "--plugin", bin)
+
+	b, err := os.ReadFile(report)
+	g.Expect(err).NotTo(HaveOccurred())
+	var list []string
+	g.Expect(json.Unmarshal(b, &list)).To(Succeed())
+	env := map[string]string{}
+	for _, kv := range list {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+		g.Expect(v).NotTo(ContainSubstring("s3cret"), "%s leaks a secret", k)
+	}
+	g.Expect(slices.Collect(maps.Keys(env))).To(ConsistOf("PATH", "HOME", "TMPDIR", "ENV_REPORT_FILE", "PLUGIN_REGION",
+		"KDS_HOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT"))
+	g.Expect(env).To(HaveKeyWithValue("PLUGIN_REGION", "eu-1"))
+	g.Expect(env).To(HaveKeyWithValue("TMPDIR", dir))
+	g.Expect(pluginNamed(h.plugins(t), "env").Env).To(Equal([]string{"ENV_REPORT_FILE", "PLUGIN_REGION"}))
 }
 
 // freePorts returns n loopback addresses with free ports.
@@ -129,11 +176,18 @@ type hostProcess struct {
 // it is ready. The test's end stops it.
 func startHost(t *testing.T, args ...string) *hostProcess {
 	t.Helper()
+	return startHostEnv(t, nil, args...)
+}
+
+// startHostEnv is startHost with env added to the test's environment.
+func startHostEnv(t *testing.T, env []string, args ...string) *hostProcess {
+	t.Helper()
 	ports := freePorts(t, 3)
 	h := &hostProcess{out: &syncBuffer{}, kdsAddr: ports[0], apiAddr: ports[1], diag: ports[2], exited: make(chan struct{})}
 	h.cmd = exec.Command(testbin.Build(t, "./host/cmd/kds-host"), append([]string{
 		"--data-dir", t.TempDir(), "--kds-plaintext", "--kds-addr", h.kdsAddr, "--api-addr", h.apiAddr, "--diag-addr", h.diag,
 		"--log-level", "debug"}, args...)...)
+	h.cmd.Env = append(os.Environ(), env...)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
