@@ -28,6 +28,7 @@ type runFlags struct {
 	mode             string
 	dataDir          string
 	store            string
+	acceptNewStore   bool
 	kdsAddr          string
 	apiAddr          string
 	diagAddr         string
@@ -59,6 +60,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.mode, "mode", "global", "global or zone")
 	f.StringVar(&flags.dataDir, "data-dir", ".data/kds-host", "folder for the SQLite database and the self-signed KDS certificate")
 	f.StringVar(&flags.store, "store", "", "database: empty for SQLite under --data-dir, a path ending in .db, or postgres://user:pass@host/db")
+	f.BoolVar(&flags.acceptNewStore, "accept-new-store", false, "global: serve a store whose id is not the one recorded in <data-dir>/store-id (a new or replaced database, on purpose) and record its id; without it the global refuses to start on such a store")
 	f.StringVar(&flags.kdsAddr, "kds-addr", ":5685", "global: KDS gRPC listen address")
 	f.StringVar(&flags.apiAddr, "api-addr", "", "HTTP API listen address (default 127.0.0.1:5681 global, 127.0.0.1:15681 zone)")
 	f.StringVar(&flags.diagAddr, "diag-addr", "", "metrics, /healthz and /readyz listen address (default 127.0.0.1:5680 global, 127.0.0.1:15680 zone)")
@@ -191,6 +193,13 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	}
 	defer st.Close()
 	cfg.Store = st
+	if err := controlplane.CheckStoreIdentity(ctx, st, flags.dataDir, flags.acceptNewStore, log); err != nil {
+		var lost *controlplane.StoreIdentityError
+		if errors.As(err, &lost) {
+			err = fmt.Errorf("%w: start once with --accept-new-store (%s=true)", err, EnvName("accept-new-store"))
+		}
+		return err
+	}
 	g, err := controlplane.NewGlobal(cfg)
 	if err != nil {
 		return err
