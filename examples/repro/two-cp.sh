@@ -116,11 +116,13 @@ echo "== $label: global and zone on loopback, zone admission down: $outage"
 pids+=($!)
 wait_ready "http://127.0.0.1:$g_diag/readyz" global
 for f in examples/resources/mesh.yaml "${applies[@]}"; do
-  "$BIN/kds-host" apply -f "$f" --cp "http://127.0.0.1:$g_api" >/dev/null
+  "$BIN/kds-host" apply -f "$f" --cp "http://127.0.0.1:$g_api" --data-dir "$work/global" >/dev/null
 done
 
+"$BIN/kds-host" token zone --name zone-1 --cp "http://127.0.0.1:$g_api" --data-dir "$work/global" >"$work/zone.token"
 start=$(now)
 "$BIN/kds-host" --mode zone --zone-name zone-1 --data-dir "$work/zone" --global-address "grpcs://127.0.0.1:$g_kds" \
+  --zone-token-file "$work/zone.token" \
   --kds-tls-ca "$work/global/tls/kds.crt" --api-addr "127.0.0.1:$z_api" --diag-addr "127.0.0.1:$z_diag" \
   "${outage_args[@]}" "${zmore[@]}" >"$work/zone.log" 2>&1 &
 pids+=($!)
@@ -136,7 +138,7 @@ done
 echo "t=$(since "$start")s  rejection shows: zone NACKs so far ${n:-0}"
 
 applied=$(now)
-"$BIN/kds-host" apply -f examples/resources/meshtimeout.yaml --cp "http://127.0.0.1:$g_api" >/dev/null
+"$BIN/kds-host" apply -f examples/resources/meshtimeout.yaml --cp "http://127.0.0.1:$g_api" --data-dir "$work/global" >/dev/null
 echo "t=$(since "$start")s  applied MeshTimeout timeout-for-backend on the global"
 
 converged=no last="" late_from=""

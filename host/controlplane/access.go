@@ -165,7 +165,7 @@ func (g *Global) expireZones(ctx context.Context) {
 			if g.Holds != nil {
 				g.Holds.Forget(zone)
 			}
-			forgetZone(g.series, zone)
+			g.zoneMetrics.forget(zone)
 		}
 	}
 }

@@ -107,7 +107,7 @@ type Global struct {
 	API     *api.Server
 
 	kdsLn, apiLn, diagLn net.Listener
-	series               []zoneSeries // metrics with a zone label, freed with the zone
+	zoneMetrics          *zoneMetrics // the counters with a zone label, freed with the zone
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -153,8 +153,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		builtin := ownerpredict.New()
 		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }
 	}
-	km := newKDSMetrics(g.metrics)
-	g.series = append(g.series, km.perZone()...)
+	g.zoneMetrics = newZoneMetrics()
+	g.metrics.MustRegister(g.zoneMetrics)
+	km := newKDSMetrics(g.metrics, g.zoneMetrics)
 	observers := []event.Observer{g.Zones.Observer(), km.observer(), g.logObserver()}
 	switch cfg.Emulate {
 	case "":
@@ -165,8 +166,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		if current == nil {
 			current = func() shared.RetryForcer { return cfg.Builtin }
 		}
-		rm := newRetryMetrics(g.metrics, g.log.Named("retry"))
-		g.series = append(g.series, rm.perZone()...)
+		rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
 		sched, err := retry.NewScheduler(retry.Config{
 			Policy:   retry.Standard(current, cfg.Builtin, cfg.PolicyTimeout, rm.fallback),
 			Resender: g.Cache, Hooks: rm.hooks(),
@@ -187,8 +187,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		return nil, fmt.Errorf("emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
 	}
 	if cfg.OwnerHolds {
-		om := newOwnerMetrics(g.metrics)
-		g.series = append(g.series, om.perZone()...)
+		om := newOwnerMetrics(g.metrics, g.zoneMetrics)
 		holds, err := owner.New(owner.Config{
 			Policy: g.cfg.OwnerCheck, Timeout: cfg.OwnerCheckTimeout,
 			Source: g.Cache, Inventory: g.Zones, Refresher: g.Cache, Hooks: om.hooks(),

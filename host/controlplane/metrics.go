@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -10,37 +11,9 @@ import (
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/shrink"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
-
-// kdsMetrics counts KDS traffic for Prometheus.
-type kdsMetrics struct {
-	streams   prometheus.Gauge
-	responses *prometheus.CounterVec
-	resources *prometheus.CounterVec
-	acks      *prometheus.CounterVec
-	nacks     *prometheus.CounterVec
-	rejected  *prometheus.CounterVec
-	again     *prometheus.CounterVec
-	refused   *prometheus.CounterVec
-}
-
-func (m *kdsMetrics) perZone() []zoneSeries {
-	return []zoneSeries{m.responses, m.resources, m.acks, m.nacks, m.rejected, m.again}
-}
-
-// zoneSeries is a metric vector with a "zone" label, whose series are deleted when the zone's
-// state is freed, so that zones that come and go do not grow /metrics for ever.
-type zoneSeries interface {
-	DeletePartialMatch(labels prometheus.Labels) int
-}
-
-// forgetZone deletes every series of zone.
-func forgetZone(series []zoneSeries, zone string) {
-	for _, s := range series {
-		s.DeletePartialMatch(prometheus.Labels{"zone": zone})
-	}
-}
 
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -48,25 +21,156 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-func newKDSMetrics(reg prometheus.Registerer) *kdsMetrics {
+// zoneMetrics keeps the counters that /metrics shows with a zone label, and serves them at
+// scrape time. A Prometheus vector keeps a map entry for every label value it ever saw, even
+// after its series are deleted; here a zone's counters go with the zone (forget), and the map
+// is copied smaller once it shrinks, so zones that come and go leave nothing behind.
+type zoneMetrics struct {
+	mu    sync.Mutex
+	zones map[string]*zoneCounts
+	peak  shrink.Peak
+}
+
+// zoneCounts are one zone's counters.
+type zoneCounts struct {
+	kinds          map[string]*kindCounts
+	reRequests     [2]float64 // answered, limited
+	rounds         float64
+	fallbacks      float64
+	giveUps        float64
+	ownerCalls     [2]float64 // ok, error
+	ownerFailOpens float64
+}
+
+// kindCounts are one zone's counters of one kind.
+type kindCounts struct {
+	responses, resources, acks, nacks float64
+	rejected                          map[event.Cause]float64
+	resent, held, released            float64
+}
+
+func newZoneMetrics() *zoneMetrics { return &zoneMetrics{zones: map[string]*zoneCounts{}} }
+
+// count runs f on zone's counters under the lock.
+func (m *zoneMetrics) count(zone string, f func(z *zoneCounts)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	z := m.zones[zone]
+	if z == nil {
+		z = &zoneCounts{kinds: map[string]*kindCounts{}}
+		m.zones[zone] = z
+	}
+	f(z)
+}
+
+func (z *zoneCounts) kind(kind string) *kindCounts {
+	k := z.kinds[kind]
+	if k == nil {
+		k = &kindCounts{}
+		z.kinds[kind] = k
+	}
+	return k
+}
+
+// forget drops a zone's counters.
+func (m *zoneMetrics) forget(zone string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.zones, zone)
+	m.zones = shrink.Map(m.zones, &m.peak)
+}
+
+// zoneDescs are the metrics zoneMetrics serves, with their labels after "zone".
+var zoneDescs = struct {
+	responses, resources, acks, nacks, rejected, reRequests                  *prometheus.Desc
+	rounds, resent, fallbacks, giveUps, held, released, ownerCalls, failOpen *prometheus.Desc
+}{
+	responses: prometheus.NewDesc("kds_responses_total", "Delta responses sent to zones.", []string{"zone", "kind"}, nil),
+	resources: prometheus.NewDesc("kds_resources_sent_total", "Resources (and removals) sent to zones.", []string{"zone", "kind"}, nil),
+	acks:      prometheus.NewDesc("kds_acks_total", "ACKs received from zones.", []string{"zone", "kind"}, nil),
+	nacks:     prometheus.NewDesc("kds_nacks_total", "NACKs received from zones.", []string{"zone", "kind"}, nil),
+	rejected: prometheus.NewDesc("kds_rejected_resources_total", "Resources named as rejected in NACKs, by the zone's cause.",
+		[]string{"zone", "kind", "cause"}, nil),
+	reRequests: prometheus.NewDesc("kds_rerequests_total",
+		"Zones asking again for names they refused once the cause cleared: answered at once, or refused by the stream's rate limit.", []string{"zone", "result"}, nil),
+	rounds:    prometheus.NewDesc("kds_retry_rounds_total", "Retry rounds fired.", []string{"zone"}, nil),
+	resent:    prometheus.NewDesc("kds_retry_resent_resources_total", "Rejected resources sent again by retry rounds.", []string{"zone", "kind"}, nil),
+	fallbacks: prometheus.NewDesc("kds_retry_policy_fallbacks_total", "Decisions the built-in policy made because the configured policy failed or timed out.", []string{"zone"}, nil),
+	giveUps:   prometheus.NewDesc("kds_retry_give_ups_total", "Streams on which the policy gave up.", []string{"zone"}, nil),
+	held: prometheus.NewDesc("kds_retry_held_resources_total", "Rejected resources the policy holds back until their content changes (an INVALID spec).",
+		[]string{"zone", "kind"}, nil),
+	released: prometheus.NewDesc("kds_retry_released_resources_total", "Rejected resources sent again at once because the owner they missed was ACKed.",
+		[]string{"zone", "kind"}, nil),
+	ownerCalls: prometheus.NewDesc("kds_owner_check_calls_total", "Batched owner-check calls, by zone and result.", []string{"zone", "result"}, nil),
+	failOpen:   prometheus.NewDesc("kds_owner_check_fail_open_total", "Pushes sent unchecked because the owner check failed or timed out.", []string{"zone"}, nil),
+}
+
+// Describe implements prometheus.Collector.
+func (m *zoneMetrics) Describe(ch chan<- *prometheus.Desc) {
+	d := zoneDescs
+	for _, desc := range []*prometheus.Desc{d.responses, d.resources, d.acks, d.nacks, d.rejected, d.reRequests,
+		d.rounds, d.resent, d.fallbacks, d.giveUps, d.held, d.released, d.ownerCalls, d.failOpen} {
+		ch <- desc
+	}
+}
+
+// Collect implements prometheus.Collector: every counter of every zone, as it is now.
+func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
+	d := zoneDescs
+	emit := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for zone, z := range m.zones {
+		for kind, k := range z.kinds {
+			emit(d.responses, k.responses, zone, kind)
+			emit(d.resources, k.resources, zone, kind)
+			emit(d.acks, k.acks, zone, kind)
+			emit(d.nacks, k.nacks, zone, kind)
+			for cause, n := range k.rejected {
+				c := string(cause)
+				if c == "" {
+					c = "UNSPECIFIED"
+				}
+				emit(d.rejected, n, zone, kind, c)
+			}
+			if k.resent > 0 {
+				emit(d.resent, k.resent, zone, kind)
+			}
+			if k.held > 0 {
+				emit(d.held, k.held, zone, kind)
+			}
+			if k.released > 0 {
+				emit(d.released, k.released, zone, kind)
+			}
+		}
+		emit(d.reRequests, z.reRequests[0], zone, "answered")
+		emit(d.reRequests, z.reRequests[1], zone, "limited")
+		emit(d.rounds, z.rounds, zone)
+		emit(d.fallbacks, z.fallbacks, zone)
+		emit(d.giveUps, z.giveUps, zone)
+		emit(d.ownerCalls, z.ownerCalls[0], zone, "ok")
+		emit(d.ownerCalls, z.ownerCalls[1], zone, "error")
+		emit(d.failOpen, z.ownerFailOpens, zone)
+	}
+}
+
+// kdsMetrics counts KDS traffic for Prometheus.
+type kdsMetrics struct {
+	zones   *zoneMetrics
+	streams prometheus.Gauge
+	refused *prometheus.CounterVec
+}
+
+func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
 	m := &kdsMetrics{
+		zones:   zones,
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kds_streams", Help: "Open zone streams."}),
-		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_responses_total",
-			Help: "Delta responses sent to zones."}, []string{"zone", "kind"}),
-		resources: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_resources_sent_total",
-			Help: "Resources (and removals) sent to zones."}, []string{"zone", "kind"}),
-		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_acks_total",
-			Help: "ACKs received from zones."}, []string{"zone", "kind"}),
-		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_nacks_total",
-			Help: "NACKs received from zones."}, []string{"zone", "kind"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rejected_resources_total",
-			Help: "Resources named as rejected in NACKs, by the zone's cause."}, []string{"zone", "kind", "cause"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_stream_refusals_total",
 			Help: "KDS streams refused (unauthenticated, permission_denied, limit, invalid) or closed because a newer stream of the same zone replaced them (replaced)."}, []string{"reason"}),
-		again: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_rerequests_total",
-			Help: "Zones asking again for names they refused once the cause cleared: answered at once, or refused by the stream's rate limit."}, []string{"zone", "result"}),
 	}
-	reg.MustRegister(m.streams, m.responses, m.resources, m.acks, m.nacks, m.rejected, m.again, m.refused)
+	reg.MustRegister(m.streams, m.refused)
 	return m
 }
 
@@ -75,144 +179,133 @@ func (m *kdsMetrics) observer() event.Observer {
 		StreamOpened: func(int64, string) { m.streams.Inc() },
 		StreamClosed: func(int64, string) { m.streams.Dec() },
 		Sent: func(s event.Sent) {
-			m.responses.WithLabelValues(s.Zone, s.Kind).Inc()
-			m.resources.WithLabelValues(s.Zone, s.Kind).Add(float64(len(s.Versions) + len(s.Removed)))
+			m.zones.count(s.Zone, func(z *zoneCounts) {
+				k := z.kind(s.Kind)
+				k.responses++
+				k.resources += float64(len(s.Versions) + len(s.Removed))
+			})
 		},
 		ACK: func(a event.ACK) {
 			if !a.Initial {
-				m.acks.WithLabelValues(a.Zone, a.Kind).Inc()
+				m.zones.count(a.Zone, func(z *zoneCounts) { z.kind(a.Kind).acks++ })
 			}
 		},
 		NACK: func(n event.NACK) {
-			m.nacks.WithLabelValues(n.Zone, n.Kind).Inc()
-			for _, r := range n.Rejected {
-				cause := string(r.Cause)
-				if cause == "" {
-					cause = "UNSPECIFIED"
+			m.zones.count(n.Zone, func(z *zoneCounts) {
+				k := z.kind(n.Kind)
+				k.nacks++
+				if k.rejected == nil {
+					k.rejected = map[event.Cause]float64{}
 				}
-				m.rejected.WithLabelValues(n.Zone, n.Kind, cause).Inc()
-			}
+				for _, r := range n.Rejected {
+					k.rejected[r.Cause]++
+				}
+			})
 		},
 		Refused: func(r event.Refusal) { m.refused.WithLabelValues(r.Reason).Inc() },
 		ReRequest: func(r event.ReRequest) {
-			result := "answered"
-			if !r.Answered {
-				result = "limited"
-			}
-			m.again.WithLabelValues(r.Zone, result).Inc()
+			m.zones.count(r.Zone, func(z *zoneCounts) {
+				if r.Answered {
+					z.reRequests[0]++
+				} else {
+					z.reRequests[1]++
+				}
+			})
 		},
 	}
 }
 
 // retryMetrics counts what the retry scheduler decides.
 type retryMetrics struct {
-	rounds    *prometheus.CounterVec
-	resent    *prometheus.CounterVec
-	delay     *prometheus.HistogramVec
-	policy    *prometheus.HistogramVec
-	fallbacks *prometheus.CounterVec
-	giveUps   *prometheus.CounterVec
-	held      *prometheus.CounterVec
-	released  *prometheus.CounterVec
-	log       hclog.Logger
+	zones  *zoneMetrics
+	delay  prometheus.Histogram
+	policy prometheus.Histogram
+	log    hclog.Logger
 }
 
-func (m *retryMetrics) perZone() []zoneSeries {
-	return []zoneSeries{m.rounds, m.resent, m.delay, m.policy, m.fallbacks, m.giveUps, m.held, m.released}
-}
-
-func newRetryMetrics(reg prometheus.Registerer, log hclog.Logger) *retryMetrics {
+func newRetryMetrics(reg prometheus.Registerer, zones *zoneMetrics, log hclog.Logger) *retryMetrics {
 	m := &retryMetrics{
-		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_rounds_total",
-			Help: "Retry rounds fired."}, []string{"zone"}),
-		resent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_resent_resources_total",
-			Help: "Rejected resources sent again by retry rounds."}, []string{"zone", "kind"}),
-		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kds_retry_delay_seconds",
-			Help: "Delay before each retry round.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 13)}, []string{"zone"}),
-		policy: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kds_retry_policy_call_seconds",
-			Help: "Latency of retry policy decisions, fallback included.", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}, []string{"zone"}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_policy_fallbacks_total",
-			Help: "Decisions the built-in policy made because the configured policy failed or timed out."}, []string{"zone"}),
-		giveUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_give_ups_total",
-			Help: "Streams on which the policy gave up."}, []string{"zone"}),
-		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_held_resources_total",
-			Help: "Rejected resources the policy holds back until their content changes (an INVALID spec)."}, []string{"zone", "kind"}),
-		released: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_retry_released_resources_total",
-			Help: "Rejected resources sent again at once because the owner they missed was ACKed."}, []string{"zone", "kind"}),
+		zones: zones,
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kds_retry_delay_seconds",
+			Help: "Delay before each retry round.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 13)}),
+		policy: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kds_retry_policy_call_seconds",
+			Help: "Latency of retry policy decisions, fallback included.", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}),
 		log: log,
 	}
-	reg.MustRegister(m.rounds, m.resent, m.delay, m.policy, m.fallbacks, m.giveUps, m.held, m.released)
+	reg.MustRegister(m.delay, m.policy)
 	return m
 }
 
 func (m *retryMetrics) hooks() retry.Hooks {
 	return retry.Hooks{
-		PolicyCall: func(zone string, d time.Duration, _ error) {
-			m.policy.WithLabelValues(zone).Observe(d.Seconds())
-		},
+		PolicyCall: func(_ string, d time.Duration, _ error) { m.policy.Observe(d.Seconds()) },
 		Round: func(zone string, d time.Duration, resent map[string]int) {
-			m.rounds.WithLabelValues(zone).Inc()
-			m.delay.WithLabelValues(zone).Observe(d.Seconds())
-			for kind, n := range resent {
-				m.resent.WithLabelValues(zone, kind).Add(float64(n))
-			}
+			m.delay.Observe(d.Seconds())
+			m.zones.count(zone, func(z *zoneCounts) {
+				z.rounds++
+				for kind, n := range resent {
+					z.kind(kind).resent += float64(n)
+				}
+			})
 		},
 		GaveUp: func(zone, reason string) {
-			m.giveUps.WithLabelValues(zone).Inc()
+			m.zones.count(zone, func(z *zoneCounts) { z.giveUps++ })
 			m.log.Info("the retry policy gave up: no more forced resends on this stream until content changes", "zone", zone, "reason", reason)
 		},
 		Held: func(zone string, held []retry.HeldName) {
+			m.zones.count(zone, func(z *zoneCounts) {
+				for _, h := range held {
+					z.kind(h.Kind).held++
+				}
+			})
 			for _, h := range held {
-				m.held.WithLabelValues(zone, h.Kind).Inc()
 				m.log.Info("rejected resource held until its content changes", "zone", zone, "kind", h.Kind, "name", h.Name, "reason", h.Reason)
 			}
 		},
 		Released: func(zone string, resent map[string]int) {
-			for kind, n := range resent {
-				m.released.WithLabelValues(zone, kind).Add(float64(n))
-			}
+			m.zones.count(zone, func(z *zoneCounts) {
+				for kind, n := range resent {
+					z.kind(kind).released += float64(n)
+				}
+			})
 		},
 	}
 }
 
 // fallback counts a decision the built-in policy made in the configured policy's place.
 func (m *retryMetrics) fallback(req *pluginv1.ScheduleRequest, _ error) {
-	m.fallbacks.WithLabelValues(req.GetZone()).Inc()
+	m.zones.count(req.GetZone(), func(z *zoneCounts) { z.fallbacks++ })
 }
 
 // ownerMetrics counts owner-check decisions.
 type ownerMetrics struct {
-	calls    *prometheus.CounterVec
-	latency  prometheus.Histogram
-	failOpen *prometheus.CounterVec
+	zones   *zoneMetrics
+	latency prometheus.Histogram
 }
 
-func (m *ownerMetrics) perZone() []zoneSeries { return []zoneSeries{m.calls, m.failOpen} }
-
-func newOwnerMetrics(reg prometheus.Registerer) *ownerMetrics {
+func newOwnerMetrics(reg prometheus.Registerer, zones *zoneMetrics) *ownerMetrics {
 	m := &ownerMetrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_owner_check_calls_total",
-			Help: "Batched owner-check calls, by zone and result."}, []string{"zone", "result"}),
+		zones: zones,
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kds_owner_check_call_seconds",
 			Help: "Latency of one batched owner-check call.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 15)}),
-		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_owner_check_fail_open_total",
-			Help: "Pushes sent unchecked because the owner check failed or timed out."}, []string{"zone"}),
 	}
-	reg.MustRegister(m.calls, m.latency, m.failOpen)
+	reg.MustRegister(m.latency)
 	return m
 }
 
 func (m *ownerMetrics) hooks() owner.Hooks {
 	return owner.Hooks{
 		Call: func(zone string, _ int, d time.Duration, err error) {
-			result := "ok"
-			if err != nil {
-				result = "error"
-			}
-			m.calls.WithLabelValues(zone, result).Inc()
 			m.latency.Observe(d.Seconds())
+			m.zones.count(zone, func(z *zoneCounts) {
+				if err != nil {
+					z.ownerCalls[1]++
+				} else {
+					z.ownerCalls[0]++
+				}
+			})
 		},
-		FailOpen: func(zone string, _ error) { m.failOpen.WithLabelValues(zone).Inc() },
+		FailOpen: func(zone string, _ error) { m.zones.count(zone, func(z *zoneCounts) { z.ownerFailOpens++ }) },
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/store"
 )
 
@@ -94,24 +95,9 @@ func CheckStoreIdentity(ctx context.Context, st store.Store, dataDir string, acc
 
 // writeStoreID records id in marker (mode 0600) through a temporary file and a rename, so a
 // crash leaves the old id or the new one, never part of one.
-func writeStoreID(marker, id string) (err error) {
-	dir := filepath.Dir(marker)
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("store identity: record the store's id in %s: %w", marker, err)
-		}
-	}()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+func writeStoreID(marker, id string) error {
+	if err := auth.WriteFileAtomic(marker, []byte(id+"\n"), 0o600); err != nil {
+		return fmt.Errorf("store identity: record the store's id in %s: %w", marker, err)
 	}
-	f, err := os.CreateTemp(dir, "."+StoreIDFile+".*") // mode 0600
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // after the rename, nothing is there
-	_, err = f.WriteString(id + "\n")
-	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), marker)
+	return nil
 }

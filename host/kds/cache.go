@@ -12,6 +12,8 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/kds-host/kds-host/host/shrink"
 )
 
 // Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds). An
@@ -40,6 +42,7 @@ type Cache struct {
 	streams  map[int64]*streamState
 	requests map[*discovery.DeltaDiscoveryRequest]int64 // request -> stream, set by the callbacks
 	version  int64
+	peak     shrink.Peak // of streams
 }
 
 // NewCache returns a cache for the given kinds, in owner-first order.
@@ -233,10 +236,14 @@ func (c *Cache) closeStream(id int64) {
 	c.mu.Lock()
 	st := c.streams[id]
 	delete(c.streams, id)
+	c.streams = shrink.Map(c.streams, &c.peak)
 	for req, sid := range c.requests {
 		if sid == id {
 			delete(c.requests, req) // bound, but its watch was never created
 		}
+	}
+	if len(c.requests) == 0 {
+		c.requests = map[*discovery.DeltaDiscoveryRequest]int64{} // it is empty between requests
 	}
 	c.mu.Unlock()
 	if st != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/shrink"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
@@ -27,9 +28,10 @@ type Tracker struct {
 	observers event.Observers
 	limits    Limits
 
-	mu      sync.Mutex
-	streams map[int64]*trackedStream
-	byZone  map[string]int64 // the open stream of each zone
+	mu                   sync.Mutex
+	streams              map[int64]*trackedStream
+	byZone               map[string]int64 // the open stream of each zone
+	streamPeak, zonePeak shrink.Peak
 }
 
 // Limits bound what one zone, or every zone together, may cost the global. Zero fields take the
@@ -108,8 +110,10 @@ func (t *Tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
 	t.mu.Lock()
 	ts := t.streams[id]
 	delete(t.streams, id)
+	t.streams = shrink.Map(t.streams, &t.streamPeak)
 	if ts != nil && t.byZone[ts.zone] == id {
 		delete(t.byZone, ts.zone)
+		t.byZone = shrink.Map(t.byZone, &t.zonePeak)
 	}
 	t.mu.Unlock()
 	t.cache.closeStream(id)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/shrink"
 )
 
 // Zones is the Observer that keeps, per zone, what it holds (its inventory: what it ACKed) and
@@ -14,6 +15,7 @@ import (
 type Zones struct {
 	mu    sync.Mutex
 	zones map[string]*zoneState
+	peak  shrink.Peak
 }
 
 type zoneState struct {
@@ -171,6 +173,7 @@ func (z *Zones) Expire(before time.Time) []string {
 			out = append(out, name)
 		}
 	}
+	z.zones = shrink.Map(z.zones, &z.peak)
 	sort.Strings(out)
 	return out
 }

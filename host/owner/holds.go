@@ -17,6 +17,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/shrink"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -63,6 +64,7 @@ type Holds struct {
 
 	mu    sync.RWMutex
 	zones map[string]*zoneHolds
+	peak  shrink.Peak // of zones
 	dirty map[string]bool
 	wake  chan struct{}
 
@@ -193,6 +195,9 @@ func (h *Holds) run(ctx context.Context) {
 				break
 			}
 			delete(h.dirty, zone)
+			if len(h.dirty) == 0 {
+				h.dirty = map[string]bool{} // a burst of marks leaves no buckets behind
+			}
 			h.mu.Unlock()
 			if zone == "" || ctx.Err() != nil {
 				break
@@ -271,6 +276,7 @@ func (h *Holds) Forget(zone string) {
 	defer h.mu.Unlock()
 	if z := h.zones[zone]; z != nil && !z.open {
 		delete(h.zones, zone)
+		h.zones = shrink.Map(h.zones, &h.peak)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/shrink"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -53,6 +54,7 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	streams map[int64]*driven
+	peak    shrink.Peak
 }
 
 // driven is one stream's Machine and the timer it asked for.
@@ -88,6 +90,7 @@ func (s *Scheduler) Observer() event.Observer {
 			if d := s.streams[id]; d != nil {
 				d.stopTimer()
 				delete(s.streams, id)
+				s.streams = shrink.Map(s.streams, &s.peak)
 			}
 		},
 	}

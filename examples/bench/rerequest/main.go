@@ -13,6 +13,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -90,9 +91,16 @@ func run(rate int, loop time.Duration, updates int, limit kds.RateLimit) error {
 			}
 			r, err := zst.Get(context.Background(), resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "healthy"})
 			if err == nil {
-				mu.Lock()
-				arrived[string(r.Spec)] = time.Now()
-				mu.Unlock()
+				var spec struct {
+					Default struct {
+						ConnectionTimeout string `json:"connectionTimeout"`
+					} `json:"default"`
+				}
+				if json.Unmarshal(r.Spec, &spec) == nil {
+					mu.Lock()
+					arrived[spec.Default.ConnectionTimeout] = time.Now()
+					mu.Unlock()
+				}
 			}
 		}})
 	if err != nil {
@@ -105,7 +113,9 @@ func run(rate int, loop time.Duration, updates int, limit kds.RateLimit) error {
 		var lat []time.Duration
 		for range updates {
 			n++
-			r := benchcp.Timeout("default", "healthy", time.Duration(n)*time.Millisecond+time.Second)
+			d := time.Duration(n)*time.Millisecond + time.Second
+			r := benchcp.Timeout("default", "healthy", d)
+			r.Generation = 0 // the store counts generations
 			start := time.Now()
 			if _, _, err := gst.Put(ctx, r); err != nil {
 				return nil, err
@@ -113,7 +123,7 @@ func run(rate int, loop time.Duration, updates int, limit kds.RateLimit) error {
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				mu.Lock()
-				at, ok := arrived[string(r.Spec)]
+				at, ok := arrived[d.String()]
 				mu.Unlock()
 				if ok {
 					lat = append(lat, at.Sub(start))

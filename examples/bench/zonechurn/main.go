@@ -9,17 +9,24 @@
 //
 // The global runs with its defaults (owner holds on, zone tokens required) in this process, on
 // loopback with plaintext KDS and SQLite; the zones are raw delta xDS clients, not zone control
-// planes (2,000 SQLite stores would measure SQLite).
+// planes (2,000 SQLite stores would measure SQLite), in a child process of this program, so that
+// the heap measured is the global's alone.
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -43,8 +50,19 @@ func main() {
 	cycles := flag.Int("cycles", 5, "cycles")
 	apiZones := flag.Int("api-zones", 1000, "zones connected while GET /api/zones is read")
 	grace := flag.Duration("grace", 200*time.Millisecond, "the global's --zone-grace")
+	heapProfile := flag.String("heapprofile", "", "write a heap profile here after the last cycle")
+	fleetAddr := flag.String("fleet", "", "internal: be the zones' process, against this KDS address")
+	tokensFile := flag.String("tokens", "", "internal: the zones' tokens, one a line")
+	want := flag.Int64("want", 0, "internal: resources each zone must hold")
 	flag.Parse()
-	if err := run(*zones, *cycles, *apiZones, *grace); err != nil {
+	if *fleetAddr != "" {
+		if err := runFleet(*fleetAddr, *tokensFile, *want); err != nil {
+			fmt.Fprintln(os.Stderr, "zonechurn fleet:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*zones, *cycles, *apiZones, *grace, *heapProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "zonechurn:", err)
 		os.Exit(1)
 	}
@@ -53,7 +71,7 @@ func main() {
 // perConn is how many zone streams share one connection (the global allows 16).
 const perConn = 8
 
-func run(zones, cycles, apiZones int, grace time.Duration) error {
+func run(zones, cycles, apiZones int, grace time.Duration, heapProfile string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tmp, err := os.MkdirTemp("", "kds-bench-zonechurn-")
@@ -107,39 +125,124 @@ func run(zones, cycles, apiZones int, grace time.Duration) error {
 	settle := func() { time.Sleep(grace + grace/2 + 200*time.Millisecond) } // the grace, and the expiry tick after it
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "cycle\tzones\tconnect+sync\tlive heap after\tvs before\t\n")
+	fmt.Fprintf(w, "cycle\tzones\tconnect+sync\tlive heap after\tvs before\tvs cycle 1\t\n")
 	settle()
 	before := heap()
-	fmt.Fprintf(w, "before\t-\t-\t%s\t\t\n", benchcp.MiB(before))
-	var last uint64
+	fmt.Fprintf(w, "before\t-\t-\t%s\t\t\t\n", benchcp.MiB(before))
+	var last, first uint64
 	for c := 1; c <= cycles; c++ {
 		start := time.Now()
-		fleet, err := connect(ctx, gl.KDSAddr(), tokens[:zones], reg.Names(), want)
+		child, err := startFleet(gl.KDSAddr(), tokens[:zones], want, tmp)
 		if err != nil {
 			return err
 		}
 		took := time.Since(start)
-		fleet.close()
-		settle()
-		if n := len(gl.ZoneViews()); n != 0 {
-			return fmt.Errorf("cycle %d: %d zones still in the table after their grace", c, n)
+		if err := child.close(); err != nil {
+			return err
 		}
+		deadline := time.Now().Add(time.Minute)
+		for len(gl.ZoneViews()) != 0 { // every stream closed, and every zone's grace over
+			if time.Now().After(deadline) {
+				return fmt.Errorf("cycle %d: %d zones still in the table a minute after they left", c, len(gl.ZoneViews()))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		settle()
 		last = heap()
-		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%+.1f%%\t\n", c, zones, took.Round(time.Millisecond), benchcp.MiB(last), 100*(float64(last)/float64(before)-1))
+		if c == 1 {
+			first = last
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%+.1f%%\t%+.1f%%\t\n", c, zones, took.Round(time.Millisecond), benchcp.MiB(last),
+			100*(float64(last)/float64(before)-1), 100*(float64(last)/float64(first)-1))
 	}
 	w.Flush()
+	if heapProfile != "" {
+		f, err := os.Create(heapProfile)
+		if err != nil {
+			return err
+		}
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return err
+		}
+		f.Close()
+	}
 
-	fleet, err := connect(ctx, gl.KDSAddr(), tokens[:apiZones], reg.Names(), want)
+	child, err := startFleet(gl.KDSAddr(), tokens[:apiZones], want, tmp)
 	if err != nil {
 		return err
 	}
 	size, err := apiSize("http://"+gl.APIAddr()+"/api/zones", admin)
-	fleet.close()
+	if cerr := child.close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nlive heap after %d cycles of %d zones: %s, %+.1f%% of %s before the first\n", cycles, zones, benchcp.MiB(last), 100*(float64(last)/float64(before)-1), benchcp.MiB(before))
+	fmt.Printf("\nlive heap after %d cycles of %d zones: %s: %+.1f%% of %s before the first cycle, %+.1f%% of %s after it\n",
+		cycles, zones, benchcp.MiB(last), 100*(float64(last)/float64(before)-1), benchcp.MiB(before), 100*(float64(last)/float64(first)-1), benchcp.MiB(first))
+	fmt.Printf("(what stays after the first cycle is the Go runtime's goroutine descriptors, which it keeps for reuse: see -heapprofile, runtime.malg)\n")
 	fmt.Printf("GET /api/zones with %d zones connected: %d bytes (%.2f MB)\n", apiZones, size, float64(size)/1e6)
+	return nil
+}
+
+// child is the zones' process: it prints "synced" once every zone holds everything, and closes
+// every stream and exits when its standard input closes.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func startFleet(addr string, tokens []string, want int64, tmp string) (*child, error) {
+	file := filepath.Join(tmp, "tokens")
+	if err := os.WriteFile(file, []byte(strings.Join(tokens, "\n")), 0o600); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-fleet", addr, "-tokens", file, "-want", strconv.FormatInt(want, 10))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "synced" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("the zones' process did not sync: %q %v", line, err)
+	}
+	return &child{cmd: cmd, stdin: stdin}, nil
+}
+
+func (c *child) close() error {
+	c.stdin.Close()
+	return c.cmd.Wait()
+}
+
+// runFleet is the zones' process.
+func runFleet(addr, tokensFile string, want int64) error {
+	b, err := os.ReadFile(tokensFile)
+	if err != nil {
+		return err
+	}
+	tokens := strings.Split(string(b), "\n")
+	f, err := connect(context.Background(), addr, tokens, resource.Default().Names(), want)
+	if err != nil {
+		return err
+	}
+	fmt.Println("synced")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	f.close()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -94,9 +95,12 @@ func (a *applier) applyFile(file string) error {
 			}
 			err := a.applyItem(item)
 			var ue *url.Error
+			var ae *api.Error
 			switch {
 			case errors.As(err, &ue):
 				return err
+			case errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden):
+				return ae // every other document would be refused the same way
 			case err != nil:
 				a.refused(w, err)
 			default:

@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/resource"
@@ -167,7 +168,8 @@ type hostProcess struct {
 	cmd                    *exec.Cmd
 	out                    *syncBuffer
 	kdsAddr, apiAddr, diag string
-	api                    *api.Client
+	dataDir                string
+	api                    *api.Client // as the global's admin
 	exited                 chan struct{}
 	waitErr                error
 }
@@ -183,9 +185,9 @@ func startHost(t *testing.T, args ...string) *hostProcess {
 func startHostEnv(t *testing.T, env []string, args ...string) *hostProcess {
 	t.Helper()
 	ports := freePorts(t, 3)
-	h := &hostProcess{out: &syncBuffer{}, kdsAddr: ports[0], apiAddr: ports[1], diag: ports[2], exited: make(chan struct{})}
+	h := &hostProcess{out: &syncBuffer{}, kdsAddr: ports[0], apiAddr: ports[1], diag: ports[2], dataDir: t.TempDir(), exited: make(chan struct{})}
 	h.cmd = exec.Command(testbin.Build(t, "./host/cmd/kds-host"), append([]string{
-		"--data-dir", t.TempDir(), "--kds-plaintext", "--kds-addr", h.kdsAddr, "--api-addr", h.apiAddr, "--diag-addr", h.diag,
+		"--data-dir", h.dataDir, "--kds-plaintext", "--kds-addr", h.kdsAddr, "--api-addr", h.apiAddr, "--diag-addr", h.diag,
 		"--log-level", "debug"}, args...)...)
 	h.cmd.Env = append(os.Environ(), env...)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
@@ -220,7 +222,22 @@ func startHostEnv(t *testing.T, env []string, args ...string) *hostProcess {
 		}
 		return nil
 	}, 20*time.Second, 20*time.Millisecond).Should(Succeed(), "kds-host did not become ready:\n%s", h.out)
+	tok, err := auth.ReadTokenFile(filepath.Join(h.dataDir, auth.AdminTokenFile))
+	if err != nil {
+		t.Fatalf("the global made no admin token: %v", err)
+	}
+	h.api.Token = tok
 	return h
+}
+
+// zoneToken mints a zone token on the global and writes it to a file.
+func (h *hostProcess) zoneToken(t *testing.T, zone string) string {
+	t.Helper()
+	var resp controlplane.TokenResponse
+	if err := h.api.PostJSON(context.Background(), "/api/tokens/zone", controlplane.TokenRequest{Name: zone}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, zone+".token", resp.Token)
 }
 
 func (h *hostProcess) plugins(t *testing.T) controlplane.PluginsReport {
@@ -246,7 +263,12 @@ func (h *hostProcess) zone(t *testing.T) controlplane.ZoneView {
 
 func (h *hostProcess) reloadByAPI(t *testing.T) (int, string) {
 	t.Helper()
-	resp, err := http.Post("http://"+h.apiAddr+"/api/plugins/reload", "application/json", nil)
+	req, err := http.NewRequest(http.MethodPost, "http://"+h.apiAddr+"/api/plugins/reload", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.api.Token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +322,7 @@ func TestAWrongChecksumStopsTheHostAtStart(t *testing.T) {
 
 // startZone runs an in-process zone against a global whose KDS is at kdsAddr; it refuses every
 // Mesh, so the global retries on and on.
-func startRejectingZone(t *testing.T, kdsAddr string) *controlplane.Zone {
+func startRejectingZone(t *testing.T, h *hostProcess) *controlplane.Zone {
 	t.Helper()
 	st, err := store.Open(t.Context(), "", t.TempDir())
 	if err != nil {
@@ -308,8 +330,8 @@ func startRejectingZone(t *testing.T, kdsAddr string) *controlplane.Zone {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	z, err := controlplane.NewZone(controlplane.ZoneConfig{Store: st, Registry: resource.Default(), APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
-		KDS: zone.Config{Zone: "zone-1", GlobalAddress: "grpc://" + kdsAddr, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-			AdmissionOutage: map[string]time.Duration{"Mesh": time.Hour}}})
+		KDS: zone.Config{Zone: "zone-1", GlobalAddress: "grpc://" + h.kdsAddr, BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+			TokenFile: h.zoneToken(t, "zone-1"), AdmissionOutage: map[string]time.Duration{"Mesh": time.Hour}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +429,7 @@ func TestSwapTheRetryPolicyBySIGHUPAndByTheAPI(t *testing.T) {
 	writeConfig(exponential)
 	// A generous policy deadline: on a loaded machine a decision must not fall back by accident.
 	h := startHost(t, "--config", cfgFile, "--policy-timeout", "2s")
-	z := startRejectingZone(t, h.kdsAddr)
+	z := startRejectingZone(t, h)
 	meshKind, _ := resource.Default().Get("Mesh")
 	_, _, err := h.api.Put(context.Background(), meshKind, "", "default", []byte(`{"type":"Mesh","name":"default"}`))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -462,14 +484,14 @@ func TestSwapTheRetryPolicyBySIGHUPAndByTheAPI(t *testing.T) {
 	g.Expect(h.zone(t).Connected).To(BeTrue())
 
 	// What `kds-host inspect plugins` shows.
-	res := runCLI(t, "", "inspect", "plugins", "--cp", "http://"+h.apiAddr)
+	res := runCLI(t, "", "inspect", "plugins", "--cp", "http://"+h.apiAddr, "--data-dir", h.dataDir)
 	g.Expect(res.err).NotTo(HaveOccurred(), res.stderr)
 	g.Expect(res.stdout).To(MatchRegexp(`(?m)^NAME +PATH +CHECKSUM +VERSION +SERVES +PID +STATE +RESTARTS +CALLS +ERRORS +TIMEOUTS +P50 +P99 +POLICY$`))
 	g.Expect(res.stdout).To(MatchRegexp(`(?m)^retry-forcer +` + regexpQuote(bin) + ` +sha256:[0-9a-f]{12} +0\.1\.0 +RetryForcer +\d+ +running +0 +\d+ +0 +0 +\S+ +\S+ +fixed delay=300ms$`))
 	g.Expect(res.stdout).To(MatchRegexp(`(?m)^builtin +builtin +- +0\.1\.0 +OwnerCheck,fallback:RetryForcer +- +builtin .* fixed delay=150ms$`))
 	g.Expect(res.stdout).To(ContainSubstring("Last reload: "))
 	g.Expect(res.stdout).To(ContainSubstring("failed, the running plugins stayed: configure plugin retry-forcer with " + cfgFile))
-	res = runCLI(t, "", "inspect", "plugins", "--cp", "http://"+h.apiAddr, "-o", "json")
+	res = runCLI(t, "", "inspect", "plugins", "--cp", "http://"+h.apiAddr, "--data-dir", h.dataDir, "-o", "json")
 	g.Expect(res.err).NotTo(HaveOccurred(), res.stderr)
 	g.Expect(json.Unmarshal([]byte(res.stdout), &report)).To(Succeed())
 	g.Expect(report.Total).To(Equal(2))

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -25,32 +28,45 @@ import (
 
 // runFlags are the flags of `kds-host` itself (running a control plane).
 type runFlags struct {
-	mode             string
-	dataDir          string
-	store            string
-	acceptNewStore   bool
-	kdsAddr          string
-	apiAddr          string
-	diagAddr         string
-	zoneName         string
-	globalAddress    string
-	tlsCert, tlsKey  string
-	tlsCA            string
-	tlsSkipVerify    bool
-	plaintext        bool
-	admissionOutages []string
-	admissionDeny    []string
-	plainXDS         bool
-	reRequestRate    float64
-	reRequestBurst   int
-	logLevel         string
-	logJSON          bool
-	policyTimeout    time.Duration
-	emulate          string
-	nackBackoff      time.Duration
-	ownerHolds       bool
-	ownerTimeout     time.Duration
-	plugins          pluginFlags // plugins.go
+	mode              string
+	dataDir           string
+	store             string
+	acceptNewStore    bool
+	kdsAddr           string
+	apiAddr           string
+	diagAddr          string
+	zoneName          string
+	globalAddress     string
+	tlsCert, tlsKey   string
+	tlsCA             string
+	tlsSkipVerify     bool
+	plaintext         bool
+	admissionOutages  []string
+	admissionDeny     []string
+	plainXDS          bool
+	reRequestRate     float64
+	reRequestBurst    int
+	kdsAuth           string
+	clientCA          string
+	signingKey        string
+	verifyKeys        []string
+	zoneGrace         time.Duration
+	limits            kds.Limits
+	maxStreamsPerConn uint32
+	apiTLSCert        string
+	apiTLSKey         string
+	zoneTokenFile     string
+	clientCert        string
+	clientKey         string
+	acceptNewGlobal   bool
+	logLevel          string
+	logJSON           bool
+	policyTimeout     time.Duration
+	emulate           string
+	nackBackoff       time.Duration
+	ownerHolds        bool
+	ownerTimeout      time.Duration
+	plugins           pluginFlags // plugins.go
 }
 
 // addRunFlags defines the run flags on cmd and returns where their values land.
@@ -76,6 +92,21 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.BoolVar(&flags.plainXDS, "plain-xds", false, "zone: behave as a plain xDS client, as Kuma's zone does: NACK with a message only (no structured rejections or causes) and never ask again for what was refused; the global's retry timer alone brings it back")
 	f.Float64Var(&flags.reRequestRate, "rerequest-rate", 20, "global: re-requests a zone stream may make per second (names it refused, asked for again once their cause cleared); more are not answered and are counted in kds_rerequests_total")
 	f.IntVar(&flags.reRequestBurst, "rerequest-burst", 40, "global: re-requests a zone stream may make at once, above --rerequest-rate")
+	f.StringVar(&flags.kdsAuth, "kds-auth", "token", "global: how zones prove their name on KDS: token (a zone token, or with --kds-tls-client-ca a client certificate naming the zone) or none (anyone may claim any zone: loopback experiments only)")
+	f.StringVar(&flags.clientCA, "kds-tls-client-ca", "", "global: CA file whose client certificates prove a zone's name (its first DNS SAN), as an alternative to a zone token")
+	f.StringVar(&flags.signingKey, "token-signing-key", "", "global: Ed25519 key (PEM) that signs zone and user tokens (default: one made at first start under --data-dir/keys, mode 0600)")
+	f.StringSliceVar(&flags.verifyKeys, "token-verification-key", nil, "global: more keys (PEM, public or private) whose tokens are accepted, e.g. the key before a rotation (repeatable)")
+	f.DurationVar(&flags.zoneGrace, "zone-grace", time.Minute, "global: how long a zone's state (owner verdicts, insights, metrics series) outlives its last stream")
+	f.IntVar(&flags.limits.MaxZones, "max-zones", kds.DefaultLimits().MaxZones, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
+	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", kds.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
+	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", kds.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
+	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open")
+	f.StringVar(&flags.apiTLSCert, "api-tls-cert", "", "serve the HTTP API over TLS with this certificate (with --api-tls-key)")
+	f.StringVar(&flags.apiTLSKey, "api-tls-key", "", "the HTTP API's TLS key")
+	f.StringVar(&flags.zoneTokenFile, "zone-token-file", "", "zone: file holding this zone's token (from `kds-host token zone --name NAME` on the global)")
+	f.StringVar(&flags.clientCert, "kds-tls-client-cert", "", "zone: client certificate naming this zone (first DNS SAN), for a global with --kds-tls-client-ca")
+	f.StringVar(&flags.clientKey, "kds-tls-client-key", "", "zone: the client certificate's key")
+	f.BoolVar(&flags.acceptNewGlobal, "accept-new-global", false, "zone: sync from the global even if it now serves another store than the zone synced from (its database was replaced on purpose); without it such a zone keeps what it holds and waits")
 	f.StringVar(&flags.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.BoolVar(&flags.logJSON, "log-json", false, "log JSON lines")
 	f.DurationVar(&flags.policyTimeout, "policy-timeout", 200*time.Millisecond, "global: deadline of a retry policy call; past it the built-in policy decides")
@@ -164,15 +195,23 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	default:
 		return fmt.Errorf("--emulate %q: want %s or %s", flags.emulate, retry.EmulatePerType, retry.EmulatePerStream)
 	}
+	if flags.zoneTokenFile != "" || flags.clientCert != "" || flags.clientKey != "" || flags.acceptNewGlobal {
+		return fmt.Errorf("--zone-token-file, --kds-tls-client-cert, --kds-tls-client-key and --accept-new-global are zone flags; add --mode zone")
+	}
+	limits := flags.limits
+	limits.ReRequests = kds.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst}
 	cfg := controlplane.GlobalConfig{
 		Registry: reg, Logger: log, Version: version,
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
-		ReRequestLimit: kds.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst},
-		KDSAddr:        flags.kdsAddr,
-		APIAddr:        orDefault(flags.apiAddr, "127.0.0.1:5681"),
-		DiagAddr:       orDefault(flags.diagAddr, "127.0.0.1:5680"),
+		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn,
+		KDSAddr:  flags.kdsAddr,
+		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
+		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
+	}
+	if err := flags.setUpAuth(log, &cfg); err != nil {
+		return err
 	}
 	// Plugins (plugins.go): started before the global, stopped after it.
 	rt, err := flags.plugins.start(log, &cfg)
@@ -185,7 +224,17 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		if err != nil {
 			return fmt.Errorf("--kds-tls-cert, --kds-tls-key: %w", err)
 		}
+		if flags.clientCA != "" {
+			pool, err := readCAs(flags.clientCA)
+			if err != nil {
+				return fmt.Errorf("--kds-tls-client-ca: %w", err)
+			}
+			tc.ClientCAs, tc.ClientAuth = pool, tls.VerifyClientCertIfGiven
+			cfg.ClientCerts = true
+		}
 		cfg.TLS = tc
+	} else if flags.clientCA != "" {
+		return fmt.Errorf("--kds-tls-client-ca needs TLS: drop --kds-plaintext")
 	}
 	st, err := flags.openStore(ctx)
 	if err != nil {
@@ -211,6 +260,52 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 // zoneFlags name the flag of each zone.Config field.
 var zoneFlags = map[string]string{
 	"Zone": "zone-name", "GlobalAddress": "global-address", "TLSCAFile": "kds-tls-ca", "AdmissionOutage": "admission-outage",
+	"ClientCertFile": "kds-tls-client-cert",
+}
+
+// setUpAuth loads the token keys, makes the admin token on first start, and sets how KDS and
+// the API are guarded.
+func (flags *runFlags) setUpAuth(log hclog.Logger, cfg *controlplane.GlobalConfig) error {
+	switch flags.kdsAuth {
+	case "token":
+		cfg.KDSAuth = true
+	case "none":
+		log.Warn("--kds-auth none: any KDS client may claim to be any zone; use it on loopback experiments only")
+	default:
+		return fmt.Errorf("--kds-auth %q: want token or none", flags.kdsAuth)
+	}
+	keys, err := auth.LoadKeys(flags.dataDir, flags.signingKey, flags.verifyKeys)
+	if err != nil {
+		return fmt.Errorf("token keys (--token-signing-key, --token-verification-key): %w", err)
+	}
+	cfg.Keys = keys
+	if cfg.AdminTokenFile, err = auth.EnsureAdminToken(keys, flags.dataDir, time.Now()); err != nil {
+		return err
+	}
+	if (flags.apiTLSCert == "") != (flags.apiTLSKey == "") {
+		return fmt.Errorf("--api-tls-cert and --api-tls-key go together")
+	}
+	if flags.apiTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(flags.apiTLSCert, flags.apiTLSKey)
+		if err != nil {
+			return fmt.Errorf("--api-tls-cert, --api-tls-key: %w", err)
+		}
+		cfg.APITLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return nil
+}
+
+// readCAs reads a PEM file of CA certificates.
+func readCAs(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // zoneFlagError names the flag behind a zone configuration error.
@@ -250,7 +345,9 @@ func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resou
 		KDS: zone.Config{
 			Zone: flags.zoneName, GlobalAddress: flags.globalAddress,
 			TLSCAFile: flags.tlsCA, TLSSkipVerify: flags.tlsSkipVerify,
+			TokenFile: flags.zoneTokenFile, ClientCertFile: flags.clientCert, ClientKeyFile: flags.clientKey,
 			AdmissionOutage: outages, AdmissionDeny: deny, Plain: flags.plainXDS,
+			AcceptNewGlobal: flags.acceptNewGlobal,
 		},
 	}
 	st, err := flags.openStore(ctx)
