@@ -54,6 +54,7 @@ Try:
   $BIN/kds-host get meshtimeouts -m default --cp http://127.0.0.1:15681   # the zone has 3
   $BIN/kds-host inspect zones
   $BIN/kds-host token user --name me --group read-only      # a token for someone else
+
 Ctrl-C stops both.
 MSG
 wait -n "${pids[@]}" || true

@@ -212,8 +212,9 @@ func (h *Holds) run(ctx context.Context) {
 func (h *Holds) check(ctx context.Context, zone string) {
 	h.mu.RLock()
 	z := h.zones[zone]
+	open := z != nil && z.open
 	h.mu.RUnlock()
-	if z == nil || !z.open {
+	if !open {
 		return // the zone left
 	}
 	plan := NewPlan(zone, h.cfg.Source.Snapshot(), h.cfg.Inventory.Versions(zone), nil)
