@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -18,7 +19,7 @@ import (
 
 // Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds). An
 // entry it hides is not sent; a zone that already has an older version of it keeps that one. It
-// is called with the cache's lock held and must not block.
+// is called with a stream's lock held and must not block.
 type Filter interface {
 	Visible(zone string, e *Entry) bool
 }
@@ -27,68 +28,77 @@ type Filter interface {
 // current Snapshot, as seen through the zone's Filter, and lets the retry scheduler force names
 // to be sent again.
 //
-// It avoids two flaws of go-control-plane's stock caches. It never sends on a stream's response
+// It avoids the flaws of go-control-plane's stock caches. It never sends on a stream's response
 // channel while holding a lock, or from the stream's own goroutine: each stream has one sender
 // goroutine that feeds the channel in order (so with 32 kinds or more nothing deadlocks on the
-// channel's 20 slots, go-control-plane issue 875). And since the delta server marks a resource
-// as known when it is sent and never resends after a NACK, the cache keeps per stream the names
-// the retry scheduler forces, and treats them as unknown to the zone until they are sent again.
+// channel's 20 slots, go-control-plane issue 875). Each stream has its own lock, so a thousand
+// streams are answered in parallel, and a snapshot update looks at the changed names of each
+// stream only: nothing copies a kind's map per stream per write.
+//
+// Per stream and kind, the cache keeps what the zone holds (known: the versions of the responses
+// it delivered, not what the delta server thinks it sent) and the names that may differ from the
+// snapshot (dirty). Since the delta server marks a resource as known when it is sent and never
+// resends after a NACK, the names the retry scheduler forces are dirty until sent again.
 type Cache struct {
 	kinds []string // kind order: owners first; responses that are ready together go in this order
 
-	mu       sync.Mutex
-	snap     *Snapshot
-	filter   Filter
+	snap    atomic.Pointer[Snapshot]
+	version atomic.Int64
+	filter  atomic.Pointer[filterBox]
+
+	mu       sync.Mutex // guards the maps below; never held while a stream's lock is
 	streams  map[int64]*streamState
+	byZone   map[string]map[int64]*streamState
 	requests map[*discovery.DeltaDiscoveryRequest]int64 // request -> stream, set by the callbacks
-	version  int64
-	peak     shrink.Peak // of streams
+	peak     shrink.Peak                                // of streams
+	zonePeak shrink.Peak
 }
+
+// filterBox holds a Filter for an atomic pointer.
+type filterBox struct{ Filter }
 
 // NewCache returns a cache for the given kinds, in owner-first order.
 func NewCache(kinds []string) *Cache {
-	return &Cache{kinds: kinds, snap: &Snapshot{}, streams: map[int64]*streamState{}, requests: map[*discovery.DeltaDiscoveryRequest]int64{}}
+	c := &Cache{kinds: kinds, streams: map[int64]*streamState{}, byZone: map[string]map[int64]*streamState{},
+		requests: map[*discovery.DeltaDiscoveryRequest]int64{}}
+	c.snap.Store(&Snapshot{})
+	c.filter.Store(&filterBox{})
+	return c
 }
 
-// streamState is one zone stream's watches and forced names, and the goroutine that sends its
-// responses.
+// streamState is one zone stream's kinds and the goroutine that sends its responses.
 type streamState struct {
-	cache   *Cache
-	id      int64
-	zone    string
-	watches map[string]*watch          // by kind
-	forced  map[string]map[string]bool // kind -> names to send although the zone "knows" them
-	synced  map[string]syncPoint       // by kind: what needs no response (see syncPoint)
-	queue   []*watch                   // responses waiting for the sender, in order
-	wake    chan struct{}              // capacity 1: the queue grew
-	stop    chan struct{}              // closed when the stream closes
-	done    chan struct{}              // closed when the sender has returned
+	cache *Cache
+	id    int64
+	zone  string
+
+	mu    sync.Mutex
+	kinds map[string]*kindState
+	queue []*watch // answered watches waiting for the sender, in order
+
+	wake chan struct{} // capacity 1: the queue grew
+	stop chan struct{} // closed when the stream closes
+	done chan struct{} // closed when the sender has returned
 }
 
-// syncPoint is a state of one kind on one stream that needs no response: the zone knows the
-// versions in known (the very map, as the delta server hands it to the watch), and the snapshot's
-// entries of the kind are the very map entries. It is recorded when an evaluation found nothing
-// to send, or answered a watch (then known is the response's next version map, which the server
-// hands to the watch after the zone's ACK or NACK). A new watch at a sync point needs no
-// evaluation: that is what makes an ACK cost nothing on a kind of 10,000 entries. Both maps are
-// immutable while recorded (a snapshot's maps always; the subscription's returned map until a
-// request subscribes or unsubscribes names, which is never taken at a sync point), and holding
-// them keeps their identity from being reused. Forced names and the filter's answers are not part
-// of it: Refresh drops the sync points it touches, and a watch at a sync point looks at the names
-// forced on its kind.
-type syncPoint struct {
-	known   map[string]string
-	entries map[string]*Entry
+// kindState is what a stream knows of one kind.
+type kindState struct {
+	watch   *watch            // the open watch, if any
+	started bool              // known was seeded from the zone's initial versions
+	known   map[string]string // name -> version the zone holds, from delivered responses
+	dirty   map[string]bool   // names that may differ from the snapshot
+	full    bool              // every name may differ: look at them all
+	forced  map[string]bool   // names to send although the zone knows their version
+	served  map[string]string // handed to the delta server as the next version map; never read
 }
 
-// at reports whether a watch knowing known, with entries served, is at the sync point.
-func (p syncPoint) at(known map[string]string, entries map[string]*Entry) bool {
-	return p.known != nil && sameMap(p.known, known) && sameMap(p.entries, entries)
-}
-
-// sameMap reports whether a and b are the same map, not merely equal ones.
-func sameMap[K comparable, V any](a, b map[K]V) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+func (st *streamState) kind(k string) *kindState {
+	ks := st.kinds[k]
+	if ks == nil {
+		ks = &kindState{known: map[string]string{}, dirty: map[string]bool{}, forced: map[string]bool{}, served: map[string]string{}}
+		st.kinds[k] = ks
+	}
+	return ks
 }
 
 // watch is one open delta watch: the server's request for a kind, answered at most once.
@@ -99,6 +109,8 @@ type watch struct {
 	out  chan cache.DeltaResponse
 
 	resp     *cache.DeltaPassthroughResponse // set once answered
+	sentAs   map[string]string               // name -> version the response carries ("" removes it)
+	undo     map[string]*string              // what known had before the response was applied
 	forced   []string                        // forced names the response carries
 	canceled chan struct{}                   // closed by cancel
 	finished chan struct{}                   // closed by the sender when it is done with this watch
@@ -106,88 +118,112 @@ type watch struct {
 }
 
 // SetSnapshot replaces what is served and answers every open watch that now has something new.
-//
-// Every open, unanswered watch is in step with the snapshot served: its last evaluation, against
-// that snapshot, found nothing to send. So when s was derived from the snapshot served
-// (SnapshotBuilder.Update), only the names that changed can make a difference: watches of
-// other kinds are left alone, and a watch of a changed kind looks at the changed names only.
-// Otherwise every watch is evaluated in full.
+// When s was derived from the snapshot served (SnapshotBuilder.Update), each stream looks at the
+// changed names of the changed kinds only; otherwise at every name. Streams are answered in
+// parallel, one worker a core.
 func (c *Cache) SetSnapshot(s *Snapshot) {
+	changed, delta := s.changesFrom(c.snap.Load())
+	c.snap.Store(s)
+	c.version.Add(1)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	changed, delta := s.changesFrom(c.snap)
-	c.snap = s
-	c.version++
+	streams := make([]*streamState, 0, len(c.streams))
 	for _, st := range c.streams {
-		if !delta {
-			c.evaluateLocked(st)
-			continue
-		}
-		for _, kind := range c.kinds {
-			if w, names := st.watches[kind], changed[kind]; w != nil && len(names) > 0 {
-				c.evaluateNamesLocked(st, w, names)
-			}
-		}
+		streams = append(streams, st)
 	}
+	c.mu.Unlock()
+	c.each(streams, func(st *streamState) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		for _, kind := range c.kinds {
+			ks := st.kinds[kind]
+			if ks == nil {
+				continue // not subscribed
+			}
+			names := changed[kind]
+			switch {
+			case !delta:
+				ks.full = true
+			case len(names) == 0:
+				continue
+			default:
+				for _, n := range names {
+					ks.dirty[n] = true
+				}
+			}
+			c.evaluateLocked(st, ks)
+		}
+	})
+}
+
+// each runs f on every stream, on as many goroutines as there are cores, and returns when all
+// are done.
+func (c *Cache) each(streams []*streamState, f func(*streamState)) {
+	workers := min(runtime.GOMAXPROCS(0), len(streams))
+	if workers <= 1 {
+		for _, st := range streams {
+			f(st)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(streams)); i = next.Add(1) - 1 {
+				f(streams[i])
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // SetFilter installs the per-zone filter (nil: every zone sees everything).
-func (c *Cache) SetFilter(f Filter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.filter = f
-}
+func (c *Cache) SetFilter(f Filter) { c.filter.Store(&filterBox{f}) }
 
-// Refresh re-evaluates the named entries (kind -> xDS names) of a zone's open watches, after the
-// filter's answer changed for them (and for no other entry): the watches are in step with every
-// other name already.
+// Refresh re-evaluates the named entries (kind -> xDS names) of a zone's streams, after the
+// filter's answer changed for them (and for no other entry).
 func (c *Cache) Refresh(zone string, names map[string][]string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, st := range c.streams {
-		if st.zone != zone {
-			continue
-		}
-		for _, kind := range c.kinds {
-			ns := names[kind]
-			if len(ns) == 0 {
-				continue
-			}
-			delete(st.synced, kind)
-			if w := st.watches[kind]; w != nil {
-				c.evaluateNamesLocked(st, w, ns)
-			}
-		}
+	streams := slices.Collect(maps.Values(c.byZone[zone]))
+	c.mu.Unlock()
+	for _, st := range streams {
+		st.mark(names, false)
 	}
 }
 
 // Snapshot returns what is served now.
-func (c *Cache) Snapshot() *Snapshot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.snap
-}
+func (c *Cache) Snapshot() *Snapshot { return c.snap.Load() }
 
 // Resend makes the stream send the named resources of each kind again, although the zone was
 // already sent their current version (it rejected them). Names no longer served are ignored.
-// Only the named names of the named kinds are looked at: every open watch is in step with the
-// snapshot for every other name.
+// Only the named names of the named kinds are looked at.
 func (c *Cache) Resend(streamID int64, names map[string][]string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	st := c.streams[streamID]
-	if st == nil {
-		return
+	c.mu.Unlock()
+	if st != nil {
+		st.mark(names, true)
 	}
-	for _, kind := range c.kinds {
+}
+
+// mark makes names (kind -> names) dirty, forced too when force, and answers the open watches
+// that now have something to send.
+func (st *streamState) mark(names map[string][]string, force bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, kind := range st.cache.kinds {
 		ns := names[kind]
 		if len(ns) == 0 {
 			continue
 		}
-		st.force(kind, ns)
-		if w := st.watches[kind]; w != nil {
-			c.evaluateNamesLocked(st, w, ns)
+		ks := st.kind(kind)
+		for _, n := range ns {
+			ks.dirty[n] = true
+			if force {
+				ks.forced[n] = true
+			}
 		}
+		st.cache.evaluateLocked(st, ks)
 	}
 }
 
@@ -196,36 +232,32 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 // callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
 func (c *Cache) bindRequest(streamID int64, zone string, req *discovery.DeltaDiscoveryRequest, again []string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.requests[req] = streamID
 	st := c.streams[streamID]
 	if st == nil {
 		st = c.openStreamLocked(streamID, zone)
 	}
+	c.mu.Unlock()
 	if len(again) > 0 {
-		st.force(req.GetTypeUrl(), again)
-	}
-}
-
-// force marks names of kind to be sent although the zone knows them. Call with the cache's lock.
-func (st *streamState) force(kind string, names []string) {
-	set := st.forced[kind]
-	if set == nil {
-		set = map[string]bool{}
-		st.forced[kind] = set
-	}
-	for _, n := range names {
-		set[n] = true
+		st.mu.Lock()
+		ks := st.kind(req.GetTypeUrl())
+		for _, n := range again {
+			ks.dirty[n], ks.forced[n] = true, true
+		}
+		st.mu.Unlock()
 	}
 }
 
 func (c *Cache) openStreamLocked(id int64, zone string) *streamState {
 	st := &streamState{
-		cache: c, id: id, zone: zone,
-		watches: map[string]*watch{}, forced: map[string]map[string]bool{}, synced: map[string]syncPoint{},
+		cache: c, id: id, zone: zone, kinds: map[string]*kindState{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	c.streams[id] = st
+	if c.byZone[zone] == nil {
+		c.byZone[zone] = map[int64]*streamState{}
+	}
+	c.byZone[zone][id] = st
 	go st.send()
 	return st
 }
@@ -237,6 +269,13 @@ func (c *Cache) closeStream(id int64) {
 	st := c.streams[id]
 	delete(c.streams, id)
 	c.streams = shrink.Map(c.streams, &c.peak)
+	if st != nil {
+		delete(c.byZone[st.zone], id)
+		if len(c.byZone[st.zone]) == 0 {
+			delete(c.byZone, st.zone)
+			c.byZone = shrink.Map(c.byZone, &c.zonePeak)
+		}
+	}
 	for req, sid := range c.requests {
 		if sid == id {
 			delete(c.requests, req) // bound, but its watch was never created
@@ -269,39 +308,44 @@ func (c *Cache) Close() {
 // queued for the stream's sender.
 func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	id, ok := c.requests[req]
+	delete(c.requests, req)
+	st := c.streams[id]
+	c.mu.Unlock()
 	if !ok {
 		return nil, errors.New("kds: request was not seen by the stream callbacks")
 	}
-	delete(c.requests, req)
-	st := c.streams[id]
 	if st == nil {
 		return nil, errors.New("kds: the request's stream is closed")
 	}
 	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out, canceled: make(chan struct{}), finished: make(chan struct{})}
-	st.watches[w.kind] = w
-	// The request after a response (its ACK or NACK) finds the zone at the sync point the
-	// response recorded, unless the snapshot changed meanwhile or the request changes the
-	// subscription.
-	// Names forced meanwhile are not part of a sync point, nor are names a request subscribes
-	// (a re-request, or a new name of a named subscription): those alone are looked at then.
-	// Unsubscribing changes what the zone knows: that takes a full evaluation.
-	subscribed := req.GetResourceNamesSubscribe()
-	switch {
-	case len(req.GetResourceNamesUnsubscribe()) > 0 || slices.Contains(subscribed, "*") ||
-		!st.synced[w.kind].at(sub.ReturnedResources(), c.snap.Kind(w.kind)):
-		c.evaluateWatchLocked(st, w)
-	case len(st.forced[w.kind]) > 0 || len(subscribed) > 0:
-		names := maps.Clone(st.forced[w.kind])
-		if names == nil {
-			names = map[string]bool{}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ks := st.kind(w.kind)
+	if !ks.started {
+		// What the zone said it holds when it subscribed (initial_resource_versions).
+		ks.started, ks.full = true, true
+		for n, v := range sub.ReturnedResources() {
+			ks.known[n] = v
 		}
-		for _, n := range subscribed {
-			names[n] = true
-		}
-		c.evaluateNamesLocked(st, w, slices.Collect(maps.Keys(names)))
 	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		// As the delta server does: a wildcard watch tells the zone whether the name is still
+		// there; another forgets it.
+		if sub.IsWildcard() {
+			ks.known[n], ks.dirty[n] = "", true
+		} else {
+			delete(ks.known, n)
+		}
+	}
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if n == "*" {
+			ks.full = true
+		}
+		ks.dirty[n] = true // a re-request, or a new name of a named subscription
+	}
+	ks.watch = w
+	c.evaluateLocked(st, ks)
 	return func() { c.cancel(st, w) }, nil
 }
 
@@ -316,13 +360,13 @@ func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
 }
 
 func (c *Cache) cancel(st *streamState, w *watch) {
-	c.mu.Lock()
-	if st.watches[w.kind] == w {
-		delete(st.watches, w.kind)
+	st.mu.Lock()
+	if ks := st.kinds[w.kind]; ks != nil && ks.watch == w {
+		ks.watch = nil
 	}
 	select {
 	case <-w.canceled:
-		c.mu.Unlock()
+		st.mu.Unlock()
 		return
 	default:
 	}
@@ -330,128 +374,94 @@ func (c *Cache) cancel(st *streamState, w *watch) {
 	wait := w.sending
 	if i := slices.Index(st.queue, w); i >= 0 {
 		st.queue = slices.Delete(st.queue, i, i+1)
+		st.requeue(w) // never delivered: its names are dirty again
 	}
-	c.mu.Unlock()
+	st.mu.Unlock()
 	if wait {
-		<-w.finished
+		<-w.finished // the sender takes it back if it was not delivered
 	}
 }
 
-// evaluateLocked answers every open, unanswered watch of the stream that has something to send,
-// in kind order.
-func (c *Cache) evaluateLocked(st *streamState) {
-	for _, kind := range c.kinds {
-		if w := st.watches[kind]; w != nil {
-			c.evaluateWatchLocked(st, w)
-		}
-	}
-}
-
-// evaluateWatchLocked computes the delta between what the zone knows (the subscription's
-// returned resources, less the forced names) and the zone's view of the snapshot; when it is not
-// empty, the watch is answered and queued for the sender.
-func (c *Cache) evaluateWatchLocked(st *streamState, w *watch) {
-	if w.resp != nil {
+// evaluateLocked answers the kind's open, unanswered watch when the zone's view of the snapshot
+// differs from what the zone holds in a dirty name (or in any name, when full). Call with the
+// stream's lock.
+func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
+	w := ks.watch
+	if w == nil || w.resp != nil || (!ks.full && len(ks.dirty) == 0) {
 		return
 	}
-	known, forced := w.sub.ReturnedResources(), st.forced[w.kind]
-	resp := c.response(w.kind)
-	next := make(map[string]string, len(known))
-	var sentForced []string
-	for name, e := range c.snap.Kind(w.kind) {
-		if !w.subscribes(name) {
-			continue
+	entries := c.snap.Load().Kind(w.kind)
+	var names []string
+	if ks.full {
+		names = make([]string, 0, len(entries)+len(ks.known))
+		for n := range entries {
+			names = append(names, n)
 		}
-		if c.filter != nil && !c.filter.Visible(st.zone, e) {
-			// Held back: the zone keeps what it has (no update, and no removal either).
-			if v, ok := known[name]; ok {
-				next[name] = v
+		for n := range ks.known {
+			if _, ok := entries[n]; !ok {
+				names = append(names, n)
 			}
-			continue
 		}
-		next[name] = e.Version
-		v, ok := known[name]
-		if ok && v == e.Version && !forced[name] {
-			continue
-		}
-		resp.Resources = append(resp.Resources, &discovery.Resource{Name: name, Version: e.Version, Resource: e.Any})
-		if forced[name] {
-			sentForced = append(sentForced, name)
+	} else {
+		names = make([]string, 0, len(ks.dirty))
+		for n := range ks.dirty {
+			names = append(names, n)
 		}
 	}
-	for name := range known {
-		if _, ok := next[name]; !ok {
-			resp.RemovedResources = append(resp.RemovedResources, name)
-		}
-	}
-	for name := range forced {
-		if _, ok := next[name]; !ok {
-			delete(forced, name) // no longer served: nothing to resend
-		}
-	}
-	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
-		st.synced[w.kind] = syncPoint{known: known, entries: c.snap.Kind(w.kind)}
-		return
-	}
-	c.answerLocked(st, w, resp, next, sentForced)
-}
+	ks.full = false
+	clear(ks.dirty)
 
-// evaluateNamesLocked is evaluateWatchLocked for a watch in step with the previous snapshot,
-// when the current one differs from it only in names: each name is judged as
-// evaluateWatchLocked would judge it, and the other names stay as the zone knows them.
-func (c *Cache) evaluateNamesLocked(st *streamState, w *watch, names []string) {
-	if w.resp != nil {
-		return
-	}
-	known, forced := w.sub.ReturnedResources(), st.forced[w.kind]
-	entries := c.snap.Kind(w.kind)
-	resp := c.response(w.kind)
+	filter := c.filter.Load().Filter
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
+	var sentAs map[string]string
 	var sentForced []string
 	for _, name := range names {
-		v, isKnown := known[name]
+		v, isKnown := ks.known[name]
 		e, served := entries[name]
 		served = served && w.subscribes(name)
 		switch {
-		case served && c.filter != nil && !c.filter.Visible(st.zone, e):
-			// Held back: the zone keeps what it has.
+		case served && filter != nil && !filter.Visible(st.zone, e):
+			// Held back: the zone keeps what it has (no update, and no removal either).
 			if !isKnown {
-				delete(forced, name) // not served to this zone: nothing to resend
+				delete(ks.forced, name) // not served to this zone: nothing to resend
 			}
 		case served:
-			if isKnown && v == e.Version && !forced[name] {
+			if isKnown && v == e.Version && !ks.forced[name] {
 				continue
 			}
 			resp.Resources = append(resp.Resources, &discovery.Resource{Name: name, Version: e.Version, Resource: e.Any})
-			if forced[name] {
+			if sentAs == nil {
+				sentAs = map[string]string{}
+			}
+			sentAs[name] = e.Version
+			if ks.forced[name] {
 				sentForced = append(sentForced, name)
 			}
 		default:
-			delete(forced, name)
+			delete(ks.forced, name) // no longer served: nothing to resend
 			if isKnown {
 				resp.RemovedResources = append(resp.RemovedResources, name)
+				if sentAs == nil {
+					sentAs = map[string]string{}
+				}
+				sentAs[name] = ""
 			}
 		}
 	}
-	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
-		st.synced[w.kind] = syncPoint{known: known, entries: entries}
+	if len(sentAs) == 0 {
 		return
 	}
-	next := maps.Clone(known)
-	if next == nil {
-		next = map[string]string{}
+	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.Sort(resp.RemovedResources)
+	// The delta server keeps the next version map as the subscription's returned resources;
+	// the cache reads its own known map instead, so the server gets one that nobody reads.
+	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: ks.served, DeltaDiscoveryResponse: resp}
+	w.sentAs, w.forced = sentAs, sentForced
+	st.queue = append(st.queue, w)
+	select {
+	case st.wake <- struct{}{}:
+	default:
 	}
-	for _, r := range resp.Resources {
-		next[r.Name] = r.Version
-	}
-	for _, name := range resp.RemovedResources {
-		delete(next, name)
-	}
-	c.answerLocked(st, w, resp, next, sentForced)
-}
-
-// response starts a response of kind.
-func (c *Cache) response(kind string) *discovery.DeltaDiscoveryResponse {
-	return &discovery.DeltaDiscoveryResponse{TypeUrl: kind, SystemVersionInfo: strconv.FormatInt(c.version, 10)}
 }
 
 // subscribes reports whether the watch's subscription covers name.
@@ -463,23 +473,9 @@ func (w *watch) subscribes(name string) bool {
 	return ok
 }
 
-// answerLocked answers the watch with resp, after which the zone knows next, and queues it for
-// the sender.
-func (c *Cache) answerLocked(st *streamState, w *watch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, sentForced []string) {
-	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
-	slices.Sort(resp.RemovedResources)
-	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: next, DeltaDiscoveryResponse: resp}
-	w.forced = sentForced
-	st.synced[w.kind] = syncPoint{known: next, entries: c.snap.Kind(w.kind)}
-	st.queue = append(st.queue, w)
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
-}
-
 // send is the stream's sender: it feeds queued responses into the server's channel in order.
-// A watch canceled while its response waits is dropped; cancel waits for a send in progress.
+// A response counts in what the zone holds from the moment it is handed over; one that is not
+// (its watch canceled meanwhile) is taken back. cancel waits for a send in progress.
 func (st *streamState) send() {
 	defer close(st.done)
 	for {
@@ -493,13 +489,18 @@ func (st *streamState) send() {
 			if w == nil {
 				break
 			}
-			stopped := false
+			stopped, delivered := false, false
 			select {
 			case w.out <- w.resp:
-				st.sent(w)
+				delivered = true
 			case <-w.canceled:
 			case <-st.stop:
 				stopped = true
+			}
+			if !delivered {
+				st.mu.Lock()
+				st.takeBack(w)
+				st.mu.Unlock()
 			}
 			close(w.finished)
 			if stopped {
@@ -509,31 +510,59 @@ func (st *streamState) send() {
 	}
 }
 
-// next takes the first queued watch off the queue, or returns nil.
+// next takes the first queued watch off the queue and counts its response in what the zone
+// holds, or returns nil.
 func (st *streamState) next() *watch {
-	st.cache.mu.Lock()
-	defer st.cache.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if len(st.queue) == 0 {
 		return nil
 	}
 	w := st.queue[0]
 	st.queue = st.queue[1:]
 	w.sending = true
+	ks := st.kind(w.kind)
+	w.undo = make(map[string]*string, len(w.sentAs))
+	for n, v := range w.sentAs {
+		if old, ok := ks.known[n]; ok {
+			w.undo[n] = &old
+		} else {
+			w.undo[n] = nil
+		}
+		if v == "" {
+			delete(ks.known, n)
+		} else {
+			ks.known[n] = v
+		}
+	}
+	for _, n := range w.forced {
+		delete(ks.forced, n)
+	}
 	return w
 }
 
-// sent clears the forced names a delivered response carried.
-func (st *streamState) sent(w *watch) {
-	if len(w.forced) == 0 {
-		return
+// takeBack undoes a response that was not delivered: what the zone holds is as before, and its
+// names are dirty again (forced ones forced again). Call with the stream's lock.
+func (st *streamState) takeBack(w *watch) {
+	ks := st.kind(w.kind)
+	for n, old := range w.undo {
+		if old == nil {
+			delete(ks.known, n)
+		} else {
+			ks.known[n] = *old
+		}
 	}
-	st.cache.mu.Lock()
-	defer st.cache.mu.Unlock()
-	set := st.forced[w.kind]
+	st.requeue(w)
 	for _, n := range w.forced {
-		delete(set, n)
+		ks.forced[n] = true
 	}
-	if len(set) == 0 {
-		delete(st.forced, w.kind)
+}
+
+// requeue makes the names of an answered, undelivered response dirty again. Call with the
+// stream's lock.
+func (st *streamState) requeue(w *watch) {
+	ks := st.kind(w.kind)
+	for n := range w.sentAs {
+		ks.dirty[n] = true
 	}
 }
