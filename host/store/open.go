@@ -139,6 +139,11 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 }
 
 func openPostgres(ctx context.Context, cfg *pgx.ConnConfig) (Store, error) {
+	return openPostgresWith(ctx, cfg, defaultListenOptions())
+}
+
+// openPostgresWith opens a PostgreSQL store whose listener runs with opts.
+func openPostgresWith(ctx context.Context, cfg *pgx.ConnConfig, opts listenOptions) (*sqlStore, error) {
 	where := fmt.Sprintf("postgres %s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 	db := stdlib.OpenDB(*cfg)
 	if err := db.PingContext(ctx); err != nil {
@@ -149,5 +154,13 @@ func openPostgres(ctx context.Context, cfg *pgx.ConnConfig) (Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", where, err)
 	}
-	return newSQLStore(dialectPostgres, db, db), nil
+	s := newSQLStore(dialectPostgres, db, db)
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", where, err)
+	}
+	s.seen.Store(rev)
+	s.listen = startListener(cfg, opts, s)
+	return s, nil
 }

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -21,6 +23,10 @@ type sqlStore struct {
 	d       dialect
 	w, r    *sql.DB
 	changes chan struct{}
+	// seen is the newest revision Changes was signalled for (own commits, notifications, polls).
+	seen atomic.Int64
+	// listen hears other processes' writes (PostgreSQL); nil for SQLite.
+	listen *listener
 	// Tombstones are kept for the last keep revisions, pruned every pruneEvery revisions.
 	keep, pruneEvery int64
 }
@@ -611,8 +617,11 @@ func (s *sqlStore) SetMeta(ctx context.Context, key, value string) error {
 	return nil
 }
 
-// Close closes the database connections. Changes is not closed.
+// Close stops the listener and closes the database connections. Changes is not closed.
 func (s *sqlStore) Close() error {
+	if s.listen != nil {
+		s.listen.stop()
+	}
 	err := s.w.Close()
 	if s.r != s.w {
 		err = errors.Join(err, s.r.Close())
@@ -646,9 +655,17 @@ func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx, rev int64) (ch
 		_ = tx.Rollback()
 		return false, fmt.Errorf("prune tombstones: %w", err)
 	}
+	if s.d == dialectPostgres {
+		// Delivered to every listener when, and only if, the transaction commits.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ChangesChannel, strconv.FormatInt(rev, 10)); err != nil {
+			_ = tx.Rollback()
+			return false, fmt.Errorf("notify: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("commit: %w", err)
 	}
+	s.advance(rev)
 	s.notify()
 	return true, nil
 }
@@ -665,6 +682,43 @@ func (s *sqlStore) prune(ctx context.Context, tx *sql.Tx, rev int64) error {
 	}
 	_, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE revision SET horizon = ? WHERE id = 1 AND horizon < ?`), horizon, horizon)
 	return err
+}
+
+// advance records that Changes is signalled for rev (and so for every revision before it).
+func (s *sqlStore) advance(rev int64) {
+	for {
+		seen := s.seen.Load()
+		if rev <= seen || s.seen.CompareAndSwap(seen, rev) {
+			return
+		}
+	}
+}
+
+// signal signals Changes for rev unless it was signalled for rev or a later revision already
+// (revisions commit in order, so a reader woken for a later one sees rev too); a negative rev
+// (not known) always signals. It reports whether it signalled.
+func (s *sqlStore) signal(rev int64) bool {
+	if rev >= 0 {
+		for {
+			seen := s.seen.Load()
+			if rev <= seen {
+				return false
+			}
+			if s.seen.CompareAndSwap(seen, rev) {
+				break
+			}
+		}
+	}
+	s.notify()
+	return true
+}
+
+// ListenStatus says how the store hears other processes' writes.
+func (s *sqlStore) ListenStatus() ListenStatus {
+	if s.listen == nil {
+		return ListenStatus{}
+	}
+	return s.listen.Status()
 }
 
 // notify signals Changes without blocking: a pending signal already covers this write.

@@ -87,7 +87,7 @@ type Store interface {
 	// not a failure.
 	Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (failed map[resource.Key]error, err error)
 	// Revision is a counter that every committed write increases; replicas sharing a database
-	// poll it to notice each other's writes.
+	// compare it to notice each other's writes.
 	Revision(ctx context.Context) (int64, error)
 	// ChangesSince returns what the writes after revision since did, as of revision now: the
 	// resources they created or changed (sorted by key, as List sorts) and the keys they
@@ -97,7 +97,11 @@ type Store interface {
 	// already had: applying them again changes nothing.
 	ChangesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error)
 	// Changes is signalled (coalesced, never blocking the writer) after every committed write
-	// made through this Store value.
+	// made through this Store value. A PostgreSQL store also signals it for writes other
+	// processes commit to the same database: each write NOTIFYs (ChangesChannel, the revision as
+	// payload) in its transaction, and the store LISTENs on a connection of its own; while that
+	// connection is down it reads the revision every 250ms instead, and signals once more when
+	// it is back, so a reader that calls ChangesSince on each signal misses nothing.
 	Changes() <-chan struct{}
 	// ID is the store's id: random, made when the schema was created (or migrated to hold one),
 	// never changed. Every replica sharing a database sees the same id; a new or emptied
