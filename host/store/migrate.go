@@ -132,6 +132,21 @@ func migrations() []migration {
 			_, err = tx.ExecContext(ctx, d.rebind(`INSERT INTO store_meta (key, value) VALUES (?, ?)`), IDMetaKey, id)
 			return err
 		}},
+		// Which global replica serves each zone: one row per zone stream, refreshed by its
+		// replica's heartbeat (times in Unix milliseconds of the replica's clock), so any replica
+		// can tell an operator where every zone is. Not resources: no revision, no tombstones.
+		{version: 4, name: "zone streams of global replicas", stmts: []string{
+			`CREATE TABLE zone_streams (
+				zone         TEXT NOT NULL,
+				replica      TEXT NOT NULL,
+				address      TEXT NOT NULL,
+				since_ms     BIGINT NOT NULL,
+				heartbeat_ms BIGINT NOT NULL,
+				PRIMARY KEY (zone, replica)
+			)`,
+			`CREATE INDEX zone_streams_replica ON zone_streams (replica)`,
+			`CREATE INDEX zone_streams_heartbeat ON zone_streams (heartbeat_ms)`,
+		}},
 	}
 }
 

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ZoneStream is a zone's KDS stream as the global replica serving it records it in the store.
+type ZoneStream struct {
+	Zone string `json:"zone"`
+	// Replica is the id of the replica serving the stream; Address is where zones reach it.
+	Replica string `json:"replica"`
+	Address string `json:"address,omitempty"`
+	// Since is when the stream opened; Heartbeat is when its replica last refreshed the record.
+	Since     time.Time `json:"since"`
+	Heartbeat time.Time `json:"heartbeat"`
+}
+
+// Heartbeat is one refresh of a replica's zone streams.
+type Heartbeat struct {
+	Replica, Address string
+	Now              time.Time
+	// Put are streams to write (opened since the last heartbeat, or all of them when the
+	// replica's records were lost); Gone are zones whose stream on this replica closed.
+	Put  []ZoneStream
+	Gone []string
+	// ExpireBefore deletes the records of any replica not refreshed since then (a replica that
+	// died keeps none for long); zero deletes nothing.
+	ExpireBefore time.Time
+}
+
+// ZoneStreamRecorder is a Store that records which global replica serves each zone, as every
+// Store Open returns is. A record is not a resource: writing one bumps no revision and signals
+// no Changes.
+type ZoneStreamRecorder interface {
+	// RecordZoneStreams applies a heartbeat in one transaction: it deletes the Gone zones of
+	// the replica, writes Put, refreshes every record of the replica to Now, and expires what
+	// is older than ExpireBefore. It returns how many records the replica has after it; fewer
+	// than the streams it serves means some were expired, and the next heartbeat should Put
+	// them all.
+	RecordZoneStreams(ctx context.Context, hb Heartbeat) (records int64, err error)
+	// ZoneStreams returns the records refreshed at or after freshAfter, sorted by zone and
+	// replica.
+	ZoneStreams(ctx context.Context, freshAfter time.Time) ([]ZoneStream, error)
+}
+
+func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, error) {
+	if hb.Replica == "" {
+		return 0, errors.New("record zone streams: the replica id is empty")
+	}
+	now := hb.Now.UnixMilli()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("record zone streams of %s: begin: %w", hb.Replica, err)
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
+	ex := &stmtCache{tx: tx}
+	defer ex.close()
+	for _, z := range hb.Gone {
+		if _, err := ex.ExecContext(ctx, s.d.rebind(`DELETE FROM zone_streams WHERE zone = ? AND replica = ?`), z, hb.Replica); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: delete %s: %w", hb.Replica, z, err)
+		}
+	}
+	for _, z := range hb.Put {
+		if _, err := ex.ExecContext(ctx, s.d.rebind(`INSERT INTO zone_streams (zone, replica, address, since_ms, heartbeat_ms)
+			VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (zone, replica) DO UPDATE SET address = excluded.address, since_ms = excluded.since_ms,
+				heartbeat_ms = excluded.heartbeat_ms`),
+			z.Zone, hb.Replica, hb.Address, z.Since.UnixMilli(), now); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: put %s: %w", hb.Replica, z.Zone, err)
+		}
+	}
+	n, err := rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE zone_streams SET heartbeat_ms = ? WHERE replica = ?`), now, hb.Replica))
+	if err != nil {
+		return 0, fmt.Errorf("record zone streams of %s: refresh: %w", hb.Replica, err)
+	}
+	if !hb.ExpireBefore.IsZero() {
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM zone_streams WHERE heartbeat_ms < ?`), hb.ExpireBefore.UnixMilli()); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: expire: %w", hb.Replica, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("record zone streams of %s: commit: %w", hb.Replica, err)
+	}
+	return n, nil
+}
+
+func (s *sqlStore) ZoneStreams(ctx context.Context, freshAfter time.Time) ([]ZoneStream, error) {
+	rows, err := s.r.QueryContext(ctx, s.d.rebind(`SELECT zone, replica, address, since_ms, heartbeat_ms FROM zone_streams
+		WHERE heartbeat_ms >= ?`), freshAfter.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("zone streams: %w", err)
+	}
+	defer rows.Close()
+	var out []ZoneStream
+	for rows.Next() {
+		var z ZoneStream
+		var since, hb int64
+		if err := rows.Scan(&z.Zone, &z.Replica, &z.Address, &since, &hb); err != nil {
+			return nil, fmt.Errorf("zone streams: %w", err)
+		}
+		z.Since, z.Heartbeat = time.UnixMilli(since), time.UnixMilli(hb)
+		out = append(out, z)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("zone streams: %w", err)
+	}
+	// Sorted here for byte order on both databases (see List).
+	sortZoneStreams(out)
+	return out, nil
+}
+
+func sortZoneStreams(zs []ZoneStream) {
+	slices.SortFunc(zs, func(a, b ZoneStream) int {
+		return cmp.Or(strings.Compare(a.Zone, b.Zone), strings.Compare(a.Replica, b.Replica))
+	})
+}

@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestZoneStreams(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		g, ctx := NewWithT(t), context.Background()
+		s := openStore(t, dsn)
+		rec := s.(ZoneStreamRecorder)
+		t0 := time.UnixMilli(1_700_000_000_000)
+		at := func(d time.Duration) time.Time { return t0.Add(d) }
+		where := func(zs []ZoneStream) []string {
+			out := []string{}
+			for _, z := range zs {
+				out = append(out, z.Zone+"@"+z.Replica)
+			}
+			return out
+		}
+
+		n, err := rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r1", Address: "grpc://a:1", Now: at(0),
+			Put: []ZoneStream{{Zone: "z2", Since: at(-time.Second)}, {Zone: "z1", Since: at(-2 * time.Second)}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(int64(2)))
+		zs, err := rec.ZoneStreams(ctx, at(0))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(zs).To(Equal([]ZoneStream{
+			{Zone: "z1", Replica: "r1", Address: "grpc://a:1", Since: at(-2 * time.Second), Heartbeat: at(0)},
+			{Zone: "z2", Replica: "r1", Address: "grpc://a:1", Since: at(-time.Second), Heartbeat: at(0)},
+		}))
+
+		// z1 moves to r2; r1 has not noticed yet: both record it.
+		n, err = rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r2", Address: "grpc://b:1", Now: at(time.Second),
+			Put: []ZoneStream{{Zone: "z1", Since: at(time.Second)}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(int64(1)))
+		zs, _ = rec.ZoneStreams(ctx, time.Time{})
+		g.Expect(where(zs)).To(Equal([]string{"z1@r1", "z1@r2", "z2@r1"}))
+
+		// r1 notices; a heartbeat refreshes what it keeps.
+		n, err = rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r1", Now: at(2 * time.Second), Gone: []string{"z1"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(int64(1)))
+		zs, _ = rec.ZoneStreams(ctx, at(2*time.Second))
+		g.Expect(zs).To(HaveLen(1))
+		g.Expect(zs[0]).To(Equal(ZoneStream{Zone: "z2", Replica: "r1", Address: "grpc://a:1", Since: at(-time.Second), Heartbeat: at(2 * time.Second)}))
+
+		// r1 dies: r2's heartbeats expire its records.
+		n, err = rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r2", Now: at(10 * time.Second), ExpireBefore: at(5 * time.Second)})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(int64(1)))
+		zs, _ = rec.ZoneStreams(ctx, time.Time{})
+		g.Expect(where(zs)).To(Equal([]string{"z1@r2"}))
+		zs, _ = rec.ZoneStreams(ctx, at(11*time.Second))
+		g.Expect(zs).To(BeEmpty(), "stale records are not returned")
+
+		// Records are not resources.
+		g.Expect(revision(t, s)).To(BeZero())
+		g.Expect(s.Changes()).NotTo(Receive())
+		_, err = rec.RecordZoneStreams(ctx, Heartbeat{Now: at(0)})
+		g.Expect(err).To(MatchError(ContainSubstring("replica id is empty")))
+	})
+}
