@@ -51,6 +51,10 @@ type GlobalConfig struct {
 	Builtin     shared.RetryForcer
 	// PolicyTimeout is the deadline of a retry policy call (default 200ms).
 	PolicyTimeout time.Duration
+	// RetryBounds are what the host accepts of a retry decision (--retry-max-delay; zero
+	// fields: shared's defaults); a decision outside them is refused and the built-in policy
+	// decides instead.
+	RetryBounds shared.Bounds
 	// Emulate reproduces an old, blocking retry behaviour (retry.EmulatePerType or
 	// retry.EmulatePerStream), sleeping NACKBackoff inside the xDS callback. Empty: async retry.
 	Emulate     string
@@ -92,6 +96,14 @@ type GlobalConfig struct {
 	// Collectors are more Prometheus metrics to serve beside the global's own (the plugin
 	// runtime's).
 	Collectors []prometheus.Collector
+
+	// ReplicaID names this global among the replicas sharing its store (default: the host
+	// name and the KDS port); ReplicaAddress is where zones reach its KDS (default: the KDS
+	// listener's, with the host name). Every HeartbeatInterval (default 2s) the replica records
+	// in the store which zones are connected to it (replicas.go); /api/zones on any replica
+	// shows them all.
+	ReplicaID, ReplicaAddress string
+	HeartbeatInterval         time.Duration
 }
 
 // Global is a running global control plane.
@@ -108,6 +120,7 @@ type Global struct {
 
 	kdsLn, apiLn, diagLn net.Listener
 	zoneMetrics          *zoneMetrics // the counters with a zone label, freed with the zone
+	replicas             *replicas    // this replica's zones in the store, and the others' (replicas.go)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -168,7 +181,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		}
 		rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
 		sched, err := retry.NewScheduler(retry.Config{
-			Policy:   retry.Standard(current, cfg.Builtin, cfg.PolicyTimeout, rm.fallback),
+			Policy: retry.Standard(current, cfg.Builtin, retry.StandardConfig{
+				Timeout: cfg.PolicyTimeout, Bounds: cfg.RetryBounds, OnFallback: rm.fallback,
+			}),
 			Resender: g.Cache, Hooks: rm.hooks(),
 		})
 		if err != nil {
@@ -218,6 +233,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if g.diagLn, err = net.Listen("tcp", cfg.DiagAddr); err != nil {
 		return nil, fmt.Errorf("listen for diagnostics on %s: %w", cfg.DiagAddr, err)
 	}
+	g.replicas = newReplicas(&g.cfg, g.KDSAddr(), g.log.Named("replicas"))
 	return g, nil
 }
 
@@ -286,6 +302,7 @@ func (g *Global) Run(ctx context.Context) error {
 		return apiServer.Serve(g.apiLn)
 	})
 	run("zone expiry", func() error { g.expireZones(ctx); return nil })
+	run("replica heartbeat", func() error { g.replicas.run(ctx, g.Zones); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
 		run("plugin reloads", func() error { g.reloads(ctx); return nil })
@@ -325,7 +342,7 @@ func (g *Global) sync(ctx context.Context) error {
 	publish := func(snap *kds.Snapshot) {
 		g.Cache.SetSnapshot(snap)
 		if g.Holds != nil {
-			g.Holds.Changed()
+			g.Holds.Changed(snap)
 		}
 	}
 	rebuild := func() error {
@@ -393,8 +410,14 @@ func (g *Global) sync(ctx context.Context) error {
 // what is held back from it.
 type ZoneView struct {
 	kds.ZoneInsight
-	Retry *retry.StreamState `json:"retry,omitempty"`
-	Held  []owner.Held       `json:"held,omitempty"`
+	// Replica is the global replica the zone is connected to (this one, or another sharing
+	// the store, as its heartbeat records), ReplicaAddress its KDS address, and Heartbeat when
+	// another replica last recorded the stream (nil for this replica's own).
+	Replica        string             `json:"replica,omitempty"`
+	ReplicaAddress string             `json:"replicaAddress,omitempty"`
+	Heartbeat      *time.Time         `json:"heartbeat,omitempty"`
+	Retry          *retry.StreamState `json:"retry,omitempty"`
+	Held           []owner.Held       `json:"held,omitempty"`
 }
 
 // ZoneViews returns every zone's insight.
@@ -428,7 +451,7 @@ func (g *Global) ZoneViews() []ZoneView {
 		}
 		out = append(out, zv)
 	}
-	return out
+	return g.replicas.merge(out, time.Now())
 }
 
 func (g *Global) serveZones(w http.ResponseWriter, _ *http.Request) {

@@ -122,7 +122,7 @@ type watch struct {
 // changed names of the changed kinds only; otherwise at every name. Streams are answered in
 // parallel, one worker a core.
 func (c *Cache) SetSnapshot(s *Snapshot) {
-	changed, delta := s.changesFrom(c.snap.Load())
+	changed, delta := s.ChangesFrom(c.snap.Load())
 	c.snap.Store(s)
 	c.version.Add(1)
 	c.mu.Lock()

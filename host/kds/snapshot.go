@@ -36,9 +36,9 @@ type Snapshot struct {
 	changed map[string][]string
 }
 
-// changesFrom returns, when s was derived from prev by Update, the names by kind in which the
+// ChangesFrom returns, when s was derived from prev by Update, the names by kind in which the
 // two differ; ok is false when s is not known to be derived from prev.
-func (s *Snapshot) changesFrom(prev *Snapshot) (changed map[string][]string, ok bool) {
+func (s *Snapshot) ChangesFrom(prev *Snapshot) (changed map[string][]string, ok bool) {
 	if s == nil || prev == nil || s.changed == nil || s.base != weak.Make(prev) {
 		return nil, false
 	}

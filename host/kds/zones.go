@@ -1,6 +1,7 @@
 package kds
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -211,6 +212,53 @@ func (z *Zones) Insights() []ZoneInsight {
 		out = append(out, zi)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	return out
+}
+
+// HeldVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
+func (z *Zones) HeldVersion(zone, kind, name string) (string, bool) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zones[zone]
+	if s == nil {
+		return "", false
+	}
+	v, ok := s.inventory[kind][name]
+	return v, ok
+}
+
+// InventoryKeys returns the keys the zone has ACKed of the given kinds (nil: of every kind),
+// and of the extra keys it holds.
+func (z *Zones) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.zones[zone]
+	if s == nil {
+		return nil
+	}
+	var out []resource.Key
+	add := func(kind string) {
+		for n := range s.inventory[kind] {
+			out = append(out, resource.KeyFromXDSName(kind, n))
+		}
+	}
+	if kinds == nil {
+		for kind := range s.inventory {
+			add(kind)
+		}
+		return out
+	}
+	for _, kind := range kinds {
+		add(kind)
+	}
+	for _, k := range extra {
+		if slices.Contains(kinds, k.Kind) {
+			continue // already there
+		}
+		if _, ok := s.inventory[k.Kind][k.XDSName()]; ok {
+			out = append(out, k)
+		}
+	}
 	return out
 }
 

@@ -55,32 +55,52 @@ type Plan struct {
 }
 
 // NewPlan plans the check of zone, which holds held (kind -> xDS name -> version), against
-// snap. The extra candidates (a `kds-host check` file) are judged too, before the snapshot's,
-// and replace the snapshot's entries of the same keys.
+// snap: every entry of the snapshot, and the zone's whole inventory. The extra candidates (a
+// `kds-host check` file) are judged too, before the snapshot's, and replace the snapshot's
+// entries of the same keys.
 func NewPlan(zone string, snap *kds.Snapshot, held map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
-	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
 	inExtra := make(map[resource.Key]bool, len(extra))
 	for _, r := range extra {
 		inExtra[resource.Key{Kind: r.GetKind(), Mesh: r.GetMesh(), Name: r.GetName()}] = true
 	}
-	p.Request.Candidates = append(p.Request.Candidates, extra...)
+	var entries []*kds.Entry
+	for _, kind := range snap.Kinds() {
+		for _, e := range snap.Kind(kind) {
+			if !inExtra[e.Key] {
+				entries = append(entries, e)
+			}
+		}
+	}
+	p := newPlan(zone, entries, extra, func(kind, name string) (string, bool) {
+		v, ok := held[kind][name]
+		return v, ok
+	})
 	for kind, names := range held {
 		for name := range names {
 			k := resource.KeyFromXDSName(kind, name)
 			p.Request.Inventory = append(p.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
 		}
 	}
-	for _, kind := range snap.Kinds() {
-		for name, e := range snap.Kind(kind) {
-			switch {
-			case inExtra[e.Key]:
-			case held[kind][name] == e.Version:
-				p.held = append(p.held, e)
-			default:
-				p.entries = append(p.entries, e)
-				p.Request.Candidates = append(p.Request.Candidates, e.Resource)
-			}
+	return p
+}
+
+// NewPlanOf plans the check of the given entries for zone: those the zone holds at their version
+// (heldVersion says) are accepted, the others are the candidates. The caller adds the inventory
+// to Request.
+func NewPlanOf(zone string, entries []*kds.Entry, heldVersion func(kind, name string) (string, bool)) *Plan {
+	return newPlan(zone, entries, nil, heldVersion)
+}
+
+func newPlan(zone string, entries []*kds.Entry, extra []*kdsv1.Resource, heldVersion func(kind, name string) (string, bool)) *Plan {
+	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
+	p.Request.Candidates = append(p.Request.Candidates, extra...)
+	for _, e := range entries {
+		if v, ok := heldVersion(e.Key.Kind, e.Key.XDSName()); ok && v == e.Version {
+			p.held = append(p.held, e)
+			continue
 		}
+		p.entries = append(p.entries, e)
+		p.Request.Candidates = append(p.Request.Candidates, e.Resource)
 	}
 	return p
 }

@@ -1,7 +1,9 @@
 package owner_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -33,14 +36,28 @@ func (w *world) Snapshot() *kds.Snapshot {
 	return w.snap
 }
 
-func (w *world) Versions(zone string) map[string]map[string]string {
+func (w *world) HeldVersion(zone, kind, name string) (string, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := map[string]map[string]string{}
+	v, ok := w.inventory[zone][kind][name]
+	return v, ok
+}
+
+func (w *world) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []resource.Key
 	for kind, names := range w.inventory[zone] {
-		out[kind] = map[string]string{}
-		for n, v := range names {
-			out[kind][n] = v
+		if kinds != nil && !slices.Contains(kinds, kind) {
+			continue
+		}
+		for n := range names {
+			out = append(out, resource.KeyFromXDSName(kind, n))
+		}
+	}
+	for _, k := range extra {
+		if _, ok := w.inventory[zone][k.Kind][k.XDSName()]; ok && !slices.Contains(kinds, k.Kind) {
+			out = append(out, k)
 		}
 	}
 	return out
@@ -150,4 +167,145 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 	for range b.N {
 		obs.ACK(ack)
 	}
+}
+
+// recording wraps the reference prediction and records each request; it can declare owner
+// kinds or not (a plugin of the older contract), and block one zone's calls.
+type recording struct {
+	inner      *ownerpredict.Predictor
+	ownerKinds bool
+	block      string        // zone whose calls wait for release
+	release    chan struct{} // closed to let them go
+	mu         sync.Mutex
+	reqs       []*pluginv1.PredictRequest
+}
+
+func (r *recording) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
+	d, err := r.inner.Describe(ctx)
+	if !r.ownerKinds {
+		d.OwnerKinds = nil
+	}
+	return d, err
+}
+
+func (r *recording) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	if req.GetZone() == r.block {
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return r.inner.Predict(ctx, req)
+}
+
+func (r *recording) last(zone string) *pluginv1.PredictRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.reqs) - 1; i >= 0; i-- {
+		if r.reqs[i].GetZone() == zone {
+			return r.reqs[i]
+		}
+	}
+	return nil
+}
+
+func (r *recording) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.reqs)
+}
+
+func candidateNames(req *pluginv1.PredictRequest) []string {
+	var out []string
+	for _, c := range req.GetCandidates() {
+		out = append(out, c.GetKind()+"/"+c.GetName())
+	}
+	return out
+}
+
+// A write checks what changed (and the owners it needs), an ACK what waited for what it brought,
+// and the inventory sent is what the plugin declared it needs.
+func TestHoldsCostWhatChanged(t *testing.T) {
+	g := NewWithT(t)
+	keys := []resource.Key{meshKey}
+	for i := range 100 {
+		keys = append(keys, resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t-%d", i)})
+	}
+	w := &world{inventory: map[string]map[string]map[string]string{"zone-1": {}}, refreshed: map[string][]string{}}
+	var b kds.SnapshotBuilder
+	var rs []resource.Resource
+	for _, k := range keys {
+		rs = append(rs, resource.Resource{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name, Generation: 1})
+	}
+	snap, err := b.Build(rs)
+	g.Expect(err).NotTo(HaveOccurred())
+	w.snap = snap
+	rec := &recording{inner: ownerpredict.New(), ownerKinds: true}
+	h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer h.Close()
+	h.Changed(snap)
+	obs := h.Observer()
+	obs.StreamOpened(1, "zone-1")
+	g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(HaveLen(100))
+	g.Expect(rec.last("zone-1").GetCandidates()).To(HaveLen(101), "the first check looks at everything")
+
+	// The zone ACKs its Mesh: the 100 that waited for it, found by index, are checked.
+	w.hold("zone-1", meshKey)
+	calls := rec.count()
+	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": version(snap, meshKey)}})
+	g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+	g.Expect(rec.count()).To(Equal(calls + 1))
+	g.Expect(rec.last("zone-1").GetCandidates()).To(HaveLen(100))
+	g.Expect(rec.last("zone-1").GetInventory()).To(HaveLen(1), "only the declared owner kinds: the Mesh")
+
+	// The zone holds everything; one policy changes: one candidate.
+	for _, k := range keys[1:] {
+		w.hold("zone-1", k)
+	}
+	changed := rs[5]
+	changed.Generation, changed.Labels = 2, map[string]string{"v": "2"}
+	snap2, err := b.Update([]resource.Resource{changed}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	w.mu.Lock()
+	w.snap = snap2
+	w.mu.Unlock()
+	calls = rec.count()
+	h.Changed(snap2)
+	g.Eventually(rec.count).Should(Equal(calls + 1))
+	g.Expect(candidateNames(rec.last("zone-1"))).To(Equal([]string{"MeshTimeout/" + changed.Name}))
+	g.Eventually(func() bool { return h.Visible("zone-1", snap2.Kind("MeshTimeout")["default/"+changed.Name]) }).Should(BeTrue())
+
+	// A plugin that declares no owner kinds gets the whole inventory, as before.
+	rec.ownerKinds = false
+	h2, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer h2.Close()
+	w.mu.Lock()
+	w.inventory["zone-1"]["MeshTimeout"]["default/"+changed.Name] = "old"
+	w.mu.Unlock()
+	h2.Changed(snap2)
+	h2.Observer().StreamOpened(1, "zone-1")
+	g.Eventually(func() bool { return h2.Visible("zone-1", snap2.Kind("MeshTimeout")["default/"+changed.Name]) }).Should(BeTrue())
+	g.Expect(rec.last("zone-1").GetInventory()).To(HaveLen(101))
+}
+
+// A zone whose policy call hangs does not hold up another zone's check.
+func TestZonesAreCheckedInParallel(t *testing.T) {
+	g := NewWithT(t)
+	w := &world{snap: snapshot(t, meshKey, timeoutKey), inventory: map[string]map[string]map[string]string{"slow": {}, "fast": {}}, refreshed: map[string][]string{}}
+	rec := &recording{inner: ownerpredict.New(), ownerKinds: true, block: "slow", release: make(chan struct{})}
+	h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Workers: 2, Timeout: time.Hour})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer h.Close()
+	defer close(rec.release)
+	obs := h.Observer()
+	obs.StreamOpened(1, "slow")
+	obs.StreamOpened(2, "fast")
+	g.Eventually(func() bool { return h.Visible("fast", w.snap.Kind("Mesh")["default"]) }).Should(BeTrue())
+	g.Expect(h.Visible("slow", w.snap.Kind("Mesh")["default"])).To(BeFalse(), "still waiting for its policy call")
 }

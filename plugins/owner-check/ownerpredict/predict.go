@@ -45,6 +45,8 @@ func (*Predictor) Describe(context.Context) (*pluginv1.DescribeResponse, error) 
 		Name:         Name,
 		Version:      Version,
 		Capabilities: slices.Clone(capabilities),
+		// A mesh-scoped resource waits for its Mesh; explicit owners come with the candidates.
+		OwnerKinds: []string{MeshKind},
 	}, nil
 }
 

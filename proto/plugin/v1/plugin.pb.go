@@ -130,7 +130,12 @@ type DescribeResponse struct {
 	SampleConfig string `protobuf:"bytes,5,opt,name=sample_config,json=sampleConfig,proto3" json:"sample_config,omitempty"`
 	// min_delay is the smallest delay Schedule returns under the policy in force, its floor
 	// (RetryForcer only, optional). Later rounds never go below it.
-	MinDelay      *durationpb.Duration `protobuf:"bytes,6,opt,name=min_delay,json=minDelay,proto3" json:"min_delay,omitempty"`
+	MinDelay *durationpb.Duration `protobuf:"bytes,6,opt,name=min_delay,json=minDelay,proto3" json:"min_delay,omitempty"`
+	// owner_kinds are the kinds whose resources can own others in this plugin's predictions
+	// (OwnerCheck only, optional). With them, PredictRequest.inventory lists only what the zone
+	// holds of these kinds and the owners the candidates name in their owners; without them,
+	// everything the zone holds. A plugin written before this field keeps getting everything.
+	OwnerKinds    []string `protobuf:"bytes,7,rep,name=owner_kinds,json=ownerKinds,proto3" json:"owner_kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +208,13 @@ func (x *DescribeResponse) GetSampleConfig() string {
 func (x *DescribeResponse) GetMinDelay() *durationpb.Duration {
 	if x != nil {
 		return x.MinDelay
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetOwnerKinds() []string {
+	if x != nil {
+		return x.OwnerKinds
 	}
 	return nil
 }
@@ -858,14 +870,16 @@ var File_plugin_v1_plugin_proto protoreflect.FileDescriptor
 const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\x16plugin/v1/plugin.proto\x12\tplugin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x10kds/v1/kds.proto\"\x11\n" +
-	"\x0fDescribeRequest\"\xf9\x01\n" +
+	"\x0fDescribeRequest\"\x9a\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x126\n" +
 	"\tmax_delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\x12#\n" +
 	"\rsample_config\x18\x05 \x01(\tR\fsampleConfig\x126\n" +
-	"\tmin_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bminDelay\".\n" +
+	"\tmin_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bminDelay\x12\x1f\n" +
+	"\vowner_kinds\x18\a \x03(\tR\n" +
+	"ownerKinds\".\n" +
 	"\x10ConfigureRequest\x12\x1a\n" +
 	"\bdocument\x18\x01 \x01(\fR\bdocument\"+\n" +
 	"\x11ConfigureResponse\x12\x16\n" +
