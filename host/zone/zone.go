@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -41,8 +42,12 @@ import (
 // Config is a zone's connection to its global.
 type Config struct {
 	Zone string
-	// GlobalAddress is grpc://host:port (plaintext) or grpcs://host:port (TLS).
+	// GlobalAddress is grpc://host:port (plaintext) or grpcs://host:port (TLS), or several of
+	// them separated by commas: the replicas of one global, sharing its store. A host name
+	// that resolves to several addresses stands for each of them.
 	GlobalAddress string
+	// GlobalAddresses are more addresses of the global's replicas, after GlobalAddress's.
+	GlobalAddresses []string
 	// TLSCAFile is the CA that signed the global's KDS certificate; empty uses the system roots.
 	TLSCAFile     string
 	TLSSkipVerify bool
@@ -86,8 +91,8 @@ type Client struct {
 	cfg     Config
 	log     hclog.Logger
 	started time.Time
-	target  string
-	creds   credentials.TransportCredentials
+	globals []global
+	creds   credentials.TransportCredentials // for grpcs:// globals
 
 	ready chan string // kinds whose admission outage just ended
 
@@ -98,7 +103,9 @@ type Client struct {
 
 // Stats is what a zone has done since it started.
 type Stats struct {
-	Connected  bool             `json:"connected"`
+	Connected bool `json:"connected"`
+	// Global is the replica the zone is connected to, or last tried.
+	Global     string           `json:"global,omitempty"`
 	Since      time.Time        `json:"since"`
 	Sessions   int              `json:"sessions"`
 	Responses  int64            `json:"responses"`
@@ -140,20 +147,61 @@ func ParseAddress(addr string) (target string, useTLS bool, err error) {
 	return "", false, fmt.Errorf("global address %q: scheme %q is neither grpc nor grpcs", addr, u.Scheme)
 }
 
+// global is one configured address of the global.
+type global struct {
+	addr   string // as configured
+	target string // host:port
+	tls    bool
+}
+
+// endpoint is one address to dial: a global's, or one its host name resolved to.
+type endpoint struct {
+	global
+	ip string // the resolved address, or "" to dial the target as it is
+}
+
+func (e endpoint) String() string {
+	if e.ip == "" {
+		return e.addr
+	}
+	return e.addr + " (" + e.ip + ")"
+}
+
+// ParseAddresses reads a comma-separated list of global addresses (see ParseAddress).
+func ParseAddresses(list string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, _, err := ParseAddress(a); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 // New checks the configuration and returns a client; Run connects it.
 func New(cfg Config) (*Client, error) {
 	if cfg.Zone == "" {
 		return nil, &ConfigError{Field: "Zone", Err: errors.New("a zone name is required")}
 	}
-	if cfg.GlobalAddress == "" {
-		return nil, &ConfigError{Field: "GlobalAddress", Err: errors.New("the global's address is required, e.g. grpcs://host:5685")}
-	}
-	target, useTLS, err := ParseAddress(cfg.GlobalAddress)
+	addrs, err := ParseAddresses(strings.Join(append([]string{cfg.GlobalAddress}, cfg.GlobalAddresses...), ","))
 	if err != nil {
 		return nil, &ConfigError{Field: "GlobalAddress", Err: err}
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), target: target, creds: insecure.NewCredentials(),
+	if len(addrs) == 0 {
+		return nil, &ConfigError{Field: "GlobalAddress", Err: errors.New("the global's address is required, e.g. grpcs://host:5685 (or several, comma-separated)")}
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, started: time.Now(), creds: insecure.NewCredentials(),
 		ready: make(chan string, len(cfg.AdmissionOutage)), acceptNew: cfg.AcceptNewGlobal}
+	useTLS := false
+	for _, a := range addrs {
+		target, t, _ := ParseAddress(a)
+		c.globals = append(c.globals, global{addr: a, target: target, tls: t})
+		useTLS = useTLS || t
+	}
 	if c.log == nil {
 		c.log = hclog.NewNullLogger()
 	}
@@ -211,9 +259,13 @@ func (c *Client) Stats() Stats {
 	return s
 }
 
-// Run keeps the zone connected until ctx ends, reconnecting with jittered exponential backoff.
-// It also owns the admission outages' ends: when one ends, the zone says so in its log and asks
-// its global again for what that admission refused.
+// Run keeps the zone connected until ctx ends. When a stream ends, or an attempt fails, it
+// moves on to the global's next address (each address in turn, a host name's resolved
+// addresses each in turn), after a jittered backoff that starts short after a healthy stream
+// and doubles with every round of addresses that all failed. Each new stream declares what the
+// zone holds (initial_resource_versions), so a replica sends only what changed.
+// Run also owns the admission outages' ends: when one ends, the zone says so in its log and
+// asks its global again for what that admission refused.
 func (c *Client) Run(ctx context.Context) error {
 	for kind, d := range c.cfg.AdmissionOutage {
 		t := time.AfterFunc(time.Until(c.started.Add(d)), func() {
@@ -226,25 +278,57 @@ func (c *Client) Run(ctx context.Context) error {
 		defer t.Stop()
 	}
 	backoff := c.cfg.BackoffMin
+	var eps []endpoint
+	next, failed := 0, 0 // the endpoint to try; attempts failed in a row
 	for {
+		if next >= len(eps) {
+			eps, next = c.endpoints(ctx), 0
+		}
+		ep := eps[next]
+		next++
 		began := time.Now()
-		err := c.session(ctx)
+		connected, err := c.session(ctx, ep)
 		c.setConnected(false, err)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if time.Since(began) > 30*time.Second {
-			backoff = c.cfg.BackoffMin // it was a healthy session
+		if connected && time.Since(began) > time.Second {
+			backoff, failed = c.cfg.BackoffMin, 0 // a healthy stream: try the next address soon
+		} else if failed++; failed >= len(eps) {
+			backoff, failed = min(backoff*2, c.cfg.BackoffMax), 0 // a whole round failed
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		c.log.Warn("KDS stream to global ended, reconnecting", "error", err, "in", wait)
+		c.log.Warn("KDS stream to global ended, reconnecting", "global", ep.String(), "error", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, c.cfg.BackoffMax)
 	}
+}
+
+// endpoints is every address to try, in order: each configured global's, a host name's
+// resolved addresses each (a name that does not resolve is dialled as it is, and fails then).
+func (c *Client) endpoints(ctx context.Context) []endpoint {
+	var out []endpoint
+	for _, g := range c.globals {
+		host, port, err := net.SplitHostPort(g.target)
+		if err != nil || net.ParseIP(host) != nil {
+			out = append(out, endpoint{global: g})
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+		ips, err := net.DefaultResolver.LookupHost(rctx, host)
+		cancel()
+		if err != nil || len(ips) < 2 {
+			out = append(out, endpoint{global: g}) // one address: gRPC resolves it as it dials
+			continue
+		}
+		for _, ip := range ips {
+			out = append(out, endpoint{global: g, ip: net.JoinHostPort(ip, port)})
+		}
+	}
+	return out
 }
 
 func (c *Client) setConnected(up bool, err error) {
@@ -260,15 +344,28 @@ func (c *Client) setConnected(up bool, err error) {
 	}
 }
 
-// session runs one ADS stream until it fails or ctx ends.
-func (c *Client) session(ctx context.Context) error {
-	conn, err := grpc.NewClient(c.target,
-		grpc.WithTransportCredentials(c.creds),
+// session runs one ADS stream to ep until it fails or ctx ends; connected says whether the
+// stream got as far as the global's first answer.
+func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err error) {
+	c.mu.Lock()
+	c.stats.Global = ep.String()
+	c.mu.Unlock()
+	creds := insecure.NewCredentials()
+	if ep.tls {
+		creds = c.creds
+	}
+	target, opts := ep.target, []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if ep.ip != "" {
+		// Dial the resolved address; TLS still checks the certificate against the name.
+		target, opts = ep.ip, append(opts, grpc.WithAuthority(ep.target))
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", c.cfg.GlobalAddress, err)
+		return false, fmt.Errorf("dial %s: %w", ep, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
@@ -280,32 +377,32 @@ func (c *Client) session(ctx context.Context) error {
 	hresp, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{})
 	hcancel()
 	if err != nil {
-		return fmt.Errorf("reach global %s: %w", c.cfg.GlobalAddress, err)
+		return connected, fmt.Errorf("reach global %s: %w", ep, err)
 	}
 	if hresp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("global %s is %s", c.cfg.GlobalAddress, hresp.GetStatus())
+		return connected, fmt.Errorf("global %s is %s", ep, hresp.GetStatus())
 	}
 	sctx := ctx
 	if c.cfg.TokenFile != "" {
 		tok, err := auth.ReadTokenFile(c.cfg.TokenFile)
 		if err != nil {
-			return fmt.Errorf("zone token: %w", err)
+			return connected, fmt.Errorf("zone token: %w", err)
 		}
 		sctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 	}
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
 	if err != nil {
-		return fmt.Errorf("open KDS stream to %s: %w", c.cfg.GlobalAddress, err)
+		return connected, fmt.Errorf("open KDS stream to %s: %w", ep, err)
 	}
 	initial, err := c.initialVersions(ctx)
 	if err != nil {
-		return err
+		return connected, err
 	}
 	node := &core.Node{Id: c.cfg.Zone}
 	for _, kind := range c.cfg.Registry.Names() {
 		req := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: kind, InitialResourceVersions: initial[kind]}
 		if err := stream.Send(req); err != nil {
-			return fmt.Errorf("subscribe to %s: %w", kind, err)
+			return connected, fmt.Errorf("subscribe to %s: %w", kind, err)
 		}
 		node = nil // the node goes in the first request only
 	}
@@ -313,13 +410,14 @@ func (c *Client) session(ctx context.Context) error {
 	// with another store (a lost database) would have the zone delete everything it holds.
 	header, err := stream.Header()
 	if err != nil {
-		return fmt.Errorf("KDS stream to %s: %w", c.cfg.GlobalAddress, err)
+		return connected, fmt.Errorf("KDS stream to %s: %w", ep, err)
 	}
-	if err := c.checkGlobalStore(ctx, header.Get(StoreIDHeader)); err != nil {
-		return err
+	if err := c.checkGlobalStore(ctx, ep, header.Get(StoreIDHeader)); err != nil {
+		return connected, err
 	}
+	connected = true
 	c.setConnected(true, nil)
-	c.log.Info("connected to global", "global", c.cfg.GlobalAddress)
+	c.log.Info("connected to global", "global", ep.String())
 
 	// One goroutine receives; this one applies, answers, and asks again for what it refused once
 	// the cause clears. The stream's context ends the receiver when the session returns.
@@ -359,24 +457,24 @@ func (c *Client) session(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return connected, ctx.Err()
 		case err := <-received:
-			return fmt.Errorf("receive: %w", err)
+			return connected, fmt.Errorf("receive: %w", err)
 		case kind := <-c.ready:
 			if err := ask(kind, refused.admissionReady(kind)); err != nil {
-				return err
+				return connected, err
 			}
 		case resp := <-responses:
 			out := c.apply(ctx, resp)
 			if err := stream.Send(out.reply); err != nil {
-				return fmt.Errorf("send ACK/NACK: %w", err)
+				return connected, fmt.Errorf("send ACK/NACK: %w", err)
 			}
 			refused.settled(resp.GetTypeUrl(), out.settled)
 			refused.refused(resp.GetTypeUrl(), out.rejected)
 			again := refused.ownersStored(out.stored)
 			for _, kind := range slices.Sorted(maps.Keys(again)) {
 				if err := ask(kind, again[kind]); err != nil {
-					return err
+					return connected, err
 				}
 			}
 		}
@@ -396,7 +494,8 @@ var ErrNewGlobalStore = errors.New("the global serves another store")
 // checkGlobalStore compares the store id the global sent with the one the zone remembers: the
 // first is remembered; another one stops the sync, keeping what the zone holds, until an
 // operator accepts it (--accept-new-global, or AcceptNewGlobal).
-func (c *Client) checkGlobalStore(ctx context.Context, ids []string) error {
+// Every replica of one global shares its store, and so its id: a zone moves between them freely.
+func (c *Client) checkGlobalStore(ctx context.Context, ep endpoint, ids []string) error {
 	if len(ids) == 0 {
 		return nil // a global that does not say (an older one): nothing to compare
 	}
@@ -418,7 +517,7 @@ func (c *Client) checkGlobalStore(ctx context.Context, ids []string) error {
 	default:
 		msg := fmt.Sprintf("global %s now serves another store (id %s, this zone synced from %s): the zone keeps what it holds and does not sync; "+
 			"if the global's store was replaced on purpose, restart the zone with --accept-new-global or POST /api/zone/accept-global on its API",
-			c.cfg.GlobalAddress, id, known)
+			ep, id, known)
 		c.log.Error(msg)
 		c.setBlocked(msg)
 		return fmt.Errorf("%w: %s", ErrNewGlobalStore, msg)

@@ -3,6 +3,7 @@ package zone
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"testing"
 	"time"
 
@@ -169,4 +170,44 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("stored an invalid %s: %v", r.Key(), err)
 		}
 	})
+}
+
+func TestGlobalAddressesAreAListOfReplicas(t *testing.T) {
+	g := NewWithT(t)
+	addrs, err := ParseAddresses(" grpc://10.0.0.1:5685, grpcs://10.0.0.2:5685 ,,grpc://[::1]:5685")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(addrs).To(Equal([]string{"grpc://10.0.0.1:5685", "grpcs://10.0.0.2:5685", "grpc://[::1]:5685"}))
+	_, err = ParseAddresses("grpc://10.0.0.1:5685,http://10.0.0.2:5685")
+	g.Expect(err).To(MatchError(ContainSubstring(`scheme "http"`)))
+
+	st, err := store.Open(context.Background(), "", t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer st.Close()
+	newClient := func(cfg Config) (*Client, error) {
+		cfg.Zone, cfg.Store, cfg.Registry = "zone-1", st, resource.Default()
+		return New(cfg)
+	}
+	c, err := newClient(Config{GlobalAddress: "grpc://10.0.0.1:5685,grpc://10.0.0.2:5685", GlobalAddresses: []string{"grpcs://10.0.0.3:5685"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	var got []string
+	for _, ep := range c.endpoints(context.Background()) {
+		got = append(got, ep.String())
+	}
+	g.Expect(got).To(Equal([]string{"grpc://10.0.0.1:5685", "grpc://10.0.0.2:5685", "grpcs://10.0.0.3:5685"}), "in the order given")
+
+	// A host name stands for every address it resolves to; one that does not resolve is kept,
+	// to fail when dialled.
+	ips, _ := net.LookupHost("localhost")
+	c, err = newClient(Config{GlobalAddress: "grpc://localhost:5685,grpc://no-such-host.invalid:5685"})
+	g.Expect(err).NotTo(HaveOccurred())
+	eps := c.endpoints(context.Background())
+	g.Expect(eps).To(HaveLen(max(len(ips), 1) + 1))
+	g.Expect(eps[len(eps)-1].String()).To(Equal("grpc://no-such-host.invalid:5685"))
+	if len(ips) > 1 {
+		g.Expect(eps[0].ip).To(Equal(net.JoinHostPort(ips[0], "5685")))
+		g.Expect(eps[0].target).To(Equal("localhost:5685"), "TLS checks the name, not the address")
+	}
+
+	_, err = newClient(Config{GlobalAddress: " , "})
+	g.Expect(err).To(MatchError(ContainSubstring("address is required")))
 }
