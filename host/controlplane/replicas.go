@@ -1,0 +1,186 @@
+package controlplane
+
+import (
+	"context"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/store"
+)
+
+// staleBeats is how many heartbeat intervals a zone stream's record stays fresh: past that its
+// replica is taken for gone, the record is ignored, and the next heartbeat of any replica
+// deletes it.
+const staleBeats = 3
+
+// replicaTimeout bounds each heartbeat's store calls.
+const replicaTimeout = 5 * time.Second
+
+// replicas is a global's part among the replicas sharing its store: it records in the store
+// which zones are connected here (one record per zone stream, refreshed by a heartbeat) and
+// keeps what the other replicas recorded, so that ZoneViews shows where every zone is.
+type replicas struct {
+	id, address string
+	interval    time.Duration
+	rec         store.ZoneStreamRecorder // nil: the store records nothing, nor does this
+	log         hclog.Logger
+
+	mu     sync.Mutex
+	others []store.ZoneStream // the other replicas' fresh records, as of the last heartbeat
+
+	// Owned by run's goroutine.
+	recorded map[string]int64 // zone -> the stream recorded for it
+	rewrite  bool             // the store lost some of this replica's records: put them all
+}
+
+// newReplicas sets the replica's defaults from the bound KDS listener: its id is the host name
+// and the KDS port, its address the KDS URL with that host name.
+func newReplicas(cfg *GlobalConfig, kdsAddr string, log hclog.Logger) *replicas {
+	host, port, _ := net.SplitHostPort(kdsAddr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host, _ = os.Hostname()
+	}
+	if cfg.ReplicaID == "" {
+		name, _ := os.Hostname()
+		cfg.ReplicaID = net.JoinHostPort(name, port)
+	}
+	if cfg.ReplicaAddress == "" {
+		scheme := "grpc://"
+		if cfg.TLS != nil {
+			scheme = "grpcs://"
+		}
+		cfg.ReplicaAddress = scheme + net.JoinHostPort(host, port)
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 2 * time.Second
+	}
+	r := &replicas{id: cfg.ReplicaID, address: cfg.ReplicaAddress, interval: cfg.HeartbeatInterval, log: log, recorded: map[string]int64{}}
+	r.rec, _ = cfg.Store.(store.ZoneStreamRecorder)
+	return r
+}
+
+// run records the zones connected here every interval until ctx ends, then removes its records.
+func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
+	if r.rec == nil {
+		return
+	}
+	tick := time.NewTicker(r.interval)
+	defer tick.Stop()
+	for {
+		r.beat(ctx, zones.Insights(), time.Now())
+		select {
+		case <-ctx.Done():
+			r.leave()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// beat is one heartbeat: what changed since the last one is written, every record of this
+// replica refreshed, stale records of any replica deleted, and the others' fresh ones read.
+func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now time.Time) {
+	current := map[string]int64{}
+	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: now, ExpireBefore: now.Add(-staleBeats * r.interval)}
+	for _, zi := range insights {
+		if !zi.Connected {
+			continue
+		}
+		current[zi.Zone] = zi.Stream
+		if id, ok := r.recorded[zi.Zone]; r.rewrite || !ok || id != zi.Stream {
+			hb.Put = append(hb.Put, store.ZoneStream{Zone: zi.Zone, Since: zi.Since})
+		}
+	}
+	for zone := range r.recorded {
+		if _, ok := current[zone]; !ok {
+			hb.Gone = append(hb.Gone, zone)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, replicaTimeout)
+	defer cancel()
+	n, err := r.rec.RecordZoneStreams(cctx, hb)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("record the zones connected to this replica", "error", err)
+		}
+		r.rewrite = true // whether it committed is not known
+		return
+	}
+	r.recorded, r.rewrite = current, n != int64(len(current))
+	all, err := r.rec.ZoneStreams(cctx, now.Add(-staleBeats*r.interval))
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("read the zones connected to other replicas", "error", err)
+		}
+		return
+	}
+	others := all[:0]
+	for _, z := range all {
+		if z.Replica != r.id {
+			others = append(others, z)
+		}
+	}
+	r.mu.Lock()
+	r.others = others
+	r.mu.Unlock()
+}
+
+// leave removes this replica's records, so that the others do not show its zones until they
+// are stale.
+func (r *replicas) leave() {
+	if len(r.recorded) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), replicaTimeout)
+	defer cancel()
+	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: time.Now()}
+	for zone := range r.recorded {
+		hb.Gone = append(hb.Gone, zone)
+	}
+	if _, err := r.rec.RecordZoneStreams(ctx, hb); err != nil {
+		r.log.Warn("remove the zones of this replica from the store", "error", err)
+	}
+}
+
+// merge adds to this replica's zone views where each zone is connected: here, or on the replica
+// whose fresh record of it is the newest stream; zones connected only elsewhere are added.
+func (r *replicas) merge(views []ZoneView, now time.Time) []ZoneView {
+	r.mu.Lock()
+	others := r.others
+	r.mu.Unlock()
+	newest := map[string]store.ZoneStream{}
+	for _, z := range others {
+		if z.Heartbeat.Before(now.Add(-staleBeats * r.interval)) {
+			continue
+		}
+		if b, ok := newest[z.Zone]; !ok || z.Since.After(b.Since) {
+			newest[z.Zone] = z
+		}
+	}
+	for i := range views {
+		v := &views[i]
+		z, elsewhere := newest[v.Zone]
+		delete(newest, v.Zone)
+		switch {
+		case v.Connected:
+			v.Replica, v.ReplicaAddress = r.id, r.address
+		case elsewhere:
+			v.Replica, v.ReplicaAddress, v.Heartbeat = z.Replica, z.Address, &z.Heartbeat
+		}
+	}
+	if len(newest) == 0 {
+		return views
+	}
+	for _, z := range newest {
+		views = append(views, ZoneView{ZoneInsight: kds.ZoneInsight{Zone: z.Zone, Connected: true, Since: z.Since},
+			Replica: z.Replica, ReplicaAddress: z.Address, Heartbeat: &z.Heartbeat})
+	}
+	sort.Slice(views, func(i, j int) bool { return views[i].Zone < views[j].Zone })
+	return views
+}
