@@ -356,7 +356,7 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 	}
 	target, opts := ep.target, []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if ep.ip != "" {
