@@ -32,6 +32,8 @@ type runFlags struct {
 	dataDir           string
 	store             string
 	acceptNewStore    bool
+	replicaID         string
+	replicaAddress    string
 	kdsAddr           string
 	apiAddr           string
 	diagAddr          string
@@ -78,10 +80,12 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.store, "store", "", "database: empty for SQLite under --data-dir, a path ending in .db, or postgres://user:pass@host/db")
 	f.BoolVar(&flags.acceptNewStore, "accept-new-store", false, "global: serve a store whose id is not the one recorded in <data-dir>/store-id (a new or replaced database, on purpose) and record its id; without it the global refuses to start on such a store")
 	f.StringVar(&flags.kdsAddr, "kds-addr", ":5685", "global: KDS gRPC listen address")
+	f.StringVar(&flags.replicaID, "replica-id", "", "global: this replica's name among the replicas sharing a PostgreSQL store, shown in /api/zones (default: host name and KDS port)")
+	f.StringVar(&flags.replicaAddress, "replica-address", "", "global: the KDS address zones reach this replica at, shown in /api/zones (default: grpc(s)://<host name>:<KDS port>)")
 	f.StringVar(&flags.apiAddr, "api-addr", "", "HTTP API listen address (default 127.0.0.1:5681 global, 127.0.0.1:15681 zone)")
 	f.StringVar(&flags.diagAddr, "diag-addr", "", "metrics, /healthz and /readyz listen address (default 127.0.0.1:5680 global, 127.0.0.1:15680 zone)")
 	f.StringVar(&flags.zoneName, "zone-name", "", "zone: this zone's name, sent as the xDS node id")
-	f.StringVar(&flags.globalAddress, "global-address", "", "zone: the global's KDS address, grpcs://host:5685 (TLS) or grpc://host:5685 (plaintext)")
+	f.StringVar(&flags.globalAddress, "global-address", "", "zone: the global's KDS address, grpcs://host:5685 (TLS) or grpc://host:5685 (plaintext); several replicas' addresses comma-separated (a host name resolving to several addresses stands for each): the zone uses one and moves to the next when it fails")
 	f.StringVar(&flags.tlsCert, "kds-tls-cert", "", "global: KDS certificate file (default: a self-signed one under --data-dir)")
 	f.StringVar(&flags.tlsKey, "kds-tls-key", "", "global: KDS private key file")
 	f.StringVar(&flags.tlsCA, "kds-tls-ca", "", "zone: CA file that signed the global's KDS certificate")
@@ -206,7 +210,8 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
 		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn,
-		KDSAddr:  flags.kdsAddr,
+		KDSAddr:   flags.kdsAddr,
+		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
 	}
