@@ -9,7 +9,7 @@ TEST_TIMEOUT ?= 18m
 
 FUZZTIME ?= 20s
 
-.PHONY: all build tools proto lint test bench fuzz run repro repro-compare clean
+.PHONY: all build tools proto lint test bench fuzz run repro repro-compare replicas clean
 
 all: build
 
@@ -54,6 +54,9 @@ repro: build ## the Kuma retry stall and its fix, with two control planes on loo
 
 repro-compare: build ## every retry mode side by side: convergence time, NACKs, rounds
 	./examples/repro/compare.sh $(REPRO_ARGS)
+
+replicas: build ## three global replicas on a throwaway PostgreSQL, two zones, a replica killed under a zone (examples/replicas)
+	./examples/replicas/replicas.sh --no-build $(REPLICAS_ARGS)
 
 clean:
 	rm -rf $(BIN) .data
