@@ -79,6 +79,16 @@ func (s *memStore) Put(ctx context.Context, r resource.Resource) (resource.Resou
 	return stored, result != store.Unchanged, err
 }
 
+// WriteBatch writes each item as Write would; a test double, not one transaction.
+func (s *memStore) WriteBatch(ctx context.Context, items []store.WriteItem) ([]store.WriteOutcome, error) {
+	out := make([]store.WriteOutcome, len(items))
+	for i, it := range items {
+		stored, result, err := s.Write(ctx, it.Resource, it.OnCreate)
+		out[i] = store.WriteOutcome{Stored: stored, Result: result, Err: err}
+	}
+	return out, nil
+}
+
 func (s *memStore) Write(_ context.Context, r resource.Resource, onCreate []resource.Resource) (resource.Resource, store.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

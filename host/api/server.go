@@ -4,8 +4,10 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -107,6 +109,7 @@ func New(cfg Config) *Server {
 	}
 	// Patterns carry no method, so that others can mount routes such as "GET /healthz" or
 	// "/metrics" without conflicting; each handler dispatches on the method itself.
+	s.mux.HandleFunc("POST /api/apply", s.apply)
 	s.mux.HandleFunc("/{$}", s.index)
 	s.mux.HandleFunc("/_resources", s.kinds)
 	s.mux.HandleFunc("/{plural}", func(w http.ResponseWriter, r *http.Request) {
@@ -317,6 +320,113 @@ func (s *Server) write(ctx context.Context, res resource.Resource) (resource.Res
 	return stored, Unchanged, nil
 }
 
+// BatchRequest is the body of POST /api/apply: resources to create or update, in order.
+type BatchRequest struct {
+	Items []json.RawMessage `json:"items"`
+}
+
+// BatchItem is what POST /api/apply did with one resource: Result (created, updated,
+// unchanged), or Error, the answer a PUT of it alone would have got.
+type BatchItem struct {
+	Key    string  `json:"key,omitempty"`
+	Result Outcome `json:"result,omitempty"`
+	Error  *Error  `json:"error,omitempty"`
+}
+
+// BatchResponse is the answer of POST /api/apply, one item for each resource, in order.
+type BatchResponse struct {
+	Items   []BatchItem `json:"items"`
+	Applied int         `json:"applied"`
+	Failed  int         `json:"failed"`
+}
+
+// MaxBatch is how many resources one POST /api/apply may carry.
+const MaxBatch = 1000
+
+// apply serves POST /api/apply: every resource of the batch is decoded and validated as a PUT
+// would, and those that pass are written in one store transaction (each on its own: a refused
+// one does not stop the others), so a thousand documents make one revision and one snapshot
+// update, not a thousand.
+func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
+	if s.readOnly {
+		s.writeError(w, r, &Error{Status: http.StatusMethodNotAllowed, Title: "Read-only", Details: readOnlyDetails})
+		return
+	}
+	var req BatchRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 256<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, r, &Error{Status: http.StatusBadRequest, Title: titleInvalid, Details: "the body must be {\"items\": [resource, ...]}: " + err.Error()})
+		return
+	}
+	if len(req.Items) > MaxBatch {
+		s.writeError(w, r, &Error{Status: http.StatusRequestEntityTooLarge, Title: titleInvalid,
+			Details: fmt.Sprintf("%d resources in one batch; at most %d", len(req.Items), MaxBatch)})
+		return
+	}
+	resp := BatchResponse{Items: make([]BatchItem, len(req.Items))}
+	var items []store.WriteItem
+	var at []int // items[j] is resp.Items[at[j]]
+	for i, doc := range req.Items {
+		res, apiErr := DecodeResource(doc)
+		if apiErr == nil {
+			if _, ok := s.reg.Get(res.Kind); !ok {
+				apiErr = fieldError("type", "unknown kind %q (known: %s)", res.Kind, s.reg.KnownNames())
+			}
+		}
+		if apiErr == nil {
+			if err := s.reg.Validate(&res); err != nil {
+				apiErr = fromValidation(err)
+			}
+		}
+		var onCreate []resource.Resource
+		if apiErr == nil && res.Kind == resource.MeshKind {
+			var err error
+			if onCreate, err = s.meshDefaults(res.Name); err != nil {
+				apiErr = &Error{Status: http.StatusInternalServerError, Title: titleInternal, Details: err.Error()}
+			}
+		}
+		if apiErr != nil {
+			resp.Items[i] = BatchItem{Key: res.Key().String(), Error: apiErr}
+			continue
+		}
+		resp.Items[i].Key = res.Key().String()
+		items = append(items, store.WriteItem{Resource: res, OnCreate: onCreate})
+		at = append(at, i)
+	}
+	if len(items) > 0 {
+		outcomes, err := s.store.WriteBatch(r.Context(), items)
+		if err != nil {
+			s.internal(w, r, err)
+			return
+		}
+		for j, o := range outcomes {
+			i := at[j]
+			if o.Err != nil {
+				resp.Items[i].Error = s.storeError(items[j].Resource.Key(), items[j].Resource.Generation, o.Err)
+				continue
+			}
+			switch o.Result {
+			case store.Created:
+				resp.Items[i].Result = Created
+			case store.Updated:
+				resp.Items[i].Result = Updated
+			default:
+				resp.Items[i].Result = Unchanged
+			}
+		}
+	}
+	for _, it := range resp.Items {
+		if it.Error != nil {
+			resp.Failed++
+		} else {
+			resp.Applied++
+		}
+	}
+	s.log.Info("applied a batch", "resources", len(req.Items), "applied", resp.Applied, "failed", resp.Failed)
+	s.writeJSON(w, r, http.StatusOK, resp)
+}
+
 // meshDefaults returns the validated default policies of a new mesh, leaving out those whose
 // kind this API does not serve.
 func (s *Server) meshDefaults(mesh string) ([]resource.Resource, error) {
@@ -366,6 +476,11 @@ func notFound(key resource.Key) *Error {
 }
 
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, key resource.Key, generation int64, err error) {
+	s.writeError(w, r, s.storeError(key, generation, err))
+}
+
+// storeError is the answer to a write of key that the store refused.
+func (s *Server) storeError(key resource.Key, generation int64, err error) *Error {
 	var missing *store.MissingOwnerError
 	switch {
 	case errors.As(err, &missing) && missing.Key == key:
@@ -374,14 +489,12 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, key res
 		if o.Kind == resource.MeshKind {
 			field, details = "mesh", fmt.Sprintf("mesh %q does not exist", o.Name)
 		}
-		s.writeError(w, r, &Error{Status: http.StatusBadRequest, Title: titleInvalid, Details: details,
-			Causes: []Cause{{Field: field, Message: "does not exist"}}})
+		return &Error{Status: http.StatusBadRequest, Title: titleInvalid, Details: details, Causes: []Cause{{Field: field, Message: "does not exist"}}}
 	case errors.Is(err, store.ErrConflict):
-		s.writeError(w, r, &Error{Status: http.StatusConflict, Title: titleConflict,
-			Details: fmt.Sprintf("generation: %d does not match the stored %s: get it again and reapply, or leave generation out", generation, key)})
-	default:
-		s.internal(w, r, fmt.Errorf("put %s: %w", key, err))
+		return &Error{Status: http.StatusConflict, Title: titleConflict,
+			Details: fmt.Sprintf("generation: %d does not match the stored %s: get it again and reapply, or leave generation out", generation, key)}
 	}
+	return &Error{Status: http.StatusInternalServerError, Title: titleInternal, Details: fmt.Sprintf("put %s: %v", key, err)}
 }
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {

@@ -267,63 +267,140 @@ func (s *sqlStore) Write(ctx context.Context, r resource.Resource, onCreate []re
 
 // putOnce is one attempt of Write in one transaction.
 func (s *sqlStore) putOnce(ctx context.Context, w row, wantGen int64, with []row) (stored resource.Resource, result Result, err error) {
-	k := w.key
 	_, err = s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
-		q := `SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`
-		if s.d == dialectPostgres {
-			// Lock the row until commit so concurrent Puts of one key queue instead of
-			// retrying (SQLite has one writer; its transactions are serial already).
-			q += ` FOR UPDATE`
-		}
-		old, oldGen, err := scanRow(tx.QueryRowContext(ctx, s.d.rebind(q), k.Kind, k.Mesh, k.Name))
-		found := err == nil
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return false, err
-		}
-		switch {
-		case !found && wantGen != 0:
-			return false, fmt.Errorf("%w: generation %d given, but no resource is stored", ErrConflict, wantGen)
-		case found && wantGen != 0 && wantGen != oldGen:
-			return false, fmt.Errorf("%w: generation %d given, %d stored", ErrConflict, wantGen, oldGen)
-		case found && old.sameContent(w):
-			stored, err = old.decode(oldGen)
-			return false, err
-		}
-		var n int64
-		gen := int64(1)
-		if !found {
-			result = Created
-			n, err = s.insertTx(ctx, tx, w, gen, rev)
-		} else {
-			result, gen = Updated, oldGen+1
-			n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?
-				WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
-				w.labels, w.owners, w.spec, gen, rev, k.Kind, k.Mesh, k.Name, oldGen))
-		}
-		if err != nil {
-			return false, err
-		}
-		if n == 0 {
-			if wantGen != 0 {
-				return false, fmt.Errorf("%w: generation %d given, changed concurrently", ErrConflict, wantGen)
-			}
-			return false, errRetry
-		}
-		if !found {
-			// Created here, so the resources that come with it are created here too, once.
-			for _, c := range with {
-				if _, err := s.insertTx(ctx, tx, c, 1, rev); err != nil {
-					return false, fmt.Errorf("%s, created with it: %w", c.key, s.missingOwner(c.key, err))
-				}
-			}
-		}
-		stored, err = w.decode(gen)
-		return true, err
+		var changed bool
+		stored, result, changed, err = s.writeRowTx(ctx, tx, w, wantGen, with, rev)
+		return changed, err
 	})
 	if err != nil {
 		return resource.Resource{}, Unchanged, err
 	}
 	return stored, result, nil
+}
+
+// writeRowTx is Write of one row inside tx, at revision rev; changed is false when the row was
+// stored exactly so already.
+func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen int64, with []row, rev int64) (stored resource.Resource, result Result, changed bool, err error) {
+	k := w.key
+	q := `SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`
+	if s.d == dialectPostgres {
+		// Lock the row until commit so concurrent Puts of one key queue instead of
+		// retrying (SQLite has one writer; its transactions are serial already).
+		q += ` FOR UPDATE`
+	}
+	old, oldGen, err := scanRow(tx.QueryRowContext(ctx, s.d.rebind(q), k.Kind, k.Mesh, k.Name))
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return stored, Unchanged, false, err
+	}
+	switch {
+	case !found && wantGen != 0:
+		return stored, Unchanged, false, fmt.Errorf("%w: generation %d given, but no resource is stored", ErrConflict, wantGen)
+	case found && wantGen != 0 && wantGen != oldGen:
+		return stored, Unchanged, false, fmt.Errorf("%w: generation %d given, %d stored", ErrConflict, wantGen, oldGen)
+	case found && old.sameContent(w):
+		stored, err = old.decode(oldGen)
+		return stored, Unchanged, false, err
+	}
+	var n int64
+	gen := int64(1)
+	if !found {
+		result = Created
+		n, err = s.insertTx(ctx, tx, w, gen, rev)
+	} else {
+		result, gen = Updated, oldGen+1
+		n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?
+			WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
+			w.labels, w.owners, w.spec, gen, rev, k.Kind, k.Mesh, k.Name, oldGen))
+	}
+	if err != nil {
+		return stored, Unchanged, false, err
+	}
+	if n == 0 {
+		if wantGen != 0 {
+			return stored, Unchanged, false, fmt.Errorf("%w: generation %d given, changed concurrently", ErrConflict, wantGen)
+		}
+		return stored, Unchanged, false, errRetry
+	}
+	if !found {
+		// Created here, so the resources that come with it are created here too, once.
+		for _, c := range with {
+			if _, err := s.insertTx(ctx, tx, c, 1, rev); err != nil {
+				return stored, Unchanged, false, fmt.Errorf("%s, created with it: %w", c.key, s.missingOwner(c.key, err))
+			}
+		}
+	}
+	stored, err = w.decode(gen)
+	return stored, result, true, err
+}
+
+// WriteBatch writes items in one transaction, each as Write would and in its own SAVEPOINT: an
+// item the database refuses is rolled back and reported in its outcome, the rest commit. The
+// revision is bumped, and Changes signalled, once.
+func (s *sqlStore) WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOutcome, error) {
+	out := make([]WriteOutcome, len(items))
+	type encoded struct {
+		w    row
+		with []row
+		err  error
+	}
+	enc := make([]encoded, len(items))
+	for i := range items {
+		it := &items[i]
+		w, err := encodeRow(&it.Resource)
+		if err != nil {
+			enc[i].err = fmt.Errorf("put %s: %w", it.Resource.Key(), err)
+			continue
+		}
+		enc[i].w = w
+		for j := range it.OnCreate {
+			c, err := encodeRow(&it.OnCreate[j])
+			if err != nil {
+				enc[i].err = fmt.Errorf("put %s: %s, to be created with it: %w", it.Resource.Key(), it.OnCreate[j].Key(), err)
+				break
+			}
+			enc[i].with = append(enc[i].with, c)
+		}
+	}
+	_, err := s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
+		changed := false
+		for i := range items {
+			if enc[i].err != nil {
+				out[i] = WriteOutcome{Err: enc[i].err}
+				continue
+			}
+			for attempt := 1; ; attempt++ {
+				if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+					return false, fmt.Errorf("savepoint: %w", err)
+				}
+				stored, result, ok, err := s.writeRowTx(ctx, tx, enc[i].w, items[i].Resource.Generation, enc[i].with, rev)
+				if err != nil {
+					if ctx.Err() != nil {
+						return false, ctx.Err()
+					}
+					if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rerr != nil {
+						return false, fmt.Errorf("rollback to savepoint after %v: %w", err, rerr)
+					}
+					if errors.Is(err, errRetry) && attempt < putAttempts {
+						continue // a concurrent create of the key committed meanwhile
+					}
+					out[i] = WriteOutcome{Err: s.putError(items[i].Resource.Key(), err)}
+				} else {
+					out[i] = WriteOutcome{Stored: stored, Result: result}
+					changed = changed || ok
+				}
+				if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
+					return false, fmt.Errorf("release savepoint: %w", err)
+				}
+				break
+			}
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("write %d resources: %w", len(items), err)
+	}
+	return out, nil
 }
 
 // insertTx creates the row w at generation gen and revision rev, with the meshes row of a

@@ -77,6 +77,10 @@ type Store interface {
 	// onCreate commit or nothing does; of concurrent Writes creating one key, exactly one
 	// reports Created and writes onCreate, and the others see Updated or Unchanged.
 	Write(ctx context.Context, r resource.Resource, onCreate []resource.Resource) (stored resource.Resource, result Result, err error)
+	// WriteBatch writes items in one transaction, each as Write would: an item the database
+	// refuses (a missing owner, a generation conflict) is reported in its outcome and the
+	// others are stored. The error is for the transaction as a whole.
+	WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOutcome, error)
 	// Delete removes one resource, or returns ErrNotFound. Deleting a Mesh deletes the
 	// resources in it (ON DELETE CASCADE).
 	Delete(ctx context.Context, key resource.Key) error
@@ -114,4 +118,18 @@ type Store interface {
 	// bumps no revision and signals no Changes. IDMetaKey is refused with ErrReservedMetaKey.
 	SetMeta(ctx context.Context, key, value string) error
 	Close() error
+}
+
+// WriteItem is one resource of a WriteBatch, and what is created with it when it is created (a
+// Mesh's default policies).
+type WriteItem struct {
+	Resource resource.Resource
+	OnCreate []resource.Resource
+}
+
+// WriteOutcome is what a WriteBatch did with one item: Err, or what is stored and how.
+type WriteOutcome struct {
+	Stored resource.Resource
+	Result Result
+	Err    error
 }

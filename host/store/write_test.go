@@ -152,3 +152,42 @@ func TestResultString(t *testing.T) {
 	g.Expect([]string{Created.String(), Updated.String(), Unchanged.String(), Result(9).String()}).
 		To(Equal([]string{"created", "updated", "unchanged", "Result(9)"}))
 }
+
+// A batch is one transaction and one revision; an item the database refuses is reported in its
+// outcome and the others are stored.
+func TestWriteBatch(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		g, ctx, s := NewWithT(t), context.Background(), openStore(t, dsn)
+		conflict := mesh("c")
+		conflict.Generation = 7
+		items := []WriteItem{
+			{Resource: mesh("m"), OnCreate: []resource.Resource{policy("MeshTimeout", "m", "d", `{}`)}},
+			{Resource: policy("MeshTimeout", "m", "a", `{}`)},
+			{Resource: policy("MeshTimeout", "nope", "orphan", `{}`)},
+			{Resource: conflict},
+			{Resource: policy("MeshRetry", "m", "b", `{}`)},
+		}
+		out, err := s.WriteBatch(ctx, items)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(HaveLen(5))
+		g.Expect(out[0].Result).To(Equal(Created))
+		g.Expect(out[1].Result).To(Equal(Created))
+		var mo *MissingOwnerError
+		g.Expect(errors.As(out[2].Err, &mo)).To(BeTrue(), "%v", out[2].Err)
+		g.Expect(out[3].Err).To(MatchError(ErrConflict))
+		g.Expect(out[4].Result).To(Equal(Created))
+		g.Expect(revision(t, s)).To(Equal(int64(1)), "one batch, one revision")
+		l, err := s.List(ctx, "", "")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(keys(l)).To(Equal([]string{"Mesh/m", "MeshRetry/m/b", "MeshTimeout/m/a", "MeshTimeout/m/d"}))
+
+		// Again: unchanged, no new revision; a changed one is updated.
+		changed := policy("MeshTimeout", "m", "a", `{"v":2}`)
+		out, err = s.WriteBatch(ctx, []WriteItem{{Resource: mesh("m")}, {Resource: changed}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out[0].Result).To(Equal(Unchanged))
+		g.Expect(out[1].Result).To(Equal(Updated))
+		g.Expect(out[1].Stored.Generation).To(Equal(int64(2)))
+		g.Expect(revision(t, s)).To(Equal(int64(2)))
+	})
+}

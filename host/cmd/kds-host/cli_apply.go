@@ -45,6 +45,9 @@ Every document is tried; apply fails at the end if any was refused.`,
 				return s.explain(err)
 			}
 		}
+		if err := a.flush(); err != nil {
+			return s.explain(err)
+		}
 		switch {
 		case a.total == 0:
 			return fmt.Errorf("no resources in %s", strings.Join(files, ", "))
@@ -56,11 +59,23 @@ Every document is tried; apply fails at the end if any was refused.`,
 	return cmd
 }
 
-// applier applies documents one by one, counting those that fail.
+// applier applies documents in batches (POST /api/apply, one store transaction a batch), or one
+// by one to a control plane that takes no batch, counting those that fail.
 type applier struct {
 	s             *apiSession
 	cmd           *cobra.Command
 	total, failed int
+	pending       []pendingItem
+	noBatch       bool // the control plane has no POST /api/apply
+}
+
+// pendingItem is a resource waiting for the next batch, with where it came from.
+type pendingItem struct {
+	where string
+	kind  resource.Kind
+	name  string
+	doc   json.RawMessage
+	err   error // refused before it was sent
 }
 
 // applyFile applies every document of one file. It returns an error only when going on makes no
@@ -85,7 +100,7 @@ func (a *applier) applyFile(file string) error {
 		where := fmt.Sprintf("%s:doc#%d", name, i+1)
 		items, err := documentItems(doc)
 		if err != nil {
-			a.refused(where, err)
+			a.pending = append(a.pending, pendingItem{where: where, err: err}) // reported in order
 			continue
 		}
 		for j, item := range items {
@@ -93,22 +108,123 @@ func (a *applier) applyFile(file string) error {
 			if len(items) > 1 {
 				w = fmt.Sprintf("%s[%d]", where, j)
 			}
-			err := a.applyItem(item)
-			var ue *url.Error
-			var ae *api.Error
-			switch {
-			case errors.As(err, &ue):
+			k, name, err := a.check(item)
+			if wholesale(err) {
 				return err
-			case errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden):
-				return ae // every other document would be refused the same way
-			case err != nil:
-				a.refused(w, err)
-			default:
-				a.total++
+			}
+			a.pending = append(a.pending, pendingItem{where: w, kind: k, name: name, doc: item, err: err})
+			if len(a.pending) >= api.MaxBatch {
+				if err := a.flush(); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// flush applies the pending resources: as one batch, or one by one to a control plane that
+// takes no batch. A refusal of the whole request (no token, a wrong one) stops everything.
+func (a *applier) flush() error {
+	all := a.pending
+	a.pending = nil
+	var items []pendingItem // what is sent
+	for _, it := range all {
+		if it.err == nil {
+			items = append(items, it)
+		}
+	}
+	results := make(map[int]api.BatchItem, len(items)) // by index in items
+	if len(items) > 0 && !a.noBatch {
+		req := api.BatchRequest{Items: make([]json.RawMessage, len(items))}
+		for i, it := range items {
+			req.Items[i] = it.doc
+		}
+		var resp api.BatchResponse
+		err := a.s.client.PostJSON(a.cmd.Context(), "/api/apply", req, &resp)
+		var ae *api.Error
+		switch {
+		case errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed):
+			a.noBatch = true // an older or read-only control plane: one by one
+		case err != nil:
+			return err // unreachable, refused as a whole, or failed as a whole
+		case len(resp.Items) != len(items):
+			return fmt.Errorf("the control plane answered %d results for %d resources", len(resp.Items), len(items))
+		default:
+			for i, r := range resp.Items {
+				results[i] = r
+			}
+		}
+	}
+	sent := 0
+	for _, it := range all {
+		if it.err != nil {
+			a.refused(it.where, it.err)
+			continue
+		}
+		i := sent
+		sent++
+		if r, ok := results[i]; ok {
+			if r.Error != nil {
+				a.refused(it.where, fmt.Errorf("%s: %w", r.Key, r.Error))
+				continue
+			}
+			a.total++
+			a.printed(it.kind, it.name, r.Result)
+			continue
+		}
+		if err := a.putOne(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putOne applies one resource with a PUT, for a control plane that takes no batch. It returns an
+// error only when going on makes no sense.
+func (a *applier) putOne(it pendingItem) error {
+	{
+		_, outcome, err := a.s.client.Put(a.cmd.Context(), it.kind, meshOf(it.doc), it.name, it.doc)
+		switch {
+		case wholesale(err):
+			return err
+		case err != nil:
+			a.refused(it.where, fmt.Errorf("%s: %w", it.name, err))
+			return nil
+		}
+		a.total++
+		a.printed(it.kind, it.name, outcome)
+	}
+	return nil
+}
+
+// wholesale reports whether err stops the whole apply: the control plane cannot be reached, or
+// refuses every request alike (no token, one that may not write).
+func wholesale(err error) bool {
+	var ue *url.Error
+	var ae *api.Error
+	return errors.As(err, &ue) || errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden)
+}
+
+// printed reports what the control plane did with one resource.
+func (a *applier) printed(k resource.Kind, name string, outcome api.Outcome) {
+	verb := "configured"
+	switch outcome {
+	case api.Created:
+		verb = "created"
+	case api.Unchanged:
+		verb = "unchanged"
+	}
+	fmt.Fprintf(a.cmd.OutOrStdout(), "%s %s\n", display(k, name), verb)
+}
+
+// meshOf is a resource document's mesh.
+func meshOf(doc json.RawMessage) string {
+	var head struct {
+		Mesh string `json:"mesh"`
+	}
+	_ = json.Unmarshal(doc, &head)
+	return head.Mesh
 }
 
 // refused reports a document that was not applied.
@@ -118,51 +234,36 @@ func (a *applier) refused(where string, err error) {
 	fmt.Fprintf(a.cmd.ErrOrStderr(), "error: %s: %v\n", where, err)
 }
 
-// applyItem sends one resource (JSON) to its route and prints what the control plane did.
-func (a *applier) applyItem(doc json.RawMessage) error {
+// check reads what a resource document is (its kind and name), and what is wrong with it that
+// the control plane would refuse anyway.
+func (a *applier) check(doc json.RawMessage) (resource.Kind, string, error) {
 	var head struct {
 		Type string `json:"type"`
 		Mesh string `json:"mesh"`
 		Name string `json:"name"`
 	}
 	if err := json.Unmarshal(doc, &head); err != nil {
-		return fmt.Errorf("not a resource: %w", err)
+		return resource.Kind{}, "", fmt.Errorf("not a resource: %w", err)
 	}
-	ctx := a.cmd.Context()
-	reg, err := a.s.registry(ctx)
+	reg, err := a.s.registry(a.cmd.Context())
 	if err != nil {
-		return err
+		return resource.Kind{}, "", err
 	}
 	id := head.Type + "/" + head.Name
 	switch {
 	case head.Type == "":
-		return fmt.Errorf("type: is required (one of %s)", reg.KnownNames())
+		return resource.Kind{}, "", fmt.Errorf("type: is required (one of %s)", reg.KnownNames())
 	case head.Name == "":
-		return fmt.Errorf("%s: name: is required", head.Type)
+		return resource.Kind{}, "", fmt.Errorf("%s: name: is required", head.Type)
 	}
 	k, ok := reg.Get(head.Type)
 	if !ok {
-		return fmt.Errorf("%s: type: unknown kind %q (known: %s)", id, head.Type, reg.KnownNames())
+		return resource.Kind{}, "", fmt.Errorf("%s: type: unknown kind %q (known: %s)", id, head.Type, reg.KnownNames())
 	}
 	if k.Scope == resource.ScopeMesh && head.Mesh == "" {
-		return fmt.Errorf("%s: mesh: is required for %s", id, k.Name)
+		return resource.Kind{}, "", fmt.Errorf("%s: mesh: is required for %s", id, k.Name)
 	}
-	if k.Scope == resource.ScopeMesh {
-		id = head.Type + "/" + head.Mesh + "/" + head.Name
-	}
-	_, outcome, err := a.s.client.Put(ctx, k, head.Mesh, head.Name, doc)
-	if err != nil {
-		return fmt.Errorf("%s: %w", id, err)
-	}
-	verb := "configured"
-	switch outcome {
-	case api.Created:
-		verb = "created"
-	case api.Unchanged:
-		verb = "unchanged"
-	}
-	fmt.Fprintf(a.cmd.OutOrStdout(), "%s %s\n", display(k, head.Name), verb)
-	return nil
+	return k, head.Name, nil
 }
 
 // documentItems decodes one document into the resources it holds: itself, or the elements of a
