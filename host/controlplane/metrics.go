@@ -248,6 +248,12 @@ func (m *retryMetrics) hooks() retry.Hooks {
 				}
 			})
 		},
+		Decided: func(zone string, d retry.Decision) {
+			if d.GiveUp {
+				return // the give-up has its own INFO line
+			}
+			m.log.Debug("retry decision", "zone", zone, "round", d.Round, "delay", d.Delay, "kinds", d.Kinds, "held", d.Held, "reason", d.Reason)
+		},
 		GaveUp: func(zone, reason string) {
 			m.zones.count(zone, func(z *zoneCounts) { z.giveUps++ })
 			m.log.Info("the retry policy gave up: no more forced resends on this stream until content changes", "zone", zone, "reason", reason)

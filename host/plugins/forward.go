@@ -40,9 +40,18 @@ func (f *retryForwarder) Configure(ctx context.Context, req *pluginv1.ConfigureR
 	})
 }
 
+// Schedule holds the answer to the host's bounds (Config.Bounds): one outside them is a failed
+// call of the plugin that gave it, a *shared.BoundsError.
 func (f *retryForwarder) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	return forward(f.rt, ctx, "Schedule", f.side, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.ScheduleResponse, error) {
-		return rf.Schedule(ctx, req)
+		resp, err := rf.Schedule(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.rt.cfg.Bounds.CheckSchedule(req, resp); err != nil {
+			return nil, err
+		}
+		return resp, nil
 	})
 }
 
@@ -89,7 +98,9 @@ func forward[S, T any](rt *Runtime, ctx context.Context, method string, sd side[
 		sup := sd.supervisor(g)
 		if sup == nil {
 			impl := sd.builtin(g)
-			return callBuiltin(rt, ctx, method, func(ctx context.Context) (T, error) { return f(ctx, impl) })
+			out, err := callBuiltin(rt, ctx, method, func(ctx context.Context) (T, error) { return f(ctx, impl) })
+			rt.refused(Builtin, method, err)
+			return out, err
 		}
 		var out T
 		err := sup.call(ctx, method, func(ctx context.Context, i *instance) error {
@@ -101,8 +112,19 @@ func forward[S, T any](rt *Runtime, ctx context.Context, method string, sd side[
 		if errors.As(err, &down) && attempt == 0 && rt.gen.Load() != g {
 			continue // a reload swapped the plugin out under this call: ask the new one
 		}
+		rt.refused(sup.name, method, err)
 		return out, err
 	}
+}
+
+// refused logs, at WARN, an answer the host refused because it is outside the host's bounds.
+func (rt *Runtime) refused(plugin, method string, err error) {
+	be, ok := errors.AsType[*shared.BoundsError](err)
+	if !ok {
+		return
+	}
+	rt.log.Warn("plugin answer refused: it is outside the host's bounds, so it counts as an error of the plugin and the fallback decides",
+		"plugin", plugin, "method", method, "field", be.Field, "value", be.Value, "limit", be.Limit)
 }
 
 // callBuiltin calls a built-in plugin and counts the call under "builtin".

@@ -79,8 +79,8 @@ func TestAStoppedPluginTimesOutAndIsReplaced(t *testing.T) {
 	var fallbacks atomic.Int64
 	zone := &rejectingZone{}
 	zone.sched, err = retry.NewScheduler(retry.Config{
-		Policy: retry.Standard(rt.RetryForcer, rt.Fallback(), 200*time.Millisecond,
-			func(*pluginv1.ScheduleRequest, error) { fallbacks.Add(1) }),
+		Policy: retry.Standard(rt.RetryForcer, rt.Fallback(), retry.StandardConfig{Timeout: 200 * time.Millisecond,
+			OnFallback: func(*pluginv1.ScheduleRequest, error) { fallbacks.Add(1) }}),
 		Resender: zone,
 	})
 	g.Expect(err).NotTo(HaveOccurred())

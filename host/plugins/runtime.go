@@ -54,6 +54,11 @@ type Config struct {
 	StartTimeout time.Duration
 	// CallTimeout is the deadline of every call to a plugin (default 200ms).
 	CallTimeout time.Duration
+	// Bounds are what the host accepts of a RetryForcer's Schedule answer (kds-host
+	// --retry-max-delay; zero fields: shared's defaults). An answer outside them fails the call:
+	// it is counted as an error of the plugin that gave it, kept as its last error, and logged
+	// at WARN with the field and its value; the caller falls back.
+	Bounds shared.Bounds
 	// HungAfter is how many calls in a row may miss their deadline before the plugin is taken
 	// for hung, killed and replaced (default 3). Health probes count too.
 	HungAfter int
@@ -124,11 +129,14 @@ type Status struct {
 	Restarts int `json:"restarts"`
 	// Calls, Errors and Timeouts count calls since the plugin was loaded (a reload starts them
 	// over); Errors include timeouts and calls refused while the plugin was down.
-	Calls     uint64  `json:"calls"`
-	Errors    uint64  `json:"errors"`
-	Timeouts  uint64  `json:"timeouts"`
-	Latency   Latency `json:"latency"`
-	LastError string  `json:"lastError,omitempty"`
+	Calls    uint64  `json:"calls"`
+	Errors   uint64  `json:"errors"`
+	Timeouts uint64  `json:"timeouts"`
+	Latency  Latency `json:"latency"`
+	// LastError is the latest failure: a call that failed (an answer outside the host's bounds
+	// included), or why the plugin went out of service or could not be started again.
+	LastError   string     `json:"lastError,omitempty"`
+	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
 }
 
 // ReloadResult is the outcome of the latest reload.
@@ -185,6 +193,7 @@ type builtin struct {
 // plugins serving the same service.
 func New(cfg Config) (*Runtime, error) {
 	cfg.setDefaults()
+	cfg.Bounds = cfg.Bounds.WithDefaults()
 	if err := launch.CheckEnv(cfg.Env); err != nil {
 		return nil, fmt.Errorf("the plugins' environment: %w", err)
 	}

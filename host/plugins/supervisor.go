@@ -44,15 +44,16 @@ type supervisor struct {
 	stats   callStats
 	wake    chan struct{} // a call saw trouble: look at the process now
 
-	mu       sync.Mutex
-	cur      *instance // nil while down
-	info     *instance // the latest instance, for status
-	state    string
-	since    time.Time
-	restarts int
-	lastErr  string
-	timeouts int // timeouts in a row
-	failures int // starts since the plugin last ran stably: the backoff exponent
+	mu        sync.Mutex
+	cur       *instance // nil while down
+	info      *instance // the latest instance, for status
+	state     string
+	since     time.Time
+	restarts  int
+	lastErr   string
+	lastErrAt time.Time
+	timeouts  int // timeouts in a row
+	failures  int // starts since the plugin last ran stably: the backoff exponent
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -137,7 +138,7 @@ func (s *supervisor) watch(ctx context.Context, inst *instance) (stopped bool) {
 		case <-s.wake:
 		case <-probe.C:
 			// Describe is a health probe: a hung plugin is found even when no call comes.
-			_, _, _ = s.invoke(ctx, inst, func(ctx context.Context, i *instance) error {
+			_, _, _ = s.invoke(ctx, "Describe (health probe)", inst, func(ctx context.Context, i *instance) error {
 				if i.rf != nil {
 					_, err := i.rf.Describe(ctx)
 					return err
@@ -163,7 +164,7 @@ func (s *supervisor) takeOut(inst *instance, reason string) {
 		s.mu.Unlock()
 		return
 	}
-	s.cur, s.state, s.since, s.lastErr, s.timeouts = nil, StateRestarting, time.Now(), reason, 0
+	s.cur, s.state, s.since, s.lastErr, s.lastErrAt, s.timeouts = nil, StateRestarting, time.Now(), reason, time.Now(), 0
 	s.mu.Unlock()
 	s.log.Warn("plugin out of service until a new process is up; its callers fall back meanwhile",
 		"plugin", s.name, "pid", inst.pid, "reason", reason)
@@ -211,7 +212,7 @@ func (s *supervisor) restart(ctx context.Context, uptime time.Duration) *instanc
 				return nil
 			}
 			s.mu.Lock()
-			s.lastErr = err.Error()
+			s.lastErr, s.lastErrAt = err.Error(), time.Now()
 			s.mu.Unlock()
 			s.log.Error("plugin restart failed", "plugin", s.name, "error", err)
 			continue
@@ -253,14 +254,15 @@ func (s *supervisor) call(ctx context.Context, method string, f func(context.Con
 		return &downError{plugin: s.name, reason: reason}
 	}
 	defer inst.release()
-	d, timedOut, err := s.invoke(ctx, inst, f)
+	d, timedOut, err := s.invoke(ctx, method, inst, f)
 	s.record(method, d, err != nil, timedOut)
 	return err
 }
 
-// invoke runs f on inst with the call deadline and keeps the count of timeouts in a row: at
-// HungAfter the plugin is hung, and is taken out of service to be replaced.
-func (s *supervisor) invoke(ctx context.Context, inst *instance, f func(context.Context, *instance) error) (d time.Duration, timedOut bool, err error) {
+// invoke runs f on inst with the call deadline, keeps a failure as the last error, and keeps the
+// count of timeouts in a row: at HungAfter the plugin is hung, and is taken out of service to be
+// replaced.
+func (s *supervisor) invoke(ctx context.Context, method string, inst *instance, f func(context.Context, *instance) error) (d time.Duration, timedOut bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, s.opt.CallTimeout)
 	start := time.Now()
 	err = f(cctx, inst)
@@ -269,6 +271,9 @@ func (s *supervisor) invoke(ctx context.Context, inst *instance, f func(context.
 	timedOut = err != nil && (status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded))
 	var hung bool
 	s.mu.Lock()
+	if err != nil && !errors.Is(ctx.Err(), context.Canceled) && s.cur == inst {
+		s.lastErr, s.lastErrAt = method+": "+err.Error(), time.Now()
+	}
 	switch {
 	case err == nil:
 		s.timeouts = 0
@@ -302,6 +307,10 @@ func (s *supervisor) status() Status {
 		Name: s.name, Path: s.spec.Path, Checksum: "sha256:" + s.info.checksum, Version: s.info.version, Env: envNames(s.opt, s.spec),
 		Serves: s.info.serves(), Policy: s.info.policy, State: s.state, Since: s.since,
 		Restarts: s.restarts, LastError: s.lastErr,
+	}
+	if !s.lastErrAt.IsZero() {
+		at := s.lastErrAt
+		st.LastErrorAt = &at
 	}
 	if s.info.checksum == "" {
 		st.Checksum = ""

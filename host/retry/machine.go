@@ -41,6 +41,7 @@ type Machine struct {
 	round   uint32
 	last    time.Duration // delay of the previous round
 	givenUp string        // the policy's reason, while it has given up
+	reason  string        // the reason of the decision in force (armed round or give-up)
 
 	// token names the outstanding decision or timer; an answer with another token is stale.
 	token   uint64
@@ -104,6 +105,25 @@ type Ready struct {
 	// Released counts, by kind, the names resent at once because the owner they missed was
 	// ACKed (they are in Resend too).
 	Released map[string]int
+	// Decision reports the policy's answer that Decided took, for the log.
+	Decision *Decision
+}
+
+// Decision is one answer of the policy that a stream acted on.
+type Decision struct {
+	// Round is the round the decision is for (0: the first since the failing set was empty).
+	Round uint32
+	// Delay is how long the round waits; zero with GiveUp.
+	Delay time.Duration
+	// Kinds are the kinds the round resends; none: every failing kind.
+	Kinds  []string
+	GiveUp bool
+	// Held counts the names the decision holds back until their content changes.
+	Held int
+	// Reason is the policy's reason, or why no policy answered.
+	Reason string
+	// Err is set when no policy answered (the round then waits failedDecisionDelay).
+	Err error
 }
 
 // HeldName is a rejected name the policy holds back until its content changes.
@@ -236,8 +256,11 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 		return r // the stream moved on since it asked
 	}
 	m.asking = false
+	d := &Decision{Round: m.round, Reason: resp.GetReason(), Err: err}
+	r.Decision = d
 	if err == nil {
 		m.hold(resp.GetHold(), &r)
+		d.Held = len(r.Held)
 		if !m.anyActive() {
 			m.settle(&r) // the policy held back everything there was to resend
 			return r
@@ -245,16 +268,24 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 	}
 	switch {
 	case err != nil, !resp.GetGiveUp() && resp.GetDelay().AsDuration() <= 0:
+		d.Delay = failedDecisionDelay
+		d.Reason = "no policy answered; retrying in " + failedDecisionDelay.String()
+		if err != nil {
+			d.Reason = "no policy answered (" + err.Error() + "); retrying in " + failedDecisionDelay.String()
+		}
 		m.arm(failedDecisionDelay, nil, now, &r)
 	case resp.GetGiveUp():
 		m.givenUp = resp.GetReason()
 		if m.givenUp == "" {
 			m.givenUp = "the policy gave up"
 		}
+		d.GiveUp, d.Reason = true, m.givenUp
 		r.GaveUp = m.givenUp
 	default:
-		m.arm(resp.GetDelay().AsDuration(), resp.GetKinds(), now, &r)
+		d.Delay, d.Kinds = resp.GetDelay().AsDuration(), resp.GetKinds()
+		m.arm(d.Delay, d.Kinds, now, &r)
 	}
+	m.reason = d.Reason
 	return r
 }
 
@@ -340,7 +371,7 @@ func (m *Machine) settle(r *Ready) {
 	}
 	m.token++
 	m.asking, m.armed, m.nextAt, m.planned = false, false, time.Time{}, nil
-	m.round, m.last, m.givenUp = 0, 0, ""
+	m.round, m.last, m.givenUp, m.reason = 0, 0, "", ""
 }
 
 // next asks for a decision when a kind is due and nothing is outstanding.
@@ -440,18 +471,21 @@ type KindState struct {
 
 // StreamState is the retry state of one stream, for insights.
 type StreamState struct {
-	Stream    int64       `json:"stream"`
-	Zone      string      `json:"zone"`
-	Round     uint32      `json:"round"`
-	LastDelay string      `json:"lastDelay,omitempty"`
-	NextRetry *time.Time  `json:"nextRetry,omitempty"`
-	GivenUp   string      `json:"givenUp,omitempty"`
-	Failing   []KindState `json:"failing,omitempty"`
+	Stream    int64      `json:"stream"`
+	Zone      string     `json:"zone"`
+	Round     uint32     `json:"round"`
+	LastDelay string     `json:"lastDelay,omitempty"`
+	NextRetry *time.Time `json:"nextRetry,omitempty"`
+	GivenUp   string     `json:"givenUp,omitempty"`
+	// Reason is the reason the policy gave for the decision in force (the armed round or the
+	// give-up); a decision of the built-in fallback says so, and why.
+	Reason  string      `json:"reason,omitempty"`
+	Failing []KindState `json:"failing,omitempty"`
 }
 
 // State is the stream's retry state as insights show it.
 func (m *Machine) State() StreamState {
-	ss := StreamState{Stream: m.stream, Zone: m.zone, Round: m.round, GivenUp: m.givenUp}
+	ss := StreamState{Stream: m.stream, Zone: m.zone, Round: m.round, GivenUp: m.givenUp, Reason: m.reason}
 	if m.last > 0 {
 		ss.LastDelay = m.last.String()
 	}

@@ -2,9 +2,11 @@ package retry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
 
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
@@ -13,21 +15,30 @@ import (
 // DefaultTimeout is the deadline of a retry policy call unless configured otherwise.
 const DefaultTimeout = 200 * time.Millisecond
 
-// MaxDelay is the longest delay the host accepts from a policy.
-const MaxDelay = time.Hour
-
 // Decorators wrap a RetryForcer and are RetryForcers themselves, so policy concerns compose
 // (as client-go's rate limiters do): Standard builds the chain the host runs.
 
+// StandardConfig is how Standard bounds the policies it runs. Zero fields are defaults.
+type StandardConfig struct {
+	// Timeout is the deadline of each Schedule call (default DefaultTimeout).
+	Timeout time.Duration
+	// Bounds are what the host accepts of an answer (kds-host --retry-max-delay; zero fields:
+	// shared's defaults).
+	Bounds shared.Bounds
+	// OnFallback, if set, hears of each decision the built-in policy made instead, and why.
+	OnFallback func(req *pluginv1.ScheduleRequest, err error)
+}
+
 // Standard is the policy a Scheduler runs: the policy in force now (current is asked at every
-// decision, so a swap takes effect at the next one), its answers checked and bounded by timeout,
-// and on any failure the built-in policy, checked and bounded the same way. onFallback, if set,
-// hears of each fallback.
-func Standard(current func() shared.RetryForcer, builtin shared.RetryForcer, timeout time.Duration, onFallback func(req *pluginv1.ScheduleRequest, err error)) shared.RetryForcer {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+// decision, so a swap takes effect at the next one), its answers checked against cfg.Bounds and
+// its calls bounded by cfg.Timeout, and on any failure the built-in policy, checked and bounded
+// the same way.
+func Standard(current func() shared.RetryForcer, builtin shared.RetryForcer, cfg StandardConfig) shared.RetryForcer {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
-	return WithFallback(WithDeadline(Checked(Current(current)), timeout), WithDeadline(Checked(builtin), timeout), onFallback)
+	return WithFallback(WithDeadline(Checked(Current(current), cfg.Bounds), cfg.Timeout),
+		WithDeadline(Checked(builtin, cfg.Bounds), cfg.Timeout), cfg.OnFallback)
 }
 
 // decorator forwards Describe and Configure to the policy it wraps; each decorator replaces
@@ -83,25 +94,25 @@ func (d *deadline) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) 
 	}
 }
 
-// Checked turns an answer the host must not act on into an error: none, a delay that is not
-// positive, or one over MaxDelay.
-func Checked(p shared.RetryForcer) shared.RetryForcer { return &checked{decorator{p}} }
+// Checked turns an answer the host must not act on into an error: none, or one outside bounds
+// (shared.Bounds.CheckSchedule: a delay that is not positive or over MaxDelay, a reason too
+// long, kinds or held names the request did not carry). The error is a *shared.BoundsError.
+func Checked(p shared.RetryForcer, bounds shared.Bounds) shared.RetryForcer {
+	return &checked{decorator{p}, bounds.WithDefaults()}
+}
 
-type checked struct{ decorator }
+type checked struct {
+	decorator
+	bounds shared.Bounds
+}
 
 func (c *checked) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	resp, err := c.RetryForcer.Schedule(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case resp == nil:
-		return nil, errors.New("empty schedule")
-	case resp.GetGiveUp():
-	case resp.GetDelay() == nil || resp.GetDelay().AsDuration() <= 0:
-		return nil, fmt.Errorf("schedule delay %v is not positive", resp.GetDelay().AsDuration())
-	case resp.GetDelay().AsDuration() > MaxDelay:
-		return nil, fmt.Errorf("schedule delay %v is over %v", resp.GetDelay().AsDuration(), MaxDelay)
+	if err := c.bounds.CheckSchedule(req, resp); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
@@ -129,5 +140,22 @@ func (f *withFallback) Schedule(ctx context.Context, req *pluginv1.ScheduleReque
 	if ferr != nil {
 		return nil, fmt.Errorf("%w; the fallback failed too: %w", err, ferr)
 	}
-	return resp, nil
+	// The reason says who decided, and why the policy in force did not: insights show it.
+	out := proto.Clone(resp).(*pluginv1.ScheduleResponse)
+	out.Reason = fmt.Sprintf("built-in fallback (%s): %s", truncateText(err.Error(), fallbackErrText), resp.GetReason())
+	return out, nil
+}
+
+// fallbackErrText is how much of the policy's error a fallback decision's reason quotes.
+const fallbackErrText = 200
+
+// truncateText cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

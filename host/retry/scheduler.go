@@ -24,6 +24,8 @@ type Hooks struct {
 	PolicyCall func(zone string, latency time.Duration, err error)
 	// Round reports a fired round: the delay it waited and the resources resent per kind.
 	Round func(zone string, delay time.Duration, resent map[string]int)
+	// Decided reports each policy answer a stream acted on (for the DEBUG log).
+	Decided func(zone string, d Decision)
 	// GaveUp reports a give-up.
 	GaveUp func(zone, reason string)
 	// Held reports names the policy holds back until their content changes.
@@ -144,6 +146,9 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 	// Outside the lock: the resender takes the cache's, and hooks are the caller's code.
 	if r.Round != nil && s.cfg.Hooks.Round != nil {
 		s.cfg.Hooks.Round(d.zone, r.Round.Delay, r.Round.Resent)
+	}
+	if r.Decision != nil && s.cfg.Hooks.Decided != nil {
+		s.cfg.Hooks.Decided(d.zone, *r.Decision)
 	}
 	if r.GaveUp != "" && s.cfg.Hooks.GaveUp != nil {
 		s.cfg.Hooks.GaveUp(d.zone, r.GaveUp)

@@ -98,7 +98,7 @@ func newScheduler(t *testing.T, p, fallback shared.RetryForcer, r *resender, hoo
 
 func newSchedulerFallback(t *testing.T, p, fallback shared.RetryForcer, r *resender, hooks retry.Hooks, onFallback func(*pluginv1.ScheduleRequest, error)) *sched {
 	t.Helper()
-	policy := retry.Standard(func() shared.RetryForcer { return p }, fallback, 0, onFallback)
+	policy := retry.Standard(func() shared.RetryForcer { return p }, fallback, retry.StandardConfig{OnFallback: onFallback})
 	s, err := retry.NewScheduler(retry.Config{Policy: policy, Resender: r, Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)

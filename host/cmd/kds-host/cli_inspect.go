@@ -64,7 +64,9 @@ func newInspectPluginsCmd() *cobra.Command {
 		Long: `plugins asks the global (--cp) for its plugins: each binary with the services it serves, its
 checksum and version, the process id, its state (running, restarting), how often it was restarted,
 its calls, errors and timeouts, and the p50 and p99 latency of its latest calls; then builtin, the
-in-process policies that serve what no plugin serves and answer when a plugin cannot.`,
+in-process policies that serve what no plugin serves and answer when a plugin cannot. Under the
+table, each plugin's last error: a failed call (a decision outside the host's bounds, such as a
+delay over --retry-max-delay, counts as one), or why it went out of service.`,
 		Example: `  kds-host inspect plugins
   kds-host inspect plugins -o json`,
 	}, "/api/plugins", func(cmd *cobra.Command, r controlplane.PluginsReport) error {
@@ -94,7 +96,11 @@ func printPlugins(w io.Writer, r controlplane.PluginsReport) error {
 	}
 	for _, p := range r.Items {
 		if p.LastError != "" && p.State != plugins.StateBuiltin {
-			fmt.Fprintf(w, "%s: last error: %s\n", p.Name, p.LastError)
+			at := ""
+			if p.LastErrorAt != nil {
+				at = " (" + p.LastErrorAt.Local().Format(time.DateTime) + ")"
+			}
+			fmt.Fprintf(w, "%s: last error%s: %s\n", p.Name, at, p.LastError)
 		}
 	}
 	if lr := r.LastReload; lr != nil {

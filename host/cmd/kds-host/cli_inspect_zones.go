@@ -23,8 +23,18 @@ func newInspectZonesCmd() *cobra.Command {
 		Short: "Show, per zone and kind, what the global sent and what the zone ACKed, NACKed or is held back",
 		Long: `zones asks the global (--cp) for its view of every zone: per kind, the resources sent, the
 ACKs and NACKs received, what the zone holds, what is held back for a missing owner, the names it
-rejected, and the retry state of its stream (round, next retry, give-up).`,
+rejected, and the retry state of its stream (round, next retry, give-up) with the reason the
+retry policy gave for it (-o json shows it whole; a decision of the built-in fallback says so,
+and why the policy in force did not decide).`,
 	}, "/api/zones", printZones)
+}
+
+// cut shortens s to n runes for a table cell.
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
+	}
+	return s
 }
 
 // printZones prints the zones as a table: a row per zone and kind.
@@ -34,20 +44,23 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tACKED\tNACKED\tKNOWN\tHELD\tREJECTED\tROUND\tNEXT RETRY")
+	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tACKED\tNACKED\tKNOWN\tHELD\tREJECTED\tROUND\tNEXT RETRY\tREASON")
 	for _, z := range list.Items {
 		state := "connected"
 		if !z.Connected {
 			state = "disconnected"
 		}
-		round, next, failing := "-", "-", map[string]bool{}
+		round, next, reason, failing := "-", "-", "-", map[string]bool{}
 		if z.Retry != nil {
 			round = fmt.Sprint(z.Retry.Round)
+			if z.Retry.Reason != "" {
+				reason = cut(z.Retry.Reason, 60)
+			}
 			if z.Retry.NextRetry != nil {
 				next = "in " + time.Until(*z.Retry.NextRetry).Round(time.Millisecond).String()
 			}
 			if z.Retry.GivenUp != "" {
-				next = "given up: " + z.Retry.GivenUp
+				next = "given up"
 			}
 			for _, f := range z.Retry.Failing {
 				failing[f.Kind] = true
@@ -69,11 +82,11 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 					rejected = fmt.Sprintf("%d names", len(names))
 				}
 			}
-			r, n := "-", "-"
+			r, n, why := "-", "-", "-"
 			if failing[k.Kind] {
-				r, n = round, next
+				r, n, why = round, next, reason
 			}
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.ACKs, k.NACKs, k.Known, k.Held, rejected, r, n)
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.ACKs, k.NACKs, k.Known, k.Held, rejected, r, n, why)
 		}
 	}
 	if err := tw.Flush(); err != nil {

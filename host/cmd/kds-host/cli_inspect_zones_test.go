@@ -23,13 +23,15 @@ func TestInspectZonesShowsCausesAndWhatIsHeld(t *testing.T) {
 			{Kind: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
 			{Kind: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
 		}},
-		Retry: &retry.StreamState{Zone: "zone-1", Round: 2, Failing: []retry.KindState{
+		Retry: &retry.StreamState{Zone: "zone-1", Round: 2, Reason: "fixed 250ms", Failing: []retry.KindState{
 			{Kind: "Mesh", Rejected: []string{"default"}},
 			{Kind: "MeshTimeout", Held: []retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; held until it changes"}}},
 		}},
 	}}}
 	g.Expect(printZones(cmd, list)).To(Succeed())
 	g.Expect(out.String()).To(ContainSubstring("default (TRANSIENT)"))
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^ZONE .* REASON$`))
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^zone-1 \(connected\) +Mesh .* 2 +- +fixed 250ms$`), "the reason of the decision in force")
 	g.Expect(out.String()).To(ContainSubstring("default/bad (INVALID)"))
 	g.Expect(out.String()).To(ContainSubstring("Not resent until their content changes:\n  zone-1 MeshTimeout default/bad: the zone refused this content as invalid 3 times"))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/shared"
 	"github.com/kds-host/kds-host/shared/launch"
 )
 
@@ -19,6 +20,8 @@ type pluginFlags struct {
 	documents    []string
 	env          []string
 	startTimeout time.Duration
+	// retryMaxDelay is the longest retry delay the host accepts from a policy.
+	retryMaxDelay time.Duration
 }
 
 func addPluginFlags(f *pflag.FlagSet, flags *pluginFlags) {
@@ -35,6 +38,9 @@ func addPluginFlags(f *pflag.FlagSet, flags *pluginFlags) {
 		"KDS_PLUGIN_ENV=A,B). A plugin sees only PATH, HOME, TMPDIR, these, its --config entry's env: [NAME] and go-plugin's own variables: "+
 		"nothing else of the host's environment (not KDS_STORE, not cloud credentials) reaches it. It applies with --config too")
 	f.DurationVar(&flags.startTimeout, "plugin-start-timeout", 10*time.Second, "global: how long a plugin may take to start: the go-plugin handshake, then Describe and Configure")
+	f.DurationVar(&flags.retryMaxDelay, "retry-max-delay", shared.DefaultMaxDelay, "global: the longest delay the host accepts from a retry policy. "+
+		"A decision outside the host's bounds (this delay; a reason over 1 KiB; kinds or held names the request did not carry) is refused: "+
+		"it counts as an error of the plugin (kds-host inspect plugins), a WARN line names the field and its value, and the built-in policy decides instead")
 }
 
 // refuseInZone refuses the plugin flags in a zone, which runs no plugin.
@@ -84,12 +90,16 @@ func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*
 	if err := launch.CheckEnv(f.env); err != nil {
 		return nil, fmt.Errorf("--plugin-env: %w", err)
 	}
+	if f.retryMaxDelay <= 0 {
+		return nil, fmt.Errorf("--retry-max-delay %s: want a positive duration such as 1h", f.retryMaxDelay)
+	}
+	cfg.RetryBounds.MaxDelay = f.retryMaxDelay
 	p, err := f.load()
 	if err != nil {
 		return nil, err
 	}
 	rt, err := plugins.New(plugins.Config{
-		Plugins: p, Logger: log, StartTimeout: f.startTimeout, Env: f.env,
+		Plugins: p, Logger: log, StartTimeout: f.startTimeout, Env: f.env, Bounds: cfg.RetryBounds,
 		// The callers set their own, tighter deadlines; this one bounds every call and probe.
 		CallTimeout: max(cfg.PolicyTimeout, cfg.OwnerCheckTimeout),
 	})
