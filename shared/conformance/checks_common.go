@@ -2,8 +2,11 @@ package conformance
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +17,10 @@ import (
 	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcpeer "google.golang.org/grpc/peer"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
@@ -24,9 +31,10 @@ import (
 
 var handshakeCheck = check{
 	name:    CheckHandshake,
-	summary: "starts with the kds-host handshake (magic cookie, protocol 1, gRPC) and serves a plugin kind",
+	summary: "starts with the kds-host handshake (magic cookie, protocol 1, gRPC), talks AutoMTLS, answers health and serves a plugin kind",
 	run: func(c *checkRun) {
 		c.broken = "the plugin did not start (see handshake)"
+		c.handshakeFailed = true
 		if _, err := os.Stat(c.opts.Path); err != nil {
 			c.failf("cannot run the plugin: %v", err)
 		}
@@ -39,13 +47,22 @@ var handshakeCheck = check{
 		}
 		c.proc = p
 		client := p.Client()
-		c.broken = "the handshake failed"
-		c.g.Expect(client.NegotiatedVersion()).To(gomega.Equal(shared.ProtocolVersion), "negotiated protocol version")
-		c.g.Expect(client.Protocol()).To(gomega.Equal(plugin.ProtocolGRPC), "the plugin must serve gRPC")
+		c.broken = "the host cannot talk to the plugin (see handshake)"
+		if v := client.NegotiatedVersion(); v != shared.ProtocolVersion {
+			c.failf("the plugin negotiated protocol version %d; kds-host speaks %d (%s)", v, shared.ProtocolVersion, docSection("handshake"))
+		}
+		if client.Protocol() != plugin.ProtocolGRPC {
+			c.failf("the plugin serves %s; kds-host plugins serve gRPC, the fifth field of the handshake line (%s)", client.Protocol(), docSection("handshake"))
+		}
+		gc, ok := rpc.(*plugin.GRPCClient)
+		if !ok {
+			c.failf("the plugin's connection is %T, not gRPC", rpc)
+		}
+		transport := c.talk(gc.Conn, client)
 		c.kinds = c.servedKinds(rpc)
 		if len(c.kinds) == 0 {
-			c.failf("the plugin serves neither %s nor %s: serve one with shared.ServeRetryForcer or shared.ServeOwnerCheck",
-				pluginv1.RetryForcer_ServiceDesc.ServiceName, pluginv1.OwnerCheck_ServiceDesc.ServiceName)
+			c.failf("the plugin serves neither %s nor %s: serve one with shared.ServeRetryForcer or shared.ServeOwnerCheck (%s)",
+				pluginv1.RetryForcer_ServiceDesc.ServiceName, pluginv1.OwnerCheck_ServiceDesc.ServiceName, docSection("services"))
 		}
 		if slices.Contains(c.kinds, KindRetryForcer) {
 			c.rf = dispense[shared.RetryForcer](c, rpc, shared.RetryForcerName)
@@ -53,9 +70,76 @@ var handshakeCheck = check{
 		if slices.Contains(c.kinds, KindOwnerCheck) {
 			c.oc = dispense[shared.OwnerCheck](c, rpc, shared.OwnerCheckName)
 		}
-		c.broken = ""
-		c.notef("pid %d, protocol %d over gRPC with AutoMTLS, serves %s", p.Pid(), client.NegotiatedVersion(), strings.Join(c.kinds, " and "))
+		c.broken, c.handshakeFailed = "", false
+		c.notef("pid %d, protocol %d over gRPC, %s, serves %s", p.Pid(), client.NegotiatedVersion(), transport, strings.Join(c.kinds, " and "))
 	},
+}
+
+// ProtocolDoc is the document that specifies the plugin protocol; failures name its sections.
+const ProtocolDoc = "docs/plugin-protocol.md"
+
+// docSection names a section of ProtocolDoc for a failure message.
+func docSection(anchor string) string {
+	return fmt.Sprintf("see %s#%s", ProtocolDoc, anchor)
+}
+
+// talk makes the first call a host makes, go-plugin's health check, and says what the plugin
+// negotiated: AutoMTLS, with its TLS version and certificate. A plugin the host cannot talk to
+// fails the check with what to implement: most often AutoMTLS, when the plugin serves plaintext.
+func (c *checkRun) talk(conn *grpc.ClientConn, client *plugin.Client) string {
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.CallTimeout)
+	defer cancel()
+	var peer grpcpeer.Peer
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName}, grpc.Peer(&peer))
+	switch {
+	case err == nil:
+	case status.Code(err) == codes.Unimplemented:
+		c.failf("the plugin does not serve the gRPC health service: the host calls grpc.health.v1.Health/Check with service %q and wants SERVING (%s)",
+			plugin.GRPCServiceName, docSection("health"))
+	default:
+		addr := ""
+		if rc := client.ReattachConfig(); rc != nil && rc.Addr != nil {
+			addr = rc.Addr.Network() + " " + rc.Addr.String()
+			if plaintextAnswers(c.ctx, rc.Addr, c.opts.CallTimeout) {
+				c.failf("the plugin serves plaintext gRPC on %s, and kds-host always uses AutoMTLS, so the host cannot talk to it. Implement AutoMTLS: "+
+					"read the host's certificate (PEM) from PLUGIN_CLIENT_CERT, serve TLS with a self-signed certificate for localhost that requires the host's "+
+					"certificate as the client's, and send that certificate's DER, base64 without padding, as the sixth field of the handshake line (%s; shared.Serve* does it for Go)",
+					addr, docSection("automtls"))
+			}
+		}
+		c.failf("the host cannot talk to the plugin over AutoMTLS on %s: %v. kds-host always uses AutoMTLS: the plugin's certificate (the sixth field of the handshake line) "+
+			"must be valid for localhost, and the plugin must require the host's certificate from PLUGIN_CLIENT_CERT (%s)",
+			orDash(addr), err, docSection("automtls"))
+	}
+	tlsInfo, ok := peer.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return "plaintext"
+	}
+	desc := "AutoMTLS (" + tls.VersionName(tlsInfo.State.Version)
+	if certs := tlsInfo.State.PeerCertificates; len(certs) > 0 {
+		desc += fmt.Sprintf(", the plugin's certificate for %s, %s", strings.Join(certs[0].DNSNames, ","), x509.PublicKeyAlgorithm(certs[0].PublicKeyAlgorithm))
+	}
+	return desc + ")"
+}
+
+// plaintextAnswers reports whether a plaintext gRPC health check gets an answer at addr: a
+// plugin that did not do AutoMTLS.
+func plaintextAnswers(ctx context.Context, addr net.Addr, timeout time.Duration) bool {
+	conn, err := grpc.NewClient("passthrough:///plugin",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, addr.Network(), addr.String())
+		}))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	st := status.Code(err)
+	return err == nil || (st != codes.Unavailable && st != codes.DeadlineExceeded && st != codes.Canceled)
 }
 
 func dispense[T any](c *checkRun, rpc plugin.ClientProtocol, name string) T {
@@ -210,6 +294,9 @@ var killCheck = check{
 	run: func(c *checkRun) {
 		if c.proc == nil {
 			c.notRunf("no plugin process was started (see %s)", CheckHandshake)
+		}
+		if c.handshakeFailed {
+			c.notRunf("the handshake failed (see %s); the suite has killed the process. A clean exit is checked once the host can talk to the plugin", CheckHandshake)
 		}
 		pid := c.proc.Pid()
 		if c.proc.Exited() || exited(pid) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,16 +17,22 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
 // giveUpAttempts is the maxAttempts the give-up check sets when it derives its document.
 const giveUpAttempts = 3
 
+// giveUpHint says how to give the give-up check the document it needs.
+const giveUpHint = "If the plugin spells its limit otherwise (per kind, say), give a policy document that makes it give up after a few rounds with " +
+	"--give-up-config FILE (kds-host plugin verify; -give-up-config FILE with go test, GiveUpConfig in conformance.Options)"
+
 var retryForcerChecks = []check{
 	{CheckRetryConfigure, "Configure accepts the plugin's own sample_config (and --config)", checkConfigure, false},
 	{CheckRetryConfigureMalformed, "Configure answers malformed documents with InvalidArgument and keeps its policy", checkConfigureMalformed, false},
 	{CheckRetryScheduleBounds, "every delay is positive and within max_delay; kinds name failing kinds", checkScheduleBounds, false},
+	{CheckRetryHostBounds, "every answer is within the host's bounds (delay up to --retry-max-delay, reasons up to 1 KiB, kinds and held names from the request)", checkHostBounds, false},
 	{CheckRetryFloor, "later rounds do not shrink below the policy's floor (its min_delay, or the smallest first-round delay)", checkFloor, false},
 	{CheckRetryResetAfterACK, "after the host resets the round (an ACK), round 0 is a first round again", checkResetAfterACK, false},
 	{CheckRetryGiveUp, "gives up when its policy document says so", checkGiveUp, false},
@@ -79,7 +86,9 @@ func (c *checkRun) validSchedule(resp *pluginv1.ScheduleResponse, req *pluginv1.
 			names[i] = f.GetKind()
 		}
 		for _, k := range resp.GetKinds() {
-			c.g.Expect(names).To(gomega.ContainElement(k), "%s: kinds must name only failing kinds, got %q", where, k)
+			if !slices.Contains(names, k) {
+				c.failf("%s: kinds must name only failing kinds (%s), got %q", where, strings.Join(names, ", "), k)
+			}
 		}
 	}
 	if resp.GetGiveUp() {
@@ -88,11 +97,15 @@ func (c *checkRun) validSchedule(resp *pluginv1.ScheduleResponse, req *pluginv1.
 	if resp.GetDelay() == nil {
 		c.failf("%s: the schedule has no delay and does not give up: a delay must be positive unless give_up is set", where)
 	}
-	c.g.Expect(resp.GetDelay().CheckValid()).To(gomega.Succeed(), "%s: the delay is not a valid duration", where)
+	if err := resp.GetDelay().CheckValid(); err != nil {
+		c.failf("%s: the delay is not a valid duration: %v", where, err)
+	}
 	d := resp.GetDelay().AsDuration()
-	c.g.Expect(dur(d)).To(gomega.BeNumerically(">", dur(0)), "%s: the delay must be positive", where)
-	if maxDelay > 0 {
-		c.g.Expect(dur(d)).To(gomega.BeNumerically("<=", dur(maxDelay)), "%s: the delay exceeds the max_delay the plugin declares in Describe", where)
+	if d <= 0 {
+		c.failf("%s: the delay must be positive, got %s", where, d)
+	}
+	if maxDelay > 0 && d > maxDelay {
+		c.failf("%s: the delay %s exceeds the max_delay the plugin declares in Describe, %s", where, d, maxDelay)
 	}
 }
 
@@ -192,6 +205,58 @@ func checkScheduleBounds(c *checkRun) {
 		return
 	}
 	c.notef("%d schedules over rounds 0-%d: delays %s to %s, max_delay %s", calls, rounds-1, round(lo), round(hi), c.maxDelay)
+}
+
+// boundsRequest is a request as a zone with causes makes it: two failing kinds, each rejected
+// name with its cause and attempts, so a policy that holds INVALID names gets to.
+func boundsRequest(stream string, round uint32, last time.Duration) *pluginv1.ScheduleRequest {
+	req := scheduleRequest(stream, round, last)
+	causes := []kdsv1.Cause{kdsv1.Cause_CAUSE_TRANSIENT, kdsv1.Cause_CAUSE_MISSING_OWNER, kdsv1.Cause_CAUSE_INVALID}
+	i := 0
+	for _, f := range req.Failing {
+		for _, n := range f.RejectedNames {
+			rn := &pluginv1.RejectedName{Name: n, Cause: causes[i%len(causes)], Attempts: round + 1}
+			if rn.Cause == kdsv1.Cause_CAUSE_MISSING_OWNER {
+				rn.MissingOwner = &kdsv1.ResourceKey{Kind: "Mesh", Name: "default"}
+			}
+			f.Rejected = append(f.Rejected, rn)
+			i++
+		}
+	}
+	return req
+}
+
+func checkHostBounds(c *checkRun) {
+	c.needMaxDelay()
+	bounds := c.opts.Bounds
+	const refused = "the host refuses such an answer: it counts an error against the plugin, logs a WARN line naming the field, and its built-in policy decides instead (" +
+		ProtocolDoc + "#host-bounds)"
+	if c.maxDelay > bounds.MaxDelay {
+		c.failf("Describe declares max_delay %s, over the host's maximum of %s (--retry-max-delay): %s", c.maxDelay, bounds.MaxDelay, refused)
+	}
+	const sequences, rounds = 2, 30
+	calls, held := 0, 0
+	for seq := range sequences {
+		var last time.Duration
+		for round := range uint32(rounds) {
+			req := boundsRequest(fmt.Sprintf("conformance-host-bounds-%d", seq), round, last)
+			where := fmt.Sprintf("Schedule round %d (last_delay %s)", round, last)
+			resp, err := c.schedule(req)
+			if err != nil {
+				c.callFailed(where, err)
+			}
+			calls++
+			if err := bounds.CheckSchedule(req, resp); err != nil {
+				c.failf("%s: %v: %s", where, err, refused)
+			}
+			held += len(resp.GetHold())
+			if resp.GetGiveUp() {
+				break
+			}
+			last = resp.GetDelay().AsDuration()
+		}
+	}
+	c.notef("%d answers within the host's bounds (delay at most %s, reasons at most %d bytes); %d names held", calls, bounds.MaxDelay, bounds.MaxReason, held)
 }
 
 // firstRounds asks round 0 n times, from workers goroutines, and returns the delays of the
@@ -336,16 +401,16 @@ func checkGiveUp(c *checkRun) {
 	if len(doc) == 0 {
 		var err error
 		if doc, err = withMaxAttempts(c.config, giveUpAttempts); err != nil {
-			c.skipf("no give-up document: the suite cannot set maxAttempts in the policy document (%v); give one with --give-up-config", err)
+			c.skipf("no give-up document: the suite cannot set maxAttempts in the policy document (%v). %s", err, giveUpHint)
 		}
 		derived = true
 	}
 	if _, err := c.configure(doc); err != nil {
 		if derived && status.Code(err) == codes.InvalidArgument {
-			c.skipf("the plugin refused its policy document with maxAttempts: %d (%s); give a document that makes it give up with --give-up-config",
-				giveUpAttempts, status.Convert(err).Message())
+			c.skipf("the plugin refused its policy document with maxAttempts: %d set at the top level (%s). %s",
+				giveUpAttempts, status.Convert(err).Message(), giveUpHint)
 		}
-		c.callFailed("Configure refused the give-up document", err)
+		c.callFailed("Configure refused the give-up document given with --give-up-config", err)
 	}
 	restored := false
 	defer func() {
@@ -379,18 +444,24 @@ func checkGiveUp(c *checkRun) {
 	restored = true
 
 	if !derived {
-		c.g.Expect(giveUp).To(gomega.BeNumerically(">=", 0), "under --give-up-config the plugin did not give up in %d rounds", limit)
+		if giveUp < 0 {
+			c.failf("under the document given with --give-up-config the plugin did not give up in %d rounds", limit)
+		}
 		c.notef("gave up at round %d: %q", giveUp, reason)
 		return
 	}
 	if giveUp < 0 && !slices.Contains(c.rfDesc.GetCapabilities(), "max-attempts") {
-		c.skipf("the plugin accepted maxAttempts: %d but did not give up in %d rounds, and does not declare the max-attempts capability; give a document that makes it give up with --give-up-config",
-			giveUpAttempts, limit)
+		c.skipf("the plugin accepted maxAttempts: %d but did not give up in %d rounds, and does not declare the max-attempts capability. %s",
+			giveUpAttempts, limit, giveUpHint)
 	}
-	c.g.Expect(giveUp).To(gomega.BeNumerically(">=", 0),
-		"configured with maxAttempts: %d (and declaring the max-attempts capability), the plugin did not give up in %d rounds", giveUpAttempts, limit)
-	c.g.Expect(giveUp).To(gomega.And(gomega.BeNumerically(">=", 1), gomega.BeNumerically("<=", giveUpAttempts)),
-		"configured with maxAttempts: %d, the plugin must retry at least once and give up by round %d", giveUpAttempts, giveUpAttempts)
+	if giveUp < 0 {
+		c.failf("configured with maxAttempts: %d at the top level of its policy document (and declaring the max-attempts capability), the plugin did not give up in %d rounds. %s",
+			giveUpAttempts, limit, giveUpHint)
+	}
+	if giveUp < 1 || giveUp > giveUpAttempts {
+		c.failf("configured with maxAttempts: %d at the top level of its policy document, the plugin must retry at least once and give up by round %d; it gave up at round %d. %s",
+			giveUpAttempts, giveUpAttempts, giveUp, giveUpHint)
+	}
 	c.notef("with maxAttempts: %d it gave up at round %d: %q", giveUpAttempts, giveUp, reason)
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/kds-host/kds-host/shared"
 )
 
 // The checks, by name. A report lists the common checks, then those of each kind the plugin
@@ -26,6 +28,7 @@ const (
 	CheckRetryConfigure          = "retry-forcer/configure"
 	CheckRetryConfigureMalformed = "retry-forcer/configure-malformed"
 	CheckRetryScheduleBounds     = "retry-forcer/schedule-bounds"
+	CheckRetryHostBounds         = "retry-forcer/host-bounds"
 	CheckRetryFloor              = "retry-forcer/floor"
 	CheckRetryResetAfterACK      = "retry-forcer/reset-after-ack"
 	CheckRetryGiveUp             = "retry-forcer/give-up"
@@ -75,6 +78,9 @@ type Options struct {
 	// rounds. Empty: the suite takes Config (or the sample_config), and when it is a YAML or
 	// JSON mapping sets maxAttempts: 3 in it.
 	GiveUpConfig []byte
+	// Bounds are the host's bounds the answers are held to (kds-host --retry-max-delay; zero
+	// fields: shared's defaults, which a host has unless told otherwise).
+	Bounds shared.Bounds
 	// Logger receives go-plugin's log and the plugin's own log lines; nil discards them.
 	Logger hclog.Logger
 	// CallTimeout bounds every call to the plugin. Zero means 2s.
@@ -99,6 +105,7 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
+	o.Bounds = o.Bounds.WithDefaults()
 	return o
 }
 
@@ -186,8 +193,8 @@ func (r Report) Err() error {
 	return errors.New(msg)
 }
 
-// Write prints the report for a person: a line per check, ✓ passed, ✗ failed, - skipped, with
-// the detail indented below it, and a summary.
+// Write prints the report for a person: a line per check, ✓ passed, ✗ failed, · not run,
+// - skipped, with the detail indented below it, and a summary.
 func (r Report) Write(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Plugin %s\n", r.Plugin)
@@ -208,7 +215,7 @@ func (r Report) Write(w io.Writer) error {
 		case c.Skipped:
 			mark, skipped = "-", skipped+1
 		case c.NotRun:
-			notRun++
+			mark, notRun = "·", notRun+1
 		default:
 			failed++
 		}

@@ -92,11 +92,11 @@ func TestConformance(t *testing.T) {
 		pkg    string
 		checks int
 	}{
-		{"./plugins/retry-forcer", 15},
+		{"./plugins/retry-forcer", 16},
 		{"./plugins/owner-check", 10},
-		{"./examples/plugins/fixed-retry", 15},
+		{"./examples/plugins/fixed-retry", 16},
 		// Built from plugin.v1 as it stood before rejection causes: the contract stays compatible.
-		{"./shared/conformance/testdata/v1plugin", 15},
+		{"./shared/conformance/testdata/v1plugin", 16},
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
 			g := NewWithT(t)
@@ -108,12 +108,16 @@ func TestConformance(t *testing.T) {
 			for _, c := range report.Checks {
 				g.Expect(c.Skipped).To(BeFalse(), "%s was skipped: %s", c.Name, c.Detail)
 			}
+			hs, _ := report.Check(conformance.CheckHandshake)
+			g.Expect(hs.Detail).To(MatchRegexp(`protocol 1 over gRPC, AutoMTLS \(TLS 1\.[23], the plugin's certificate for localhost`))
 		})
 	}
 }
 
-// TestBrokenFixtures holds each broken fixture under testdata to failing the suite, first on the
-// check that names what is wrong with it, with a message that says so.
+// TestBrokenFixtures holds each broken fixture under testdata to failing the suite on exactly
+// the check that names what is wrong with it, with a message that says so in a sentence (no
+// gomega dump), and every check after it marked not run (the kill check excepted: it still
+// runs, unless the host could not talk to the plugin at all).
 func TestBrokenFixtures(t *testing.T) {
 	if *pluginPath != "" {
 		t.Skip("-plugin given: only that plugin is checked")
@@ -133,6 +137,9 @@ func TestBrokenFixtures(t *testing.T) {
 		{"panic-on-empty", conformance.CheckRetryEmptyInput, "the plugin panicked"},
 		{"ignores-shutdown", conformance.CheckKill, "did not exit when asked"},
 		{"leaves-child", conformance.CheckKill, "still run 2s after Kill"},
+		{"no-mtls", conformance.CheckHandshake, "the plugin serves plaintext gRPC on unix "},
+		{"exceeds-host-max", conformance.CheckRetryHostBounds, "max_delay 2h0m0s, over the host's maximum of 1h0m0s (--retry-max-delay)"},
+		{"never-gives-up", conformance.CheckRetryGiveUp, "did not give up in 100 rounds"},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			g := NewWithT(t)
@@ -144,13 +151,51 @@ func TestBrokenFixtures(t *testing.T) {
 			g.Expect(failed[0].Name).To(Equal(tc.check), "the first failed check")
 			g.Expect(failed[0].NotRun).To(BeFalse())
 			g.Expect(failed[0].Detail).To(ContainSubstring(tc.says))
+			g.Expect(failed[0].Detail).NotTo(Or(ContainSubstring("Expected\n"), ContainSubstring("<conformance.")), "a sentence, not a gomega dump")
 			for _, c := range failed[1:] {
-				if c.NotRun {
-					g.Expect(c.Detail).To(ContainSubstring(tc.check), "a check that could not run names the check where the plugin broke")
-				}
+				g.Expect(c.NotRun).To(BeTrue(), "one fault is one failed check: %s failed too: %s", c.Name, c.Detail)
+				g.Expect(c.Detail).To(ContainSubstring(tc.check), "a check that could not run names the check where the plugin broke")
 			}
 		})
 	}
+}
+
+// TestAPluginTheHostCannotTalkTo: a plugin that answers the handshake in plaintext fails the
+// handshake check with one message that says to implement AutoMTLS and where it is specified,
+// and nothing else is run against it.
+func TestAPluginTheHostCannotTalkTo(t *testing.T) {
+	if *pluginPath != "" {
+		t.Skip("-plugin given: only that plugin is checked")
+	}
+	g := NewWithT(t)
+	report := verify(t, conformance.Options{Path: testbin.Build(t, "./shared/conformance/testdata/no-mtls")})
+	g.Expect(report.Err()).To(MatchError(HavePrefix("1 of 4 checks failed: handshake")))
+	hs, _ := report.Check(conformance.CheckHandshake)
+	g.Expect(hs.Detail).To(And(ContainSubstring("Implement AutoMTLS"), ContainSubstring("PLUGIN_CLIENT_CERT"),
+		ContainSubstring("docs/plugin-protocol.md#automtls")))
+	g.Expect(strings.Count(hs.Detail, "\n")).To(BeZero(), "one message")
+	for _, c := range report.Checks[1:] {
+		g.Expect(c.NotRun).To(BeTrue(), "%s ran against a plugin the host cannot talk to", c.Name)
+	}
+}
+
+// TestTheGiveUpCheckAsksForItsDocumentByName: whatever way the derived give-up document fails,
+// the report names --give-up-config.
+func TestTheGiveUpCheckAsksForItsDocumentByName(t *testing.T) {
+	if *pluginPath != "" {
+		t.Skip("-plugin given: only that plugin is checked")
+	}
+	g := NewWithT(t)
+	bin := testbin.Build(t, "./shared/conformance/testdata/never-gives-up")
+	report := verify(t, conformance.Options{Path: bin})
+	c, _ := report.Check(conformance.CheckRetryGiveUp)
+	g.Expect(c.Failed()).To(BeTrue())
+	g.Expect(c.Detail).To(ContainSubstring("--give-up-config FILE"))
+
+	// With a document of its own it is checked under that document, and fails for what it is.
+	report = verify(t, conformance.Options{Path: bin, GiveUpConfig: []byte("delay: 100ms\nmaxAttempts: 2\n")})
+	c, _ = report.Check(conformance.CheckRetryGiveUp)
+	g.Expect(c.Detail).To(ContainSubstring("under the document given with --give-up-config the plugin did not give up"))
 }
 
 func TestReportWrite(t *testing.T) {
@@ -171,6 +216,7 @@ func TestReportWrite(t *testing.T) {
 		ContainSubstring("    skipped: no document\n"),
 		ContainSubstring("✗ retry-forcer/schedule-bounds"),
 		ContainSubstring("    round 2: the delay must be positive\n    Expected -20ms\n"),
+		ContainSubstring("· kill"),
 		ContainSubstring("    not run: the plugin process exited"),
 		ContainSubstring("FAIL: 4 checks, 1 passed, 1 failed, 1 not run, 1 skipped"),
 	))

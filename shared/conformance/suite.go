@@ -82,6 +82,11 @@ type suite struct {
 
 	// broken says why the plugin cannot be checked any further; empty while it answers.
 	broken string
+	// handshakeFailed: the host could not talk to the plugin; even the kill check is not run.
+	handshakeFailed bool
+	// failed is the first check that failed: one fault is one failed check, and the checks
+	// after it are not run (the kill check excepted).
+	failed string
 	// current is the name of the check that is running.
 	current string
 	killed  bool
@@ -152,6 +157,10 @@ func (s *suite) run(ch check) (res CheckResult) {
 			res.NotRun, res.Detail = true, s.broken
 			return res
 		}
+		if s.failed != "" {
+			res.NotRun, res.Detail = true, fmt.Sprintf("%s failed first; fix that and run again (one fault fails one check)", s.failed)
+			return res
+		}
 		if s.budget.Err() != nil {
 			res.NotRun, res.Detail = true, fmt.Sprintf("the run's budget of %s is spent (%v)", s.opts.Budget, context.Cause(s.budget))
 			return res
@@ -165,7 +174,7 @@ func (s *suite) run(ch check) (res CheckResult) {
 	defer cancel()
 	s.current = ch.name
 	c := &checkRun{suite: s, ctx: ctx}
-	c.g = gomega.NewGomega(func(message string, _ ...int) { panic(checkFailure{message}) })
+	c.g = gomega.NewGomega(func(message string, _ ...int) { panic(checkFailure{plainMessage(message)}) })
 
 	defer func() {
 		switch r := recover().(type) {
@@ -174,6 +183,9 @@ func (s *suite) run(ch check) (res CheckResult) {
 			res.Detail = strings.Join(c.notes, "\n")
 		case checkFailure:
 			res.Detail = r.msg
+			if s.failed == "" && !ch.always {
+				s.failed = ch.name
+			}
 		case checkSkip:
 			res.Skipped = true
 			res.Detail = r.reason
@@ -186,6 +198,36 @@ func (s *suite) run(ch check) (res CheckResult) {
 	}()
 	ch.run(c)
 	return res
+}
+
+// plainMessage turns a gomega failure into one line a plugin author reads: the description,
+// then "expected X to be > Y", without gomega's type annotations and object dumps.
+func plainMessage(msg string) string {
+	desc, rest, found := strings.Cut(msg, "Expected")
+	if !found {
+		return strings.TrimSpace(msg)
+	}
+	desc = strings.TrimRight(strings.TrimSpace(desc), ":")
+	var parts []string
+	for _, line := range strings.Split(rest, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "{") {
+			continue
+		}
+		if strings.HasPrefix(line, "<") {
+			if i := strings.Index(line, ">: "); i >= 0 {
+				line = line[i+3:]
+			} else if strings.HasSuffix(line, ">:") {
+				continue
+			}
+		}
+		parts = append(parts, line)
+	}
+	expected := "expected " + strings.Join(parts, " ")
+	if desc == "" {
+		return expected
+	}
+	return desc + ": " + expected
 }
 
 // start launches the plugin binary as the host does (launch.Start), offering the given protocol

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/kds-host/kds-host/shared"
 	"github.com/kds-host/kds-host/shared/conformance"
 )
 
@@ -21,6 +22,7 @@ func newPluginVerifyCmd() *cobra.Command {
 	var (
 		configFile, giveUpFile string
 		callTimeout            time.Duration
+		retryMaxDelay          time.Duration
 		verbose                bool
 	)
 	cmd := &cobra.Command{
@@ -34,7 +36,9 @@ after Kill. It prints each check, passed or failed and why, and exits 0 only whe
 
 A RetryForcer runs under its own sample_config unless --config names a policy document. The
 give-up check sets maxAttempts: 3 in that document; a plugin that spells its limit differently
-takes a document that makes it give up from --give-up-config.`,
+takes a document that makes it give up from --give-up-config. Its answers are held to the
+bounds of a host run with the same --retry-max-delay (1h by default). One fault fails one
+check: the checks after it are marked not run. docs/plugin-protocol.md is the contract.`,
 		Example: `  kds-host plugin verify ./bin/retry-forcer
   kds-host plugin verify ./my-retry --config policy.yaml --give-up-config give-up.yaml`,
 		Args: cobra.ExactArgs(1),
@@ -42,9 +46,10 @@ takes a document that makes it give up from --give-up-config.`,
 	cmd.Flags().StringVar(&configFile, "config", "", "a RetryForcer policy document to run the checks under (default: the plugin's sample_config)")
 	cmd.Flags().StringVar(&giveUpFile, "give-up-config", "", "a RetryForcer policy document that makes the plugin give up after a few rounds")
 	cmd.Flags().DurationVar(&callTimeout, "call-timeout", 2*time.Second, "deadline of each call to the plugin")
+	cmd.Flags().DurationVar(&retryMaxDelay, "retry-max-delay", shared.DefaultMaxDelay, "the host's --retry-max-delay: the longest delay the host you run accepts")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show go-plugin's and the plugin's log on stderr")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		opts := conformance.Options{Path: args[0], CallTimeout: callTimeout}
+		opts := conformance.Options{Path: args[0], CallTimeout: callTimeout, Bounds: shared.Bounds{MaxDelay: retryMaxDelay}}
 		var err error
 		if opts.Config, err = readOptional("--config", configFile); err != nil {
 			return err

@@ -38,7 +38,7 @@ func TestPluginVerify(t *testing.T) {
 		g.Expect(res.stdout).To(ContainSubstring("✓ handshake"))
 		g.Expect(res.stdout).To(ContainSubstring("checks run under --config"))
 		g.Expect(res.stdout).To(ContainSubstring("gave up at round 2"))
-		g.Expect(res.stdout).To(ContainSubstring("PASS: 15 checks, 15 passed"))
+		g.Expect(res.stdout).To(ContainSubstring("PASS: 16 checks, 16 passed"))
 	})
 
 	t.Run("a document the plugin refuses fails the run", func(t *testing.T) {
