@@ -93,6 +93,10 @@ type GlobalConfig struct {
 	// OwnerCheckTimeout is the deadline of one batched Predict call (default 1s).
 	OwnerCheckTimeout time.Duration
 
+	// Profiles serves the Go profiles (net/http/pprof) under /debug/pprof/ on the diagnostics
+	// address, which holds who may reach it: keep it on loopback.
+	Profiles bool
+
 	// Collectors are more Prometheus metrics to serve beside the global's own (the plugin
 	// runtime's).
 	Collectors []prometheus.Collector
@@ -278,7 +282,7 @@ func (g *Global) Run(ctx context.Context) error {
 	}
 	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, scfg)
 	apiServer := newHTTPServer(g.apiHandler())
-	diagServer := newHTTPServer(diagHandler(g.metrics, g.isReady))
+	diagServer := newHTTPServer(diagHandler(g.metrics, g.isReady, g.cfg.Profiles))
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"net"
+	"net/http"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -38,4 +39,20 @@ func TestAGlobalThatFailsToStartLeavesNothingRunning(t *testing.T) {
 		KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
 	})
 	g.Expect(err).To(MatchError(ContainSubstring(`emulate "sleepy"`)))
+}
+
+// The Go profiles are on the diagnostics address only when asked for.
+func TestProfilesAreServedOnlyWhenAsked(t *testing.T) {
+	g := NewWithT(t)
+	for _, on := range []bool{false, true} {
+		gl := startGlobal(t, openSQLite(t), resource.Default(), func(c *controlplane.GlobalConfig) { c.Profiles = on })
+		resp, err := http.Get("http://" + gl.DiagAddr() + "/debug/pprof/")
+		g.Expect(err).NotTo(HaveOccurred())
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		g.Expect(resp.StatusCode).To(Equal(want))
+	}
 }

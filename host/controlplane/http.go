@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +21,17 @@ func newHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// diagHandler serves /healthz (the process is up), /readyz (it serves its data) and /metrics.
-func diagHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+// diagHandler serves /healthz (the process is up), /readyz (it serves its data) and /metrics,
+// and with pprof the Go profiles under /debug/pprof/.
+func diagHandler(reg *prometheus.Registry, ready func() bool, profiles bool) http.Handler {
 	mux := http.NewServeMux()
+	if profiles {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

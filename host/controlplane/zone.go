@@ -86,7 +86,7 @@ func (z *Zone) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	apiServer := newHTTPServer(z.API.Handler())
-	diagServer := newHTTPServer(diagHandler(z.metrics, func() bool { return z.Client.Stats().Connected }))
+	diagServer := newHTTPServer(diagHandler(z.metrics, func() bool { return z.Client.Stats().Connected }, false))
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)

@@ -61,6 +61,7 @@ type runFlags struct {
 	clientCert        string
 	clientKey         string
 	acceptNewGlobal   bool
+	profiles          bool
 	logLevel          string
 	logJSON           bool
 	policyTimeout     time.Duration
@@ -111,6 +112,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.clientCert, "kds-tls-client-cert", "", "zone: client certificate naming this zone (first DNS SAN), for a global with --kds-tls-client-ca")
 	f.StringVar(&flags.clientKey, "kds-tls-client-key", "", "zone: the client certificate's key")
 	f.BoolVar(&flags.acceptNewGlobal, "accept-new-global", false, "zone: sync from the global even if it now serves another store than the zone synced from (its database was replaced on purpose); without it such a zone keeps what it holds and waits")
+	f.BoolVar(&flags.profiles, "diag-pprof", false, "global: serve the Go profiles (net/http/pprof) under /debug/pprof/ on the diagnostics address (keep that address on loopback)")
 	f.StringVar(&flags.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.BoolVar(&flags.logJSON, "log-json", false, "log JSON lines")
 	f.DurationVar(&flags.policyTimeout, "policy-timeout", 200*time.Millisecond, "global: deadline of a retry policy call; past it the built-in policy decides")
@@ -210,6 +212,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
 		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn,
+		Profiles:  flags.profiles,
 		KDSAddr:   flags.kdsAddr,
 		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
