@@ -108,7 +108,8 @@ type watch struct {
 	sub  cache.Subscription
 	out  chan cache.DeltaResponse
 
-	resp     *cache.DeltaPassthroughResponse // set once answered
+	answered bool                            // at most once
+	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
 	sentAs   map[string]string               // name -> version the response carries ("" removes it)
 	undo     map[string]*string              // what known had before the response was applied
 	forced   []string                        // forced names the response carries
@@ -387,7 +388,7 @@ func (c *Cache) cancel(st *streamState, w *watch) {
 // stream's lock.
 func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	w := ks.watch
-	if w == nil || w.resp != nil || (!ks.full && len(ks.dirty) == 0) {
+	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0) {
 		return
 	}
 	entries := c.snap.Load().Kind(w.kind)
@@ -455,6 +456,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	slices.Sort(resp.RemovedResources)
 	// The delta server keeps the next version map as the subscription's returned resources;
 	// the cache reads its own known map instead, so the server gets one that nobody reads.
+	w.answered = true
 	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: ks.served, DeltaDiscoveryResponse: resp}
 	w.sentAs, w.forced = sentAs, sentForced
 	st.queue = append(st.queue, w)
@@ -497,11 +499,12 @@ func (st *streamState) send() {
 			case <-st.stop:
 				stopped = true
 			}
+			st.mu.Lock()
 			if !delivered {
-				st.mu.Lock()
 				st.takeBack(w)
-				st.mu.Unlock()
 			}
+			w.sentAs, w.undo, w.resp = nil, nil, nil // done with them; the watch stays answered
+			st.mu.Unlock()
 			close(w.finished)
 			if stopped {
 				return
