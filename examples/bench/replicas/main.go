@@ -1,0 +1,790 @@
+// Command replicas measures global replicas sharing one PostgreSQL, each replica a process of
+// its own (this program, re-run as -replica), on a throwaway PostgreSQL server:
+//
+//  1. a write through replica A's API reaching a zone stream on replica B (LISTEN/NOTIFY), over
+//     -writes writes: p50, p90, max;
+//
+//  2. kill -9 of the replica a zone control plane is connected to, -rounds times: how long until
+//     the zone is connected to another replica, until it holds the 5 writes made meanwhile, and
+//     what the new replica sent it (kds_resources_sent_total): exactly the 5 changed resources,
+//     nothing unchanged, or the program fails;
+//
+//  3. fan-out: a write through A reaching every stream of -zones zones on one replica (the others
+//     stopped), then of -zones zones on each of 3 replicas: p50 of each and their ratio.
+//
+//     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 10]
+//
+// The replicas run as kds-host does by default (zone tokens required, owner holds on, the
+// built-in retry policy), with plaintext KDS on loopback, sharing one token signing key file.
+// The zones of 1 and 3 are raw delta xDS clients with zone tokens, in a child process (-fleet);
+// the zone of 2 is a real zone control plane (SQLite) in this process.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
+	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/host/auth"
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/store/pgtest"
+	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+)
+
+func main() {
+	writes := flag.Int("writes", 20, "writes through A timed to a zone on B")
+	rounds := flag.Int("rounds", 3, "kill -9 rounds")
+	zones := flag.Int("zones", 300, "zones per replica in the fan-out")
+	fanoutWrites := flag.Int("fanout-writes", 10, "writes timed in each fan-out")
+	// Internal: the replica and fleet processes.
+	replica := flag.String("replica", "", "internal: run a replica with this id")
+	dsn := flag.String("dsn", "", "internal: the replica's store")
+	key := flag.String("key", "", "internal: the replica's token signing key file")
+	kdsAddr := flag.String("kds-addr", "", "internal: the replica's KDS address")
+	fleet := flag.String("fleet", "", "internal: be the zones' process; a file of ADDRESS TOKEN NAME lines")
+	flag.Parse()
+	var err error
+	switch {
+	case *replica != "":
+		err = runReplica(*replica, *dsn, *key, *kdsAddr)
+	case *fleet != "":
+		err = runFleet(*fleet)
+	default:
+		err = run(*writes, *rounds, *zones, *fanoutWrites)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "replicas:", err)
+		os.Exit(1)
+	}
+}
+
+// seed is what the store holds before anything is timed: a Mesh, its defaults and 20 policies.
+func seed() []resource.Resource {
+	rs := append([]resource.Resource{benchcp.Mesh("default")}, resource.MeshDefaults("default")...)
+	for i := range 20 {
+		rs = append(rs, benchcp.Timeout("default", fmt.Sprintf("t-%02d", i), time.Second))
+	}
+	return rs
+}
+
+// bench is the parent: the PostgreSQL server, the key, the replicas.
+type bench struct {
+	tmp      string
+	dsn      string
+	keyFile  string
+	keys     *auth.Keys
+	admin    string
+	replicas map[string]*replicaProc
+	kdsAddrs map[string]string // replica id -> KDS address, kept over restarts
+	seq      int
+}
+
+func run(writes, rounds, zones, fanoutWrites int) error {
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "kds-bench-replicas-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	srv, err := pgtest.StartServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	dsn, _, err := srv.CreateDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	keys, err := auth.LoadKeys(tmp, "", nil) // makes tmp/keys/token-signing.key
+	if err != nil {
+		return err
+	}
+	admin, err := keys.Issue(auth.Claims{Kind: auth.KindUser, Name: "admin", Groups: []string{auth.GroupAdmin}}, 0, time.Now())
+	if err != nil {
+		return err
+	}
+	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin,
+		replicas: map[string]*replicaProc{}, kdsAddrs: map[string]string{}}
+	defer b.stopAll()
+	st, err := store.Open(ctx, dsn, "")
+	if err != nil {
+		return err
+	}
+	err = benchcp.Fill(ctx, st, seed(), 100)
+	st.Close()
+	if err != nil {
+		return err
+	}
+	for _, id := range []string{"A", "B", "C"} {
+		if err := b.start(id); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("PostgreSQL 15, 3 replicas (processes) on one database, %d resources; %d cores\n\n", len(seed()), runtime.NumCPU())
+
+	if err := b.crossReplica(writes); err != nil {
+		return fmt.Errorf("A to B: %w", err)
+	}
+	if err := b.failOver(ctx, rounds); err != nil {
+		return fmt.Errorf("fail-over: %w", err)
+	}
+	if err := b.fanOut(zones, fanoutWrites); err != nil {
+		return fmt.Errorf("fan-out: %w", err)
+	}
+	return nil
+}
+
+// crossReplica times writes through A to one zone stream on B.
+func (b *bench) crossReplica(writes int) error {
+	f, err := b.startFleet(map[string]int{"B": 1}, "ab")
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	lat, err := b.timeWrites(f, "A", "ab", writes)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("1. a write through replica A's API reaching a zone on replica B (%d writes)\n", writes)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "p50\tp90\tmax\t\n%s\t%s\t%s\t\n", benchcp.Ms(pct(lat, 50)), benchcp.Ms(pct(lat, 90)), benchcp.Ms(slices.Max(lat)))
+	w.Flush()
+	fmt.Println()
+	return nil
+}
+
+// failOver kills the replica a zone control plane is on, rounds times, with writes meanwhile.
+func (b *bench) failOver(ctx context.Context, rounds int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := resource.Default()
+	zst, err := store.Open(ctx, "", filepath.Join(b.tmp, "zone-fo"))
+	if err != nil {
+		return err
+	}
+	defer zst.Close()
+	tokenFile := filepath.Join(b.tmp, "zone-fo.token")
+	tok, err := b.keys.Issue(auth.Claims{Kind: auth.KindZone, Name: "zone-fo"}, time.Hour, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
+		return err
+	}
+	var addrs []string
+	for _, id := range []string{"B", "C", "A"} {
+		addrs = append(addrs, "grpc://"+b.kdsAddrs[id])
+	}
+	z, err := controlplane.NewZone(controlplane.ZoneConfig{Store: zst, Registry: reg, APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
+		Logger: benchcp.Logger("off", "zone"), KDS: zone.Config{Zone: "zone-fo", GlobalAddress: strings.Join(addrs, ","), TokenFile: tokenFile}})
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- z.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	holds := func(want map[string]string) bool {
+		for name, d := range want {
+			r, err := zst.Get(ctx, resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: name})
+			if err != nil || !strings.Contains(string(r.Spec), `"`+d+`"`) {
+				return false
+			}
+		}
+		return true
+	}
+	if err := waitFor(30*time.Second, "the zone to sync", func() bool { return holds(map[string]string{"t-19": "1s"}) }); err != nil {
+		return err
+	}
+	fmt.Printf("2. kill -9 of the replica a zone control plane is on, 5 writes meanwhile (3 changed, 2 new), %d rounds\n", rounds)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "round\tfrom\tto\tconnected after\tholds the writes after\tresent\tchanged\t\n")
+	for round := 1; round <= rounds; round++ {
+		from := b.replicaAt(z.Client.Stats().Global)
+		before := map[string]int64{}
+		for id := range b.replicas {
+			if before[id], err = b.sent(id, "zone-fo"); err != nil {
+				return err
+			}
+		}
+		writer := "A"
+		if from == "A" {
+			writer = "C"
+		}
+		t0 := time.Now()
+		b.replicas[from].kill()
+		delete(b.replicas, from)
+		want := map[string]string{}
+		for i := range 3 {
+			d := fmt.Sprintf("%ds", 10*round+i)
+			want[fmt.Sprintf("t-%02d", i)] = d
+			if err := b.put(writer, fmt.Sprintf("t-%02d", i), d); err != nil {
+				return err
+			}
+		}
+		for i := range 2 {
+			name := fmt.Sprintf("fo-%d-%d", round, i)
+			want[name] = "1s"
+			if err := b.put(writer, name, "1s"); err != nil {
+				return err
+			}
+		}
+		var moved time.Duration
+		if err := waitFor(30*time.Second, "the zone to move", func() bool {
+			s := z.Client.Stats()
+			if s.Connected && b.replicaAt(s.Global) != from {
+				moved = time.Since(t0)
+				return true
+			}
+			return false
+		}); err != nil {
+			return err
+		}
+		if err := waitFor(30*time.Second, "the zone to hold the writes", func() bool { return holds(want) }); err != nil {
+			return err
+		}
+		all := time.Since(t0)
+		to := b.replicaAt(z.Client.Stats().Global)
+		time.Sleep(300 * time.Millisecond) // the counters settle; anything more would show
+		after, err := b.sent(to, "zone-fo")
+		if err != nil {
+			return err
+		}
+		resent := after - before[to]
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t\n", round, from, to, benchcp.Ms(moved), benchcp.Ms(all), resent, len(want))
+		if resent != int64(len(want)) {
+			w.Flush()
+			return fmt.Errorf("round %d: replica %s sent the zone %d resources, %d changed", round, to, resent, len(want))
+		}
+		if err := b.start(from); err != nil { // back, on the same address, for the next round
+			return err
+		}
+	}
+	w.Flush()
+	fmt.Println()
+	return nil
+}
+
+// fanOut times a write through A to every stream of zones zones on A alone, then with the
+// streams on other replicas too. CPU is what the replicas' and the zones' processes used over the
+// timed writes, per write (from /proc, 10 ms ticks): with every process on one machine, the
+// machine's cores bound the fan-out of three replicas, not the replicas themselves.
+func (b *bench) fanOut(zones, writes int) error {
+	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each)\n", writes)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write: replicas\tzones\t\n")
+	var base, full time.Duration
+	for _, c := range []struct {
+		up []string
+		on map[string]int
+	}{
+		{[]string{"A"}, map[string]int{"A": zones}},
+		{[]string{"A", "B", "C"}, map[string]int{"A": zones}},
+		{[]string{"A", "B", "C"}, map[string]int{"B": zones}},
+		{[]string{"A", "B", "C"}, map[string]int{"A": zones, "B": zones, "C": zones}},
+	} {
+		for _, id := range []string{"B", "C"} {
+			_, up := b.replicas[id]
+			switch want := slices.Contains(c.up, id); {
+			case up && !want:
+				b.replicas[id].close()
+				delete(b.replicas, id)
+			case !up && want:
+				if err := b.start(id); err != nil {
+					return err
+				}
+			}
+		}
+		var on []string
+		streams := 0
+		for _, id := range slices.Sorted(maps.Keys(c.on)) {
+			on = append(on, id)
+			streams += c.on[id]
+		}
+		b.seq++
+		prefix := fmt.Sprintf("fan%d", b.seq)
+		f, err := b.startFleet(c.on, prefix)
+		if err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond) // the streams' first pushes are over
+		var pids []int
+		for _, p := range b.replicas {
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+		fleet := []int{f.cmd.Process.Pid}
+		cpu0, fcpu0 := cpuTime(pids), cpuTime(fleet)
+		lat, err := b.timeWrites(f, "A", prefix, writes)
+		cpu, fcpu := cpuTime(pids)-cpu0, cpuTime(fleet)-fcpu0
+		f.close()
+		if err != nil {
+			return err
+		}
+		p50 := pct(lat, 50)
+		switch {
+		case len(c.up) == 1:
+			base = p50
+		case len(c.on) == 3:
+			full = p50
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", strings.Join(c.up, ","), strings.Join(on, ","), streams,
+			benchcp.Ms(p50), benchcp.Ms(pct(lat, 90)), benchcp.Ms(slices.Max(lat)),
+			benchcp.Ms(cpu/time.Duration(writes)), benchcp.Ms(fcpu/time.Duration(writes)))
+	}
+	w.Flush()
+	fmt.Printf("3 x %d vs 1 x %d, p50: %.2fx (%d cores for every process)\n", zones, zones, float64(full)/float64(base), runtime.NumCPU())
+	return nil
+}
+
+// cpuTime is the user and system time the processes used so far (/proc/PID/stat).
+func cpuTime(pids []int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which is in parentheses and may hold spaces.
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// timeWrites puts writes new MeshTimeouts through replica via and returns, for each, the time
+// from before the PUT until every stream of the fleet held it.
+func (b *bench) timeWrites(f *fleetProc, via, prefix string, writes int) ([]time.Duration, error) {
+	var lat []time.Duration
+	for i := range writes {
+		name := fmt.Sprintf("%s-%02d", prefix, i)
+		t0 := time.Now()
+		if err := b.put(via, name, "1s"); err != nil {
+			return nil, err
+		}
+		at, err := f.wait(name, 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, at.Sub(t0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	return lat, nil
+}
+
+func (b *bench) put(via, name, d string) error {
+	p := b.replicas[via]
+	c := &api.Client{BaseURL: "http://" + p.api, HTTPClient: &http.Client{Timeout: 10 * time.Second}, Token: b.admin}
+	mt, _ := resource.Default().Get("MeshTimeout")
+	r := benchcp.Timeout("default", name, mustDuration(d))
+	doc, err := json.Marshal(map[string]any{"type": "MeshTimeout", "mesh": "default", "name": name, "spec": r.Spec})
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.Put(context.Background(), mt, "default", name, doc); err != nil {
+		return fmt.Errorf("put %s through %s: %w", name, via, err)
+	}
+	return nil
+}
+
+func mustDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// sent sums kds_resources_sent_total of zone on a replica.
+func (b *bench) sent(id, zoneName string) (int64, error) {
+	p := b.replicas[id]
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + p.diag + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var n int64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "kds_resources_sent_total{") && strings.Contains(line, `zone="`+zoneName+`"`) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int64(v)
+		}
+	}
+	return n, sc.Err()
+}
+
+// replicaAt is the id of the replica at a zone's Stats.Global address.
+func (b *bench) replicaAt(addr string) string {
+	for id, a := range b.kdsAddrs {
+		if addr == "grpc://"+a {
+			return id
+		}
+	}
+	return "?"
+}
+
+// replicaProc is a replica's process.
+type replicaProc struct {
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	kds, api, diag string
+}
+
+func (b *bench) start(id string) error {
+	addr := b.kdsAddrs[id]
+	if addr == "" {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		b.kdsAddrs[id] = addr
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "-replica", id, "-dsn", b.dsn, "-key", b.keyFile, "-kds-addr", addr)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	f := strings.Fields(line)
+	if err != nil || len(f) != 4 || f[0] != "ready" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("replica %s did not start: %q %v", id, line, err)
+	}
+	b.replicas[id] = &replicaProc{cmd: cmd, stdin: stdin, kds: f[1], api: f[2], diag: f[3]}
+	return nil
+}
+
+// close stops a replica gracefully.
+func (p *replicaProc) close() {
+	p.stdin.Close()
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		p.kill()
+	}
+}
+
+func (p *replicaProc) kill() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+}
+
+func (b *bench) stopAll() {
+	for id, p := range b.replicas {
+		p.close()
+		delete(b.replicas, id)
+	}
+}
+
+// runReplica is a replica's process: it prints "ready KDS API DIAG" and runs until its
+// standard input closes.
+func runReplica(id, dsn, keyFile, kdsAddr string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := store.Open(ctx, dsn, "")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keys, err := auth.LoadKeys("", keyFile, nil)
+	if err != nil {
+		return err
+	}
+	gl, err := benchcp.StartGlobal(ctx, controlplane.GlobalConfig{Store: st, Registry: resource.Default(), Builtin: retrypolicy.New(),
+		OwnerHolds: true, Keys: keys, KDSAuth: true, KDSAddr: kdsAddr, ReplicaID: id, Logger: benchcp.Logger(os.Getenv("KDS_BENCH_LOG"), "replica-"+id)})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready %s %s %s\n", gl.KDSAddr(), gl.APIAddr(), gl.DiagAddr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return gl.Stop()
+}
+
+// fleetProc is the zones' process. It prints "synced" once every stream holds the seed, then
+// "got NAME UNIXNANO" when every stream holds a resource named NAME.
+type fleetProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	mu    sync.Mutex
+	got   map[string]time.Time
+	cond  chan struct{} // closed and replaced at every line
+	err   error
+}
+
+func (b *bench) startFleet(perReplica map[string]int, prefix string) (*fleetProc, error) {
+	var lines []string
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range perReplica {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		for i := range perReplica[id] {
+			name := fmt.Sprintf("%s-%s-%04d", prefix, strings.ToLower(id), i)
+			tok, err := b.keys.Issue(auth.Claims{Kind: auth.KindZone, Name: name}, time.Hour, time.Now())
+			if err != nil {
+				return nil, err
+			}
+			lines = append(lines, b.replicas[id].kds+" "+tok+" "+name)
+		}
+	}
+	b.seq++
+	file := filepath.Join(b.tmp, fmt.Sprintf("fleet-%d", b.seq))
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-fleet", file)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	rd := bufio.NewReader(stdout)
+	line, err := rd.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "synced" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("the zones' process did not sync: %q %v", line, err)
+	}
+	f := &fleetProc{cmd: cmd, stdin: stdin, got: map[string]time.Time{}, cond: make(chan struct{})}
+	go func() {
+		for {
+			line, err := rd.ReadString('\n')
+			f.mu.Lock()
+			if err != nil {
+				f.err = fmt.Errorf("the zones' process: %w", err)
+			} else if fs := strings.Fields(line); len(fs) == 3 && fs[0] == "got" {
+				ns, _ := strconv.ParseInt(fs[2], 10, 64)
+				f.got[fs[1]] = time.Unix(0, ns)
+			}
+			close(f.cond)
+			f.cond = make(chan struct{})
+			f.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return f, nil
+}
+
+// wait returns when every stream held the resource named name.
+func (f *fleetProc) wait(name string, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		f.mu.Lock()
+		at, ok := f.got[name]
+		cond, err := f.cond, f.err
+		f.mu.Unlock()
+		switch {
+		case ok:
+			return at, nil
+		case err != nil:
+			return time.Time{}, err
+		}
+		select {
+		case <-cond:
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("not every stream got %s within %s", name, timeout)
+		}
+	}
+}
+
+func (f *fleetProc) close() {
+	f.stdin.Close()
+	f.cmd.Wait()
+}
+
+// perConn is how many zone streams share one connection (a global allows 16).
+const perConn = 8
+
+// runFleet is the zones' process: one raw delta xDS stream per line of file, every kind
+// subscribed, everything ACKed.
+func runFleet(file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	type zoneLine struct{ addr, token, name string }
+	var zs []zoneLine
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			zs = append(zs, zoneLine{f[0], f[1], f[2]})
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	want := len(seed())
+	var mu sync.Mutex
+	held := map[string]int{} // resource name -> streams holding it
+	synced := 0
+	out := bufio.NewWriter(os.Stdout)
+	errs := make(chan error, len(zs))
+	var wg sync.WaitGroup
+	conns := map[string]*grpc.ClientConn{}
+	count := map[string]int{}
+	kinds := resource.Default().Names()
+	for _, z := range zs {
+		if count[z.addr]%perConn == 0 {
+			c, err := grpc.NewClient(z.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			conns[z.addr] = c
+		}
+		count[z.addr]++
+		cc := conns[z.addr]
+		wg.Go(func() {
+			sctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+z.token)
+			s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(sctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			node := &core.Node{Id: z.name}
+			for _, k := range kinds {
+				if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
+					errs <- err
+					return
+				}
+				node = nil
+			}
+			n := 0
+			for {
+				resp, err := s.Recv()
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("%s: %w", z.name, err)
+					}
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				before := n
+				n += len(resp.GetResources())
+				if before < want && n >= want {
+					if synced++; synced == len(zs) {
+						fmt.Fprintln(out, "synced")
+						out.Flush()
+					}
+				}
+				if before >= want {
+					for _, r := range resp.GetResources() {
+						_, name, _ := strings.Cut(r.GetName(), "/")
+						if held[name]++; held[name] == len(zs) {
+							fmt.Fprintf(out, "got %s %d\n", name, now.UnixNano())
+							out.Flush()
+						}
+					}
+				}
+				mu.Unlock()
+				if s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}) != nil {
+					return
+				}
+			}
+		})
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	select {
+	case err := <-errs:
+		cancel()
+		wg.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	wg.Wait()
+	return nil
+}
+
+func waitFor(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
