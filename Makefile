@@ -9,7 +9,9 @@ TEST_TIMEOUT ?= 18m
 
 FUZZTIME ?= 20s
 
-.PHONY: all build tools proto lint test bench fuzz run repro repro-compare replicas clean
+NODE_RETRY := examples/plugins/node-retry
+
+.PHONY: all build tools proto lint test bench fuzz run repro repro-compare replicas clean example-plugins
 
 all: build
 
@@ -17,6 +19,17 @@ build: ## kds-host and the two reference plugins into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kds-host ./host/cmd/kds-host
 	$(GO) build -o $(BIN)/retry-forcer ./plugins/retry-forcer
 	$(GO) build -o $(BIN)/owner-check ./plugins/owner-check
+
+example-plugins: ## every example plugin into bin/: fixed-retry (Go) and node-retry (Node.js: npm ci from the npm registry, once per package-lock.json)
+	$(GO) build -o $(BIN)/fixed-retry ./examples/plugins/fixed-retry
+	@if command -v npm >/dev/null && command -v node >/dev/null; then \
+	  $(MAKE) --no-print-directory $(NODE_RETRY)/node_modules/.package-lock.json && ln -sf ../$(NODE_RETRY)/plugin.js $(BIN)/node-retry; \
+	elif [ -n "$$CI" ]; then echo "example-plugins: node and npm are required under CI (Debian: apt-get install nodejs npm)"; exit 1; \
+	else echo "example-plugins: node or npm is missing, bin/node-retry is not built (Debian: apt-get install nodejs npm); its tests skip"; fi
+
+$(NODE_RETRY)/node_modules/.package-lock.json: $(NODE_RETRY)/package-lock.json $(NODE_RETRY)/package.json
+	cd $(NODE_RETRY) && npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
 
 tools: ## pinned generators and linters (tools/go.mod) into bin/tools
 	cd tools && $(GO) build -o $(TOOLS)/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc honnef.co/go/tools/cmd/staticcheck
@@ -32,7 +45,7 @@ lint: tools ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 
-test: tools ## every test, with -race (PostgreSQL is started by the tests themselves)
+test: tools example-plugins ## every test, with -race (PostgreSQL is started by the tests themselves; the Node.js plugin's tests need node and npm)
 	PATH="$(TOOLS):$$PATH" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 fuzz: ## every fuzz target for FUZZTIME each (make test runs their seed corpora)
@@ -59,4 +72,4 @@ replicas: build ## three global replicas on a throwaway PostgreSQL, two zones, a
 	./examples/replicas/replicas.sh --no-build $(REPLICAS_ARGS)
 
 clean:
-	rm -rf $(BIN) .data
+	rm -rf $(BIN) .data $(NODE_RETRY)/node_modules
