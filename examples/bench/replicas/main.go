@@ -150,7 +150,7 @@ func run(writes, rounds, zones, fanoutWrites int) error {
 	fmt.Printf("PostgreSQL 15, 3 replicas (processes) on one database, %d resources; %d cores\n\n", len(seed()), runtime.NumCPU())
 
 	if err := b.crossReplica(writes); err != nil {
-		return fmt.Errorf("A to B: %w", err)
+		return fmt.Errorf("cross-replica write: %w", err)
 	}
 	if err := b.failOver(ctx, rounds); err != nil {
 		return fmt.Errorf("fail-over: %w", err)
