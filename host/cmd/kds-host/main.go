@@ -34,7 +34,9 @@ them to zones over delta xDS (KDS); --mode zone connects to a global and applies
 to its own database, NACKing what that database refuses.
 
 Every flag has an environment twin: KDS_ and the flag in upper snake case
-(--zone-name -> KDS_ZONE_NAME). A flag given on the command line wins.`,
+(--zone-name -> KDS_ZONE_NAME), read only in the mode the flag is for; a client command's flags
+read KDS_CLI_ and the flag (--filename -> KDS_CLI_FILENAME), --cp also KDS_CP, and the API token
+is KDS_TOKEN. A flag given on the command line wins.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,32 +64,81 @@ func newVersionCmd() *cobra.Command {
 	}
 }
 
-// EnvName is the environment twin of a flag: KDS_ and the flag in upper snake case.
-func EnvName(flag string) string {
-	return "KDS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+// EnvName is the environment twin of a control plane's flag: KDS_ and the flag in upper snake
+// case.
+func EnvName(flag string) string { return envPrefix + snake(flag) }
+
+// CLIEnvName is the environment twin of a client command's flag: KDS_CLI_ and the flag in upper
+// snake case. (--cp also reads KDS_CP, and the API token KDS_TOKEN.)
+func CLIEnvName(flag string) string { return cliEnvPrefix + snake(flag) }
+
+const (
+	envPrefix    = "KDS_"
+	cliEnvPrefix = "KDS_CLI_"
+)
+
+func snake(flag string) string { return strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) }
+
+// flagScope is the mode a control plane's flag applies to, as its help text says ("global: ...",
+// "zone, fault injection: ..."), or "" when it applies to both.
+func flagScope(f *pflag.Flag) string {
+	for _, m := range []string{"global", "zone"} {
+		if strings.HasPrefix(f.Usage, m+":") || strings.HasPrefix(f.Usage, m+",") {
+			return m
+		}
+	}
+	return ""
 }
 
 // bindEnv sets every flag of cmd (local and inherited) that the command line left alone from its
-// environment twin. A bad value is an error that names both.
+// environment twin, as if given: a required flag is satisfied by its twin. A control plane's
+// flag of one mode reads its twin only in that mode, so KDS_ZONE_NAME set for a zone does not
+// reach a global started from the same shell; a client command's flags read KDS_CLI_*, so that
+// they never take a control plane's variable. A bad value is an error that names both.
 func bindEnv(cmd *cobra.Command) error {
+	client := cmd != cmd.Root()
+	mode := ""
+	if !client {
+		if m := cmd.Flags().Lookup("mode"); m != nil {
+			if v, ok := os.LookupEnv(EnvName("mode")); ok && !m.Changed {
+				if err := cmd.Flags().Set("mode", v); err != nil {
+					return fmt.Errorf("%s=%q (--mode): %w", EnvName("mode"), v, err)
+				}
+			}
+			mode = m.Value.String()
+		}
+	}
 	var err error
 	visit := func(f *pflag.Flag) {
 		if err != nil || f.Changed {
 			return
 		}
-		v, ok := os.LookupEnv(EnvName(f.Name))
+		name := EnvName(f.Name)
+		if client {
+			name = CLIEnvName(f.Name)
+		} else if scope := flagScope(f); scope != "" && scope != mode {
+			return // another mode's flag
+		}
+		v, ok := os.LookupEnv(name)
+		if !ok && client && f.Name == "cp" {
+			name = envPrefix + "CP"
+			v, ok = os.LookupEnv(name)
+		}
 		if !ok {
 			return
 		}
 		if sv, isSlice := f.Value.(pflag.SliceValue); isSlice {
 			if e := sv.Replace(strings.Split(v, ",")); e != nil {
-				err = fmt.Errorf("%s=%q (--%s): %w", EnvName(f.Name), v, f.Name, e)
+				err = fmt.Errorf("%s=%q (--%s): %w", name, v, f.Name, e)
 			}
+			f.Changed = true
 			return
 		}
 		if e := f.Value.Set(v); e != nil {
-			err = fmt.Errorf("%s=%q (--%s): %w", EnvName(f.Name), v, f.Name, e)
+			err = fmt.Errorf("%s=%q (--%s): %w", name, v, f.Name, e)
+			return
 		}
+		f.Changed = true
 	}
 	cmd.Flags().VisitAll(visit)
 	cmd.InheritedFlags().VisitAll(visit)
