@@ -18,6 +18,19 @@ stop() {
 trap "stop; exit 0" INT TERM
 trap stop EXIT
 
+# The ports must be free; say which process holds one that is not, rather than letting a control
+# plane fail and another's log take the blame.
+for port in 5680 5681 5685 15680 15681; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    who=""
+    if command -v ss >/dev/null; then
+      who=$(ss -ltnpH "sport = :$port" 2>/dev/null | sed -n 's/.*users:((\("[^"]*"\),pid=\([0-9]*\).*/\1 (pid \2)/p' | head -1)
+    fi
+    echo "port $port is taken${who:+ by $who}: stop it (a control plane from an earlier make run?), then run make run again" >&2
+    exit 1
+  fi
+done
+
 wait_ready() { # url name
   for _ in $(seq 1 100); do
     if curl -fsS -m 1 "$1" >/dev/null 2>&1; then return 0; fi

@@ -3,6 +3,8 @@
 package repro_test
 
 import (
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,9 +34,33 @@ type result struct {
 	output      string
 }
 
-// run runs two-cp.sh and parses its RESULT line.
-func run(t *testing.T, ports int, args ...string) result {
+// freeBase returns a port base whose ports two-cp.sh uses (base, +1, +5, +100, +101) are free
+// now, picked at random so that two checkouts running their tests at once do not collide.
+func freeBase(t *testing.T) int {
 	t.Helper()
+	for range 100 {
+		base := 20000 + rand.IntN(30000)
+		free := true
+		for _, off := range []int{0, 1, 5, 100, 101} {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+off))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free port base found")
+	return 0
+}
+
+// run runs two-cp.sh, on free ports, and parses its RESULT line.
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	ports := freeBase(t)
 	bin := filepath.Dir(testbin.Build(t, "./host/cmd/kds-host"))
 	testbin.Build(t, "./plugins/retry-forcer")
 	root, err := testbin.ModuleRoot()
@@ -83,20 +109,20 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 	g.Expect(os.WriteFile(policy, []byte("policy: exponential\nbase: 100ms\nfactor: 2\nmax: 30s\njitter: none\n"), 0o644)).To(Succeed())
 	const outage, round = 2 * time.Second, 1600 * time.Millisecond
 
-	async := run(t, 26680, "--global-flag", "--plugin-config=builtin="+policy)
+	async := run(t, "--global-flag", "--plugin-config=builtin="+policy)
 	t.Logf("async: %.2fs, %d NACKs, %d rounds", async.seconds, async.nacks, async.rounds)
 	g.Expect(async.seconds).To(BeNumerically("<=", (outage+round+time.Second).Seconds()), async.output)
 	g.Expect(async.rounds).To(BeNumerically(">=", 1))
 
-	blocking := run(t, 26780, "--emulate", "blocking-per-type") // 5 s, as Kuma slept
+	blocking := run(t, "--emulate", "blocking-per-type") // 5 s, as Kuma slept
 	t.Logf("blocking-per-type: %.2fs, %d NACKs", blocking.seconds, blocking.nacks)
 	g.Expect(blocking.seconds).To(BeNumerically(">", async.seconds), "blocking per type is the slowest")
 
-	perStream := run(t, 26880, "--emulate", "blocking-per-stream")
+	perStream := run(t, "--emulate", "blocking-per-stream")
 	t.Logf("blocking-per-stream: %.2fs, %d NACKs", perStream.seconds, perStream.nacks)
 	g.Expect(blocking.seconds).To(BeNumerically(">=", perStream.seconds-0.5), "blocking per type is never faster than per stream (both sleep whole backoffs)")
 
-	owner := run(t, 26980, "--owner-holds", "--global-flag", "--plugin-config=builtin="+policy)
+	owner := run(t, "--owner-holds", "--global-flag", "--plugin-config=builtin="+policy)
 	t.Logf("owner-check: %.2fs, %d NACKs, %d of policies", owner.seconds, owner.nacks, owner.policyNACKs)
 	g.Expect(owner.policyNACKs).To(BeZero(), "with owner-check the policies are held, never NACKed\n%s", owner.output)
 	g.Expect(owner.nacks).To(BeNumerically(">=", 1), "Mesh itself is still refused during the outage")
@@ -104,15 +130,15 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 
 	// A plain xDS zone (Kuma's own) says nothing of causes and never asks again: the global's
 	// timer alone brings it back.
-	plain := run(t, 27280, "--zone-flag", "--plain-xds", "--global-flag", "--plugin-config=builtin="+policy)
+	plain := run(t, "--zone-flag", "--plain-xds", "--global-flag", "--plugin-config=builtin="+policy)
 	t.Logf("plain xDS zone: %.2fs, %d NACKs, %d rounds", plain.seconds, plain.nacks, plain.rounds)
 	g.Expect(plain.rounds).To(BeNumerically(">=", 1), "the timer did it")
 
 	// Scenario B: three policy kinds keep failing; a valid MeshTimeout must not wait behind them.
 	failing := []string{"--outage", "MeshRetry=60s", "--outage", "MeshCircuitBreaker=60s", "--outage", "MeshHealthCheck=60s",
 		"--apply", "examples/resources/meshhealthcheck.yaml"}
-	healthy := run(t, 27080, failing...)
-	stalled := run(t, 27180, append(failing, "--emulate", "blocking-per-type")...)
+	healthy := run(t, failing...)
+	stalled := run(t, append(failing, "--emulate", "blocking-per-type")...)
 	t.Logf("valid update with 3 kinds failing: async %.2fs, blocking-per-type %.2fs", healthy.seconds, stalled.seconds)
 	g.Expect(healthy.policyNACKs).To(BeNumerically(">=", 3), "the failing kinds were refused meanwhile")
 	g.Expect(stalled.seconds).To(BeNumerically(">", healthy.seconds+1), "the old code made the valid update wait for a sleep")

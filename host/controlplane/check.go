@@ -30,6 +30,8 @@ type CheckResult struct {
 	Zone     string       `json:"zone,omitempty"`
 	Items    []owner.Held `json:"items"`
 	Rejected int          `json:"rejected"`
+	// Warnings say what a person should know about the answer (a zone this global never saw).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Check answers a CheckRequest: the resources of the request are candidates together with
@@ -45,6 +47,9 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 	}
 	var held map[string]map[string]string
 	if req.Zone != "" {
+		if !g.Zones.Known(req.Zone) {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("zone %q has not connected to this global (or left longer than --zone-grace ago): judged against a zone that holds nothing", req.Zone))
+		}
 		held = g.Zones.Versions(req.Zone)
 	}
 	extra := make([]*kdsv1.Resource, 0, len(req.Resources))

@@ -55,6 +55,7 @@ func TestKDSOverTLSWithASelfSignedCertificate(t *testing.T) {
 	})
 	g.Eventually(func() string { return bad.Client.Stats().LastError }, 10*time.Second).Should(ContainSubstring("certificate"))
 	g.Expect(bad.Client.Stats().Connected).To(BeFalse())
+	g.Expect(bad.Client.Stats().LastError).To(And(ContainSubstring("tls/kds.crt"), ContainSubstring("--kds-tls-ca")), "it says where the certificate is and which flag takes it")
 }
 
 func TestAZoneKeepsItsDataAcrossRestarts(t *testing.T) {

@@ -215,6 +215,14 @@ func (z *Zones) Insights() []ZoneInsight {
 	return out
 }
 
+// Known reports whether the zone is in the table: connected, or left within its grace.
+func (z *Zones) Known(zone string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	_, ok := z.zones[zone]
+	return ok
+}
+
 // HeldVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
 func (z *Zones) HeldVersion(zone, kind, name string) (string, bool) {
 	z.mu.Lock()

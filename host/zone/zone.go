@@ -377,7 +377,7 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 	hresp, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{})
 	hcancel()
 	if err != nil {
-		return connected, fmt.Errorf("reach global %s: %w", ep, err)
+		return connected, fmt.Errorf("reach global %s: %w%s", ep, err, tlsHint(err, c.cfg.TLSCAFile))
 	}
 	if hresp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		return connected, fmt.Errorf("global %s is %s", ep, hresp.GetStatus())
@@ -742,4 +742,16 @@ func summary(kind string, list *kdsv1.RejectionList) string {
 		fmt.Fprintf(&b, "; %s: %s", r.Name, r.Reason)
 	}
 	return b.String()
+}
+
+// tlsHint says what to do about a global's certificate the zone does not trust.
+func tlsHint(err error, caFile string) string {
+	msg := err.Error()
+	if !strings.Contains(msg, "x509:") && !strings.Contains(msg, "certificate") {
+		return ""
+	}
+	if caFile != "" {
+		return fmt.Sprintf(" (the zone trusts the CA in %s (--kds-tls-ca), which did not sign the global's certificate; a global with a self-signed one keeps it in <its --data-dir>/tls/kds.crt)", caFile)
+	}
+	return " (the zone does not trust the global's certificate: a global with a self-signed one keeps it in <its --data-dir>/tls/kds.crt; give it to the zone with --kds-tls-ca FILE (KDS_KDS_TLS_CA), or dial grpc:// a global with --kds-plaintext)"
 }

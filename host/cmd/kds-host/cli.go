@@ -106,7 +106,19 @@ func (s *apiSession) explain(err error) error {
 	if errors.As(err, &ue) {
 		return fmt.Errorf("cannot reach control plane at %s: %v (is it running? set --cp or KDS_CP)", s.flags.cp, ue.Err)
 	}
+	var ae *api.Error
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) && s.isZone() {
+		return fmt.Errorf("%w (%s is a zone control plane's API, which serves what the zone holds, read-only; for this, use the global's: --cp %s)", err, s.flags.cp, defaultCP)
+	}
 	return err
+}
+
+// isZone reports whether the API is a zone control plane's (GET / says so).
+func (s *apiSession) isZone() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.flags.timeout)
+	defer cancel()
+	i, err := s.client.Index(ctx)
+	return err == nil && i.Mode == "zone"
 }
 
 // kind resolves a kind as typed on a command line: singular or plural, any case.
@@ -117,7 +129,7 @@ func (s *apiSession) kind(ctx context.Context, name string) (resource.Kind, erro
 	}
 	k, ok := reg.Lookup(name)
 	if !ok {
-		return resource.Kind{}, fmt.Errorf("unknown kind %q (known: %s)", name, knownKinds(reg))
+		return resource.Kind{}, fmt.Errorf("unknown kind %q%s (known: %s)", name, didYouMean(name, reg), knownKinds(reg))
 	}
 	return k, nil
 }
@@ -132,6 +144,45 @@ func (s *apiSession) registry(ctx context.Context) (*resource.Registry, error) {
 		s.kinds = reg
 	}
 	return s.kinds, nil
+}
+
+// didYouMean suggests the kind closest to what was typed, when one is close: ", did you mean
+// \"meshtimeouts\"?".
+func didYouMean(typed string, reg *resource.Registry) string {
+	best, bestD := "", 3 // at most 2 edits away
+	t := strings.ToLower(typed)
+	for _, k := range reg.Kinds() {
+		for _, cand := range []string{strings.ToLower(k.Name), k.Plural} {
+			if d := editDistance(t, cand); d < bestD {
+				best, bestD = cand, d
+			}
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(", did you mean %q?", best)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // knownKinds lists a registry's kinds with their plurals, for error messages.

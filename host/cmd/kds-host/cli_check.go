@@ -57,6 +57,9 @@ It exits 1 when any resource would be rejected, so it can gate a CI pipeline.`,
 		if err := s.client.PostJSON(cmd.Context(), "/api/check", req, &res); err != nil {
 			return s.explain(fmt.Errorf("check: %w", err))
 		}
+		for _, w := range res.Warnings {
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+		}
 		out := cmd.OutOrStdout()
 		if output == "json" {
 			enc := json.NewEncoder(out)
