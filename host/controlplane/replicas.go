@@ -104,15 +104,18 @@ func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now tim
 	}
 	cctx, cancel := context.WithTimeout(ctx, replicaTimeout)
 	defer cancel()
-	n, err := r.rec.RecordZoneStreams(cctx, hb)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("record the zones connected to this replica", "error", err)
+	// A replica without zones writes nothing (those that have zones expire stale records).
+	if len(current) > 0 || len(hb.Gone) > 0 {
+		n, err := r.rec.RecordZoneStreams(cctx, hb)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("record the zones connected to this replica", "error", err)
+			}
+			r.rewrite = true // whether it committed is not known
+			return
 		}
-		r.rewrite = true // whether it committed is not known
-		return
+		r.recorded, r.rewrite = current, n != int64(len(current))
 	}
-	r.recorded, r.rewrite = current, n != int64(len(current))
 	all, err := r.rec.ZoneStreams(cctx, now.Add(-staleBeats*r.interval))
 	if err != nil {
 		if ctx.Err() == nil {
