@@ -24,21 +24,23 @@ const defaultCP = "http://127.0.0.1:5681"
 
 // clientCommands are the commands that talk to a running control plane's API.
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd(), newCheckCmd(), newPluginCmd(), newInspectCmd(), newTokenCmd()}
+	return []*cobra.Command{newApplyCmd(), newGetCmd(), newDeleteCmd(), newCheckCmd(), newPluginCmd(), newInspectCmd(), newTokenCmd(), newConfigCmd()}
 }
 
 // apiFlags are the flags of every command that talks to a control plane's API.
 type apiFlags struct {
-	cp        string
-	timeout   time.Duration
-	tokenFile string
-	dataDir   string
-	caFile    string
+	cmd         *cobra.Command
+	cp          string
+	timeout     time.Duration
+	tokenFile   string
+	dataDir     string
+	caFile      string
+	configToken string // the current control plane's token, from the CLI's config
 }
 
 func addAPIFlags(cmd *cobra.Command) *apiFlags {
-	f := &apiFlags{}
-	cmd.Flags().StringVar(&f.cp, "cp", defaultCP, "the control plane's API address (a zone's is http://127.0.0.1:15681)")
+	f := &apiFlags{cmd: cmd}
+	cmd.Flags().StringVar(&f.cp, "cp", defaultCP, "the control plane's API address (a zone's is http://127.0.0.1:15681; default: the current one of `kds-host config control-planes`, else "+defaultCP+")")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "timeout of each request to the control plane")
 	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the API token (default: $KDS_TOKEN, else the global's admin token under --data-dir)")
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", ".data/kds-host", "the global's data dir on this machine, where it keeps its admin token ("+auth.AdminTokenFile+")")
@@ -59,6 +61,9 @@ func (f *apiFlags) token() (string, error) {
 	if t := strings.TrimSpace(os.Getenv("KDS_TOKEN")); t != "" {
 		return t, nil
 	}
+	if f.configToken != "" {
+		return f.configToken, nil
+	}
 	if t, err := auth.ReadTokenFile(filepath.Join(f.dataDir, auth.AdminTokenFile)); err == nil {
 		return t, nil
 	}
@@ -73,10 +78,48 @@ type apiSession struct {
 	kinds  *resource.Registry
 }
 
-func (f *apiFlags) session() (*apiSession, error) {
+// checkAddress reports whether --cp is an http:// or https:// URL.
+func (f *apiFlags) checkAddress() error {
 	u, err := url.Parse(f.cp)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--cp %q: want an http:// or https:// URL, e.g. %s", f.cp, defaultCP)
+		return fmt.Errorf("--cp %q: want an http:// or https:// URL, e.g. %s", f.cp, defaultCP)
+	}
+	return nil
+}
+
+// useCurrent takes the current control plane of the CLI's config when --cp was not given.
+func (f *apiFlags) useCurrent() error {
+	if f.cmd == nil || f.cmd.Flags().Changed("cp") {
+		return nil
+	}
+	c, _, err := loadCLIConfig()
+	if err != nil {
+		return err
+	}
+	cp, ok := c.current()
+	if !ok {
+		return nil
+	}
+	f.cp = cp.Address
+	if f.caFile == "" {
+		f.caFile = cp.CAFile
+	}
+	if f.tokenFile == "" && os.Getenv("KDS_TOKEN") == "" {
+		if cp.TokenFile != "" {
+			f.tokenFile = cp.TokenFile
+		} else if cp.Token != "" {
+			f.configToken = cp.Token
+		}
+	}
+	return nil
+}
+
+func (f *apiFlags) session() (*apiSession, error) {
+	if err := f.useCurrent(); err != nil {
+		return nil, err
+	}
+	if err := f.checkAddress(); err != nil {
+		return nil, err
 	}
 	if f.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: must be positive", f.timeout)
