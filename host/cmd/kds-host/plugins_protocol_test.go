@@ -106,6 +106,27 @@ func TestTheNodePluginDecidesTheHostsRounds(t *testing.T) {
 	g.Expect(pluginNamed(h.plugins(t), "node-retry").Errors).To(BeZero())
 	g.Expect(h.zone(t).Retry.Reason).To(Equal("fixed 150ms"))
 	g.Expect(h.out.String()).To(ContainSubstring("kds-host.plugin.plugin.js: policy configured"), "its hclog JSON lines reach the host's log")
+	g.Expect(h.out.String()).To(MatchRegexp(`\[DEBUG\] kds-host\.retry: retry decision: zone=zone-1 round=1 delay=150ms .*reason="fixed 150ms"`), "a DEBUG line per decision")
+}
+
+// TestAGiveUpShowsItsReason: the policy's reason for giving up is in the INFO line and in
+// inspect zones.
+func TestAGiveUpShowsItsReason(t *testing.T) {
+	g := NewWithT(t)
+	policy := writeFile(t, "give-up.yaml", "delay: 100ms\nmaxAttempts: 2\n")
+	h := startHost(t, "--plugin", buildExample(t), "--plugin-config", "fixed-retry="+policy, "--policy-timeout", "2s")
+	startRejectingZone(t, h)
+	h.putMesh(t)
+	g.Eventually(func() string {
+		if r := h.zone(t).Retry; r != nil {
+			return r.GivenUp
+		}
+		return ""
+	}, time.Minute, 20*time.Millisecond).Should(Equal("max attempts reached"))
+	g.Expect(h.out.String()).To(MatchRegexp(`\[INFO\]  kds-host\.retry: the retry policy gave up: .* zone=zone-1 reason="max attempts reached"`))
+	res := runCLI(t, "", "inspect", "zones", "--cp", "http://"+h.apiAddr, "--data-dir", h.dataDir)
+	g.Expect(res.err).NotTo(HaveOccurred(), res.stderr)
+	g.Expect(res.stdout).To(MatchRegexp(`(?m)^zone-1 \(connected\) +Mesh .* 2 +given up +max attempts reached$`))
 }
 
 // TestADecisionOverTheHostsBoundIsRefused: a plugin that answers 2h (the host's bound is 1h)
