@@ -44,7 +44,8 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tACKED\tNACKED\tKNOWN\tHELD\tREJECTED\tROUND\tNEXT RETRY\tREASON")
+	fmt.Fprintln(cmd.OutOrStdout(), "SENT, KNOWN (the zone holds) and HELD count resources; RESPONSES, ACKED and NACKED count responses.")
+	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tKNOWN\tHELD\tREJECTED\tRESPONSES\tACKED\tNACKED\tROUND\tNEXT RETRY\tREASON")
 	for _, z := range list.Items {
 		state := "connected"
 		if !z.Connected {
@@ -86,7 +87,7 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 			if failing[k.Kind] {
 				r, n, why = round, next, reason
 			}
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.ACKs, k.NACKs, k.Known, k.Held, rejected, r, n, why)
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.Known, k.Held, rejected, k.Responses, k.ACKs, k.NACKs, r, n, why)
 		}
 	}
 	if err := tw.Flush(); err != nil {

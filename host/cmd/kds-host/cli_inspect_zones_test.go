@@ -28,7 +28,10 @@ func TestInspectZonesShowsCausesAndWhatIsHeld(t *testing.T) {
 			{Kind: "MeshTimeout", Held: []retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; held until it changes"}}},
 		}},
 	}}}
+	list.Items[0].Kinds[1].Sent, list.Items[0].Kinds[1].Responses, list.Items[0].Kinds[1].Known = 30, 3, 27
 	g.Expect(printZones(cmd, list)).To(Succeed())
+	g.Expect(out.String()).To(ContainSubstring("count resources; RESPONSES, ACKED and NACKED count responses"))
+	g.Expect(out.String()).To(MatchRegexp(`MeshTimeout\s+30\s+27\s+0\s+default/bad \(INVALID\)\s+3\s+0\s+3`), "resources first, then responses")
 	g.Expect(out.String()).To(ContainSubstring("default (TRANSIENT)"))
 	g.Expect(out.String()).To(MatchRegexp(`(?m)^ZONE .* REASON$`))
 	g.Expect(out.String()).To(MatchRegexp(`(?m)^zone-1 \(connected\) +Mesh .* 2 +- +fixed 250ms$`), "the reason of the decision in force")
