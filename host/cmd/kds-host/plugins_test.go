@@ -79,7 +79,7 @@ func TestPluginFlags(t *testing.T) {
 	// Env twins: KDS_PLUGIN is a comma list.
 	t.Setenv("KDS_PLUGIN", "./a,./b@sha256:"+strings.Repeat("b", 64))
 	root := newRootCmd()
-	root.SetArgs([]string{"--mode", "nope"})
+	root.SetArgs([]string{"--mode", "global", "--log-level", "nope"}) // the twins are read, then the run stops at once
 	_ = root.Execute()
 	flag := root.Flags().Lookup("plugin")
 	g.Expect(flag.Value.String()).To(Equal("[./a,./b@sha256:" + strings.Repeat("b", 64) + "]"))
@@ -87,7 +87,7 @@ func TestPluginFlags(t *testing.T) {
 	// KDS_PLUGIN_ENV too.
 	t.Setenv("KDS_PLUGIN_ENV", "AWS_REGION,PLUGIN_MODE")
 	root = newRootCmd()
-	root.SetArgs([]string{"--mode", "nope"})
+	root.SetArgs([]string{"--mode", "global", "--log-level", "nope"}) // the twins are read, then the run stops at once
 	_ = root.Execute()
 	g.Expect(root.Flags().Lookup("plugin-env").Value.(pflag.SliceValue).GetSlice()).To(Equal([]string{"AWS_REGION", "PLUGIN_MODE"}))
 }
