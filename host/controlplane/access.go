@@ -17,16 +17,17 @@ import (
 // StoreIDHeader is the KDS stream's header metadata that carries the global's store id.
 const StoreIDHeader = "kds-store-id"
 
-// apiHandler is the API behind its access rule: with Keys, every route but GET / needs a user
-// token; a read-only one may read (GET, HEAD, and POST /api/check, which changes nothing), an
-// admin one may do everything.
+// apiHandler is the API and the status page behind the access rule: with Keys, every route
+// but GET / and the status page's own files (/gui, status.go) needs a user token; a read-only
+// one may read (GET, HEAD, and POST /api/check, which changes nothing), an admin one may do
+// everything.
 func (g *Global) apiHandler() http.Handler {
-	h := g.API.Handler()
+	h := g.statusPage(g.API.Handler())
 	if g.cfg.Keys == nil {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/" && r.Method == http.MethodGet {
+		if r.URL.Path == "/" && r.Method == http.MethodGet || isStatusPath(r) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -166,6 +167,7 @@ func (g *Global) expireZones(ctx context.Context) {
 				g.Holds.Forget(zone)
 			}
 			g.zoneMetrics.forget(zone)
+			g.timeline.forget(zone)
 		}
 	}
 }

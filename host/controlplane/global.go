@@ -125,6 +125,7 @@ type Global struct {
 	kdsLn, apiLn, diagLn net.Listener
 	zoneMetrics          *zoneMetrics // the counters with a zone label, freed with the zone
 	replicas             *replicas    // this replica's zones in the store, and the others' (replicas.go)
+	timeline             *timeline    // each zone's latest NACKs, rounds and give-ups (timeline.go)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -173,7 +174,8 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	g.zoneMetrics = newZoneMetrics()
 	g.metrics.MustRegister(g.zoneMetrics)
 	km := newKDSMetrics(g.metrics, g.zoneMetrics)
-	observers := []event.Observer{g.Zones.Observer(), km.observer(), g.logObserver()}
+	g.timeline = newTimeline()
+	observers := []event.Observer{g.Zones.Observer(), km.observer(), g.logObserver(), g.timeline.observer()}
 	switch cfg.Emulate {
 	case "":
 		if cfg.Builtin == nil {
@@ -188,7 +190,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 			Policy: retry.Standard(current, cfg.Builtin, retry.StandardConfig{
 				Timeout: cfg.PolicyTimeout, Bounds: cfg.RetryBounds, OnFallback: rm.fallback,
 			}),
-			Resender: g.Cache, Hooks: rm.hooks(),
+			Resender: g.Cache, Hooks: g.timeline.hooks(rm.hooks()),
 		})
 		if err != nil {
 			return nil, err
@@ -224,6 +226,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		"Resources held back from a zone by the owner check.", []string{"zone", "kind", "verdict"}, nil)})
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
+	g.API.Handle("GET /api/timeline", http.HandlerFunc(g.serveTimeline))
 	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
 	g.API.Handle("POST /api/tokens/zone", g.serveToken(auth.KindZone))
 	g.API.Handle("POST /api/tokens/user", g.serveToken(auth.KindUser))

@@ -85,7 +85,7 @@ func (z *Zone) DiagAddr() string { return z.diagLn.Addr().String() }
 func (z *Zone) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	apiServer := newHTTPServer(z.API.Handler())
+	apiServer := newHTTPServer(withStatusPage(StatusPageConfig{Mode: pageZone}, z.API.Handler())) // a read-only page at /gui (status.go)
 	diagServer := newHTTPServer(diagHandler(z.metrics, func() bool { return z.Client.Stats().Connected }, false))
 
 	var wg sync.WaitGroup

@@ -1,0 +1,533 @@
+package controlplane_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"golang.org/x/net/websocket"
+
+	"github.com/kds-host/kds-host/host/auth"
+	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+)
+
+// startGlobalWithPlugins runs a global, as startGlobal does, that serves /api/plugins of a
+// plugin runtime running the built-in policy, as kds-host does.
+func startGlobalWithPlugins(t testing.TB, reg *resource.Registry, seed ...resource.Resource) *controlplane.Global {
+	t.Helper()
+	gst := openSQLite(t)
+	for _, r := range seed {
+		put(t, gst, reg, r)
+	}
+	rt := startRuntime(t, plugins.Spec{Path: plugins.Builtin})
+	cfg := controlplane.GlobalConfig{
+		Store: gst, Registry: reg, KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
+		Logger: logger(t, "global"), Builtin: retrypolicy.New(), PollInterval: 50 * time.Millisecond,
+		Keys: testKeys(), KDSAuth: true, AdminTokenFile: "/nowhere/admin.token",
+	}
+	cfg.UsePlugins(rt)
+	g, err := controlplane.NewGlobal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.ServePlugins(rt, func() (plugins.Plugins, error) {
+		return plugins.Plugins{List: []plugins.Spec{{Path: plugins.Builtin}}}, nil
+	}, "")
+	runUntilStopped(t, "global", g.Run)
+	return g
+}
+
+// TestTheStatusPageIsOpenAndItsDataIsNot checks the rule of access: the page's own files are
+// served without a token, with a Content-Security-Policy; its data calls need one; a browser
+// asking for / is sent to the page, any other client still gets JSON.
+func TestTheStatusPageIsOpenAndItsDataIsNot(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gl := startGlobal(t, openSQLite(t), reg)
+	z := startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg)
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(url, accept, tok string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := client.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, string(body)
+	}
+	for _, base := range []string{"http://" + gl.APIAddr(), "http://" + z.APIAddr()} {
+		for _, path := range []string{"/gui", "/gui/", "/gui/status.css", "/gui/common.js", "/gui/config.json"} {
+			resp, body := get(base+path, "", "")
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s%s: %s", base, path, body)
+			csp := resp.Header.Get("Content-Security-Policy")
+			g.Expect(csp).To(ContainSubstring("script-src 'self'"), path)
+			g.Expect(csp).To(ContainSubstring("connect-src 'self'"), path)
+			g.Expect(csp).NotTo(ContainSubstring("unsafe-inline"), path)
+			g.Expect(resp.Header.Get("X-Content-Type-Options")).To(Equal("nosniff"))
+		}
+		resp, body := get(base+"/gui", "", "")
+		g.Expect(resp.Header.Get("Content-Type")).To(HavePrefix("text/html"))
+		g.Expect(body).NotTo(MatchRegexp(`<script>|<script [^>]*>[^<]`), "no inline script")
+		g.Expect(body).NotTo(ContainSubstring("style="), "no inline style")
+		// Everything shown is set as text: no markup parsing, no code from strings, and the
+		// one fetch is common.js's, which takes paths of this origin only.
+		for _, js := range []string{"common.js", "global.js", "zone.js"} {
+			_, body := get(base+"/gui/"+js, "", "")
+			for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function(", "style="} {
+				g.Expect(body).NotTo(ContainSubstring(bad), js)
+			}
+			if js != "common.js" {
+				g.Expect(body).NotTo(ContainSubstring("fetch("), js)
+			}
+		}
+		resp, _ = get(base+"/gui/nosuch.js", "", "")
+		g.Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
+		resp, _ = get(base+"/gui/../access.go", "", "")
+		g.Expect(resp.StatusCode).NotTo(Equal(http.StatusOK))
+
+		resp, _ = get(base+"/", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "")
+		g.Expect(resp.StatusCode).To(Equal(http.StatusSeeOther))
+		g.Expect(resp.Header.Get("Location")).To(Equal("/gui"))
+		for _, accept := range []string{"", "*/*", "application/json"} {
+			resp, body = get(base+"/", accept, "")
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "Accept %q", accept)
+			g.Expect(body).To(ContainSubstring(`"product"`), "Accept %q", accept)
+		}
+	}
+	_, conf := get("http://"+gl.APIAddr()+"/gui/config.json", "", "")
+	g.Expect(conf).To(ContainSubstring(`"mode":"global"`))
+	g.Expect(conf).To(ContainSubstring(`"auth":true`))
+	_, conf = get("http://"+z.APIAddr()+"/gui/config.json", "", "")
+	g.Expect(conf).To(ContainSubstring(`"mode":"zone"`))
+	g.Expect(conf).To(ContainSubstring(`"auth":false`))
+
+	readOnly := token(t, auth.Claims{Kind: auth.KindUser, Name: "viewer", Groups: []string{auth.GroupReadOnly}})
+	for _, path := range []string{"/api/zones", "/api/timeline"} {
+		resp, _ := get("http://"+gl.APIAddr()+path, "", "")
+		g.Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), path)
+		resp, body := get("http://"+gl.APIAddr()+path, "", readOnly)
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s: %s", path, body)
+	}
+	g.Eventually(func() string {
+		_, body := get("http://"+gl.APIAddr()+"/api/timeline?zone=zone-1", "", readOnly)
+		return body
+	}, 10*time.Second).Should(MatchRegexp(`"type": *"connected"`))
+}
+
+// TestTheStatusPageShowsAFailingZoneLive opens the global's status page in headless Chromium
+// while a zone NACKs Mesh, signs in with a read-only token through the page's form, and checks
+// that the page shows the zone, the failing kind, a live retry countdown and the NACKs on the
+// timeline, that a zone connecting later appears without a reload, and that the zone's own
+// page shows what it refused. Any console error (a script error, a refused request, a
+// Content-Security-Policy violation) fails it. Screenshots are saved in the test's temp dir
+// (and in $KDS_TEST_SCREENSHOTS, when set).
+func TestTheStatusPageShowsAFailingZoneLive(t *testing.T) {
+	g := NewWithT(t)
+	browser := startChromium(t)
+
+	reg := resource.Default()
+	seed := append([]resource.Resource{mesh("default")}, resource.MeshDefaults("default")...)
+	gl := startGlobalWithPlugins(t, reg, seed...)
+	z1 := startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"Mesh": time.Hour}
+	})
+	g.Eventually(func() int { return len(kindInsight(gl, "zone-1", "Mesh").Rejected) }, patience).Should(Equal(1))
+
+	page := browser.open(t)
+	// A browser asking for / is sent to /gui; the page asks for the token first.
+	page.navigate(t, "http://"+gl.APIAddr()+"/")
+	page.waitFor(t, `document.location.pathname === "/gui" && !document.getElementById("login").hidden`)
+	g.Expect(page.eval(t, `document.getElementById("login-hint").textContent`)).To(ContainSubstring("/nowhere/admin.token"))
+	readOnly := token(t, auth.Claims{Kind: auth.KindUser, Name: "viewer", Groups: []string{auth.GroupReadOnly}})
+	tok, _ := json.Marshal(readOnly)
+	page.eval(t, fmt.Sprintf(`document.getElementById("token").value = %s; document.getElementById("login-form").requestSubmit(); true`, tok))
+
+	zoneSel := `document.querySelector('section.zone[data-zone="zone-1"]')`
+	page.waitFor(t, zoneSel+` !== null`)
+	page.waitFor(t, zoneSel+`.querySelector('tr.kind.failing[data-kind="Mesh"]') !== null`)
+	page.waitFor(t, `[...document.querySelectorAll('tr.rejected[data-kind="Mesh"]')].some(r => r.textContent.includes("TRANSIENT"))`)
+	page.waitFor(t, `/^in \d/.test((`+zoneSel+`.querySelector(".retry .countdown") || {}).textContent || "")`)
+	first := page.eval(t, zoneSel+`.querySelector(".retry .countdown").textContent`)
+	// Live: the countdown moves between polls, and the chart shows the NACKs and rounds.
+	page.waitFor(t, fmt.Sprintf(`(%s.querySelector(".retry .countdown") || {}).textContent !== %q`, zoneSel, first))
+	page.waitFor(t, zoneSel+`.querySelectorAll("svg.chart circle.nack").length >= 2`)
+	page.waitFor(t, zoneSel+`.querySelectorAll("svg.chart rect.round").length >= 1`)
+	page.waitFor(t, `document.querySelector('#plugins tr.plugin[data-plugin="builtin"]') !== null`)
+	g.Expect(page.eval(t, `sessionStorage.getItem("kds-host.token") !== null`)).To(Equal("true"))
+
+	// A zone that connects now appears without a reload.
+	polls := page.eval(t, `document.body.getAttribute("data-polls")`)
+	z2 := startZone(t, "zone-2", gl.KDSAddr(), openSQLite(t), reg)
+	page.waitFor(t, `document.querySelector('section.zone[data-zone="zone-2"] .badge.ok') !== null`)
+	g.Expect(page.eval(t, `Number(document.body.getAttribute("data-polls")) > `+polls)).To(Equal("true"))
+	page.screenshot(t, "global.png")
+
+	// The zones' own pages: what zone-1 refused, what zone-2 holds.
+	page.navigate(t, "http://"+z1.APIAddr()+"/gui")
+	page.waitFor(t, `document.querySelector('#refused tr.kind.failing[data-kind="Mesh"]') !== null`)
+	page.waitFor(t, `document.querySelector('#holds tr.kind[data-kind="MeshTimeout"]') !== null`)
+	g.Expect(page.eval(t, `document.querySelector("#connection .badge").textContent`)).To(Equal("connected"))
+	page.screenshot(t, "zone-1.png")
+	page.navigate(t, "http://"+z2.APIAddr()+"/gui")
+	page.waitFor(t, `(document.querySelector('#holds tr.kind[data-kind="MeshTimeout"]') || {}).textContent?.includes("default/mesh-timeout-all-default")`)
+	g.Expect(page.eval(t, `document.querySelector("#refused").textContent`)).To(ContainSubstring("Nothing refused"))
+	page.screenshot(t, "zone-2.png")
+
+	g.Expect(page.consoleErrors()).To(BeEmpty(), "console errors")
+}
+
+// chromium is a headless Chromium this test started, driven over its DevTools protocol.
+type chromium struct {
+	port int
+}
+
+// startChromium starts headless Chromium until the test ends. Without one the test fails
+// under CI=true (CI installs it: scripts/setup-test-deps.sh) and is skipped elsewhere.
+func startChromium(t *testing.T) *chromium {
+	t.Helper()
+	bin := os.Getenv("KDS_CHROMIUM")
+	if bin == "" {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if p, err := exec.LookPath(name); err == nil {
+				bin = p
+				break
+			}
+		}
+	}
+	if bin == "" {
+		const msg = "headless Chromium is needed for the status page test: apt-get install -y chromium (scripts/setup-test-deps.sh installs it), or set KDS_CHROMIUM"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	dir := t.TempDir()
+	args := []string{"--headless=new", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+		"--remote-allow-origins=http://127.0.0.1", "--user-data-dir=" + filepath.Join(dir, "profile"),
+		"--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-dev-shm-usage",
+		"--disable-extensions", "--disable-background-networking", "--disable-sync", "--disable-component-update",
+		"--mute-audio", "--hide-scrollbars", "--window-size=1280,1800", "about:blank"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logFile, err := os.Create(filepath.Join(dir, "chromium.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logFile.Close(); close(exited) }()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) // its own process group: the browser and its helpers
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	// Chromium writes the port it chose into DevToolsActivePort.
+	deadline := time.Now().Add(patience)
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "profile", "DevToolsActivePort"))
+		if err == nil {
+			if port, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0]); err == nil && port > 0 {
+				return &chromium{port: port}
+			}
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "chromium.log"))
+			t.Fatalf("%s exited before it served DevTools:\n%s", bin, log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not write DevToolsActivePort within %s", bin, patience)
+		}
+	}
+}
+
+// open opens a new tab and attaches to it.
+func (c *chromium) open(t *testing.T) *tab {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("http://127.0.0.1:%d/json/new?about:blank", c.port), nil)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var target struct {
+		ID, WebSocketDebuggerURL string
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&target); err != nil || target.WebSocketDebuggerURL == "" {
+		t.Fatalf("DevTools /json/new: %v (status %s)", err, resp.Status)
+	}
+	ws, err := websocket.Dial(target.WebSocketDebuggerURL, "", "http://127.0.0.1")
+	if err != nil {
+		t.Fatalf("DevTools websocket: %v", err)
+	}
+	p := &tab{ws: ws, pending: map[int64]chan cdpReply{}, done: make(chan struct{})}
+	go p.read()
+	t.Cleanup(p.close)
+	for _, m := range []string{"Runtime.enable", "Log.enable", "Page.enable"} {
+		p.call(t, m, nil, nil)
+	}
+	p.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 1800, "deviceScaleFactor": 1, "mobile": false}, nil)
+	return p
+}
+
+// tab is one page of the browser: a minimal DevTools protocol client (commands and their
+// replies by id; events read for console errors).
+type tab struct {
+	ws      *websocket.Conn
+	mu      sync.Mutex
+	next    int64
+	pending map[int64]chan cdpReply
+	errs    []string
+	done    chan struct{}
+	once    sync.Once
+}
+
+type cdpReply struct {
+	Result json.RawMessage
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+}
+
+type cdpMessage struct {
+	ID     int64           `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	cdpReply
+}
+
+func (p *tab) read() {
+	defer close(p.done)
+	for {
+		var m cdpMessage
+		if err := websocket.JSON.Receive(p.ws, &m); err != nil {
+			return
+		}
+		if m.ID != 0 {
+			p.mu.Lock()
+			ch := p.pending[m.ID]
+			delete(p.pending, m.ID)
+			p.mu.Unlock()
+			if ch != nil {
+				ch <- m.cdpReply
+			}
+			continue
+		}
+		if e := consoleError(m.Method, m.Params); e != "" {
+			p.mu.Lock()
+			p.errs = append(p.errs, e)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// consoleError is what an event says went wrong on the page, or "".
+func consoleError(method string, params json.RawMessage) string {
+	switch method {
+	case "Runtime.consoleAPICalled":
+		var ev struct {
+			Type string `json:"type"`
+			Args []struct {
+				Value       any    `json:"value"`
+				Description string `json:"description"`
+			} `json:"args"`
+		}
+		if json.Unmarshal(params, &ev) != nil || ev.Type != "error" && ev.Type != "assert" {
+			return ""
+		}
+		var parts []string
+		for _, a := range ev.Args {
+			parts = append(parts, fmt.Sprint(a.Value, a.Description))
+		}
+		return "console." + ev.Type + ": " + strings.Join(parts, " ")
+	case "Runtime.exceptionThrown":
+		var ev struct {
+			ExceptionDetails struct {
+				Text      string `json:"text"`
+				URL       string `json:"url"`
+				Line      int    `json:"lineNumber"`
+				Exception struct {
+					Description string `json:"description"`
+				} `json:"exception"`
+			} `json:"exceptionDetails"`
+		}
+		json.Unmarshal(params, &ev)
+		d := ev.ExceptionDetails
+		return fmt.Sprintf("exception at %s:%d: %s %s", d.URL, d.Line, d.Text, d.Exception.Description)
+	case "Log.entryAdded": // failed requests, CSP violations, the browser's own errors
+		var ev struct {
+			Entry struct {
+				Level, Source, Text, URL string
+			} `json:"entry"`
+		}
+		if json.Unmarshal(params, &ev) != nil || ev.Entry.Level != "error" {
+			return ""
+		}
+		return fmt.Sprintf("%s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
+	}
+	return ""
+}
+
+func (p *tab) close() {
+	p.once.Do(func() { p.ws.Close() })
+	<-p.done
+}
+
+func (p *tab) consoleErrors() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.errs...)
+}
+
+// call sends a command and decodes its result into result (if not nil).
+func (p *tab) call(t *testing.T, method string, params, result any) {
+	t.Helper()
+	if err := p.try(method, params, result); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *tab) try(method string, params, result any) error {
+	ch := make(chan cdpReply, 1)
+	p.mu.Lock()
+	p.next++
+	id := p.next
+	p.pending[id] = ch
+	p.mu.Unlock()
+	if params == nil {
+		params = map[string]any{}
+	}
+	if err := websocket.JSON.Send(p.ws, map[string]any{"id": id, "method": method, "params": params}); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Error != nil {
+			return fmt.Errorf("%s: %s (%d)", method, r.Error.Message, r.Error.Code)
+		}
+		if result != nil {
+			return json.Unmarshal(r.Result, result)
+		}
+		return nil
+	case <-p.done:
+		return fmt.Errorf("%s: the DevTools connection closed", method)
+	case <-time.After(patience):
+		return fmt.Errorf("%s: no answer within %s", method, patience)
+	}
+}
+
+func (p *tab) navigate(t *testing.T, url string) {
+	t.Helper()
+	var r struct {
+		ErrorText string `json:"errorText"`
+	}
+	p.call(t, "Page.navigate", map[string]any{"url": url}, &r)
+	if r.ErrorText != "" {
+		t.Fatalf("navigate to %s: %s", url, r.ErrorText)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page and returns its value as text.
+func (p *tab) eval(t *testing.T, expr string) string {
+	t.Helper()
+	v, err := p.evaluate(expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func (p *tab) evaluate(expr string) (string, error) {
+	var r struct {
+		Result struct {
+			Value any `json:"value"`
+		} `json:"result"`
+		ExceptionDetails *struct {
+			Text string `json:"text"`
+		} `json:"exceptionDetails"`
+	}
+	if err := p.try("Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r); err != nil {
+		return "", err
+	}
+	if r.ExceptionDetails != nil {
+		return "", fmt.Errorf("evaluate %s: %s", expr, r.ExceptionDetails.Text)
+	}
+	return fmt.Sprint(r.Result.Value), nil
+}
+
+// waitFor waits until a JavaScript condition holds in the page; on a timeout it fails with the
+// page's text, so the failure shows what the page did show.
+func (p *tab) waitFor(t *testing.T, cond string) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		v, err := p.evaluate("Boolean(" + cond + ")")
+		if err == nil && v == "true" {
+			return
+		}
+		if time.Now().After(deadline) {
+			text, _ := p.evaluate(`document.body ? document.body.innerText : ""`)
+			t.Fatalf("the page never showed %s (last error: %v); it shows:\n%s\nconsole errors: %v", cond, err, text, p.consoleErrors())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// screenshot saves the whole page as a PNG in the test's temp dir, and in
+// $KDS_TEST_SCREENSHOTS when set.
+func (p *tab) screenshot(t *testing.T, name string) {
+	t.Helper()
+	var r struct {
+		Data string `json:"data"`
+	}
+	p.call(t, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &r)
+	png, err := base64.StdEncoding.DecodeString(r.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{t.TempDir()}
+	if d := os.Getenv("KDS_TEST_SCREENSHOTS"); d != "" {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		path := filepath.Join(d, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+}

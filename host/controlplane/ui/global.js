@@ -1,0 +1,281 @@
+// The global's status page: zones, their kinds and retry state, owner holds, a timeline chart
+// per zone and the plugins, polled from the JSON API every second.
+import {el, svg, table, token, getJSON, setServerNow, serverNow, duration, clock, ago, countdown, poll, badge} from './common.js';
+
+const INTERVAL = 1000;
+let plugins404 = false; // a global without a plugin runtime has no /api/plugins: stop asking
+let stop = null;
+
+const $ = (id) => document.getElementById(id);
+
+async function main() {
+  const cfg = await getJSON('/gui/config.json', false);
+  $('signout').addEventListener('click', () => {
+    token.clear();
+    showLogin(cfg, '');
+  });
+  $('login-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const t = $('token').value.trim();
+    if (!t) return;
+    token.set(t);
+    $('token').value = '';
+    start(cfg);
+  });
+  if (cfg.auth && !token.get()) showLogin(cfg, '');
+  else start(cfg);
+}
+
+function showLogin(cfg, error) {
+  if (stop) stop();
+  stop = null;
+  $('dashboard').hidden = true;
+  $('signout').hidden = true;
+  $('login').hidden = false;
+  $('login-hint').textContent = 'This global needs an API token for its data: ' + (cfg.tokenHint || 'a user token') + '.';
+  $('login-error').textContent = error;
+  $('status').textContent = 'waiting for a token';
+  $('token').focus();
+}
+
+function start(cfg) {
+  $('login').hidden = true;
+  $('dashboard').hidden = false;
+  $('signout').hidden = !cfg.auth;
+  if (stop) stop();
+  stop = poll(refresh, INTERVAL, (err) => {
+    if (cfg.auth && (err.status === 401 || err.status === 403)) {
+      token.clear();
+      showLogin(cfg, err.message);
+      return false;
+    }
+    return true;
+  });
+}
+
+async function refresh() {
+  const [zones, timeline, plugins] = await Promise.all([
+    getJSON('/api/zones', true),
+    getJSON('/api/timeline', true),
+    plugins404 ? null : getJSON('/api/plugins', true).catch((err) => {
+      if (err.status !== 404) throw err;
+      plugins404 = true;
+      return null;
+    }),
+  ]);
+  setServerNow(timeline.now);
+  renderZones(zones.items || [], timeline);
+  renderPlugins(plugins);
+}
+
+// ---- zones
+
+function failingKinds(zv) {
+  return new Map(((zv.retry && zv.retry.failing) || []).map((k) => [k.kind, k]));
+}
+
+function retryCell(zv) {
+  const r = zv.retry;
+  if (!r) return zv.connected ? 'no stream state' : '-';
+  if (r.givenUp) return el('span', {class: 'gaveup', text: 'gave up'});
+  if (r.nextRetry) return countdown(r.nextRetry);
+  return (r.failing || []).length ? 'deciding' : 'none pending';
+}
+
+function renderZones(items, timeline) {
+  const rows = items.map((zv) => ({
+    props: {class: zv.connected ? 'zone-row' : 'zone-row disconnected', 'data-zone': zv.zone},
+    cells: [
+      el('strong', {text: zv.zone}),
+      badge(zv.connected, 'connected', 'disconnected'),
+      ago(zv.since),
+      zv.replica ? `${zv.replica}${zv.replicaAddress ? ' (' + zv.replicaAddress + ')' : ''}` : '-',
+      [...failingKinds(zv).keys()].join(', ') || 'none',
+      zv.retry ? String(zv.retry.round) : '-',
+      retryCell(zv),
+      String((zv.kinds || []).reduce((n, k) => n + (k.nacks || 0), 0)),
+    ],
+  }));
+  $('zones-summary').replaceChildren(items.length
+    ? table(['zone', 'state', 'since', 'replica', 'failing kinds', 'round', 'next retry', 'NACKs'], rows, {class: 'summary'})
+    : el('p', {class: 'note', text: 'No zone has connected yet.'}));
+  const events = timeline.zones || {};
+  $('zones').replaceChildren(...items.map((zv) => zoneCard(zv, events[zv.zone] || [], timeline.cap)));
+}
+
+function zoneCard(zv, events, cap) {
+  const failing = failingKinds(zv);
+  const meta = [`since ${ago(zv.since)}`];
+  if (zv.stream) meta.push(`stream ${zv.stream}`);
+  if (zv.replica) meta.push(`replica ${zv.replica}${zv.replicaAddress ? ' at ' + zv.replicaAddress : ''}`);
+  if (zv.heartbeat) meta.push(`heartbeat ${ago(zv.heartbeat)}`);
+  return el('section', {class: 'zone', 'data-zone': zv.zone},
+    el('h2', null, `Zone ${zv.zone} `, badge(zv.connected, 'connected', 'disconnected')),
+    el('p', {class: 'meta', text: meta.join(' · ')}),
+    retryBlock(zv),
+    kindsTable(zv, failing),
+    rejectedBlock(zv, failing),
+    holdsBlock(zv),
+    giveUps(events),
+    el('h3', {text: 'Timeline'}),
+    timelineChart(events, cap),
+  );
+}
+
+function retryBlock(zv) {
+  const r = zv.retry;
+  if (!r) return el('p', {class: 'retry note', text: zv.connected ? 'Retry: no state for this stream.' : 'Retry: the zone is not connected.'});
+  const parts = [el('strong', {text: 'Retry'}), ` round ${r.round}`];
+  if (r.nextRetry) parts.push(' · next retry ', countdown(r.nextRetry), ` (at ${clock(r.nextRetry)})`);
+  else if (!r.givenUp) parts.push((r.failing || []).length ? ' · deciding the next round' : ' · nothing failing');
+  if (r.lastDelay) parts.push(` · last delay ${r.lastDelay}`);
+  const block = el('div', {class: 'retry'}, el('p', null, parts));
+  if (r.reason) block.append(el('p', {class: 'reason'}, el('span', {class: 'label', text: 'decision: '}), r.reason));
+  if (r.givenUp) block.append(el('p', {class: 'gaveup'}, el('span', {class: 'label', text: 'gave up: '}), r.givenUp));
+  return block;
+}
+
+function kindsTable(zv, failing) {
+  const kinds = zv.kinds || [];
+  if (!kinds.length) return el('p', {class: 'note', text: 'Nothing sent to this zone yet.'});
+  const rows = kinds.map((k) => {
+    const bad = failing.has(k.kind) || (k.rejected || []).length > 0;
+    return {
+      props: {class: bad ? 'kind failing' : 'kind', 'data-kind': k.kind},
+      cells: [el('strong', {text: k.kind}), String(k.sent), String(k.responses), String(k.acks), String(k.nacks),
+        String(k.held || 0), String((k.rejected || []).length), String(k.known), k.lastError || ''],
+    };
+  });
+  return table(['kind', 'sent (resources)', 'responses', 'ACKed', 'NACKed', 'held', 'rejected', 'known', 'last error'], rows, {class: 'kinds'});
+}
+
+function rejectedBlock(zv, failing) {
+  const rows = [];
+  for (const k of zv.kinds || []) {
+    for (const r of k.rejected || []) {
+      rows.push({props: {class: 'rejected', 'data-kind': k.kind},
+        cells: [k.kind, r.name, r.cause || 'unspecified', r.reason || '', r.missingOwner || '']});
+    }
+  }
+  for (const [kind, ks] of failing) {
+    for (const h of ks.held || []) {
+      rows.push({props: {class: 'held-name', 'data-kind': kind}, cells: [kind, h.name, 'held', h.reason || '', '']});
+    }
+  }
+  if (!rows.length) return el('p', {class: 'note', text: 'No rejected names.'});
+  const failingRows = [...failing.values()].map((k) => [k.kind, String(k.nacks), ago(k.firstNack), (k.rejected || []).join(', ')]);
+  return el('div', null,
+    el('h3', {text: 'Rejected and held names'}),
+    table(['kind', 'name', 'cause', 'reason', 'missing owner'], rows, {class: 'names'}),
+    failingRows.length ? table(['failing kind', 'NACKs', 'first NACK', 'names resent by the next round'], failingRows, {class: 'failing-kinds'}) : null);
+}
+
+function holdsBlock(zv) {
+  const held = zv.held || [];
+  if (!held.length) return null;
+  const key = (k) => `${k.kind || ''} ${k.mesh ? k.mesh + '/' : ''}${k.name || ''}`;
+  return el('div', null,
+    el('h3', {text: 'Owner holds'}),
+    table(['resource', 'verdict', 'waiting for', 'reason'],
+      held.map((h) => [key(h.key || {}), h.verdict, h.waitingFor || '', h.reason || '']), {class: 'holds'}));
+}
+
+function giveUps(events) {
+  const g = events.filter((e) => e.type === 'gave-up');
+  if (!g.length) return null;
+  return el('div', null, el('h3', {text: 'Give-ups'}),
+    table(['at', 'reason'], g.slice(-10).reverse().map((e) => [clock(e.at), e.detail || '']), {class: 'giveups'}));
+}
+
+// ---- the timeline chart, drawn from the global's ring of the zone's latest events
+
+const TICKS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200].map((s) => s * 1000);
+
+function timelineChart(events, cap) {
+  const now = serverNow();
+  const W = 960, left = 150, right = 20, top = 8, laneH = 20;
+  const kinds = [...new Set(events.filter((e) => e.kind).map((e) => e.kind))].sort();
+  const lanes = ['retry rounds', ...kinds];
+  const H = top + lanes.length * laneH + 24;
+  const first = events.length ? Date.parse(events[0].at) : now;
+  const span = Math.max(10000, (now - first) * 1.1);
+  const t0 = now - span;
+  const x = (t) => left + ((t - t0) / span) * (W - left - right);
+  const laneY = (i) => top + i * laneH + laneH / 2;
+  const parts = [];
+  lanes.forEach((name, i) => {
+    parts.push(svg('text', {class: 'lane', x: left - 8, y: laneY(i) + 4, 'text-anchor': 'end', text: name}));
+    parts.push(svg('line', {class: 'baseline', x1: left, x2: W - right, y1: laneY(i), y2: laneY(i)}));
+  });
+  const bottom = top + lanes.length * laneH;
+  const step = TICKS.find((s) => span / s <= 8) || TICKS[TICKS.length - 1];
+  for (let back = 0; back <= span; back += step) {
+    const tx = x(now - back);
+    parts.push(svg('line', {class: 'grid', x1: tx, x2: tx, y1: top, y2: bottom}));
+    parts.push(svg('text', {class: 'tick', x: tx, y: bottom + 16, 'text-anchor': 'middle', text: back ? `-${duration(back)}` : 'now'}));
+  }
+  let nacks = 0, rounds = 0;
+  for (const e of events) {
+    const t = Date.parse(e.at);
+    const ex = x(t);
+    const when = clock(e.at);
+    switch (e.type) {
+      case 'nack': {
+        nacks++;
+        const y = laneY(lanes.indexOf(e.kind));
+        parts.push(svg('circle', {class: 'nack', cx: ex, cy: y, r: 4},
+          svg('title', {text: `${when} NACK of ${e.kind}: ${e.count || 0} rejected${e.detail ? ' — ' + e.detail : ''}`})));
+        break;
+      }
+      case 'recovered': {
+        const y = laneY(lanes.indexOf(e.kind));
+        parts.push(svg('path', {class: 'recovered', d: `M${ex} ${y - 6}L${ex + 5} ${y}L${ex} ${y + 6}L${ex - 5} ${y}Z`},
+          svg('title', {text: `${when} ${e.kind} ACKed again after its NACKs`})));
+        break;
+      }
+      case 'round': {
+        rounds++;
+        const h = Math.min(laneH - 4, 4 + 2 * Math.log2(1 + (e.round || 1)) * 2);
+        const resent = Object.entries(e.resent || {}).map(([k, n]) => `${k} ${n}`).join(', ');
+        parts.push(svg('rect', {class: 'round', x: ex - 1.5, y: laneY(0) - h / 2, width: 3, height: h},
+          svg('title', {text: `${when} round ${e.round} after ${e.delay}: resent ${e.count || 0}${resent ? ' (' + resent + ')' : ''}`})));
+        break;
+      }
+      default: // connected, disconnected, gave-up: a line across every lane
+        parts.push(svg('line', {class: `mark ${e.type}`, x1: ex, x2: ex, y1: top, y2: bottom},
+          svg('title', {text: `${when} ${e.type}${e.detail ? ': ' + e.detail : ''}`})));
+    }
+  }
+  const caption = `Last ${events.length} events (a zone keeps at most ${cap}): ${nacks} NACKs, ${rounds} rounds. ` +
+    'Red dots: NACKs; green diamonds: a kind ACKed again; blue bars: retry rounds (taller: later rounds); lines: connected (green), disconnected (grey), gave up (orange). Hover for details.';
+  return el('figure', {class: 'timeline'},
+    svg('svg', {class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `timeline of ${nacks} NACKs and ${rounds} rounds`}, parts),
+    el('figcaption', {text: caption}));
+}
+
+// ---- plugins
+
+function renderPlugins(report) {
+  if (!report) {
+    $('plugins').replaceChildren(el('p', {class: 'note', text: 'This global runs no plugin runtime (no /api/plugins).'}));
+    return;
+  }
+  const rows = (report.items || []).map((p) => ({
+    props: {class: p.state === 'running' || p.state === 'builtin' ? 'plugin' : 'plugin failing', 'data-plugin': p.name},
+    cells: [el('strong', {text: p.name}), p.path, (p.serves || []).join(', ') + ((p.fallbackFor || []).length ? ` (fallback for ${p.fallbackFor.join(', ')})` : ''),
+      p.state, ago(p.since), String(p.restarts), String(p.calls), String(p.errors), String(p.timeouts),
+      `${p.latency ? p.latency.p50 : '-'} / ${p.latency ? p.latency.p90 : '-'} / ${p.latency ? p.latency.p99 : '-'}`,
+      p.lastError ? `${p.lastError}${p.lastErrorAt ? ' (' + ago(p.lastErrorAt) + ')' : ''}` : ''],
+  }));
+  const notes = [];
+  if (report.config) notes.push(`config ${report.config}`);
+  if (report.lastReload) notes.push(`last reload ${ago(report.lastReload.at)}${report.lastReload.error ? ': ' + report.lastReload.error : ''}`);
+  const parts = [table(['plugin', 'path', 'serves', 'state', 'since', 'restarts', 'calls', 'errors', 'timeouts', 'latency p50 / p90 / p99', 'last error'], rows, {class: 'plugins'})];
+  if (notes.length) parts.push(el('p', {class: 'note', text: notes.join(' · ')}));
+  $('plugins').replaceChildren(...parts);
+}
+
+main().catch((err) => {
+  $('status').textContent = `the page could not start: ${err.message}`;
+  $('status').classList.add('error');
+});
