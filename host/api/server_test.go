@@ -211,7 +211,7 @@ func TestPolicyLifecycle(t *testing.T) {
 		g.Expect(a.json()).To(HaveKeyWithValue("generation", BeEquivalentTo(1)))
 
 		// Kind, mesh and name come from the path when the body leaves them out.
-		a = c.do(http.MethodPut, "/meshes/default/meshtimeouts/mt-1", `{"spec":{"to":[{"default":{"connectionTimeout":"4s"}}]}}`)
+		a = c.do(http.MethodPut, "/meshes/default/meshtimeouts/mt-1", `{"spec":{"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"4s"}}]}}`)
 		g.Expect(a.status).To(Equal(http.StatusOK), string(a.body))
 		g.Expect(a.header.Get(api.ResultHeader)).To(Equal("updated"))
 		g.Expect(a.json()).To(HaveKeyWithValue("generation", BeEquivalentTo(2)))
@@ -360,7 +360,7 @@ func TestPolicyOfAMissingMesh(t *testing.T) {
 	backends(t, func(t *testing.T, st store.Store) {
 		g := NewWithT(t)
 		c := newAPI(t, api.Config{Store: st})
-		a := c.do(http.MethodPut, "/meshes/nope/meshtimeouts/x", "{}")
+		a := c.do(http.MethodPut, "/meshes/nope/meshtimeouts/x", `{"spec":{"default":{"idleTimeout":"1s"}}}`)
 		g.Expect(a.status).To(Equal(http.StatusBadRequest), string(a.body))
 		g.Expect(a.err().Details).To(Equal(`mesh "nope" does not exist`))
 		g.Expect(c.total("/meshtimeouts")).To(Equal(0))
@@ -451,7 +451,7 @@ func TestStoreErrorsAre500(t *testing.T) {
 	for _, req := range []struct{ method, path, body string }{
 		{http.MethodGet, "/meshes", ""},
 		{http.MethodGet, "/meshes/default", ""},
-		{http.MethodPut, "/meshes/default/meshtimeouts/x", "{}"},
+		{http.MethodPut, "/meshes/default/meshtimeouts/x", `{"spec":{"default":{"idleTimeout":"1s"}}}`},
 		{http.MethodDelete, "/meshes/default", ""},
 	} {
 		a := c.do(req.method, req.path, req.body)

@@ -135,7 +135,7 @@ func TestAStuckPolicyNeverDelaysAResponse(t *testing.T) {
 	gst := openSQLite(t)
 	put(t, gst, reg, mesh("default"))
 	put(t, gst, reg, timeout("default", "healthy", "1s"))
-	put(t, gst, reg, resource.Resource{Kind: "MeshRetry", Mesh: "default", Name: "failing"})
+	put(t, gst, reg, resource.Resource{Kind: "MeshRetry", Mesh: "default", Name: "failing", Spec: []byte(`{"default":{"tcp":{"maxConnectAttempt":3}}}`)})
 	stuck := &stuckPolicy{release: make(chan struct{})}
 	defer close(stuck.release)
 	gl := startGlobal(t, gst, reg, func(c *controlplane.GlobalConfig) {

@@ -36,7 +36,10 @@ type Kind struct {
 	Scope  Scope
 	// Owner is the kind that owns every resource of this kind ("Mesh" for mesh-scoped kinds).
 	Owner string
-	// Validate checks the spec (a decoded JSON object); nil accepts any object.
+	// SpecRequired refuses a resource without a spec (absent or null); "{}" is a spec.
+	SpecRequired bool
+	// Validate checks the spec (a decoded JSON object); nil accepts any object. An error that is
+	// a *ValidationError names its field relative to the spec ("to[0].default").
 	Validate func(spec map[string]any) error
 }
 
@@ -153,24 +156,17 @@ func Plural(name string) string {
 	return l + "s"
 }
 
-// Default returns a registry with Mesh and the built-in policy kinds.
+// Default returns a registry with Mesh and the built-in policy kinds, each with its schema
+// (policies.go): a policy needs a spec, a Mesh does not.
 func Default() *Registry {
+	schemas := builtinSchemas()
 	r := &Registry{}
-	r.MustRegister(Kind{Name: MeshKind, Plural: "meshes", Scope: ScopeGlobal})
-	for _, k := range []struct {
-		name     string
-		validate func(map[string]any) error
-	}{
-		{"MeshTimeout", validateDurations},
-		{"MeshRetry", validateDurations},
-		{"MeshCircuitBreaker", validateDurations},
-		{"MeshHealthCheck", validateDurations},
-		{"MeshRateLimit", validateDurations},
-		{"MeshTrafficPermission", nil},
-		{"MeshAccessLog", nil},
-		{"MeshFaultInjection", validateDurations},
+	r.MustRegister(Kind{Name: MeshKind, Plural: "meshes", Scope: ScopeGlobal, Validate: schemas[MeshKind].validator()})
+	for _, name := range []string{
+		"MeshTimeout", "MeshRetry", "MeshCircuitBreaker", "MeshHealthCheck", "MeshRateLimit",
+		"MeshTrafficPermission", "MeshAccessLog", "MeshFaultInjection",
 	} {
-		r.MustRegister(Kind{Name: k.name, Plural: Plural(k.name), Scope: ScopeMesh, Validate: k.validate})
+		r.MustRegister(Kind{Name: name, Plural: Plural(name), Scope: ScopeMesh, SpecRequired: true, Validate: schemas[name].validator()})
 	}
 	return r
 }

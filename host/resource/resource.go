@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sort"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -76,8 +74,9 @@ func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Validate checks the resource against its kind and normalises it: the spec becomes compact
-// JSON ("{}" when absent). It returns a *ValidationError naming the first bad field.
+// Validate checks the resource against its kind (its spec against the kind's schema) and
+// normalises it: the spec becomes compact JSON ("{}" when absent and not required). It returns
+// a *ValidationError naming the first bad field by its full path ("spec.to[0].default.x").
 func (reg *Registry) Validate(r *Resource) error {
 	if r.Kind == "" {
 		return invalid("type", "is required (one of %s)", reg.KnownNames())
@@ -115,12 +114,14 @@ func (reg *Registry) Validate(r *Resource) error {
 		if err := json.Unmarshal(r.Spec, &spec); err != nil {
 			return invalid("spec", "must be a JSON object: %v", err)
 		}
+	} else if k.SpecRequired {
+		return invalid("spec", "is required for %s", k.Name)
 	}
 	if k.Validate != nil {
 		if err := k.Validate(spec); err != nil {
 			var ve *ValidationError
 			if errors.As(err, &ve) {
-				return invalid("spec."+ve.Field, "%s", ve.Reason)
+				return invalid(join("spec", ve.Field), "%s", ve.Reason)
 			}
 			return invalid("spec", "%v", err)
 		}
@@ -130,47 +131,6 @@ func (reg *Registry) Validate(r *Resource) error {
 		return invalid("spec", "%v", err)
 	}
 	r.Spec = compact
-	return nil
-}
-
-// validateDurations is the light validation of the built-in policy kinds: every string value
-// under a key that names a duration ("timeout", "interval", "backoff", ...) must parse.
-func validateDurations(spec map[string]any) error {
-	return walkDurations("", spec)
-}
-
-var durationKey = regexp.MustCompile(`(?i)(timeout|interval|duration|backoff|delay|period|ttl)$`)
-
-func walkDurations(path string, v any) error {
-	switch t := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			if s, ok := t[k].(string); ok && durationKey.MatchString(k) {
-				if d, err := time.ParseDuration(s); err != nil || d < 0 {
-					return &ValidationError{Field: p, Reason: fmt.Sprintf("%q is not a duration (e.g. 10s, 1m30s)", s)}
-				}
-				continue
-			}
-			if err := walkDurations(p, t[k]); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for i, e := range t {
-			if err := walkDurations(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
-				return err
-			}
-		}
-	}
 	return nil
 }
 

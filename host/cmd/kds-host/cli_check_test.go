@@ -33,7 +33,7 @@ func TestCheckGatesOnRejects(t *testing.T) {
 	go func() { done <- gl.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	cp := "http://" + gl.APIAddr()
-	ok := writeFile(t, "ok.yaml", "type: MeshTimeout\nmesh: default\nname: a\n")
+	ok := writeFile(t, "ok.yaml", "type: MeshTimeout\nmesh: default\nname: a\nspec: {default: {idleTimeout: 1s}}\n")
 	var res cliResult
 	g.Eventually(func() error { // 503 until the global has loaded its store
 		res = runCLI(t, "", "check", "-f", ok, "--cp", cp)
@@ -42,7 +42,7 @@ func TestCheckGatesOnRejects(t *testing.T) {
 	g.Expect(res.stdout).To(ContainSubstring("MeshTimeout/default/a"))
 	g.Expect(res.stdout).To(ContainSubstring("WAIT")) // an empty zone: it waits for Mesh default
 
-	bad := writeFile(t, "bad.yaml", "type: MeshTimeout\nmesh: default\nname: a\n---\ntype: MeshRetry\nmesh: nowhere\nname: b\n")
+	bad := writeFile(t, "bad.yaml", "type: MeshTimeout\nmesh: default\nname: a\nspec: {default: {idleTimeout: 1s}}\n---\ntype: MeshRetry\nmesh: nowhere\nname: b\nspec: {default: {tcp: {maxConnectAttempt: 3}}}\n")
 	res = runCLI(t, "", "check", "-f", bad, "--cp", cp, "-o", "json")
 	g.Expect(errors.Is(res.err, errRejected)).To(BeTrue())
 	g.Expect(res.stdout).To(ContainSubstring(`"rejected": 1`))

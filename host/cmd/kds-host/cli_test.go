@@ -88,7 +88,7 @@ func TestApplyMultipleDocuments(t *testing.T) {
 	g.Expect(r.stdout).To(Equal("mesh \"default\" unchanged\nmeshtimeout \"mt-1\" unchanged\nmeshretry \"retry-1\" unchanged\n"))
 
 	r = runCLI(t, "", "apply", "-f", file, "--cp", cp, "-f", writeFile(t, "change.json",
-		`{"type":"MeshRetry","mesh":"default","name":"retry-1","spec":{"to":[{"default":{"http":{"numRetries":2}}}]}}`))
+		`{"type":"MeshRetry","mesh":"default","name":"retry-1","spec":{"to":[{"targetRef":{"kind":"Mesh"},"default":{"http":{"numRetries":2}}}]}}`))
 	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
 	g.Expect(r.stdout).To(HaveSuffix("meshretry \"retry-1\" configured\n"))
 
@@ -119,6 +119,7 @@ spec: {default: {connectionTimeout: abc}}
 type: MeshTimeout
 mesh: nope
 name: orphan
+spec: {default: {idleTimeout: 1s}}
 ---
 type: MeshGizmo
 name: g
@@ -126,6 +127,7 @@ name: g
 type: MeshTimeout
 mesh: default
 name: good
+spec: {default: {idleTimeout: 1s}}
 ---
 spec: [unclosed
 `)
