@@ -3,6 +3,7 @@ package controlplane_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -67,6 +68,9 @@ func TestReplicasShareOnePostgreSQL(t *testing.T) {
 	}
 	glA := startGlobal(t, stA, reg, replica("A"))
 	glB := startGlobal(t, stB, reg, replica("B"))
+	for _, gl := range []*runningGlobal{glA, glB} { // B first in the zone's list must be serving
+		g.Eventually(func() int { return httpStatus(gl.DiagAddr() + "/readyz") }, 30*time.Second).Should(Equal(http.StatusOK))
+	}
 	zst := openSQLite(t)
 	z := startZone(t, "zone-1", glB.KDSAddr(), zst, reg, func(c *zone.Config) {
 		c.GlobalAddress = "grpc://" + glB.KDSAddr() + ", grpc://" + glA.KDSAddr()
@@ -77,7 +81,8 @@ func TestReplicasShareOnePostgreSQL(t *testing.T) {
 	// A write through A reaches the zone on B: B heard it by LISTEN.
 	put(t, stA, reg, timeout("default", "t-00", "2s"))
 	g.Eventually(specOf(zst, "t-00"), 10*time.Second).Should(ContainSubstring("2s"))
-	g.Expect(stB.(store.Listener).ListenStatus().Notified).To(BeNumerically(">=", 1))
+	notifiedB := func() int64 { return stB.(store.Listener).ListenStatus().Notified }
+	g.Eventually(notifiedB, 10*time.Second).Should(BeNumerically(">=", 1))
 
 	// Every replica's LISTEN connection killed: the write still arrives, by polling.
 	var killed int
@@ -89,10 +94,10 @@ func TestReplicasShareOnePostgreSQL(t *testing.T) {
 	// And by LISTEN again once B's store is back on it.
 	g.Eventually(func() int64 { return stB.(store.Listener).ListenStatus().Connects }, 10*time.Second).Should(Equal(int64(2)))
 	g.Eventually(func() bool { return stB.(store.Listener).ListenStatus().Listening }, 10*time.Second).Should(BeTrue())
-	notified := stB.(store.Listener).ListenStatus().Notified
+	notified := notifiedB()
 	put(t, stA, reg, timeout("default", "t-02", "2s"))
 	g.Eventually(specOf(zst, "t-02"), 10*time.Second).Should(ContainSubstring("2s"))
-	g.Expect(stB.(store.Listener).ListenStatus().Notified).To(BeNumerically(">", notified))
+	g.Eventually(notifiedB, 10*time.Second).Should(BeNumerically(">", notified))
 
 	// Either replica tells where the zone is.
 	g.Eventually(replicaOf(glA.Global, "zone-1"), 10*time.Second).Should(Equal("B"))
@@ -113,10 +118,22 @@ func TestReplicasShareOnePostgreSQL(t *testing.T) {
 	g.Eventually(specOf(zst, "t-03"), 10*time.Second).Should(ContainSubstring("9s"))
 	g.Eventually(count(zst, "MeshTimeout", "default"), 10*time.Second).Should(Equal(10))
 	g.Expect(z.Client.Stats().Global).To(Equal("grpc://" + glA.KDSAddr()))
-	g.Expect(kindInsight(glA.Global, "zone-1", "MeshTimeout").Sent).To(Equal(int64(3)))
+	sentByA := func() int64 { return kindInsight(glA.Global, "zone-1", "MeshTimeout").Sent }
+	g.Eventually(sentByA, 10*time.Second).Should(Equal(int64(3)), "the change, the new one, the removal")
+	g.Consistently(sentByA, 300*time.Millisecond).Should(Equal(int64(3)), "and nothing else")
 	g.Expect(kindInsight(glA.Global, "zone-1", "Mesh").Sent).To(BeZero())
 	g.Expect(replicaOf(glA.Global, "zone-1")()).To(Equal("A"))
 	g.Expect(z.Client.Stats().NACKs).To(BeZero())
+}
+
+// httpStatus is the HTTP status of GET http://url, or 0.
+func httpStatus(url string) int {
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // openSQLConn opens a plain connection to the database, closed when the test ends.

@@ -119,13 +119,14 @@ func (l *listener) run(ctx context.Context) {
 	for {
 		conn, err := l.connect(ctx)
 		if err == nil {
+			// Whatever committed before the LISTEN took effect was notified to nobody here;
+			// from Listening on, every write is heard by its notification.
+			l.poll(ctx, false)
 			l.mu.Lock()
 			l.status.Listening, l.pid = true, conn.PgConn().PID()
 			l.status.Connects++
 			l.mu.Unlock()
 			backoff = l.opts.backoffMin
-			// Whatever committed before the LISTEN took effect was notified to nobody here.
-			l.poll(ctx, false)
 			err = l.wait(ctx, conn)
 			cctx, cancel := context.WithTimeout(context.Background(), l.opts.timeout)
 			_ = conn.Close(cctx)

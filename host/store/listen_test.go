@@ -49,7 +49,7 @@ func TestListenHearsOtherWriters(t *testing.T) {
 	_, _, err = a.Put(ctx, mesh("m"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(b.Changes(), 10*time.Second).Should(Receive(), "heard by LISTEN")
-	g.Expect(status()).To(And(HaveField("Notified", int64(1)), HaveField("Polls", int64(0))))
+	g.Eventually(status, 10*time.Second).Should(And(HaveField("Notified", int64(1)), HaveField("Polls", int64(0))))
 	since := revision(t, b)
 
 	// The LISTEN connection dies and cannot come back: the store polls.
@@ -66,7 +66,7 @@ func TestListenHearsOtherWriters(t *testing.T) {
 		put(fmt.Sprintf("while-polling-%d", i))
 	}
 	g.Eventually(b.Changes(), 10*time.Second).Should(Receive(), "heard by polling")
-	g.Expect(status().Polled).To(BeNumerically(">=", 1))
+	g.Eventually(func() int64 { return status().Polled }, 10*time.Second).Should(BeNumerically(">=", 1))
 	g.Expect(status().Notified).To(Equal(int64(1)), "no notification while the connection is down")
 	g.Expect(status().LastError).NotTo(BeEmpty())
 	changed, _, now := changesSince(t, b, since)
@@ -85,17 +85,25 @@ func TestListenHearsOtherWriters(t *testing.T) {
 	g.Expect(changed).To(Equal([]string{"MeshTimeout/m/after-reconnect"}))
 }
 
-// TestOwnWritesSignalOnce: a store's own write signals Changes when it commits; its own
-// notification, arriving after, signals nothing more.
-func TestOwnWritesSignalOnce(t *testing.T) {
+// TestSignalsSkipWhatWasSignalled: a store's own write signals Changes when it commits; a
+// notification or poll of a revision already signalled (its own write's NOTIFY, arriving after)
+// signals nothing more, a newer one does, and one whose revision is not known always does.
+func TestSignalsSkipWhatWasSignalled(t *testing.T) {
 	g, ctx := NewWithT(t), context.Background()
 	s := openStore(t, pg.Database(t)).(*sqlStore)
 	g.Eventually(s.ListenStatus, 10*time.Second).Should(HaveField("Listening", true))
 	_, _, err := s.Put(ctx, mesh("m"))
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Changes()).To(Receive(), "signalled at commit")
+	g.Eventually(s.ListenStatus, 10*time.Second).Should(HaveField("Notified", BeNumerically("<=", 1)),
+		"its own NOTIFY signals at most once more, when it overtakes the commit's return")
+	drain(s)
+	g.Expect(s.signal(1)).To(BeFalse())
+	g.Expect(s.Changes()).NotTo(Receive())
+	g.Expect(s.signal(2)).To(BeTrue())
 	g.Expect(s.Changes()).To(Receive())
-	g.Consistently(s.Changes(), 200*time.Millisecond).ShouldNot(Receive())
-	g.Expect(s.ListenStatus().Notified).To(BeZero())
+	g.Expect(s.signal(2)).To(BeFalse())
+	g.Expect(s.signal(-1)).To(BeTrue(), "a payload that is not a revision")
 }
 
 // TestSQLiteDoesNotListen: SQLite has no LISTEN; its Changes hears its own writes.
