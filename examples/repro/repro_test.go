@@ -109,8 +109,14 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 	g.Expect(os.WriteFile(policy, []byte("policy: exponential\nbase: 100ms\nfactor: 2\nmax: 30s\njitter: none\n"), 0o644)).To(Succeed())
 	const outage, round = 2 * time.Second, 1600 * time.Millisecond
 
-	async := run(t, "--global-flag", "--plugin-config=builtin="+policy)
+	timeline := filepath.Join(t.TempDir(), "async.timeline")
+	async := run(t, "--global-flag", "--plugin-config=builtin="+policy, "--timeline", timeline)
 	t.Logf("async: %.2fs, %d NACKs, %d rounds", async.seconds, async.nacks, async.rounds)
+	samples, err := os.ReadFile(timeline)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(samples)).To(HavePrefix("# label="), "the timeline compare.sh draws")
+	g.Expect(string(samples)).To(MatchRegexp(`(?m)^t=[0-9.]+ event=applied$`))
+	g.Expect(string(samples)).To(MatchRegexp(`(?m)^t=[0-9.]+ timeouts=3 nacks=[1-9][0-9]* rounds=[1-9]`))
 	g.Expect(async.seconds).To(BeNumerically("<=", (outage+round+time.Second).Seconds()), async.output)
 	g.Expect(async.rounds).To(BeNumerically(">=", 1))
 

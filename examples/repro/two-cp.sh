@@ -8,7 +8,7 @@
 #   examples/repro/two-cp.sh [--emulate blocking-per-type|blocking-per-stream] [--plugin PATH]...
 #                            [--owner-holds] [--outage 3s|KIND=DURATION]... [--nack-backoff 5s] [--timeout 120]
 #                            [--port-base 25680] [--no-build] [--label NAME] [--global-flag ARG]...
-#                            [--zone-flag ARG]...
+#                            [--zone-flag ARG]... [--timeline FILE]
 #
 # --outage DURATION is an outage of Mesh (the default, 3s); --outage KIND=DURATION, repeatable,
 # takes down the admission of other kinds instead, e.g. three policy kinds, which leaves the
@@ -22,11 +22,15 @@
 # but Mesh; late_rounds: the retry rounds fired from 5 s after the apply until convergence, over
 # late_seconds), stops every process it started (also on Ctrl-C and on failure), and exits 1 when
 # the zone did not converge within --timeout seconds.
+# --timeline FILE also writes the timeline, machine-readable, to FILE: a line `# label=...
+# outage=...`, then `t=SECONDS timeouts=N nacks=X rounds=Y` (seconds since the zone started)
+# each time one of them changed, and `t=SECONDS event=zone-up|rejection|applied|converged`;
+# examples/repro/timeline draws it (compare.sh does). Sampling costs each poll two more requests.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 emulate="" outages=() nack_backoff="5s" timeout=120 port_base=25680 build=1 holds=false label=""
-plugins=() more=() zmore=() applies=()
+plugins=() more=() zmore=() applies=() timeline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --emulate) emulate="$2"; shift 2 ;;
@@ -41,7 +45,8 @@ while [ $# -gt 0 ]; do
     --global-flag) more+=("$2"); shift 2 ;;
     --zone-flag) zmore+=("$2"); shift 2 ;;
     --apply) applies+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --timeline) timeline="$2"; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "two-cp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -104,6 +109,25 @@ policy_nacks() { # NACKs of every kind but Mesh
 retry_rounds() {
   curl -fsS -m 1 "http://127.0.0.1:$g_diag/metrics" 2>/dev/null | awk '/^kds_retry_rounds_total/ { s += $2 } END { print s + 0 }'
 }
+# The --timeline file: tl_sample [TIMEOUTS] appends a sample when a count changed, tl_event NAME
+# an event.
+tl_last=""
+tl_sample() {
+  [ -n "$timeline" ] || return 0
+  local c=${1:-} t n r s
+  t=$(since "$start" | tr -d ' ')
+  [ -n "$c" ] || c=$(zone_timeouts)
+  n=$(zone_nacks) r=$(retry_rounds)
+  s="timeouts=${c:-0} nacks=${n:-0} rounds=${r:-0}"
+  [ "$s" = "$tl_last" ] && return 0
+  tl_last=$s
+  echo "t=$t $s" >>"$timeline"
+}
+tl_event() {
+  [ -n "$timeline" ] || return 0
+  echo "t=$(since "$start" | tr -d ' ') event=$1" >>"$timeline"
+}
+if [ -n "$timeline" ]; then echo "# label=$label outage=$outage" >"$timeline"; fi
 
 global_args=(--mode global --data-dir "$work/global" --kds-addr "127.0.0.1:$g_kds" --api-addr "127.0.0.1:$g_api"
   --diag-addr "127.0.0.1:$g_diag" --owner-holds="$holds")
@@ -128,36 +152,43 @@ start=$(now)
 pids+=($!)
 wait_ready "http://127.0.0.1:$z_diag/readyz" zone
 echo "t=$(since "$start")s  zone up"
+tl_event zone-up
 
 # Wait until the zone has refused something (a NACK), or, with owner holds, until the global
 # holds the policies back: either way the outage is biting.
 for _ in $(seq 1 200); do
-  n=$(zone_nacks); [ "${n:-0}" -gt 0 ] && break
+  n=$(zone_nacks); tl_sample; [ "${n:-0}" -gt 0 ] && break
   sleep 0.05
 done
 echo "t=$(since "$start")s  rejection shows: zone NACKs so far ${n:-0}"
+tl_event rejection
 
 applied=$(now)
 "$BIN/kds-host" apply -f examples/resources/meshtimeout.yaml --cp "http://127.0.0.1:$g_api" --data-dir "$work/global" >/dev/null
 echo "t=$(since "$start")s  applied MeshTimeout timeout-for-backend on the global"
+tl_event applied
 
-converged=no last="" late_from=""
+converged=no last="" late_from="" held_at=""
 deadline=$(awk -v a="$applied" -v t="$timeout" 'BEGIN { printf "%.3f", a + t }')
 late=$(awk -v a="$applied" 'BEGIN { printf "%.3f", a + 5 }')
 while awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }'; do
   if [ -z "$late_from" ] && awk -v l="$late" -v n="$(now)" 'BEGIN { exit !(n >= l) }'; then late_from=$(retry_rounds); fi
   c=$(zone_timeouts); c=${c:-0}
+  if [ "$c" -ge 3 ]; then held_at=$(now); fi # before the samples' requests: they are not the zone's time
+  tl_sample "$c"
   if [ "$c" != "$last" ]; then echo "t=$(since "$start")s  zone holds $c MeshTimeouts (NACKs $(zone_nacks), rounds $(retry_rounds))"; last=$c; fi
-  if [ "$c" -ge 3 ]; then converged=yes; break; fi
+  if [ "$c" -ge 3 ]; then converged=yes; tl_event converged; break; fi
   sleep 0.05
 done
 seconds=$(since "$applied" | tr -d ' ')
+if [ -n "$held_at" ]; then seconds=$(awk -v a="$applied" -v b="$held_at" 'BEGIN { printf "%.2f", b - a }'); fi
 late_rounds=0 late_seconds=0
 if [ -n "$late_from" ]; then
   late_rounds=$(( $(retry_rounds) - late_from ))
   late_seconds=$(awk -v s="$seconds" 'BEGIN { printf "%.2f", s - 5 }')
 fi
 sleep 0.5 # let the last ACKs land before reading the counters
+tl_sample
 nacks=$(zone_nacks) rounds=$(retry_rounds) pnacks=$(policy_nacks)
 if [ "$converged" = yes ]; then
   echo "converged: the zone held 3 MeshTimeouts ${seconds}s after the apply; NACKs ${nacks:-?}, retry rounds ${rounds:-?}"
