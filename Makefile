@@ -11,7 +11,7 @@ FUZZTIME ?= 20s
 
 NODE_RETRY := examples/plugins/node-retry
 
-.PHONY: all build tools proto lint test bench fuzz run repro repro-compare replicas clean example-plugins
+.PHONY: all build tools proto lint test-deps test bench fuzz run repro repro-compare replicas clean example-plugins
 
 all: build
 
@@ -45,7 +45,10 @@ lint: tools ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 
-test: tools example-plugins ## every test, with -race (PostgreSQL is started by the tests themselves; the Node.js plugin's tests need node and npm)
+test-deps: ## install what the tests need when it is missing: protoc, PostgreSQL 15 and its user, Node.js, Chromium, curl (as root; otherwise it says what to run)
+	./scripts/setup-test-deps.sh
+
+test: test-deps tools example-plugins ## every test, with -race (PostgreSQL is started by the tests themselves; the Node.js plugin's tests need node and npm)
 	PATH="$(TOOLS):$$PATH" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 fuzz: ## every fuzz target for FUZZTIME each (make test runs their seed corpora)
@@ -65,7 +68,7 @@ run: build ## a global and a zone on this machine, SQLite under .data/; Ctrl-C s
 repro: build ## the Kuma retry stall and its fix, with two control planes on loopback (examples/repro)
 	./examples/repro/two-cp.sh --no-build $(REPRO_ARGS)
 
-repro-compare: build ## every retry mode side by side: convergence time, NACKs, rounds
+repro-compare: build ## every retry mode side by side: convergence time, NACKs, rounds; a timeline SVG per scenario under bench-results/repro/
 	./examples/repro/compare.sh $(REPRO_ARGS)
 
 replicas: build ## three global replicas on a throwaway PostgreSQL, two zones, a replica killed under a zone (examples/replicas)
