@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kds-host/kds-host/host/api"
@@ -134,12 +135,49 @@ func (g *Global) serveToken(kind string) http.HandlerFunc {
 	}
 }
 
-// logObserver logs, at INFO, what an operator needs to know about zone streams.
+// logObserver logs, at INFO, what an operator needs to know about zone streams: a zone that
+// connects, leaves or is replaced, the first NACK of a kind and the kind's recovery.
 func (g *Global) logObserver() event.Observer {
 	log := g.log.Named("kds")
+	type streamKind struct {
+		stream int64
+		kind   string
+	}
+	var mu sync.Mutex
+	failing := map[streamKind]bool{}
 	return event.Observer{
 		StreamOpened: func(id int64, zone string) { log.Info("zone connected", "zone", zone, "stream", id) },
-		StreamClosed: func(id int64, zone string) { log.Info("zone disconnected", "zone", zone, "stream", id) },
+		StreamClosed: func(id int64, zone string) {
+			log.Info("zone disconnected", "zone", zone, "stream", id)
+			mu.Lock()
+			defer mu.Unlock()
+			for k := range failing {
+				if k.stream == id {
+					delete(failing, k)
+				}
+			}
+		},
+		NACK: func(n event.NACK) {
+			mu.Lock()
+			first := !failing[streamKind{n.StreamID, n.Kind}]
+			failing[streamKind{n.StreamID, n.Kind}] = true
+			mu.Unlock()
+			if first {
+				log.Info("zone rejects a kind", "zone", n.Zone, "kind", n.Kind, "rejected", len(n.Rejected), "detail", n.Detail)
+			}
+		},
+		ACK: func(a event.ACK) {
+			if a.Initial {
+				return
+			}
+			mu.Lock()
+			was := failing[streamKind{a.StreamID, a.Kind}]
+			delete(failing, streamKind{a.StreamID, a.Kind})
+			mu.Unlock()
+			if was {
+				log.Info("zone accepts the kind again", "zone", a.Zone, "kind", a.Kind)
+			}
+		},
 		Refused: func(r event.Refusal) {
 			if r.Reason == "replaced" {
 				log.Info("zone stream replaced by a newer one", "zone", r.Zone, "detail", r.Detail)

@@ -1,8 +1,12 @@
 package controlplane_test
 
 import (
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	. "github.com/onsi/gomega"
 
@@ -126,4 +130,46 @@ func TestAPlainZoneConvergesWithTheTimer(t *testing.T) {
 	g.Expect(metric(t, gl.DiagAddr(), "kds_retry_rounds_total")).To(BeNumerically(">=", 1), "the timer did it")
 	g.Expect(metric(t, gl.DiagAddr(), "kds_rerequests_total")).To(BeZero())
 	g.Expect(z.Client.Stats().ReRequests).To(BeZero())
+}
+
+// syncBuf is a log sink safe for concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The global logs at INFO what an operator needs: a zone connecting and leaving, the first NACK
+// of a kind, and its recovery.
+func TestTheGlobalLogsWhatAnOperatorNeeds(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	put(t, gst, reg, mesh("default"))
+	var out syncBuf
+	gl := startGlobal(t, gst, reg, func(c *controlplane.GlobalConfig) {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "global", Level: hclog.Info, Output: &out})
+		c.Builtin = policyOf(t, "policy: fixed\ndelay: 50ms\n")
+	})
+	z := startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"Mesh": 300 * time.Millisecond}
+	})
+	g.Eventually(count(z.Store, "Mesh", ""), 10*time.Second).Should(Equal(1))
+	g.Eventually(out.String, 5*time.Second).Should(ContainSubstring("zone accepts the kind again: zone=zone-1 kind=Mesh"))
+	log := out.String()
+	g.Expect(log).To(ContainSubstring("zone connected: zone=zone-1"))
+	g.Expect(strings.Count(log, "zone rejects a kind: zone=zone-1 kind=Mesh")).To(Equal(1), "the first NACK only:\n%s", log)
+	z.stop()
+	g.Eventually(out.String, 5*time.Second).Should(ContainSubstring("zone disconnected: zone=zone-1"))
 }

@@ -395,6 +395,9 @@ func (g *Global) sync(ctx context.Context) error {
 		return nil
 	}
 	if err := rebuild(); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before the first snapshot
+		}
 		return fmt.Errorf("first snapshot: %w", err)
 	}
 	close(g.ready)

@@ -103,7 +103,7 @@ func (z *Zone) Run(ctx context.Context) error {
 	run("KDS client", func() error { return z.Client.Run(ctx) })
 	run("API server", func() error { return apiServer.Serve(z.apiLn) })
 	run("diagnostics server", func() error { return diagServer.Serve(z.diagLn) })
-	z.log.Info("zone control plane up", "zone", z.cfg.KDS.Zone, "global", z.cfg.KDS.GlobalAddress, "api", z.APIAddr(), "diagnostics", z.DiagAddr())
+	z.log.Info("zone control plane serving its API; connecting to its global", "zone", z.cfg.KDS.Zone, "global", z.cfg.KDS.GlobalAddress, "api", z.APIAddr(), "diagnostics", z.DiagAddr())
 	<-ctx.Done()
 	shutdown(apiServer, diagServer)
 	wg.Wait()
