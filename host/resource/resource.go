@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -55,6 +56,10 @@ type Resource struct {
 	Owners     []Key             `json:"owners,omitempty"`
 	Spec       json.RawMessage   `json:"spec,omitempty"`
 	Generation int64             `json:"generation,omitempty"`
+	// CreationTime and ModificationTime are the store's, set when it stores the resource;
+	// they are not part of its content (nor of its version).
+	CreationTime     time.Time `json:"creationTime,omitzero"`
+	ModificationTime time.Time `json:"modificationTime,omitzero"`
 }
 
 // Key returns the resource's key.

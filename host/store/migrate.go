@@ -147,6 +147,12 @@ func migrations() []migration {
 			`CREATE INDEX zone_streams_replica ON zone_streams (replica)`,
 			`CREATE INDEX zone_streams_heartbeat ON zone_streams (heartbeat_ms)`,
 		}},
+		// When a resource was created and last changed, in Unix milliseconds of the writer's
+		// clock, for `get`'s AGE (0 for what was stored before).
+		{version: 5, name: "resource creation and modification times", stmts: []string{
+			`ALTER TABLE resources ADD COLUMN created_ms BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE resources ADD COLUMN modified_ms BIGINT NOT NULL DEFAULT 0`,
+		}},
 	}
 }
 

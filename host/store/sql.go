@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -50,14 +51,15 @@ const putAttempts = 10
 // savepoint is the name of the savepoint each Apply item runs in.
 const savepoint = "kds_apply_item"
 
-const selectColumns = `kind, mesh, name, labels, owners, spec, generation`
+const selectColumns = `kind, mesh, name, labels, owners, spec, generation, created_ms, modified_ms`
 
 // row is a resource in its stored form: labels and owners as canonical JSON, the spec as
 // canonical JSON, and the foreign key to the meshes table.
 type row struct {
-	key                  resource.Key
-	meshRef              sql.NullString
-	labels, owners, spec string
+	key                   resource.Key
+	meshRef               sql.NullString
+	labels, owners, spec  string
+	createdMS, modifiedMS int64 // read only: the store stamps them
 }
 
 func encodeRow(r *resource.Resource) (row, error) {
@@ -126,6 +128,12 @@ func (w row) sameContent(o row) bool {
 func (w row) decode(generation int64) (resource.Resource, error) {
 	r := resource.Resource{Kind: w.key.Kind, Mesh: w.key.Mesh, Name: w.key.Name,
 		Spec: json.RawMessage(w.spec), Generation: generation}
+	if w.createdMS > 0 {
+		r.CreationTime = time.UnixMilli(w.createdMS).UTC()
+	}
+	if w.modifiedMS > 0 {
+		r.ModificationTime = time.UnixMilli(w.modifiedMS).UTC()
+	}
 	if err := json.Unmarshal([]byte(w.labels), &r.Labels); err != nil {
 		return resource.Resource{}, fmt.Errorf("%s: stored labels: %w", w.key, err)
 	}
@@ -146,7 +154,7 @@ type scanner interface{ Scan(dest ...any) error }
 func scanRow(s scanner) (row, int64, error) {
 	var w row
 	var gen int64
-	err := s.Scan(&w.key.Kind, &w.key.Mesh, &w.key.Name, &w.labels, &w.owners, &w.spec, &gen)
+	err := s.Scan(&w.key.Kind, &w.key.Mesh, &w.key.Name, &w.labels, &w.owners, &w.spec, &gen, &w.createdMS, &w.modifiedMS)
 	return w, gen, err
 }
 
@@ -304,14 +312,17 @@ func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen in
 	}
 	var n int64
 	gen := int64(1)
+	now := time.Now().UnixMilli()
+	w.createdMS, w.modifiedMS = now, now
 	if !found {
 		result = Created
-		n, err = s.insertTx(ctx, tx, w, gen, rev)
+		n, err = s.insertTx(ctx, tx, w, gen, rev, now)
 	} else {
 		result, gen = Updated, oldGen+1
-		n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?
+		w.createdMS = old.createdMS
+		n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?, modified_ms = ?
 			WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
-			w.labels, w.owners, w.spec, gen, rev, k.Kind, k.Mesh, k.Name, oldGen))
+			w.labels, w.owners, w.spec, gen, rev, now, k.Kind, k.Mesh, k.Name, oldGen))
 	}
 	if err != nil {
 		return stored, Unchanged, false, err
@@ -325,7 +336,7 @@ func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen in
 	if !found {
 		// Created here, so the resources that come with it are created here too, once.
 		for _, c := range with {
-			if _, err := s.insertTx(ctx, tx, c, 1, rev); err != nil {
+			if _, err := s.insertTx(ctx, tx, c, 1, rev, now); err != nil {
 				return stored, Unchanged, false, fmt.Errorf("%s, created with it: %w", c.key, s.missingOwner(c.key, err))
 			}
 		}
@@ -405,14 +416,14 @@ func (s *sqlStore) WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOu
 
 // insertTx creates the row w at generation gen and revision rev, with the meshes row of a
 // Mesh, and returns 1, or 0 when a resource with its key is stored already (and is left alone).
-func (s *sqlStore) insertTx(ctx context.Context, tx execer, w row, gen, rev int64) (int64, error) {
+func (s *sqlStore) insertTx(ctx context.Context, tx execer, w row, gen, rev, now int64) (int64, error) {
 	if err := s.meshRowTx(ctx, tx, w.key); err != nil {
 		return 0, err
 	}
 	k := w.key
-	return rowsAffected(tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
-		k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen, rev))
+	return rowsAffected(tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision, created_ms, modified_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, mesh, name) DO NOTHING`),
+		k.Kind, k.Mesh, k.Name, w.meshRef, w.labels, w.owners, w.spec, gen, rev, now, now))
 }
 
 // meshRowTx makes sure a Mesh's row in the meshes table exists, for the Mesh row to refer to;
@@ -554,14 +565,15 @@ func (s *sqlStore) upsertTx(ctx context.Context, tx execer, r *resource.Resource
 	if err := s.meshRowTx(ctx, tx, w.key); err != nil {
 		return 0, err
 	}
-	return rowsAffected(tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	now := time.Now().UnixMilli()
+	return rowsAffected(tx.ExecContext(ctx, s.d.rebind(`INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision, created_ms, modified_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (kind, mesh, name) DO UPDATE SET
 			labels = excluded.labels, owners = excluded.owners, spec = excluded.spec, generation = excluded.generation,
-			revision = excluded.revision
+			revision = excluded.revision, modified_ms = excluded.modified_ms
 		WHERE resources.labels <> excluded.labels OR resources.owners <> excluded.owners
 			OR resources.spec <> excluded.spec OR resources.generation <> excluded.generation`),
-		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation, rev))
+		r.Kind, r.Mesh, r.Name, w.meshRef, w.labels, w.owners, w.spec, r.Generation, rev, now, now))
 }
 
 func (s *sqlStore) Revision(ctx context.Context) (int64, error) {

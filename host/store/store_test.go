@@ -99,6 +99,9 @@ func TestCRUD(t *testing.T) {
 		want.Generation = 1
 		got, err := s.Get(ctx, want.Key())
 		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.CreationTime).NotTo(BeZero(), "the store stamps it")
+		g.Expect(got.ModificationTime).To(Equal(got.CreationTime))
+		got.CreationTime, got.ModificationTime = time.Time{}, time.Time{}
 		g.Expect(got).To(Equal(want))
 
 		m, err := s.Get(ctx, resource.Key{Kind: resource.MeshKind, Name: "default"})

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	yamlv2 "go.yaml.in/yaml/v2"
@@ -37,12 +41,12 @@ meshtimeout, meshtimeouts and MeshTimeout name the same kind.`,
 	flags := addAPIFlags(cmd)
 	cmd.Flags().StringVarP(&mesh, "mesh", "m", defaultMesh, "mesh of a mesh-scoped kind")
 	cmd.Flags().BoolVarP(&allMeshes, "all-meshes", "A", false, "list a mesh-scoped kind in every mesh")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, wide (the table with labels, owners and the last change), yaml or json")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		switch output {
-		case "table", "yaml", "json":
+		case "table", "wide", "yaml", "json":
 		default:
-			return fmt.Errorf("--output %q: want table, yaml or json", output)
+			return fmt.Errorf("--output %q: want table, wide, yaml or json", output)
 		}
 		if allMeshes && len(args) == 2 {
 			return fmt.Errorf("--all-meshes lists: it takes no NAME")
@@ -71,8 +75,8 @@ func runGet(cmd *cobra.Command, s *apiSession, args []string, mesh string, allMe
 		if err != nil {
 			return err
 		}
-		if output == "table" {
-			return printTable(out, k, []resource.Resource{r})
+		if output == "table" || output == "wide" {
+			return printTable(out, k, []resource.Resource{r}, output == "wide", time.Now())
 		}
 		return printDocument(out, output, r)
 	}
@@ -80,7 +84,7 @@ func runGet(cmd *cobra.Command, s *apiSession, args []string, mesh string, allMe
 	if err != nil {
 		return err
 	}
-	if output != "table" {
+	if output != "table" && output != "wide" {
 		return printDocument(out, output, list)
 	}
 	if list.Total == 0 {
@@ -94,7 +98,7 @@ func runGet(cmd *cobra.Command, s *apiSession, args []string, mesh string, allMe
 		fmt.Fprintf(cmd.ErrOrStderr(), "No %s found%s.\n", k.Plural, where)
 		return nil
 	}
-	return printTable(out, k, list.Items)
+	return printTable(out, k, list.Items, output == "wide", time.Now())
 }
 
 func newDeleteCmd() *cobra.Command {
@@ -129,21 +133,57 @@ func newDeleteCmd() *cobra.Command {
 	return cmd
 }
 
-// printTable prints resources as columns: MESH (for a mesh-scoped kind), NAME, GENERATION.
-func printTable(w io.Writer, k resource.Kind, items []resource.Resource) error {
+// printTable prints resources as columns: MESH (for a mesh-scoped kind), NAME, GENERATION, AGE,
+// and when wide, LABELS, OWNERS and MODIFIED (how long since the last change).
+func printTable(w io.Writer, k resource.Kind, items []resource.Resource, wide bool, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	var head []string
 	if k.Scope == resource.ScopeMesh {
-		fmt.Fprintln(tw, "MESH\tNAME\tGENERATION")
-		for _, r := range items {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", r.Mesh, r.Name, r.Generation)
+		head = append(head, "MESH")
+	}
+	head = append(head, "NAME", "GENERATION", "AGE")
+	if wide {
+		head = append(head, "LABELS", "OWNERS", "MODIFIED")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, r := range items {
+		var row []string
+		if k.Scope == resource.ScopeMesh {
+			row = append(row, r.Mesh)
 		}
-	} else {
-		fmt.Fprintln(tw, "NAME\tGENERATION")
-		for _, r := range items {
-			fmt.Fprintf(tw, "%s\t%d\n", r.Name, r.Generation)
+		row = append(row, r.Name, strconv.FormatInt(r.Generation, 10), age(r.CreationTime, now))
+		if wide {
+			labels := make([]string, 0, len(r.Labels))
+			for _, l := range slices.Sorted(maps.Keys(r.Labels)) {
+				labels = append(labels, l+"="+r.Labels[l])
+			}
+			owners := make([]string, 0, len(r.Owners))
+			for _, o := range r.Owners {
+				owners = append(owners, o.String())
+			}
+			row = append(row, dash(strings.Join(labels, ",")), dash(strings.Join(owners, ",")), age(r.ModificationTime, now))
 		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
+}
+
+// age is how long ago t was, as kubectl and kumactl print it (45s, 12m, 3h, 5d), or "-" when the
+// store did not say.
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := max(now.Sub(t), 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 // printDocument prints v (a resource or an api.List) as indented JSON, or as YAML whose keys

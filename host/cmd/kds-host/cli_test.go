@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -191,28 +192,34 @@ func TestGet(t *testing.T) {
 
 	r = runCLI(t, "", "get", "meshes", "--cp", cp)
 	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
-	g.Expect(r.stdout).To(Equal("NAME      GENERATION\ndefault   1\n"))
+	g.Expect(r.stdout).To(MatchRegexp(`^NAME\s+GENERATION\s+AGE\ndefault\s+1\s+\d+s\n$`))
 
 	for _, kind := range []string{"meshtimeouts", "MeshTimeout", "MESHTIMEOUT", "meshtimeout"} {
 		r = runCLI(t, "", "get", kind, "-m", "default", "--cp", cp)
 		g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
-		g.Expect(strings.Split(strings.TrimSpace(r.stdout), "\n")).To(Equal([]string{
-			"MESH      NAME                                GENERATION",
-			"default   mesh-gateways-timeout-all-default   1",
-			"default   mesh-timeout-all-default            1",
-			"default   mt-1                                1",
-		}), kind)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		g.Expect(lines).To(HaveLen(4), kind)
+		g.Expect(lines[0]).To(MatchRegexp(`^MESH\s+NAME\s+GENERATION\s+AGE$`))
+		for i, name := range []string{"mesh-gateways-timeout-all-default", "mesh-timeout-all-default", "mt-1"} {
+			g.Expect(lines[i+1]).To(MatchRegexp(`^default\s+`+name+`\s+1\s+\d+s$`), kind)
+		}
 	}
 
 	r = runCLI(t, "", "get", "meshtimeout", "mt-1", "-o", "yaml", "--cp", cp)
 	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
 	g.Expect(r.stdout).To(HavePrefix("type: MeshTimeout\nmesh: default\nname: mt-1\nspec:\n"))
 	g.Expect(r.stdout).To(ContainSubstring("connectionTimeout: 3s"))
-	g.Expect(r.stdout).To(HaveSuffix("generation: 1\n"))
+	g.Expect(r.stdout).To(ContainSubstring("generation: 1\ncreationTime: "), "the store's times follow the content")
 
 	r = runCLI(t, "", "get", "meshtimeout", "mt-1", "-o", "json", "--cp", cp)
 	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
-	g.Expect(r.stdout).To(MatchJSON(`{"type":"MeshTimeout","mesh":"default","name":"mt-1","generation":1,
+	var doc map[string]any
+	g.Expect(json.Unmarshal([]byte(r.stdout), &doc)).To(Succeed())
+	g.Expect(doc).To(And(HaveKey("creationTime"), HaveKey("modificationTime")))
+	delete(doc, "creationTime")
+	delete(doc, "modificationTime")
+	withoutTimes, _ := json.Marshal(doc)
+	g.Expect(string(withoutTimes)).To(MatchJSON(`{"type":"MeshTimeout","mesh":"default","name":"mt-1","generation":1,
 		"spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"3s"}}]}}`))
 
 	r = runCLI(t, "", "get", "meshtimeouts", "-m", "other", "--cp", cp)
@@ -224,7 +231,7 @@ func TestGet(t *testing.T) {
 	g.Expect(r.err).To(MatchError(And(ContainSubstring(`unknown kind "meshgizmos"`), ContainSubstring("MeshTimeout (meshtimeouts)"))))
 
 	r = runCLI(t, "", "get", "meshes", "-o", "xml", "--cp", cp)
-	g.Expect(r.err).To(MatchError(`--output "xml": want table, yaml or json`))
+	g.Expect(r.err).To(MatchError(`--output "xml": want table, wide, yaml or json`))
 }
 
 func TestDelete(t *testing.T) {
@@ -279,4 +286,25 @@ func TestZoneRefusesApply(t *testing.T) {
 	r := runCLI(t, "type: Mesh\nname: default\n", "apply", "-f", "-", "--cp", ts.URL)
 	g.Expect(r.err).To(HaveOccurred())
 	g.Expect(r.stderr).To(ContainSubstring("this is a zone control plane: resources are read-only here; apply them on the global"))
+}
+
+func TestGetShowsAgeAndWide(t *testing.T) {
+	g := NewWithT(t)
+	cp := newGlobalAPI(t)
+	r := runCLI(t, "", "apply", "-f", writeFile(t, "m.yaml", "type: Mesh\nname: default\nlabels: {team: payments}\n"), "--cp", cp)
+	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
+	r = runCLI(t, "", "get", "meshes", "--cp", cp)
+	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
+	g.Expect(r.stdout).To(MatchRegexp(`NAME\s+GENERATION\s+AGE\n`))
+	g.Expect(r.stdout).To(MatchRegexp(`default\s+1\s+\d+s\n`))
+	r = runCLI(t, "", "get", "meshes", "-o", "wide", "--cp", cp)
+	g.Expect(r.err).NotTo(HaveOccurred(), r.stderr)
+	g.Expect(r.stdout).To(MatchRegexp(`NAME\s+GENERATION\s+AGE\s+LABELS\s+OWNERS\s+MODIFIED\n`))
+	g.Expect(r.stdout).To(MatchRegexp(`default\s+1\s+\d+s\s+team=payments\s+-\s+\d+s\n`))
+
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{5 * time.Second: "5s", 12 * time.Minute: "12m", 30 * time.Hour: "30h", 100 * time.Hour: "4d"} {
+		g.Expect(age(now.Add(-d), now)).To(Equal(want))
+	}
+	g.Expect(age(time.Time{}, now)).To(Equal("-"))
 }
