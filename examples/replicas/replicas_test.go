@@ -35,7 +35,9 @@ func TestAZoneMovesWhenItsReplicaIsKilled(t *testing.T) {
 	bin := filepath.Dir(testbin.Build(t, "./host/cmd/kds-host"))
 	root, err := testbin.ModuleRoot()
 	g.Expect(err).NotTo(HaveOccurred())
-	cmd := exec.Command(filepath.Join(root, "examples/replicas/replicas.sh"), "--no-build", "--port-base", "27400")
+	// replicas.sh's ports: PostgreSQL at +99, replica i at +10i (+0, +1, +5), zone j at +100+10j (+0, +1).
+	base := testbin.FreePortBase(t, 10, 11, 15, 20, 21, 25, 30, 31, 35, 99, 110, 111, 120, 121)
+	cmd := exec.Command(filepath.Join(root, "examples/replicas/replicas.sh"), "--no-build", "--port-base", strconv.Itoa(base))
 	cmd.Env = append(os.Environ(), "KDS_BIN="+bin)
 	out, err := cmd.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)

@@ -3,8 +3,6 @@
 package repro_test
 
 import (
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,33 +32,10 @@ type result struct {
 	output      string
 }
 
-// freeBase returns a port base whose ports two-cp.sh uses (base, +1, +5, +100, +101) are free
-// now, picked at random so that two checkouts running their tests at once do not collide.
-func freeBase(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		base := 20000 + rand.IntN(30000)
-		free := true
-		for _, off := range []int{0, 1, 5, 100, 101} {
-			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+off))
-			if err != nil {
-				free = false
-				break
-			}
-			ln.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no free port base found")
-	return 0
-}
-
 // run runs two-cp.sh, on free ports, and parses its RESULT line.
 func run(t *testing.T, args ...string) result {
 	t.Helper()
-	ports := freeBase(t)
+	ports := testbin.FreePortBase(t, 0, 1, 5, 100, 101) // two-cp.sh's ports
 	bin := filepath.Dir(testbin.Build(t, "./host/cmd/kds-host"))
 	testbin.Build(t, "./plugins/retry-forcer")
 	root, err := testbin.ModuleRoot()
