@@ -12,11 +12,17 @@ import (
 )
 
 // TestGeneratedCodeIsCurrent regenerates every .proto into a temporary folder with the pinned
-// generators (bin/tools, put on PATH by `make test`) and compares it with the committed code.
+// generators (bin/tools, which `make test` builds; the test puts it first on PATH) and compares it
+// with the committed code.
 func TestGeneratedCodeIsCurrent(t *testing.T) {
+	if tools, err := filepath.Abs(filepath.Join("..", "bin", "tools")); err == nil {
+		if _, err := os.Stat(filepath.Join(tools, "protoc-gen-go")); err == nil {
+			t.Setenv("PATH", tools+string(os.PathListSeparator)+os.Getenv("PATH"))
+		}
+	}
 	for _, tool := range []string{"protoc", "protoc-gen-go", "protoc-gen-go-grpc"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not on PATH: run the tests with `make test` (it builds the pinned generators into bin/tools; protoc comes from apt-get install protobuf-compiler)", tool)
+			t.Fatalf("%s is not on PATH: run `make tools` (it builds the pinned generators into bin/tools) or `make test` (it does so too; protoc comes from apt-get install protobuf-compiler)", tool)
 		}
 	}
 	protos, err := filepath.Glob("*/v1/*.proto")
