@@ -59,7 +59,11 @@ fuzz: ## every fuzz target for FUZZTIME each (make test runs their seed corpora)
 	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-bench: ## benchmarks; see docs/benchmarks.md
+BENCH_RUNS ?= 1
+BENCH_ARGS ?=
+bench: ## examples/bench/scale (kds-host, holds on and off, against stock go-control-plane; figures under bench-results/), then every go test benchmark; see docs/benchmarks.md
+	$(GO) build -o $(BIN)/bench/ ./examples/bench/scale ./examples/bench/benchserver ./examples/bench/stock
+	$(BIN)/bench/scale -bin $(BIN)/bench -runs $(BENCH_RUNS) -out bench-results $(BENCH_ARGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 run: build ## a global and a zone on this machine, SQLite under .data/; Ctrl-C stops both

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+// fleetConfig is what the zones' process is told on its command line.
+type fleetConfig struct {
+	addr           string
+	zones          int
+	resources      int    // MeshTimeouts each zone must hold, and the Mesh
+	tokensFile     string // a zone token per line; empty: no tokens (the stock server)
+	updates        int    // updates the driver will make (warm-up included)
+	streamsPerConn int
+}
+
+// The zones' process prints, on its standard output:
+//
+//	progress ZONES RESOURCES     every 2 s until synced: zones holding everything, resources held
+//	synced NANOSECONDS           every zone holds everything, NANOSECONDS after the first dial
+//	reached SEQ UNIXNANO         every zone holds update SEQ, since the wall clock's UNIXNANO
+//
+// and closes every stream and exits once its standard input closes. A stream that fails while
+// it runs ends the process with an error.
+func runFleet(cfg fleetConfig) error {
+	var tokens []string
+	if cfg.tokensFile != "" {
+		b, err := os.ReadFile(cfg.tokensFile)
+		if err != nil {
+			return err
+		}
+		tokens = strings.Fields(string(b))
+		if len(tokens) < cfg.zones {
+			return fmt.Errorf("%s holds %d tokens for %d zones", cfg.tokensFile, len(tokens), cfg.zones)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // the driver closed our standard input, or died
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+
+	f := &fleet{cfg: cfg, reached: make([]atomic.Int64, cfg.updates), failed: make(chan error, 1)}
+	f.remaining.Store(int64(cfg.zones))
+	start := time.Now()
+	f.start = start
+	var conns []*grpc.ClientConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var conn *grpc.ClientConn
+	for i := range cfg.zones {
+		if i%cfg.streamsPerConn == 0 {
+			c, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+			if err != nil {
+				return err
+			}
+			conn = c
+			conns = append(conns, c)
+		}
+		token := ""
+		if tokens != nil {
+			token = tokens[i]
+		}
+		cc := conn
+		wg.Go(func() {
+			if err := f.zone(ctx, cc, benchproc.ZoneName(i), token); err != nil && ctx.Err() == nil {
+				select {
+				case f.failed <- err:
+				default:
+				}
+			}
+		})
+	}
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-f.failed:
+			return err
+		case <-tick.C:
+			if left := f.remaining.Load(); left > 0 {
+				f.print("progress %d %d", int64(cfg.zones)-left, f.held.Load())
+			}
+		}
+	}
+}
+
+// fleet is the zones' shared progress.
+type fleet struct {
+	cfg       fleetConfig
+	start     time.Time
+	remaining atomic.Int64   // zones not yet holding everything
+	held      atomic.Int64   // resources held, over every zone
+	reached   []atomic.Int64 // per update, the zones holding it
+	failed    chan error
+	out       sync.Mutex // one line at a time on stdout
+}
+
+func (f *fleet) print(format string, args ...any) {
+	f.out.Lock()
+	defer f.out.Unlock()
+	fmt.Printf(format+"\n", args...)
+}
+
+// zone is one zone's stream: it subscribes Mesh and MeshTimeout (wildcard), ACKs every response,
+// and counts what it holds in a bitset (one bit per resource, so a resource sent twice counts
+// once, and nothing of what arrives is kept).
+func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: open the stream: %w", name, err)
+	}
+	node := &core.Node{Id: name}
+	for _, k := range []string{resource.MeshKind, "MeshTimeout"} {
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
+			return fmt.Errorf("%s: subscribe %s: %w", name, k, err)
+		}
+		node = nil
+	}
+	want := f.cfg.resources + 1
+	have := make([]uint64, (want+63)/64)
+	held := 0
+	next := 0 // the next update this zone has not seen
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for _, r := range resp.GetResources() {
+			i, ok := benchproc.Index(resp.GetTypeUrl(), r.GetName())
+			if !ok || i >= want {
+				continue
+			}
+			if have[i/64]&(1<<(i%64)) == 0 {
+				have[i/64] |= 1 << (i % 64)
+				f.held.Add(1)
+				if held++; held == want && f.remaining.Add(-1) == 0 {
+					f.print("synced %d", time.Since(f.start).Nanoseconds())
+				}
+			}
+			if i == benchproc.Target {
+				seq := updateOf(r)
+				for ; next <= seq && next < len(f.reached); next++ { // update seq, and any it folded in
+					if f.reached[next].Add(1) == int64(f.cfg.zones) {
+						f.print("reached %d %d", next, time.Now().UnixNano())
+					}
+				}
+			}
+		}
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
+			return fmt.Errorf("%s: ACK: %w", name, err)
+		}
+	}
+}
+
+// updateOf reads which update (benchproc.Updated) a delivery of the target MeshTimeout carries:
+// its connection timeout is seq+1 seconds; the initial one (milliseconds) is -1.
+func updateOf(r *discovery.Resource) int {
+	p, err := kds.Decode(r.GetResource())
+	if err != nil {
+		return -1
+	}
+	d, err := time.ParseDuration(p.GetSpec().GetFields()["default"].GetStructValue().GetFields()["connectionTimeout"].GetStringValue())
+	if err != nil || d < time.Second {
+		return -1
+	}
+	return int(d/time.Second) - 1
+}

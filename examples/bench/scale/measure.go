@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+)
+
+// figures is what one run of one server in one scenario measured.
+type figures struct {
+	Ready      float64   `json:"ready_s"`          // server start (store fill included) until it serves
+	Sync       float64   `json:"full_sync_s"`      // first zone dial until every zone holds everything
+	Rate       float64   `json:"resources_per_s"`  // zones x (resources + 1) / Sync
+	SyncCPU    float64   `json:"sync_cpu_s"`       // server CPU from the zones' start until synced
+	ZonesCPU   float64   `json:"zones_sync_cpu_s"` // the zones' process's CPU over the same span
+	UpdateP50  float64   `json:"update_p50_ms"`    // one update reaching every zone
+	UpdateMax  float64   `json:"update_max_ms"`
+	UpdateCPU  float64   `json:"update_cpu_s"`    // server CPU per update
+	IdleCPU    float64   `json:"idle_cpu_pct"`    // % of one core, every zone connected, nothing changing
+	PeakRSS    uint64    `json:"peak_rss_bytes"`  // VmHWM at the end of the run
+	LiveHeap   uint64    `json:"live_heap_bytes"` // HeapAlloc after two forced GCs, at the end
+	Updates    []float64 `json:"updates_ms"`
+	CPUProfile string    `json:"cpu_profile,omitempty"`
+}
+
+func (f figures) summary() string {
+	return fmt.Sprintf("sync %.2f s (%.0f k/s, CPU %.2f s), update p50 %.1f ms max %.1f ms CPU %.3f s, idle %.2f %%, VmHWM %s, heap %s",
+		f.Sync, f.Rate/1000, f.SyncCPU, f.UpdateP50, f.UpdateMax, f.UpdateCPU, f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap))
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// measure runs one server in one scenario, and stops everything it started, whatever happens.
+func measure(ctx context.Context, o options, self, bin string, sc scenario, sv server, prof string) (fig figures, err error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	tmp, err := os.MkdirTemp(o.tmp, "kds-bench-scale-")
+	if err != nil {
+		return fig, err
+	}
+	defer os.RemoveAll(tmp)
+
+	var path string
+	var args []string
+	tokens := ""
+	switch sv {
+	case holdsOn, holdsOff:
+		tokens = filepath.Join(tmp, "tokens")
+		path = filepath.Join(bin, "benchserver")
+		args = []string{"-resources", strconv.Itoa(sc.Resources), "-zones", strconv.Itoa(sc.Zones), "-tokens", tokens,
+			"-owner-holds=" + strconv.FormatBool(sv == holdsOn), "-tmp", tmp}
+	case stock:
+		path = filepath.Join(bin, "stock")
+		args = []string{"-resources", strconv.Itoa(sc.Resources)}
+	}
+	if prof != "" {
+		args = append(args, "-cpuprofile", prof)
+		fig.CPUProfile = prof
+	}
+	started := time.Now()
+	srv, err := startChild(string(sv), path, args...)
+	if err != nil {
+		return fig, err
+	}
+	defer func() {
+		if serr := srv.stop(time.Minute); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	line, err := srv.expect(ctx, "ready ", 10*time.Minute)
+	if err != nil {
+		return fig, err
+	}
+	fig.Ready = time.Since(started).Seconds()
+	kdsAddr, control, err := benchproc.ParseReady(line)
+	if err != nil {
+		return fig, err
+	}
+	pid := srv.pid()
+	var cpuErr error // the first failure to read the server's CPU time
+	defer func() {
+		if cpuErr != nil && err == nil {
+			err = cpuErr
+		}
+	}()
+	cpu := func() time.Duration {
+		d, err := cpuOf(pid)
+		if err != nil && cpuErr == nil {
+			cpuErr = err
+		}
+		return d
+	}
+	quiet(ctx, pid, 10*time.Second)
+
+	// Full sync.
+	total := o.warmup + o.updates
+	fargs := []string{"-fleet", kdsAddr, "-fleet-zones", strconv.Itoa(sc.Zones), "-fleet-resources", strconv.Itoa(sc.Resources),
+		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(o.streamsPerConn)}
+	if tokens != "" {
+		fargs = append(fargs, "-fleet-tokens", tokens)
+	}
+	cpu0 := cpu()
+	zones, err := startChild("zones", self, fargs...)
+	if err != nil {
+		return fig, err
+	}
+	defer func() {
+		if zerr := zones.stop(time.Minute); zerr != nil && err == nil {
+			err = zerr
+		}
+	}()
+	line, err = zones.expect(ctx, "synced ", o.syncTimeout)
+	if err != nil {
+		if p := zones.lastLine("progress "); p != "" {
+			var z, held int64
+			fmt.Sscanf(p, "progress %d %d", &z, &held)
+			err = fmt.Errorf("%w (%d of %d zones held everything, %d of %d resources delivered)", err, z, sc.Zones, held, int64(sc.Zones)*int64(sc.Resources+1))
+		}
+		return fig, fmt.Errorf("full sync: %w", err)
+	}
+	cpu1 := cpu()
+	if zcpu, err := cpuOf(zones.pid()); err == nil {
+		fig.ZonesCPU = zcpu.Seconds()
+	}
+	ns, err := strconv.ParseInt(strings.TrimPrefix(line, "synced "), 10, 64)
+	if err != nil {
+		return fig, fmt.Errorf("zones: %q: %w", line, err)
+	}
+	fig.Sync = time.Duration(ns).Seconds()
+	fig.Rate = float64(sc.Zones) * float64(sc.Resources+1) / fig.Sync
+	fig.SyncCPU = (cpu1 - cpu0).Seconds()
+	quiet(ctx, pid, 30*time.Second) // the last ACKs, and whatever the server does after a sync
+
+	// Updates: each from just before the control request until the zones' process saw the last
+	// zone hold it (both read the same wall clock).
+	client := &http.Client{Timeout: o.updateTimeout}
+	var cpuA time.Duration
+	for seq := range total {
+		if seq == o.warmup {
+			quiet(ctx, pid, 10*time.Second)
+			cpuA = cpu()
+		}
+		t0 := time.Now()
+		resp, err := client.Post(fmt.Sprintf("http://%s/update?seq=%d", control, seq), "", nil)
+		if err != nil {
+			return fig, fmt.Errorf("update %d: %w", seq, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return fig, fmt.Errorf("update %d: %s", seq, resp.Status)
+		}
+		line, err := zones.expect(ctx, fmt.Sprintf("reached %d ", seq), o.updateTimeout)
+		if err != nil {
+			return fig, fmt.Errorf("update %d: %w", seq, err)
+		}
+		at, err := strconv.ParseInt(line[strings.LastIndexByte(line, ' ')+1:], 10, 64)
+		if err != nil {
+			return fig, fmt.Errorf("zones: %q: %w", line, err)
+		}
+		if seq >= o.warmup {
+			fig.Updates = append(fig.Updates, float64(at-t0.UnixNano())/1e6)
+		}
+		sleep(ctx, o.gap)
+	}
+	quiet(ctx, pid, 30*time.Second) // the last update's ACKs
+	fig.UpdateCPU = (cpu() - cpuA).Seconds() / float64(o.updates)
+	sorted := slices.Sorted(slices.Values(fig.Updates))
+	fig.UpdateP50, fig.UpdateMax = median(sorted), sorted[len(sorted)-1]
+
+	// Idle, every zone connected.
+	i0, t0 := cpu(), time.Now()
+	sleep(ctx, o.idle)
+	fig.IdleCPU = 100 * (cpu() - i0).Seconds() / time.Since(t0).Seconds()
+	if ctx.Err() != nil {
+		return fig, ctx.Err()
+	}
+
+	// Memory: the live heap (after forced GCs, so last), the peak resident set.
+	hresp, err := client.Get("http://" + control + "/heap")
+	if err != nil {
+		return fig, fmt.Errorf("heap: %w", err)
+	}
+	var h benchproc.Heap
+	err = json.NewDecoder(hresp.Body).Decode(&h)
+	hresp.Body.Close()
+	if err != nil {
+		return fig, fmt.Errorf("heap: %w", err)
+	}
+	fig.LiveHeap = h.HeapAlloc
+	if _, fig.PeakRSS, err = memOf(pid); err != nil {
+		return fig, err
+	}
+	return fig, nil
+}
+
+// quiet waits until the process has used less than 3 ms of CPU over 300 ms (1 %), at most max:
+// what a step started has finished before the next is measured.
+func quiet(ctx context.Context, pid int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	last, _ := cpuOf(pid)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		sleep(ctx, 300*time.Millisecond)
+		now, err := cpuOf(pid)
+		if err != nil || now-last < 3*time.Millisecond {
+			return
+		}
+		last = now
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// median of sorted values (the mean of the middle two for an even count).
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}

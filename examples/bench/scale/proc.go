@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// child is a process this program started: its standard output arrives line by line on lines,
+// and closing its standard input tells it to stop.
+type child struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	mu    sync.Mutex
+	last  map[string]string // the last line skipped by expect, by its first word
+	done  chan struct{}     // closed once the process has exited; err is then set
+	err   error
+}
+
+// startChild starts path with args; its standard error goes to ours. On Linux it is killed if
+// this program dies (Pdeathsig), and closing its standard input asks it to stop.
+func startChild(name, path string, args ...string) (*child, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Stderr = os.Stderr
+	setDeathSignal(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 1024), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		c.err = cmd.Wait() // after the last read of stdout, as Wait requires
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// expect returns the next line of the child that starts with prefix (other lines are skipped),
+// or an error when the child exits, timeout passes or ctx ends first.
+func (c *child) expect(ctx context.Context, prefix string, timeout time.Duration) (string, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case line := <-c.lines:
+			if strings.HasPrefix(line, prefix) {
+				return line, nil
+			}
+			c.skipped(line)
+		case <-c.done:
+			select { // a line printed just before the exit
+			case line := <-c.lines:
+				if strings.HasPrefix(line, prefix) {
+					return line, nil
+				}
+				continue
+			default:
+			}
+			return "", fmt.Errorf("%s exited (%v) before printing %q", c.name, c.err, prefix)
+		case <-t.C:
+			return "", fmt.Errorf("%s printed no %q within %s", c.name, prefix, timeout)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+func (c *child) skipped(line string) {
+	word, _, _ := strings.Cut(line, " ")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[string]string{}
+	}
+	c.last[word+" "] = line
+}
+
+// lastLine is the last line expect skipped that starts with prefix, a first word and a space.
+func (c *child) lastLine(prefix string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last[prefix]
+}
+
+// stop closes the child's standard input and waits for it to exit, at most timeout, then kills
+// it. A second call returns at once.
+func (c *child) stop(timeout time.Duration) error {
+	if c == nil {
+		return nil
+	}
+	c.stdin.Close()
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return fmt.Errorf("%s did not stop within %s: killed", c.name, timeout)
+	}
+	var exit *exec.ExitError
+	if errors.As(c.err, &exit) {
+		return fmt.Errorf("%s: %w", c.name, c.err)
+	}
+	return nil
+}
+
+// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuOf is the CPU time (user and system) a process has used: the sum of its threads' time on
+// a CPU from /proc/PID/task/*/schedstat (nanoseconds), or, when that is off by more than two
+// clock ticks from /proc/PID/stat's utime+stime (a thread exited, or schedstat is missing),
+// the latter, at a resolution of one clock tick.
+func cpuOf(pid int) (time.Duration, error) {
+	coarse, err := statCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	fine, err := schedstatCPU(pid)
+	if err != nil || fine-coarse > 2*clockTick || coarse-fine > 2*clockTick {
+		return coarse, nil
+	}
+	return fine, nil
+}
+
+func statCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	// After the name: state(3) ... utime(14) stime(15), so f[11] and f[12].
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick, nil
+}
+
+func schedstatCPU(pid int) (time.Duration, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s/%s/schedstat: empty", dir, t.Name())
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
+// memOf reads a process's resident set now (VmRSS) and at its peak (VmHWM), in bytes.
+func memOf(pid int) (rss, hwm uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		var dst *uint64
+		switch f[0] {
+		case "VmRSS:":
+			dst = &rss
+		case "VmHWM:":
+			dst = &hwm
+		default:
+			continue
+		}
+		kb, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		*dst = kb << 10
+	}
+	return rss, hwm, nil
+}
+
+// memAvailable is MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+func memAvailable() uint64 { return meminfo("MemAvailable:") }
+
+func meminfo(field string) uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == field {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,11 @@
+package main
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setDeathSignal has the kernel kill cmd when this program dies, however it dies.
+func setDeathSignal(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

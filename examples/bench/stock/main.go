@@ -1,0 +1,137 @@
+// Command stock is the baseline of examples/bench/scale: a stock go-control-plane v0.14 delta
+// xDS server (pkg/server/delta/v3 over pkg/cache/v3 LinearCaches, one per kind, routed by type
+// URL through a MuxCache) serving what a kds-host global serves: Mesh "default" and N MeshTimeouts,
+// each as the same kds.v1.Resource envelope (built by host/kds NewEntry from the same
+// resource list). Plaintext gRPC on loopback, no authentication, no store, no retries, no
+// owner holds.
+//
+//	stock -resources 1000 [-kds-addr 127.0.0.1:0] [-cpuprofile FILE]
+//
+// Once it serves, it prints a benchproc.Ready line; its control endpoint changes the target
+// MeshTimeout (LinearCache.UpdateResource) and reports the live heap. It stops when its standard
+// input closes.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	xdsresource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	delta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	"google.golang.org/grpc"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+func main() {
+	n := flag.Int("resources", 1000, "MeshTimeouts to serve (and Mesh \"default\")")
+	addr := flag.String("kds-addr", "127.0.0.1:0", "delta xDS listen address")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile, from serving until exit, to this file")
+	flag.Parse()
+	if err := run(*n, *addr, *cpuProfile); err != nil {
+		fmt.Fprintln(os.Stderr, "stock:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, addr, cpuProfile string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := benchproc.UntilStdinCloses(ctx)
+	defer cancel()
+
+	reg := resource.Default()
+	byKind := map[string]map[string]types.Resource{}
+	for _, r := range benchproc.Resources(n) {
+		if err := reg.Validate(&r); err != nil {
+			return err
+		}
+		e, err := kds.NewEntry(&r)
+		if err != nil {
+			return err
+		}
+		if byKind[r.Kind] == nil {
+			byKind[r.Kind] = map[string]types.Resource{}
+		}
+		byKind[r.Kind][e.Key.XDSName()] = e.Resource
+	}
+	// One LinearCache per kind: a LinearCache serves the one type URL it is given, and a kds-host
+	// type URL is the kind's name. Every kind has one, so a client that subscribes another kind
+	// gets an empty answer, not a closed stream.
+	caches := map[string]cachev3.Cache{}
+	linear := map[string]*cachev3.LinearCache{}
+	for _, kind := range reg.Names() {
+		lc := cachev3.NewLinearCache(kind, cachev3.WithInitialResources(byKind[kind]))
+		caches[kind], linear[kind] = lc, lc
+	}
+	byKind = nil
+	mux := &cachev3.MuxCache{
+		Classify:      func(r *cachev3.Request) string { return r.GetTypeUrl() },
+		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return r.GetTypeUrl() },
+		Caches:        caches,
+	}
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, &ads{delta: delta.NewServer(ctx, mux, nil)})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(ln) }()
+
+	update := func(_ context.Context, seq int) error {
+		r := benchproc.Updated(seq)
+		r.Generation = int64(seq) + 2 // as a store write would bump it
+		if err := reg.Validate(&r); err != nil {
+			return err
+		}
+		e, err := kds.NewEntry(&r)
+		if err != nil {
+			return err
+		}
+		return linear[r.Kind].UpdateResource(e.Key.XDSName(), e.Resource)
+	}
+	control, err := benchproc.Control(ctx, update)
+	if err != nil {
+		gs.Stop()
+		return err
+	}
+	stopProfile, err := benchproc.StartCPUProfile(cpuProfile)
+	if err != nil {
+		gs.Stop()
+		return err
+	}
+	fmt.Println(benchproc.Ready(ln.Addr().String(), control))
+
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	gs.Stop()
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
+	return err
+}
+
+// ads serves delta ADS from the stock delta server, as pkg/server/v3's server does (that
+// package also pulls in the rate-limit service's module, which this module does not require).
+type ads struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+	delta delta.Server
+}
+
+func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return a.delta.DeltaStreamHandler(s, xdsresource.AnyType)
+}
