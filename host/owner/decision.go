@@ -24,16 +24,19 @@ type Held struct {
 	Reason     string       `json:"reason,omitempty"`
 }
 
-// Verdict is the decision for one version of one resource on one zone.
+// Verdict is the decision for one version of one resource on one zone. It is kept for every
+// zone-resource, so it is small: an accepted one is its version alone.
 type Verdict struct {
 	Version string
-	Accept  bool
-	Held    Held // why not, when not accepted
+	Held    *Held // why not; nil when accepted
 }
+
+// Accepted reports whether the zone may see this version.
+func (v Verdict) Accepted() bool { return v.Held == nil }
 
 // visible is the version of the resource the zone may see, or "" for none.
 func (v Verdict) visible() string {
-	if !v.Accept {
+	if v.Held != nil {
 		return ""
 	}
 	return v.Version
@@ -132,19 +135,19 @@ func (p *Plan) Decide(prev Verdicts, resp *pluginv1.PredictResponse, err error) 
 	d := Decision{Verdicts: make(Verdicts, len(p.held)+len(p.entries)), Shown: map[string][]string{}, Err: err}
 	put := func(e *kds.Entry, v Verdict) {
 		d.Verdicts[e.Key] = v
-		if v.Accept && prev[e.Key].visible() != e.Version {
+		if v.Accepted() && prev[e.Key].visible() != e.Version {
 			d.Shown[e.Key.Kind] = append(d.Shown[e.Key.Kind], e.Key.XDSName())
 		}
 	}
 	for _, e := range p.held {
-		put(e, Verdict{Version: e.Version, Accept: true}) // already there
+		put(e, Verdict{Version: e.Version}) // already there
 	}
 	preds := resp.GetPredictions()
 	for i, e := range p.entries {
-		v := Verdict{Version: e.Version, Accept: true}
+		v := Verdict{Version: e.Version}
 		if err == nil {
 			if h := heldOf(preds[p.extra+i], e.Key); h.Verdict != Accept {
-				v = Verdict{Version: e.Version, Held: h}
+				v.Held = &h
 			}
 		}
 		put(e, v)

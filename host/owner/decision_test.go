@@ -82,13 +82,13 @@ func candidates(p *owner.Plan) []resource.Key {
 }
 
 func accepted(s *kds.Snapshot, k resource.Key) owner.Verdict {
-	return owner.Verdict{Version: version(s, k), Accept: true}
+	return owner.Verdict{Version: version(s, k)}
 }
 
 func TestOwnerDecision(t *testing.T) {
 	snap := snapshot(t, meshKey, timeoutKey, retryKey)
 	waitMesh := func(k resource.Key) owner.Verdict {
-		return owner.Verdict{Version: version(snap, k), Held: owner.Held{Key: k, Verdict: owner.Wait, WaitingFor: "Mesh/default", Reason: "because"}}
+		return owner.Verdict{Version: version(snap, k), Held: &owner.Held{Key: k, Verdict: owner.Wait, WaitingFor: "Mesh/default", Reason: "because"}}
 	}
 	for _, tc := range []struct {
 		name           string
@@ -188,7 +188,7 @@ func TestOwnerDecisionRefusesAShortAnswer(t *testing.T) {
 	d := plan.Decide(nil, resp, nil)
 	g.Expect(d.Err).To(MatchError(ContainSubstring("different number of predictions")))
 	g.Expect(d.Verdicts).To(HaveLen(2), "failed open: both accepted")
-	g.Expect(d.Verdicts[timeoutKey].Accept).To(BeTrue())
+	g.Expect(d.Verdicts[timeoutKey].Accepted()).To(BeTrue())
 }
 
 func TestOwnerDecisionWithNothingToAsk(t *testing.T) {

@@ -137,7 +137,7 @@ func (h *Holds) Visible(zone string, e *kds.Entry) bool {
 		return false
 	}
 	v, ok := z.verdicts[e.Key]
-	return ok && v.Accept && v.Version == e.Version
+	return ok && v.Accepted() && v.Version == e.Version
 }
 
 // Changed tells Holds the snapshot served now. When it was derived from the previous one, each
@@ -325,6 +325,9 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		snap = h.cfg.Source.Snapshot()
 	}
 
+	if !full && 2*len(keys) >= snap.Len() {
+		full = true // most of the snapshot (a Mesh ACK releasing what waited): one walk, one map
+	}
 	entries, gone := h.entriesFor(zone, snap, full, keys)
 	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.HeldVersion(zone, kind, name) })
 	var d Decision
@@ -362,16 +365,22 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		return // the zone left meanwhile
 	}
 	if full {
-		z.verdicts = make(Verdicts, len(d.Verdicts))
+		// The decision covers every entry: it becomes the zone's verdicts as it is.
+		z.verdicts = d.Verdicts
 		clear(z.waiting)
-	} else if z.verdicts == nil {
-		z.verdicts = make(Verdicts, len(d.Verdicts))
-	}
-	for _, k := range gone {
-		z.setVerdict(k, Verdict{}, false)
-	}
-	for k, v := range d.Verdicts {
-		z.setVerdict(k, v, true)
+		for k, v := range z.verdicts {
+			z.index(k, v)
+		}
+	} else {
+		if z.verdicts == nil {
+			z.verdicts = make(Verdicts, len(d.Verdicts))
+		}
+		for _, k := range gone {
+			z.setVerdict(k, Verdict{}, false)
+		}
+		for k, v := range d.Verdicts {
+			z.setVerdict(k, v, true)
+		}
 	}
 	h.mu.Unlock()
 	if len(d.Shown) > 0 {
@@ -381,7 +390,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 
 // setVerdict records (or, when !ok, drops) the verdict of k and keeps the waiting index.
 func (z *zoneHolds) setVerdict(k resource.Key, v Verdict, ok bool) {
-	if old, had := z.verdicts[k]; had && !old.Accept && old.Held.WaitingFor != "" {
+	if old, had := z.verdicts[k]; had && old.Held != nil && old.Held.WaitingFor != "" {
 		if w := z.waiting[old.Held.WaitingFor]; w != nil {
 			delete(w, k)
 			if len(w) == 0 {
@@ -394,7 +403,12 @@ func (z *zoneHolds) setVerdict(k resource.Key, v Verdict, ok bool) {
 		return
 	}
 	z.verdicts[k] = v
-	if !v.Accept && v.Held.Verdict == Wait && v.Held.WaitingFor != "" {
+	z.index(k, v)
+}
+
+// index adds a WAIT verdict to the waiting index.
+func (z *zoneHolds) index(k resource.Key, v Verdict) {
+	if v.Held != nil && v.Held.Verdict == Wait && v.Held.WaitingFor != "" {
 		w := z.waiting[v.Held.WaitingFor]
 		if w == nil {
 			w = map[resource.Key]bool{}
@@ -503,8 +517,8 @@ func (h *Holds) Held(zone string) []Held {
 	var out []Held
 	if z := h.zones[zone]; z != nil {
 		for _, v := range z.verdicts {
-			if !v.Accept {
-				out = append(out, v.Held)
+			if v.Held != nil {
+				out = append(out, *v.Held)
 			}
 		}
 	}
