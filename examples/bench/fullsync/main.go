@@ -77,6 +77,7 @@ func run() int {
 	logLevel := flag.String("log", "off", "log level of the control planes: off, error, warn, info, debug")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up a scenario after this long")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the runs (from the global's start to the last zone's sync) to this file")
+	ownerHolds := flag.Bool("owner-holds", true, "hold resources back until their owner is on the zone (kds-host run's default); false measures the global without")
 	memProfile := flag.String("memprofile", "", "write a heap profile, taken when the last zone is synced, to FILE.SCENARIO")
 	flag.Parse()
 
@@ -104,7 +105,7 @@ func run() int {
 		if prof.cpu != "" && len(todo) > 1 {
 			prof.cpu += "." + sc.Name
 		}
-		r, err := measure(ctx, sc, *tmp, *logLevel, *timeout, prof)
+		r, err := measure(ctx, sc, *tmp, *logLevel, *ownerHolds, *timeout, prof)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "fullsync: %s: %v\n", sc.Name, err)
 			code = 1
@@ -144,7 +145,7 @@ type progress struct {
 }
 
 // measure runs one scenario and stops (and removes) everything it started, whatever happens.
-func measure(ctx context.Context, sc scenario, tmp, logLevel string, timeout time.Duration, prof profiles) (res result, err error) {
+func measure(ctx context.Context, sc scenario, tmp, logLevel string, ownerHolds bool, timeout time.Duration, prof profiles) (res result, err error) {
 	res.scenario = sc
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -231,6 +232,7 @@ func measure(ctx context.Context, sc scenario, tmp, logLevel string, timeout tim
 	began := time.Now()
 	gl, err := benchcp.StartGlobal(ctx, controlplane.GlobalConfig{
 		Store: gst, Registry: reg, Logger: benchcp.Logger(logLevel, "global"), Builtin: retrypolicy.New(),
+		OwnerHolds: ownerHolds, OwnerCheckTimeout: time.Second,
 	})
 	if err != nil {
 		return res, err

@@ -115,7 +115,7 @@ func run() int {
 	flag.DurationVar(&o.gap, "gap", 25*time.Millisecond, "pause between updates: random in [0, gap), so updates fall at every phase of the retry loop")
 	flag.DurationVar(&o.updateTimeout, "update-timeout", time.Minute, "give up when an update has not reached the zone after this long")
 	flag.IntVar(&o.extra, "extra", 0, "more MeshTimeouts on the global (and synced to the zone) besides the healthy one, to see how store size affects update latency")
-	flag.BoolVar(&o.ownerHolds, "owner-holds", false, "hold resources back until their owner is on the zone, as kds-host run does by default (each write then has every zone checked)")
+	flag.BoolVar(&o.ownerHolds, "owner-holds", true, "hold resources back until their owner is on the zone, as kds-host run does by default; false measures the global without")
 	flag.StringVar(&o.tmp, "tmp", "", "directory for the temp dirs of the stores (default: the system temp dir)")
 	flag.StringVar(&o.logLevel, "log", "off", "log level of the control planes: off, error, warn, info, debug")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of every run (warm-up excluded) to this file")
