@@ -27,7 +27,7 @@ control plane, each to the route that its type, mesh and name give. A document m
 {"items": [...]} as "get -o json" prints it, or a JSON array.
 
 Every document is tried; apply fails at the end if any was refused.`,
-		Example: `  kds-host apply -f examples/mesh.yaml
+		Example: `  kds-host apply -f examples/resources/mesh.yaml
   cat policies.yaml | kds-host apply -f -`,
 		Args: cobra.NoArgs,
 	}
