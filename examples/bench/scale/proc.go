@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
 )
 
 // child is a process this program started: its standard output arrives line by line on lines,
@@ -197,33 +199,7 @@ func schedstatCPU(pid int) (time.Duration, error) {
 }
 
 // memOf reads a process's resident set now (VmRSS) and at its peak (VmHWM), in bytes.
-func memOf(pid int) (rss, hwm uint64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		var dst *uint64
-		switch f[0] {
-		case "VmRSS:":
-			dst = &rss
-		case "VmHWM:":
-			dst = &hwm
-		default:
-			continue
-		}
-		kb, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		*dst = kb << 10
-	}
-	return rss, hwm, nil
-}
+func memOf(pid int) (rss, hwm uint64, err error) { return benchcp.ProcStatusOf(strconv.Itoa(pid)) }
 
 // memAvailable is MemAvailable from /proc/meminfo, in bytes (0 when unknown).
 func memAvailable() uint64 { return meminfo("MemAvailable:") }

@@ -205,8 +205,11 @@ func ResetHWM() error {
 }
 
 // ProcStatus reads VmRSS and VmHWM (bytes) from /proc/self/status.
-func ProcStatus() (rss, hwm uint64, err error) {
-	b, err := os.ReadFile("/proc/self/status")
+func ProcStatus() (rss, hwm uint64, err error) { return ProcStatusOf("self") }
+
+// ProcStatusOf reads VmRSS and VmHWM (bytes) from /proc/PID/status ("self": this process).
+func ProcStatusOf(pid string) (rss, hwm uint64, err error) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -226,7 +229,7 @@ func ProcStatus() (rss, hwm uint64, err error) {
 		}
 		kb, err := strconv.ParseUint(f[1], 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/self/status %s: %w", f[0], err)
+			return 0, 0, fmt.Errorf("/proc/%s/status %s: %w", pid, f[0], err)
 		}
 		*dst = kb << 10
 	}
