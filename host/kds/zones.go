@@ -180,21 +180,7 @@ func (z *Zones) Expire(before time.Time) []string {
 }
 
 // Inventory returns the keys the zone has ACKed.
-func (z *Zones) Inventory(zone string) []resource.Key {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.zones[zone]
-	if s == nil {
-		return nil
-	}
-	var out []resource.Key
-	for kind, names := range s.inventory {
-		for n := range names {
-			out = append(out, resource.KeyFromXDSName(kind, n))
-		}
-	}
-	return out
-}
+func (z *Zones) Inventory(zone string) []resource.Key { return z.InventoryKeys(zone, nil, nil) }
 
 // Insights returns every zone's state, sorted by zone and kind.
 func (z *Zones) Insights() []ZoneInsight {
