@@ -87,6 +87,11 @@ type GlobalConfig struct {
 
 	// OwnerCheck returns the owner-check policy in force (default: the built-in prediction).
 	OwnerCheck func() shared.OwnerCheck
+	// OwnerCheckGeneration changes whenever another owner check comes into force (a plugin
+	// reload). Zones that hold the same share one Predict answer only within a generation, and
+	// only when the check declares itself zone_independent; nil (with OwnerCheck set) shares
+	// nothing. With the default OwnerCheck it is a constant.
+	OwnerCheckGeneration func() uint64
 	// OwnerHolds holds a resource back from a zone until its owner is there (DESIGN.md, Owner
 	// check). Off, everything is sent at once and retries cover rejections.
 	OwnerHolds bool
@@ -170,6 +175,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if g.cfg.OwnerCheck == nil {
 		builtin := ownerpredict.New()
 		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }
+		g.cfg.OwnerCheckGeneration = func() uint64 { return 0 }
 	}
 	g.zoneMetrics = newZoneMetrics()
 	g.metrics.MustRegister(g.zoneMetrics)
@@ -212,6 +218,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		holds, err := owner.New(owner.Config{
 			Policy: g.cfg.OwnerCheck, Timeout: cfg.OwnerCheckTimeout,
 			Source: g.Cache, Inventory: g.Zones, Refresher: g.Cache, Hooks: om.hooks(),
+			Generation: g.cfg.OwnerCheckGeneration,
 		})
 		if err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 // built-in policy as the fallback), the owner check in force, and the runtime's metrics.
 func (cfg *GlobalConfig) UsePlugins(rt *plugins.Runtime) {
 	cfg.RetryPolicy, cfg.Builtin, cfg.OwnerCheck = rt.RetryForcer, rt.Fallback(), rt.OwnerCheck
+	cfg.OwnerCheckGeneration = rt.Generation
 	cfg.Collectors = append(cfg.Collectors, rt.Collectors()...)
 }
 

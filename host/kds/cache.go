@@ -110,8 +110,8 @@ type watch struct {
 
 	answered bool                            // at most once
 	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
-	sentAs   map[string]string               // name -> version the response carries ("" removes it)
-	undo     map[string]*string              // what known had before the response was applied
+	sentAs   []named                         // the versions the response carries ("" removes the name)
+	undo     []prior                         // what known had before the response was applied
 	forced   []string                        // forced names the response carries
 	canceled chan struct{}                   // closed by cancel
 	finished chan struct{}                   // closed by the sender when it is done with this watch
@@ -218,10 +218,14 @@ func (st *streamState) mark(names map[string][]string, force bool) {
 			continue
 		}
 		ks := st.kind(kind)
-		for _, n := range ns {
-			ks.dirty[n] = true
-			if force {
-				ks.forced[n] = true
+		if !force && 2*len(ns) >= len(st.cache.snap.Load().Kind(kind)) {
+			ks.full = true // most of the kind (owner holds releasing what waited): one walk
+		} else {
+			for _, n := range ns {
+				ks.dirty[n] = true
+				if force {
+					ks.forced[n] = true
+				}
 			}
 		}
 		st.cache.evaluateLocked(st, ks)
@@ -414,7 +418,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 
 	filter := c.filter.Load().Filter
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
-	var sentAs map[string]string
+	var sentAs []named
 	var sentForced []string
 	for _, name := range names {
 		v, isKnown := ks.known[name]
@@ -431,10 +435,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 				continue
 			}
 			resp.Resources = append(resp.Resources, &discovery.Resource{Name: name, Version: e.Version, Resource: e.Any})
-			if sentAs == nil {
-				sentAs = map[string]string{}
-			}
-			sentAs[name] = e.Version
+			sentAs = append(sentAs, named{name, e.Version})
 			if ks.forced[name] {
 				sentForced = append(sentForced, name)
 			}
@@ -442,10 +443,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 			delete(ks.forced, name) // no longer served: nothing to resend
 			if isKnown {
 				resp.RemovedResources = append(resp.RemovedResources, name)
-				if sentAs == nil {
-					sentAs = map[string]string{}
-				}
-				sentAs[name] = ""
+				sentAs = append(sentAs, named{name, ""})
 			}
 		}
 	}
@@ -464,6 +462,15 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	case st.wake <- struct{}{}:
 	default:
 	}
+}
+
+// named is a name at a version.
+type named struct{ name, version string }
+
+// prior is what known had for a name: its version, or nothing (!had).
+type prior struct {
+	name, version string
+	had           bool
 }
 
 // subscribes reports whether the watch's subscription covers name.
@@ -525,17 +532,14 @@ func (st *streamState) next() *watch {
 	st.queue = st.queue[1:]
 	w.sending = true
 	ks := st.kind(w.kind)
-	w.undo = make(map[string]*string, len(w.sentAs))
-	for n, v := range w.sentAs {
-		if old, ok := ks.known[n]; ok {
-			w.undo[n] = &old
+	w.undo = make([]prior, 0, len(w.sentAs))
+	for _, s := range w.sentAs {
+		old, had := ks.known[s.name]
+		w.undo = append(w.undo, prior{s.name, old, had})
+		if s.version == "" {
+			delete(ks.known, s.name)
 		} else {
-			w.undo[n] = nil
-		}
-		if v == "" {
-			delete(ks.known, n)
-		} else {
-			ks.known[n] = v
+			ks.known[s.name] = s.version
 		}
 	}
 	for _, n := range w.forced {
@@ -548,11 +552,11 @@ func (st *streamState) next() *watch {
 // names are dirty again (forced ones forced again). Call with the stream's lock.
 func (st *streamState) takeBack(w *watch) {
 	ks := st.kind(w.kind)
-	for n, old := range w.undo {
-		if old == nil {
-			delete(ks.known, n)
+	for _, p := range w.undo {
+		if p.had {
+			ks.known[p.name] = p.version
 		} else {
-			ks.known[n] = *old
+			delete(ks.known, p.name)
 		}
 	}
 	st.requeue(w)
@@ -565,7 +569,7 @@ func (st *streamState) takeBack(w *watch) {
 // stream's lock.
 func (st *streamState) requeue(w *watch) {
 	ks := st.kind(w.kind)
-	for n := range w.sentAs {
-		ks.dirty[n] = true
+	for _, s := range w.sentAs {
+		ks.dirty[s.name] = true
 	}
 }

@@ -19,6 +19,7 @@ import (
 // Entry is one resource as the wire carries it.
 type Entry struct {
 	Key      resource.Key
+	Name     string // Key.XDSName(): the entry's key in Snapshot.Kind
 	Version  string
 	Resource *kdsv1.Resource
 	Any      *anypb.Any
@@ -192,7 +193,7 @@ func NewEntry(r *resource.Resource) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
 	}
-	return &Entry{Key: r.Key(), Version: resource.Version(p), Resource: p, Any: a}, nil
+	return &Entry{Key: r.Key(), Name: r.Key().XDSName(), Version: resource.Version(p), Resource: p, Any: a}, nil
 }
 
 // Decode reads a resource out of an Any from a KDS response. The Any's type URL is the request's

@@ -1,6 +1,7 @@
 package kds
 
 import (
+	"hash/maphash"
 	"slices"
 	"sort"
 	"sync"
@@ -25,6 +26,45 @@ type zoneState struct {
 	since     time.Time
 	kinds     map[string]*KindInsight
 	inventory map[string]map[string]string // kind -> xDS name -> version
+	digest    Digest                       // of inventory
+}
+
+// Digest identifies what a zone holds (every kind, name and version) without listing it: two
+// zones with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
+// (the XOR of one hash per resource held), so reading it costs nothing.
+type Digest struct {
+	Sum uint64
+	N   int // resources held
+}
+
+// digestSeed is this process's: digests are compared within one process only.
+var digestSeed = maphash.MakeSeed()
+
+func heldHash(kind, name, version string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(digestSeed)
+	h.WriteString(kind)
+	h.WriteByte(0)
+	h.WriteString(name)
+	h.WriteByte(0)
+	h.WriteString(version)
+	return h.Sum64()
+}
+
+// hold records that the zone holds kind/name at version (nothing: "" and !ok) in its inventory and
+// its digest.
+func (s *zoneState) hold(inv map[string]string, kind, name, version string, ok bool) {
+	if old, had := inv[name]; had {
+		s.digest.Sum ^= heldHash(kind, name, old)
+		s.digest.N--
+	}
+	if !ok {
+		delete(inv, name)
+		return
+	}
+	inv[name] = version
+	s.digest.Sum ^= heldHash(kind, name, version)
+	s.digest.N++
 }
 
 // KindInsight is what happened to one kind on one zone.
@@ -91,7 +131,7 @@ func (z *Zones) streamOpened(id int64, zone string) {
 	defer z.mu.Unlock()
 	s := z.zone(zone)
 	s.stream, s.connected, s.since = id, true, time.Now()
-	s.inventory = map[string]map[string]string{}
+	s.inventory, s.digest = map[string]map[string]string{}, Digest{}
 	for _, ki := range s.kinds {
 		ki.Rejected, ki.LastError = nil, ""
 	}
@@ -123,10 +163,10 @@ func (z *Zones) acked(a event.ACK) {
 	ki := s.kind(a.Kind)
 	inv := s.inventoryOf(a.Kind)
 	for n, v := range a.Versions {
-		inv[n] = v
+		s.hold(inv, a.Kind, n, v, true)
 	}
 	for _, n := range a.Removed {
-		delete(inv, n)
+		s.hold(inv, a.Kind, n, "", false)
 	}
 	ki.Known = len(inv)
 	if !a.Initial {
@@ -148,7 +188,7 @@ func (z *Zones) nacked(n event.NACK) {
 	ki.Rejected = n.Rejected
 	inv := s.inventoryOf(n.Kind)
 	for name, v := range n.Accepted {
-		inv[name] = v
+		s.hold(inv, n.Kind, name, v, true)
 	}
 	ki.Known = len(inv)
 }
@@ -254,6 +294,17 @@ func (z *Zones) InventoryKeys(zone string, kinds []string, extra []resource.Key)
 		}
 	}
 	return out
+}
+
+// InventoryDigest identifies what the zone holds now (the zero Digest for nothing, or an
+// unknown zone).
+func (z *Zones) InventoryDigest(zone string) Digest {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if s := z.zones[zone]; s != nil {
+		return s.digest
+	}
+	return Digest{}
 }
 
 // Versions returns what the zone holds: kind -> xDS name -> version. The caller owns the copy.

@@ -45,6 +45,14 @@ func (v Verdict) visible() string {
 // Verdicts are one zone's decisions, by key.
 type Verdicts map[resource.Key]Verdict
 
+// View is what a zone may see: the version of each key visible to it ("" for none).
+type View interface {
+	VisibleVersion(k resource.Key) string
+}
+
+// VisibleVersion implements View.
+func (v Verdicts) VisibleVersion(k resource.Key) string { return v[k].visible() }
+
 // Plan is one owner check of one zone, as a pure decision: NewPlan says what to ask the policy,
 // Decide reads its answer. The I/O (the Predict call) is the caller's.
 type Plan struct {
@@ -96,9 +104,10 @@ func NewPlanOf(zone string, entries []*kds.Entry, heldVersion func(kind, name st
 
 func newPlan(zone string, entries []*kds.Entry, extra []*kdsv1.Resource, heldVersion func(kind, name string) (string, bool)) *Plan {
 	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
+	p.Request.Candidates = make([]*kdsv1.Resource, 0, len(extra)+len(entries))
 	p.Request.Candidates = append(p.Request.Candidates, extra...)
 	for _, e := range entries {
-		if v, ok := heldVersion(e.Key.Kind, e.Key.XDSName()); ok && v == e.Version {
+		if v, ok := heldVersion(e.Key.Kind, e.Name); ok && v == e.Version {
 			p.held = append(p.held, e)
 			continue
 		}
@@ -113,8 +122,11 @@ func (p *Plan) Asks() bool { return len(p.Request.Candidates) > 0 }
 
 // Decision is what a check decided.
 type Decision struct {
-	// Verdicts is the verdict of every entry of the snapshot.
-	Verdicts Verdicts
+	// Held are the verdicts of the entries looked at that the zone may not see (WAIT or
+	// REJECT); every other entry looked at is in Accepted.
+	Held Verdicts
+	// Accepted are the entries looked at that the zone may see, at their version.
+	Accepted []*kds.Entry
 	// Shown names, by kind, the entries visible now at a version that was not visible before:
 	// the zone's view must be refreshed for those (and for no other: a hidden entry never makes
 	// a response, so an entry hidden now needs no refresh).
@@ -126,31 +138,43 @@ type Decision struct {
 	Err error
 }
 
-// Decide reads the policy's answer to Request (err: the call failed) against the zone's
-// previous verdicts.
-func (p *Plan) Decide(prev Verdicts, resp *pluginv1.PredictResponse, err error) Decision {
+// Verdicts is the verdict of every entry looked at.
+func (d Decision) Verdicts() Verdicts {
+	out := make(Verdicts, len(d.Held)+len(d.Accepted))
+	for k, v := range d.Held {
+		out[k] = v
+	}
+	for _, e := range d.Accepted {
+		out[e.Key] = Verdict{Version: e.Version}
+	}
+	return out
+}
+
+// Decide reads the policy's answer to Request (err: the call failed) against what the zone
+// could see before (prev; nil: nothing).
+func (p *Plan) Decide(prev View, resp *pluginv1.PredictResponse, err error) Decision {
+	d := p.decide(resp, err)
+	d.Shown = shown(d.Accepted, prev)
+	return d
+}
+
+// decide is Decide without Shown, which depends on the zone's view: the same decision serves
+// every zone that asked the same (Holds shares it).
+func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	if err == nil && p.Asks() && len(resp.GetPredictions()) != len(p.Request.Candidates) {
 		err = errors.New("owner check answered a different number of predictions")
 	}
-	d := Decision{Verdicts: make(Verdicts, len(p.held)+len(p.entries)), Shown: map[string][]string{}, Err: err}
-	put := func(e *kds.Entry, v Verdict) {
-		d.Verdicts[e.Key] = v
-		if v.Accepted() && prev[e.Key].visible() != e.Version {
-			d.Shown[e.Key.Kind] = append(d.Shown[e.Key.Kind], e.Key.XDSName())
-		}
-	}
-	for _, e := range p.held {
-		put(e, Verdict{Version: e.Version}) // already there
-	}
+	d := Decision{Held: Verdicts{}, Accepted: make([]*kds.Entry, 0, len(p.held)+len(p.entries)), Err: err}
+	d.Accepted = append(d.Accepted, p.held...) // already there
 	preds := resp.GetPredictions()
 	for i, e := range p.entries {
-		v := Verdict{Version: e.Version}
 		if err == nil {
 			if h := heldOf(preds[p.extra+i], e.Key); h.Verdict != Accept {
-				v.Held = &h
+				d.Held[e.Key] = Verdict{Version: e.Version, Held: &h}
+				continue
 			}
 		}
-		put(e, v)
+		d.Accepted = append(d.Accepted, e)
 	}
 	if err == nil {
 		for i := range p.extra {
@@ -159,6 +183,17 @@ func (p *Plan) Decide(prev Verdicts, resp *pluginv1.PredictResponse, err error) 
 		}
 	}
 	return d
+}
+
+// shown names, by kind, the accepted entries whose version prev did not show.
+func shown(accepted []*kds.Entry, prev View) map[string][]string {
+	out := map[string][]string{}
+	for _, e := range accepted {
+		if prev == nil || prev.VisibleVersion(e.Key) != e.Version {
+			out[e.Key.Kind] = append(out[e.Key.Kind], e.Name)
+		}
+	}
+	return out
 }
 
 // heldOf reads one prediction about key.

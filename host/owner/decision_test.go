@@ -172,7 +172,7 @@ func TestOwnerDecision(t *testing.T) {
 			}
 			d := plan.Decide(tc.prev, resp, tc.err)
 			g.Expect(d.Err != nil).To(Equal(tc.wantErr))
-			g.Expect(d.Verdicts).To(Equal(tc.wantVerdicts))
+			g.Expect(d.Verdicts()).To(Equal(tc.wantVerdicts))
 			g.Expect(d.Shown).To(Equal(tc.wantShown))
 			g.Expect(d.Extra).To(Equal(tc.wantExtra))
 		})
@@ -187,8 +187,8 @@ func TestOwnerDecisionRefusesAShortAnswer(t *testing.T) {
 	resp.Predictions = resp.Predictions[:1]
 	d := plan.Decide(nil, resp, nil)
 	g.Expect(d.Err).To(MatchError(ContainSubstring("different number of predictions")))
-	g.Expect(d.Verdicts).To(HaveLen(2), "failed open: both accepted")
-	g.Expect(d.Verdicts[timeoutKey].Accepted()).To(BeTrue())
+	g.Expect(d.Verdicts()).To(HaveLen(2), "failed open: both accepted")
+	g.Expect(d.Verdicts()[timeoutKey].Accepted()).To(BeTrue())
 }
 
 func TestOwnerDecisionWithNothingToAsk(t *testing.T) {
@@ -198,6 +198,6 @@ func TestOwnerDecisionWithNothingToAsk(t *testing.T) {
 	g.Expect(plan.Asks()).To(BeFalse())
 	d := plan.Decide(nil, nil, nil)
 	g.Expect(d.Err).NotTo(HaveOccurred())
-	g.Expect(d.Verdicts).To(Equal(owner.Verdicts{meshKey: accepted(snap, meshKey)}))
+	g.Expect(d.Verdicts()).To(Equal(owner.Verdicts{meshKey: accepted(snap, meshKey)}))
 	g.Expect(d.Shown).To(Equal(map[string][]string{"Mesh": {"default"}}))
 }

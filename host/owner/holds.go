@@ -13,9 +13,11 @@ package owner
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +40,9 @@ type Inventory interface {
 	HeldVersion(zone, kind, name string) (string, bool)
 	// InventoryKeys lists what the zone holds of kinds (nil: everything), and which of extra.
 	InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key
+	// InventoryDigest identifies what the zone holds now: checks of two zones with the same
+	// digest at the same snapshot ask the same, and may share one answer.
+	InventoryDigest(zone string) kds.Digest
 	Connected() []string
 }
 
@@ -64,6 +69,10 @@ type Config struct {
 	Hooks     Hooks
 	// Workers is how many zones are checked at once (default: the cores, at least 2).
 	Workers int
+	// Generation changes whenever another policy comes into force (a reload). Holds shares one
+	// Predict answer between the zones that ask the same only within one generation, one
+	// snapshot, and when the policy declares its answers zone_independent; nil shares nothing.
+	Generation func() uint64
 }
 
 // Holds is the kds.Filter that keeps a zone's view to what its owners allow, and the observer
@@ -82,6 +91,7 @@ type Holds struct {
 	wake  chan struct{}
 
 	ownerKinds ownerKinds
+	shared     map[shareKey]*outcome // answers zones share, for h.snap only
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -90,16 +100,82 @@ type Holds struct {
 // zoneHolds is what Holds keeps for one zone: while it is connected, and after its last stream
 // closed until Forget (the zone's grace period), so that a zone back soon is not checked from
 // scratch.
+//
+// Its verdicts come in three layers, the first that knows a key wins: own, what the checks of
+// some entries (a write, an ACK) decided since the last full check; table, what that full check
+// held back; base, the snapshot it checked, whose every other entry is accepted at the version
+// it has there. So a zone that may see everything costs nothing per resource, and zones that
+// hold the same share one table.
 type zoneHolds struct {
-	stream   int64
-	open     bool
-	verdicts Verdicts
-	// waiting indexes the WAIT verdicts by the owner they wait for (resource.Key.String()).
-	waiting map[string]map[resource.Key]bool
+	stream int64
+	open   bool
+
+	own Verdicts
+	// ownWaiting indexes own's WAIT verdicts by the owner they wait for (resource.Key.String()).
+	ownWaiting map[string]map[resource.Key]bool
+	table      *table
+	base       *kds.Snapshot
+
 	// work is what the next check looks at: everything, or these keys.
 	full bool
 	keys map[resource.Key]bool
 	busy bool // a worker is checking it
+}
+
+// table is what one full check held back, read-only once made: several zones may point at it.
+type table struct {
+	held    Verdicts
+	waiting map[string][]resource.Key // held's WAIT verdicts, by the owner they wait for
+}
+
+func newTable(held Verdicts) *table {
+	t := &table{held: held, waiting: map[string][]resource.Key{}}
+	for k, v := range held {
+		if v.Held.Verdict == Wait && v.Held.WaitingFor != "" {
+			t.waiting[v.Held.WaitingFor] = append(t.waiting[v.Held.WaitingFor], k)
+		}
+	}
+	return t
+}
+
+// verdict is the zone's verdict of k, if it has one.
+func (z *zoneHolds) verdict(k resource.Key, name string) (Verdict, bool) {
+	if v, ok := z.own[k]; ok {
+		return v, true
+	}
+	if z.table != nil {
+		if v, ok := z.table.held[k]; ok {
+			return v, true
+		}
+	}
+	if e := z.base.Kind(k.Kind)[name]; e != nil {
+		return Verdict{Version: e.Version}, true
+	}
+	return Verdict{}, false
+}
+
+// VisibleVersion implements View.
+func (z *zoneHolds) VisibleVersion(k resource.Key) string {
+	v, _ := z.verdict(k, k.XDSName())
+	return v.visible()
+}
+
+// waitingFor calls f with every key that waits for owner.
+func (z *zoneHolds) waitingFor(owner string, f func(resource.Key)) {
+	for k := range z.ownWaiting[owner] {
+		f(k)
+	}
+	if z.table != nil {
+		for _, k := range z.table.waiting[owner] {
+			if _, over := z.own[k]; !over {
+				f(k)
+			}
+		}
+	}
+}
+
+func (z *zoneHolds) waits() bool {
+	return len(z.ownWaiting) > 0 || (z.table != nil && len(z.table.waiting) > 0)
 }
 
 // New starts the workers that check zones; Close stops them.
@@ -136,7 +212,7 @@ func (h *Holds) Visible(zone string, e *kds.Entry) bool {
 	if z == nil {
 		return false
 	}
-	v, ok := z.verdicts[e.Key]
+	v, ok := z.verdict(e.Key, e.Name)
 	return ok && v.Accepted() && v.Version == e.Version
 }
 
@@ -146,6 +222,7 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 	h.mu.Lock()
 	changed, delta := snap.ChangesFrom(h.snap)
 	h.snap = snap
+	h.shared = nil
 	var keys []resource.Key
 	for kind, names := range changed {
 		for _, n := range names {
@@ -162,9 +239,7 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 		} else {
 			for _, k := range keys {
 				z.addWork(k)
-				for w := range z.waiting[k.String()] {
-					z.addWork(w) // its owner changed
-				}
+				z.waitingFor(k.String(), z.addWork) // its owner changed
 			}
 		}
 		zones = append(zones, name)
@@ -205,7 +280,7 @@ func (h *Holds) Observer() event.Observer {
 			h.mu.Lock()
 			z := h.zones[zone]
 			if z == nil {
-				z = &zoneHolds{waiting: map[string]map[resource.Key]bool{}}
+				z = &zoneHolds{}
 				h.zones[zone] = z
 			}
 			z.stream, z.open, z.full = id, true, true // back within its grace: its verdicts still hold
@@ -233,16 +308,16 @@ func (h *Holds) Observer() event.Observer {
 func (h *Holds) arrived(zone, kind string, names map[string]string) {
 	h.mu.Lock()
 	z := h.zones[zone]
-	if z == nil || !z.open || len(z.waiting) == 0 {
+	if z == nil || !z.open || !z.waits() {
 		h.mu.Unlock()
 		return
 	}
 	found := false
 	for n := range names {
-		for k := range z.waiting[resource.KeyFromXDSName(kind, n).String()] {
+		z.waitingFor(resource.KeyFromXDSName(kind, n).String(), func(k resource.Key) {
 			z.addWork(k)
 			found = true
-		}
+		})
 	}
 	h.mu.Unlock()
 	if found {
@@ -319,22 +394,143 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 	snap, full, keys := h.snap, z.full, z.keys
 	z.full, z.keys = false, nil
-	prev := z.verdicts
 	h.mu.Unlock()
 	if snap == nil {
 		snap = h.cfg.Source.Snapshot()
 	}
-
 	if !full && 2*len(keys) >= snap.Len() {
-		full = true // most of the snapshot (a Mesh ACK releasing what waited): one walk, one map
+		full = true // most of the snapshot (a Mesh ACK releasing what waited): one walk, one table
 	}
+
+	o := h.decision(ctx, zone, snap, full, keys)
+	if o == nil {
+		return // stopped
+	}
+
+	// Only this worker changes z's verdicts (z.busy), so it reads them without the lock.
+	shown := shown(o.d.Accepted, z)
+	h.mu.Lock()
+	if h.zones[zone] != z || !z.open {
+		h.mu.Unlock()
+		return // the zone left meanwhile
+	}
+	if full {
+		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
+		z.base, z.table, z.own, z.ownWaiting = snap, o.table, nil, nil
+	} else {
+		if z.own == nil {
+			z.own, z.ownWaiting = Verdicts{}, map[string]map[resource.Key]bool{}
+		}
+		for _, k := range o.gone {
+			z.setOwn(k, Verdict{}) // no version: never visible until checked again
+		}
+		for _, e := range o.d.Accepted {
+			z.setOwn(e.Key, Verdict{Version: e.Version})
+		}
+		for k, v := range o.d.Held {
+			z.setOwn(k, v)
+		}
+	}
+	h.mu.Unlock()
+	if len(shown) > 0 {
+		h.cfg.Refresher.Refresh(zone, shown)
+	}
+}
+
+// outcome is one check's decision, which every zone that asked the same may use.
+type outcome struct {
+	ready chan struct{} // closed when d is there (shared outcomes)
+	d     Decision
+	gone  []resource.Key // keys asked about that are no longer served
+	table *table         // d.Held as a table (full checks)
+}
+
+// shareKey is what makes two zones' checks ask the same.
+type shareKey struct {
+	snap       *kds.Snapshot
+	generation uint64
+	inventory  kds.Digest
+	full       bool
+	keys       uint64 // the keys a partial check looks at
+	ownerKinds string
+}
+
+// decision decides a check of zone: the zone's own, or one shared with the zones that asked the
+// same before (or are asking now). It returns nil when ctx is done.
+func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
+	kinds := h.ownerKinds.get(ctx)
+	if h.cfg.Generation == nil || !h.ownerKinds.zoneIndependent() {
+		o := h.decide(ctx, zone, snap, full, keys, kinds)
+		if o != nil && o.d.Err != nil {
+			h.failedOpen(zone, o.d.Err)
+		}
+		return o
+	}
+	key := shareKey{snap: snap, generation: h.cfg.Generation(), inventory: h.cfg.Inventory.InventoryDigest(zone), full: full, ownerKinds: strings.Join(kinds, ",")}
+	if !full {
+		key.keys = keysHash(keys)
+	}
+	for {
+		h.mu.Lock()
+		o, found := h.shared[key]
+		if !found && h.snap == snap {
+			o = &outcome{ready: make(chan struct{})}
+			if h.shared == nil || len(h.shared) >= maxShared {
+				h.shared = map[shareKey]*outcome{}
+			}
+			h.shared[key] = o
+		}
+		h.mu.Unlock()
+		if o == nil {
+			// The snapshot moved on: this check is stale, and its zone has new work queued.
+			return h.decide(ctx, zone, snap, full, keys, kinds)
+		}
+		if found {
+			select {
+			case <-o.ready:
+			case <-ctx.Done():
+				return nil
+			}
+			if o.d.Err == nil {
+				return o
+			}
+			continue // that check failed open: ask again
+		}
+		mine := h.decide(ctx, zone, snap, full, keys, kinds)
+		moved := h.cfg.Inventory.InventoryDigest(zone) != key.inventory
+		h.mu.Lock()
+		if mine == nil || mine.d.Err != nil || moved {
+			// Not an answer to share: stopped, failed open, or the inventory moved while the
+			// check read it.
+			if h.shared[key] == o {
+				delete(h.shared, key)
+			}
+			o.d.Err = errors.New("not shared")
+		} else {
+			o.d, o.gone, o.table = mine.d, mine.gone, mine.table
+		}
+		h.mu.Unlock()
+		close(o.ready)
+		if mine != nil && mine.d.Err != nil {
+			h.failedOpen(zone, mine.d.Err)
+		}
+		return mine
+	}
+}
+
+// maxShared bounds the answers kept for sharing (each a set of zones that hold the same).
+const maxShared = 256
+
+// decide runs one check of zone against snap: plan, Predict, decision. It returns nil when ctx
+// is done.
+func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
 	entries, gone := h.entriesFor(zone, snap, full, keys)
 	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.HeldVersion(zone, kind, name) })
-	var d Decision
+	o := &outcome{gone: gone}
 	if plan.Asks() {
-		kinds, extra := h.ownerKinds.get(ctx), []resource.Key(nil)
+		var extra []resource.Key
 		if kinds != nil {
-			for _, e := range entries {
+			for _, e := range plan.entries {
 				extra = append(extra, explicitOwners(e)...)
 			}
 		}
@@ -346,73 +542,62 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		resp, err := h.cfg.Policy().Predict(pctx, plan.Request)
 		cancel()
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		d = plan.Decide(prev, resp, err)
+		o.d = plan.decide(resp, err)
 		if h.cfg.Hooks.Call != nil {
-			h.cfg.Hooks.Call(zone, len(plan.Request.Candidates), time.Since(start), d.Err)
-		}
-		if d.Err != nil && h.cfg.Hooks.FailOpen != nil {
-			h.cfg.Hooks.FailOpen(zone, d.Err)
+			h.cfg.Hooks.Call(zone, len(plan.Request.Candidates), time.Since(start), o.d.Err)
 		}
 	} else {
-		d = plan.Decide(prev, nil, nil)
-	}
-
-	h.mu.Lock()
-	if h.zones[zone] != z || !z.open {
-		h.mu.Unlock()
-		return // the zone left meanwhile
+		o.d = plan.decide(nil, nil)
 	}
 	if full {
-		// The decision covers every entry: it becomes the zone's verdicts as it is.
-		z.verdicts = d.Verdicts
-		clear(z.waiting)
-		for k, v := range z.verdicts {
-			z.index(k, v)
-		}
-	} else {
-		if z.verdicts == nil {
-			z.verdicts = make(Verdicts, len(d.Verdicts))
-		}
-		for _, k := range gone {
-			z.setVerdict(k, Verdict{}, false)
-		}
-		for k, v := range d.Verdicts {
-			z.setVerdict(k, v, true)
-		}
+		o.table = newTable(o.d.Held)
 	}
-	h.mu.Unlock()
-	if len(d.Shown) > 0 {
-		h.cfg.Refresher.Refresh(zone, d.Shown)
+	return o
+}
+
+func (h *Holds) failedOpen(zone string, err error) {
+	if h.cfg.Hooks.FailOpen != nil {
+		h.cfg.Hooks.FailOpen(zone, err)
 	}
 }
 
-// setVerdict records (or, when !ok, drops) the verdict of k and keeps the waiting index.
-func (z *zoneHolds) setVerdict(k resource.Key, v Verdict, ok bool) {
-	if old, had := z.verdicts[k]; had && old.Held != nil && old.Held.WaitingFor != "" {
-		if w := z.waiting[old.Held.WaitingFor]; w != nil {
+// keysHash identifies a set of keys, whatever their order.
+func keysHash(keys map[resource.Key]bool) uint64 {
+	var sum uint64
+	for k := range keys {
+		var h maphash.Hash
+		h.SetSeed(keysSeed)
+		h.WriteString(k.Kind)
+		h.WriteByte(0)
+		h.WriteString(k.Mesh)
+		h.WriteByte(0)
+		h.WriteString(k.Name)
+		sum ^= h.Sum64()
+	}
+	return sum ^ uint64(len(keys))
+}
+
+var keysSeed = maphash.MakeSeed()
+
+// setOwn records the verdict of k in own (a verdict without version: k is no longer served) and
+// keeps own's waiting index.
+func (z *zoneHolds) setOwn(k resource.Key, v Verdict) {
+	if old, had := z.own[k]; had && old.Held != nil && old.Held.WaitingFor != "" {
+		if w := z.ownWaiting[old.Held.WaitingFor]; w != nil {
 			delete(w, k)
 			if len(w) == 0 {
-				delete(z.waiting, old.Held.WaitingFor)
+				delete(z.ownWaiting, old.Held.WaitingFor)
 			}
 		}
 	}
-	if !ok {
-		delete(z.verdicts, k)
-		return
-	}
-	z.verdicts[k] = v
-	z.index(k, v)
-}
-
-// index adds a WAIT verdict to the waiting index.
-func (z *zoneHolds) index(k resource.Key, v Verdict) {
+	z.own[k] = v
 	if v.Held != nil && v.Held.Verdict == Wait && v.Held.WaitingFor != "" {
-		w := z.waiting[v.Held.WaitingFor]
+		w := z.ownWaiting[v.Held.WaitingFor]
 		if w == nil {
 			w = map[resource.Key]bool{}
-			z.waiting[v.Held.WaitingFor] = w
+			z.ownWaiting[v.Held.WaitingFor] = w
 		}
 		w[k] = true
 	}
@@ -485,9 +670,10 @@ func explicitOwners(e *kds.Entry) []resource.Key {
 type ownerKinds struct {
 	policy func() shared.OwnerCheck
 
-	mu    sync.Mutex
-	kinds []string
-	at    time.Time
+	mu          sync.Mutex
+	kinds       []string
+	independent bool // zone_independent
+	at          time.Time
 }
 
 const ownerKindsTTL = 10 * time.Second
@@ -503,11 +689,19 @@ func (o *ownerKinds) get(ctx context.Context) []string {
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	d, err := o.policy().Describe(dctx)
 	cancel()
-	o.kinds, o.at = nil, time.Now()
+	o.kinds, o.independent, o.at = nil, err == nil && d.GetZoneIndependent(), time.Now()
 	if err == nil && len(d.GetOwnerKinds()) > 0 {
 		o.kinds = slices.Clone(d.GetOwnerKinds())
 	}
 	return o.kinds
+}
+
+// zoneIndependent reports whether the policy declared its answers zone_independent, as of the
+// last get.
+func (o *ownerKinds) zoneIndependent() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.independent
 }
 
 // Held returns what is held back from a zone, sorted by key.
@@ -516,9 +710,16 @@ func (h *Holds) Held(zone string) []Held {
 	defer h.mu.RUnlock()
 	var out []Held
 	if z := h.zones[zone]; z != nil {
-		for _, v := range z.verdicts {
+		for _, v := range z.own {
 			if v.Held != nil {
 				out = append(out, *v.Held)
+			}
+		}
+		if z.table != nil {
+			for k, v := range z.table.held {
+				if _, over := z.own[k]; !over {
+					out = append(out, *v.Held)
+				}
 			}
 		}
 	}

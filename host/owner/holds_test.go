@@ -3,8 +3,10 @@ package owner_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +63,25 @@ func (w *world) InventoryKeys(zone string, kinds []string, extra []resource.Key)
 		}
 	}
 	return out
+}
+
+// InventoryDigest is a hash of the zone's sorted inventory (kds.Zones keeps its digest as ACKs
+// land; this one is computed on demand).
+func (w *world) InventoryDigest(zone string) kds.Digest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var lines []string
+	for kind, names := range w.inventory[zone] {
+		for n, v := range names {
+			lines = append(lines, kind+"\x00"+n+"\x00"+v)
+		}
+	}
+	slices.Sort(lines)
+	h := fnv.New64a()
+	for _, l := range lines {
+		h.Write([]byte(l + "\n"))
+	}
+	return kds.Digest{Sum: h.Sum64(), N: len(lines)}
 }
 
 func (w *world) Connected() []string {
@@ -174,6 +195,7 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 type recording struct {
 	inner      *ownerpredict.Predictor
 	ownerKinds bool
+	perZone    bool          // declare nothing about zones: not zone_independent
 	block      string        // zone whose calls wait for release
 	release    chan struct{} // closed to let them go
 	mu         sync.Mutex
@@ -184,6 +206,9 @@ func (r *recording) Describe(ctx context.Context) (*pluginv1.DescribeResponse, e
 	d, err := r.inner.Describe(ctx)
 	if !r.ownerKinds {
 		d.OwnerKinds = nil
+	}
+	if r.perZone {
+		d.ZoneIndependent = false
 	}
 	return d, err
 }
@@ -308,4 +333,88 @@ func TestZonesAreCheckedInParallel(t *testing.T) {
 	obs.StreamOpened(2, "fast")
 	g.Eventually(func() bool { return h.Visible("fast", w.snap.Kind("Mesh")["default"]) }).Should(BeTrue())
 	g.Expect(h.Visible("slow", w.snap.Kind("Mesh")["default"])).To(BeFalse(), "still waiting for its policy call")
+}
+
+// Zones that hold the same at the same snapshot share one Predict answer when the policy says its
+// answers are zone independent, within one policy generation; each zone keeps its own view.
+func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
+	keys := []resource.Key{meshKey}
+	for i := range 50 {
+		keys = append(keys, resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t-%d", i)})
+	}
+	zones := []string{"zone-1", "zone-2", "zone-3", "zone-4"}
+	run := func(t *testing.T, perZone bool, generation func() uint64) (*world, *recording, *owner.Holds) {
+		w := &world{snap: snapshot(t, keys...), inventory: map[string]map[string]map[string]string{}, refreshed: map[string][]string{}}
+		for _, z := range zones {
+			w.inventory[z] = map[string]map[string]string{}
+		}
+		rec := &recording{inner: ownerpredict.New(), ownerKinds: true, perZone: perZone}
+		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Generation: generation})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Close)
+		h.Changed(w.snap)
+		for i, z := range zones {
+			h.Observer().StreamOpened(int64(i+1), z)
+		}
+		for _, z := range zones {
+			NewWithT(t).Eventually(func() []owner.Held { return h.Held(z) }).Should(HaveLen(50), z)
+		}
+		return w, rec, h
+	}
+	ackMesh := func(w *world, h *owner.Holds, i int, z string) {
+		w.hold(z, meshKey)
+		h.Observer().ACK(event.ACK{StreamID: int64(i + 1), Zone: z, Kind: "Mesh", Versions: map[string]string{"default": version(w.snap, meshKey)}})
+	}
+
+	t.Run("shared", func(t *testing.T) {
+		g := NewWithT(t)
+		w, rec, h := run(t, false, func() uint64 { return 7 })
+		g.Expect(rec.count()).To(Equal(1), "four zones that hold nothing: one answer")
+		for _, z := range zones {
+			g.Expect(h.Visible(z, w.snap.Kind("Mesh")["default"])).To(BeTrue(), z)
+			w.mu.Lock()
+			g.Expect(w.refreshed[z]).To(Equal([]string{"Mesh default"}), z)
+			w.mu.Unlock()
+		}
+
+		// Two zones ACK their Mesh: they hold the same again, so one more answer frees both.
+		ackMesh(w, h, 0, "zone-1")
+		g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+		ackMesh(w, h, 1, "zone-2")
+		g.Eventually(func() []owner.Held { return h.Held("zone-2") }).Should(BeEmpty())
+		g.Expect(rec.count()).To(Equal(2))
+		g.Expect(h.Held("zone-3")).To(HaveLen(50), "a zone that holds less keeps its own verdicts")
+		for _, n := range []string{"default/t-0", "default/t-49"} {
+			g.Expect(h.Visible("zone-2", w.snap.Kind("MeshTimeout")[n])).To(BeTrue())
+			g.Expect(h.Visible("zone-3", w.snap.Kind("MeshTimeout")[n])).To(BeFalse())
+		}
+		w.mu.Lock()
+		g.Expect(w.refreshed["zone-2"]).To(HaveLen(51), "the Mesh, then the 50 it freed")
+		w.mu.Unlock()
+	})
+
+	t.Run("a policy that says nothing about zones is asked for each", func(t *testing.T) {
+		_, rec, _ := run(t, true, func() uint64 { return 7 })
+		NewWithT(t).Expect(rec.count()).To(Equal(len(zones)))
+	})
+
+	t.Run("no generation, no sharing", func(t *testing.T) {
+		_, rec, _ := run(t, false, nil)
+		NewWithT(t).Expect(rec.count()).To(Equal(len(zones)))
+	})
+
+	t.Run("another generation asks again", func(t *testing.T) {
+		g := NewWithT(t)
+		var gen atomic.Uint64
+		w, rec, h := run(t, false, gen.Load)
+		g.Expect(rec.count()).To(Equal(1))
+		ackMesh(w, h, 0, "zone-1")
+		g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+		gen.Add(1) // a reload
+		ackMesh(w, h, 1, "zone-2")
+		g.Eventually(func() []owner.Held { return h.Held("zone-2") }).Should(BeEmpty())
+		g.Expect(rec.count()).To(Equal(3))
+	})
 }

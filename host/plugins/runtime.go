@@ -155,6 +155,7 @@ type Runtime struct {
 	builtinStats callStats
 	started      time.Time
 	gen          atomic.Pointer[generation]
+	generations  atomic.Uint64 // generations installed
 
 	rf *retryForwarder
 	fb *retryForwarder
@@ -285,6 +286,10 @@ func (rt *Runtime) Fallback() shared.RetryForcer { return rt.fb }
 // rest); the built-in check does not stand in for a plugin the user chose.
 func (rt *Runtime) OwnerCheck() shared.OwnerCheck { return rt.oc }
 
+// Generation changes whenever another set of plugins comes into force (a load, a reload, Close):
+// answers given before may not hold after. A plugin restarted after a crash is the same one.
+func (rt *Runtime) Generation() uint64 { return rt.generations.Load() }
+
 // Status describes every plugin, the built-in plugins last.
 func (rt *Runtime) Status() []Status {
 	g := rt.gen.Load()
@@ -315,6 +320,7 @@ func (rt *Runtime) install(g *generation) *generation {
 		s.begin()
 	}
 	old := rt.gen.Swap(g)
+	rt.generations.Add(1)
 	if old == nil {
 		old = &generation{}
 	}

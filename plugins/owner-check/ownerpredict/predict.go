@@ -47,6 +47,8 @@ func (*Predictor) Describe(context.Context) (*pluginv1.DescribeResponse, error) 
 		Capabilities: slices.Clone(capabilities),
 		// A mesh-scoped resource waits for its Mesh; explicit owners come with the candidates.
 		OwnerKinds: []string{MeshKind},
+		// An answer is the candidates' and the inventory's alone.
+		ZoneIndependent: true,
 	}, nil
 }
 

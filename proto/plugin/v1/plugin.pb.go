@@ -135,9 +135,14 @@ type DescribeResponse struct {
 	// (OwnerCheck only, optional). With them, PredictRequest.inventory lists only what the zone
 	// holds of these kinds and the owners the candidates name in their owners; without them,
 	// everything the zone holds. A plugin written before this field keeps getting everything.
-	OwnerKinds    []string `protobuf:"bytes,7,rep,name=owner_kinds,json=ownerKinds,proto3" json:"owner_kinds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OwnerKinds []string `protobuf:"bytes,7,rep,name=owner_kinds,json=ownerKinds,proto3" json:"owner_kinds,omitempty"`
+	// zone_independent says that Predict's answer depends on the candidates and the inventory
+	// only, never on the zone (OwnerCheck only, optional): the host may then ask once for every
+	// zone that holds the same inventory at the same snapshot, and hand each the one answer. A
+	// plugin that does not set it is asked once per zone, as before.
+	ZoneIndependent bool `protobuf:"varint,8,opt,name=zone_independent,json=zoneIndependent,proto3" json:"zone_independent,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DescribeResponse) Reset() {
@@ -217,6 +222,13 @@ func (x *DescribeResponse) GetOwnerKinds() []string {
 		return x.OwnerKinds
 	}
 	return nil
+}
+
+func (x *DescribeResponse) GetZoneIndependent() bool {
+	if x != nil {
+		return x.ZoneIndependent
+	}
+	return false
 }
 
 type ConfigureRequest struct {
@@ -870,7 +882,7 @@ var File_plugin_v1_plugin_proto protoreflect.FileDescriptor
 const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\x16plugin/v1/plugin.proto\x12\tplugin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x10kds/v1/kds.proto\"\x11\n" +
-	"\x0fDescribeRequest\"\x9a\x02\n" +
+	"\x0fDescribeRequest\"\xc5\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
@@ -879,7 +891,8 @@ const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rsample_config\x18\x05 \x01(\tR\fsampleConfig\x126\n" +
 	"\tmin_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bminDelay\x12\x1f\n" +
 	"\vowner_kinds\x18\a \x03(\tR\n" +
-	"ownerKinds\".\n" +
+	"ownerKinds\x12)\n" +
+	"\x10zone_independent\x18\b \x01(\bR\x0fzoneIndependent\".\n" +
 	"\x10ConfigureRequest\x12\x1a\n" +
 	"\bdocument\x18\x01 \x01(\fR\bdocument\"+\n" +
 	"\x11ConfigureResponse\x12\x16\n" +
