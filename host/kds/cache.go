@@ -425,15 +425,14 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 		e, served := entries[name]
 		served = served && w.subscribes(name)
 		switch {
+		case served && isKnown && v == e.Version && !ks.forced[name]:
+			continue // the zone has it: whether it may see it or not, nothing to send
 		case served && filter != nil && !filter.Visible(st.zone, e):
 			// Held back: the zone keeps what it has (no update, and no removal either).
 			if !isKnown {
 				delete(ks.forced, name) // not served to this zone: nothing to resend
 			}
 		case served:
-			if isKnown && v == e.Version && !ks.forced[name] {
-				continue
-			}
 			resp.Resources = append(resp.Resources, &discovery.Resource{Name: name, Version: e.Version, Resource: e.Any})
 			sentAs = append(sentAs, named{name, e.Version})
 			if ks.forced[name] {

@@ -188,8 +188,12 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 // shown names, by kind, the accepted entries whose version prev did not show.
 func shown(accepted []*kds.Entry, prev View) map[string][]string {
 	out := map[string][]string{}
+	visible := func(e *kds.Entry) string { return prev.VisibleVersion(e.Key) }
+	if z, ok := prev.(*zoneHolds); ok {
+		visible = z.visibleEntry // no xDS name to build
+	}
 	for _, e := range accepted {
-		if prev == nil || prev.VisibleVersion(e.Key) != e.Version {
+		if prev == nil || visible(e) != e.Version {
 			out[e.Key.Kind] = append(out[e.Key.Kind], e.Name)
 		}
 	}

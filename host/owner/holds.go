@@ -160,18 +160,35 @@ func (z *zoneHolds) VisibleVersion(k resource.Key) string {
 	return v.visible()
 }
 
-// waitingFor calls f with every key that waits for owner.
-func (z *zoneHolds) waitingFor(owner string, f func(resource.Key)) {
-	for k := range z.ownWaiting[owner] {
-		f(k)
-	}
+// visibleEntry is VisibleVersion of an entry's key, without building its xDS name.
+func (z *zoneHolds) visibleEntry(e *kds.Entry) string {
+	v, _ := z.verdict(e.Key, e.Name)
+	return v.visible()
+}
+
+// addWaiting adds what waits for owner to the next check's work, and reports whether anything
+// does. When that is most of the snapshot (snapLen entries; a Mesh ACK releasing what waited
+// for it) the next check looks at everything instead: one walk, not a set of every key.
+func (z *zoneHolds) addWaiting(owner string, snapLen int) bool {
+	var shared []resource.Key
 	if z.table != nil {
-		for _, k := range z.table.waiting[owner] {
-			if _, over := z.own[k]; !over {
-				f(k)
-			}
-		}
+		shared = z.table.waiting[owner]
 	}
+	n := len(z.ownWaiting[owner]) + len(shared)
+	if n == 0 || z.full {
+		return n > 0
+	}
+	if 2*(len(z.keys)+n) >= snapLen {
+		z.full, z.keys = true, nil
+		return true
+	}
+	for k := range z.ownWaiting[owner] {
+		z.addWork(k)
+	}
+	for _, k := range shared {
+		z.addWork(k) // a key own decided since is looked at again: harmless
+	}
+	return true
 }
 
 func (z *zoneHolds) waits() bool {
@@ -239,7 +256,7 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 		} else {
 			for _, k := range keys {
 				z.addWork(k)
-				z.waitingFor(k.String(), z.addWork) // its owner changed
+				z.addWaiting(k.String(), snap.Len()) // its owner changed
 			}
 		}
 		zones = append(zones, name)
@@ -249,6 +266,9 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 }
 
 func (z *zoneHolds) addWork(k resource.Key) {
+	if z.full {
+		return // everything is looked at anyway
+	}
 	if z.keys == nil {
 		z.keys = map[resource.Key]bool{}
 	}
@@ -314,10 +334,9 @@ func (h *Holds) arrived(zone, kind string, names map[string]string) {
 	}
 	found := false
 	for n := range names {
-		z.waitingFor(resource.KeyFromXDSName(kind, n).String(), func(k resource.Key) {
-			z.addWork(k)
+		if z.addWaiting(resource.KeyFromXDSName(kind, n).String(), h.snap.Len()) {
 			found = true
-		})
+		}
 	}
 	h.mu.Unlock()
 	if found {
@@ -408,7 +427,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 
 	// Only this worker changes z's verdicts (z.busy), so it reads them without the lock.
-	shown := shown(o.d.Accepted, z)
+	shown := o.shownTo(z)
 	h.mu.Lock()
 	if h.zones[zone] != z || !z.open {
 		h.mu.Unlock()
@@ -443,6 +462,35 @@ type outcome struct {
 	d     Decision
 	gone  []resource.Key // keys asked about that are no longer served
 	table *table         // d.Held as a table (full checks)
+
+	mu    sync.Mutex
+	shown map[view]map[string][]string // what d shows to each view it was shared with
+}
+
+// view is a zone's verdicts when it has no own ones: zones that share one see the same.
+type view struct {
+	table *table
+	base  *kds.Snapshot
+}
+
+// shownTo is what the decision makes visible to z (Decision.Shown), computed once for the zones
+// that shared the decision from the same view. The answer is read-only.
+func (o *outcome) shownTo(z *zoneHolds) map[string][]string {
+	if o.ready == nil || len(z.own) > 0 {
+		return shown(o.d.Accepted, z)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v := view{z.table, z.base}
+	if s, ok := o.shown[v]; ok {
+		return s
+	}
+	s := shown(o.d.Accepted, z)
+	if o.shown == nil {
+		o.shown = map[view]map[string][]string{}
+	}
+	o.shown[v] = s
+	return s
 }
 
 // shareKey is what makes two zones' checks ask the same.
