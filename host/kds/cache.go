@@ -395,38 +395,19 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0) {
 		return
 	}
-	entries := c.snap.Load().Kind(w.kind)
-	var names []string
-	if ks.full {
-		names = make([]string, 0, len(entries)+len(ks.known))
-		for n := range entries {
-			names = append(names, n)
-		}
-		for n := range ks.known {
-			if _, ok := entries[n]; !ok {
-				names = append(names, n)
-			}
-		}
-	} else {
-		names = make([]string, 0, len(ks.dirty))
-		for n := range ks.dirty {
-			names = append(names, n)
-		}
-	}
-	ks.full = false
-	clear(ks.dirty)
-
+	snap := c.snap.Load()
+	entries := snap.Kind(w.kind)
 	filter := c.filter.Load().Filter
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
 	var sentAs []named
 	var sentForced []string
-	for _, name := range names {
+	look := func(name string) {
 		v, isKnown := ks.known[name]
 		e, served := entries[name]
 		served = served && w.subscribes(name)
 		switch {
 		case served && isKnown && v == e.Version && !ks.forced[name]:
-			continue // the zone has it: whether it may see it or not, nothing to send
+			// The zone has it: whether it may see it or not, nothing to send.
 		case served && filter != nil && !filter.Visible(st.zone, e):
 			// Held back: the zone keeps what it has (no update, and no removal either).
 			if !isKnown {
@@ -446,10 +427,26 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 			}
 		}
 	}
+	if ks.full {
+		for _, n := range snap.Names(w.kind) { // sorted: so is the response
+			look(n)
+		}
+		for n := range ks.known {
+			if _, ok := entries[n]; !ok {
+				look(n)
+			}
+		}
+	} else {
+		for n := range ks.dirty {
+			look(n)
+		}
+		slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+	}
+	ks.full = false
+	clear(ks.dirty)
 	if len(sentAs) == 0 {
 		return
 	}
-	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
 	slices.Sort(resp.RemovedResources)
 	// The delta server keeps the next version map as the subscription's returned resources;
 	// the cache reads its own known map instead, so the server gets one that nobody reads.

@@ -6,7 +6,9 @@ package kds
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
+	"sync"
 	"weak"
 
 	"google.golang.org/protobuf/proto"
@@ -35,6 +37,27 @@ type Snapshot struct {
 	// changed or removed), so a Cache serving base looks at those names only.
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
+
+	namesMu sync.Mutex
+	names   map[string][]string // kind -> xDS names, sorted; made on first use
+}
+
+// Names returns the xDS names of one kind, sorted. The slice must not be modified.
+func (s *Snapshot) Names(kind string) []string {
+	if s == nil {
+		return nil
+	}
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	if ns, ok := s.names[kind]; ok {
+		return ns
+	}
+	ns := slices.Sorted(maps.Keys(s.kinds[kind]))
+	if s.names == nil {
+		s.names = map[string][]string{}
+	}
+	s.names[kind] = ns
+	return ns
 }
 
 // ChangesFrom returns, when s was derived from prev by Update, the names by kind in which the
