@@ -63,8 +63,8 @@ type timeline struct {
 }
 
 type zoneTimeline struct {
-	ring    [timelineCap]TimelineEvent
-	next, n int
+	ring    []TimelineEvent // grows to timelineCap, then wraps: a quiet zone costs its few events
+	next    int             // where the next event goes, once ring is full
 	failing map[string]bool // kinds NACKed and not ACKed since
 	round   int
 }
@@ -78,16 +78,18 @@ func (z *zoneTimeline) add(e TimelineEvent) {
 		}
 		e.Detail = e.Detail[:n] + "…"
 	}
+	if len(z.ring) < timelineCap {
+		z.ring = append(z.ring, e)
+		return
+	}
 	z.ring[z.next] = e
 	z.next = (z.next + 1) % timelineCap
-	z.n = min(z.n+1, timelineCap)
 }
 
 func (z *zoneTimeline) events() []TimelineEvent {
-	out := make([]TimelineEvent, 0, z.n)
-	for i := range z.n {
-		out = append(out, z.ring[(z.next-z.n+i+timelineCap)%timelineCap])
-	}
+	out := make([]TimelineEvent, 0, len(z.ring))
+	out = append(out, z.ring[z.next:]...)
+	out = append(out, z.ring[:z.next]...)
 	return out
 }
 

@@ -24,6 +24,14 @@ type Filter interface {
 	Visible(zone string, e *Entry) bool
 }
 
+// ZoneFilter is a Filter that can answer a whole walk of a zone's entries at once: View returns
+// Visible for one zone and a release to call when the walk is done (a filter takes its lock once
+// per walk, not once per entry).
+type ZoneFilter interface {
+	Filter
+	View(zone string) (visible func(*Entry) bool, release func())
+}
+
 // Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
 // current Snapshot, as seen through the zone's Filter, and lets the retry scheduler force names
 // to be sent again.
@@ -111,7 +119,7 @@ type watch struct {
 	answered bool                            // at most once
 	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
 	sentAs   []named                         // the versions the response carries ("" removes the name)
-	undo     []prior                         // what known had before the response was applied
+	undo     []prior                         // what known had before the response, of the names it had
 	forced   []string                        // forced names the response carries
 	canceled chan struct{}                   // closed by cancel
 	finished chan struct{}                   // closed by the sender when it is done with this watch
@@ -397,7 +405,16 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	}
 	snap := c.snap.Load()
 	entries := snap.Kind(w.kind)
-	filter := c.filter.Load().Filter
+	var visible func(*Entry) bool // nil: everything
+	switch f := c.filter.Load().Filter.(type) {
+	case nil:
+	case ZoneFilter:
+		v, release := f.View(st.zone)
+		defer release()
+		visible = v
+	default:
+		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
+	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
 	var sentAs []named
 	var sentForced []string
@@ -408,7 +425,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 		switch {
 		case served && isKnown && v == e.Version && !ks.forced[name]:
 			// The zone has it: whether it may see it or not, nothing to send.
-		case served && filter != nil && !filter.Visible(st.zone, e):
+		case served && visible != nil && !visible(e):
 			// Held back: the zone keeps what it has (no update, and no removal either).
 			if !isKnown {
 				delete(ks.forced, name) // not served to this zone: nothing to resend
@@ -463,11 +480,8 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 // named is a name at a version.
 type named struct{ name, version string }
 
-// prior is what known had for a name: its version, or nothing (!had).
-type prior struct {
-	name, version string
-	had           bool
-}
+// prior is what known had for a name.
+type prior struct{ name, version string }
 
 // subscribes reports whether the watch's subscription covers name.
 func (w *watch) subscribes(name string) bool {
@@ -528,10 +542,11 @@ func (st *streamState) next() *watch {
 	st.queue = st.queue[1:]
 	w.sending = true
 	ks := st.kind(w.kind)
-	w.undo = make([]prior, 0, len(w.sentAs))
+	w.undo = nil
 	for _, s := range w.sentAs {
-		old, had := ks.known[s.name]
-		w.undo = append(w.undo, prior{s.name, old, had})
+		if old, had := ks.known[s.name]; had {
+			w.undo = append(w.undo, prior{s.name, old})
+		}
 		if s.version == "" {
 			delete(ks.known, s.name)
 		} else {
@@ -548,12 +563,11 @@ func (st *streamState) next() *watch {
 // names are dirty again (forced ones forced again). Call with the stream's lock.
 func (st *streamState) takeBack(w *watch) {
 	ks := st.kind(w.kind)
+	for _, s := range w.sentAs {
+		delete(ks.known, s.name)
+	}
 	for _, p := range w.undo {
-		if p.had {
-			ks.known[p.name] = p.version
-		} else {
-			delete(ks.known, p.name)
-		}
+		ks.known[p.name] = p.version
 	}
 	st.requeue(w)
 	for _, n := range w.forced {

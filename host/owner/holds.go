@@ -223,14 +223,24 @@ func (h *Holds) Close() {
 
 // Visible implements kds.Filter.
 func (h *Holds) Visible(zone string, e *kds.Entry) bool {
+	visible, release := h.View(zone)
+	defer release()
+	return visible(e)
+}
+
+var _ kds.ZoneFilter = (*Holds)(nil)
+
+// View implements kds.ZoneFilter: Visible for one zone, under one read lock until release.
+func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, release func()) {
 	h.mu.RLock()
-	defer h.mu.RUnlock()
 	z := h.zones[zone]
-	if z == nil {
-		return false
-	}
-	v, ok := z.verdict(e.Key, e.Name)
-	return ok && v.Accepted() && v.Version == e.Version
+	return func(e *kds.Entry) bool {
+		if z == nil {
+			return false
+		}
+		v, ok := z.verdict(e.Key, e.Name)
+		return ok && v.Accepted() && v.Version == e.Version
+	}, h.mu.RUnlock
 }
 
 // Changed tells Holds the snapshot served now. When it was derived from the previous one, each

@@ -90,7 +90,7 @@ func main() {
 	flag.DurationVar(&o.gap, "gap", 100*time.Millisecond, "pause after each update has reached every zone")
 	flag.DurationVar(&o.idle, "idle", 30*time.Second, "how long the idle server CPU is measured, every zone connected")
 	flag.StringVar(&o.out, "out", "bench-results", "directory for scale.json, latency.svg and cpu.svg (\"\": write nothing)")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each server process, from serving to exit, to DIR/SCENARIO-SERVER[-runN].pprof")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each server process, from serving to exit, to DIR/SCENARIO-SERVER[-runN].pprof, and its heap profile at the end to ...heap.pprof")
 	flag.StringVar(&o.bin, "bin", "", "directory holding prebuilt benchserver and stock binaries (default: build them into a temp dir)")
 	flag.StringVar(&o.tmp, "tmp", "", "where kds-host's SQLite temp dir goes (default: the system temp dir)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up one server's run of one scenario after this long")

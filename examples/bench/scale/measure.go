@@ -63,7 +63,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		args = []string{"-resources", strconv.Itoa(sc.Resources)}
 	}
 	if prof != "" {
-		args = append(args, "-cpuprofile", prof)
+		args = append(args, "-cpuprofile", prof, "-heapprofile", strings.TrimSuffix(prof, ".pprof")+".heap.pprof")
 		fig.CPUProfile = prof
 	}
 	started := time.Now()

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -128,8 +129,15 @@ func Control(ctx context.Context, update func(ctx context.Context, seq int) erro
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /heap", func(w http.ResponseWriter, r *http.Request) {
+		h := LiveHeap()
+		if *heapProfile != "" {
+			if err := writeHeapProfile(*heapProfile); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(LiveHeap())
+		_ = json.NewEncoder(w).Encode(h)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -138,6 +146,21 @@ func Control(ctx context.Context, update func(ctx context.Context, seq int) erro
 		_ = srv.Close()
 	}()
 	return ln.Addr().String(), nil
+}
+
+// heapProfile is every server's -heapprofile flag.
+var heapProfile = flag.String("heapprofile", "", "write a heap profile to this file when GET /heap has measured the live heap")
+
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // UntilStdinCloses returns a context that ends when the process's standard input reaches its
