@@ -543,6 +543,9 @@ func (st *streamState) next() *watch {
 	w.sending = true
 	ks := st.kind(w.kind)
 	w.undo = nil
+	if len(ks.known) == 0 && len(w.sentAs) > 8 {
+		ks.known = make(map[string]string, len(w.sentAs)) // the first response: one allocation
+	}
 	for _, s := range w.sentAs {
 		if old, had := ks.known[s.name]; had {
 			w.undo = append(w.undo, prior{s.name, old})

@@ -115,10 +115,14 @@ func (s *zoneState) kind(k string) *KindInsight {
 	return ki
 }
 
-// inventoryOf is what the zone holds of kind, by xDS name.
-func (s *zoneState) inventoryOf(kind string) map[string]string {
+// inventoryOf is what the zone holds of kind; an empty one is made for at least hint names (the
+// first ACK's), so that it does not grow one doubling at a time.
+func (s *zoneState) inventoryOf(kind string, hint int) map[string]string {
 	inv := s.inventory[kind]
-	if inv == nil {
+	if len(inv) == 0 && hint > 8 {
+		inv = make(map[string]string, hint)
+		s.inventory[kind] = inv
+	} else if inv == nil {
 		inv = map[string]string{}
 		s.inventory[kind] = inv
 	}
@@ -161,7 +165,7 @@ func (z *Zones) acked(a event.ACK) {
 		return
 	}
 	ki := s.kind(a.Kind)
-	inv := s.inventoryOf(a.Kind)
+	inv := s.inventoryOf(a.Kind, len(a.Versions))
 	for n, v := range a.Versions {
 		s.hold(inv, a.Kind, n, v, true)
 	}
@@ -186,7 +190,7 @@ func (z *Zones) nacked(n event.NACK) {
 	ki.NACKs++
 	ki.LastError = n.Detail
 	ki.Rejected = n.Rejected
-	inv := s.inventoryOf(n.Kind)
+	inv := s.inventoryOf(n.Kind, len(n.Accepted))
 	for name, v := range n.Accepted {
 		s.hold(inv, n.Kind, name, v, true)
 	}
