@@ -431,7 +431,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 				delete(ks.forced, name) // not served to this zone: nothing to resend
 			}
 		case served:
-			resp.Resources = append(resp.Resources, &discovery.Resource{Name: name, Version: e.Version, Resource: e.Any})
+			resp.Resources = append(resp.Resources, e.Wire)
 			sentAs = append(sentAs, named{name, e.Version})
 			if ks.forced[name] {
 				sentForced = append(sentForced, name)

@@ -5,6 +5,7 @@ package kds
 
 import (
 	"fmt"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"maps"
 	"slices"
 	"sort"
@@ -25,6 +26,9 @@ type Entry struct {
 	Version  string
 	Resource *kdsv1.Resource
 	Any      *anypb.Any
+	// Wire is the entry as a delta response carries it, shared by every response that sends
+	// this version: read-only.
+	Wire *discovery.Resource
 }
 
 // Snapshot is an immutable view of every resource to serve, by kind and xDS name.
@@ -216,7 +220,9 @@ func NewEntry(r *resource.Resource) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
 	}
-	return &Entry{Key: r.Key(), Name: r.Key().XDSName(), Version: resource.Version(p), Resource: p, Any: a}, nil
+	name, version := r.Key().XDSName(), resource.Version(p)
+	return &Entry{Key: r.Key(), Name: name, Version: version, Resource: p, Any: a,
+		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
 }
 
 // Decode reads a resource out of an Any from a KDS response. The Any's type URL is the request's
