@@ -118,7 +118,6 @@ type watch struct {
 
 	answered bool                            // at most once
 	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
-	sentAs   []named                         // the versions the response carries ("" removes the name)
 	undo     []prior                         // what known had before the response, of the names it had
 	forced   []string                        // forced names the response carries
 	canceled chan struct{}                   // closed by cancel
@@ -416,7 +415,6 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
-	var sentAs []named
 	var sentForced []string
 	look := func(name string) {
 		v, isKnown := ks.known[name]
@@ -432,7 +430,6 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 			}
 		case served:
 			resp.Resources = append(resp.Resources, e.Wire)
-			sentAs = append(sentAs, named{name, e.Version})
 			if ks.forced[name] {
 				sentForced = append(sentForced, name)
 			}
@@ -440,7 +437,6 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 			delete(ks.forced, name) // no longer served: nothing to resend
 			if isKnown {
 				resp.RemovedResources = append(resp.RemovedResources, name)
-				sentAs = append(sentAs, named{name, ""})
 			}
 		}
 	}
@@ -461,7 +457,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	}
 	ks.full = false
 	clear(ks.dirty)
-	if len(sentAs) == 0 {
+	if len(resp.Resources)+len(resp.RemovedResources) == 0 {
 		return
 	}
 	slices.Sort(resp.RemovedResources)
@@ -469,16 +465,13 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	// the cache reads its own known map instead, so the server gets one that nobody reads.
 	w.answered = true
 	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: ks.served, DeltaDiscoveryResponse: resp}
-	w.sentAs, w.forced = sentAs, sentForced
+	w.forced = sentForced
 	st.queue = append(st.queue, w)
 	select {
 	case st.wake <- struct{}{}:
 	default:
 	}
 }
-
-// named is a name at a version.
-type named struct{ name, version string }
 
 // prior is what known had for a name.
 type prior struct{ name, version string }
@@ -520,7 +513,7 @@ func (st *streamState) send() {
 			if !delivered {
 				st.takeBack(w)
 			}
-			w.sentAs, w.undo, w.resp = nil, nil, nil // done with them; the watch stays answered
+			w.undo, w.resp = nil, nil // done with them; the watch stays answered
 			st.mu.Unlock()
 			close(w.finished)
 			if stopped {
@@ -543,18 +536,20 @@ func (st *streamState) next() *watch {
 	w.sending = true
 	ks := st.kind(w.kind)
 	w.undo = nil
-	if len(ks.known) == 0 && len(w.sentAs) > 8 {
-		ks.known = make(map[string]string, len(w.sentAs)) // the first response: one allocation
+	resp := w.resp.DeltaDiscoveryResponse
+	if len(ks.known) == 0 && len(resp.Resources) > 8 {
+		ks.known = make(map[string]string, len(resp.Resources)) // the first response: one allocation
 	}
-	for _, s := range w.sentAs {
-		if old, had := ks.known[s.name]; had {
-			w.undo = append(w.undo, prior{s.name, old})
+	w.eachName(func(name string) {
+		if old, had := ks.known[name]; had {
+			w.undo = append(w.undo, prior{name, old})
 		}
-		if s.version == "" {
-			delete(ks.known, s.name)
-		} else {
-			ks.known[s.name] = s.version
-		}
+	})
+	for _, r := range resp.Resources {
+		ks.known[r.Name] = r.Version
+	}
+	for _, n := range resp.RemovedResources {
+		delete(ks.known, n)
 	}
 	for _, n := range w.forced {
 		delete(ks.forced, n)
@@ -566,9 +561,7 @@ func (st *streamState) next() *watch {
 // names are dirty again (forced ones forced again). Call with the stream's lock.
 func (st *streamState) takeBack(w *watch) {
 	ks := st.kind(w.kind)
-	for _, s := range w.sentAs {
-		delete(ks.known, s.name)
-	}
+	w.eachName(func(name string) { delete(ks.known, name) })
 	for _, p := range w.undo {
 		ks.known[p.name] = p.version
 	}
@@ -582,7 +575,15 @@ func (st *streamState) takeBack(w *watch) {
 // stream's lock.
 func (st *streamState) requeue(w *watch) {
 	ks := st.kind(w.kind)
-	for _, s := range w.sentAs {
-		ks.dirty[s.name] = true
+	w.eachName(func(name string) { ks.dirty[name] = true })
+}
+
+// eachName calls f with every name the watch's response carries, sent or removed.
+func (w *watch) eachName(f func(name string)) {
+	for _, r := range w.resp.DeltaDiscoveryResponse.Resources {
+		f(r.Name)
+	}
+	for _, n := range w.resp.DeltaDiscoveryResponse.RemovedResources {
+		f(n)
 	}
 }
