@@ -13,6 +13,7 @@ import (
 )
 
 var ownerCheckChecks = []check{
+	{CheckOwnerZoneIndependent, "a plugin that declares zone_independent answers every zone alike (the host shares one answer between zones)", checkZoneIndependent, false},
 	{CheckOwnerVerdictTable, "Predict follows the verdict table of DESIGN.md (ACCEPT, WAIT for an owner, REJECT)", checkVerdictTable, false},
 	{CheckOwnerBatch, fmt.Sprintf("a batch of %d candidates gets one right verdict each, in order", LargeInput), checkPredictBatch, false},
 	{CheckOwnerEmptyInput, "an empty request is answered or refused with InvalidArgument, without a crash", checkPredictEmpty, false},
@@ -109,6 +110,33 @@ func checkVerdictTable(c *checkRun) {
 	}
 	c.checkVerdicts(resp.GetPredictions(), cases)
 	c.notef("%d cases, all right", len(cases))
+}
+
+// zoneIndependentZones are the zones the zone_independent check asks for.
+var zoneIndependentZones = []string{"zone-1", "zone-2", "a-zone-with-a-long-name.example"}
+
+func checkZoneIndependent(c *checkRun) {
+	if !c.ocDesc.GetZoneIndependent() {
+		c.skipf("Describe does not declare zone_independent: the host asks once per zone")
+	}
+	var first *pluginv1.PredictResponse
+	for _, zone := range zoneIndependentZones {
+		req, _ := verdictRequest()
+		req.Zone = zone
+		resp, err := c.predict(req)
+		if err != nil {
+			c.callFailed("Predict with the verdict table for zone "+zone, err)
+		}
+		if first == nil {
+			first = resp
+			continue
+		}
+		if !proto.Equal(first, resp) {
+			c.failf("Describe declares zone_independent, but Predict answered zone %s otherwise than zone %s for the same candidates and inventory: the host would hand one zone's verdicts to another",
+				zone, zoneIndependentZones[0])
+		}
+	}
+	c.notef("the same answer for %d zones", len(zoneIndependentZones))
 }
 
 // largeBatch is LargeInput candidates over 100 meshes: 50 on the zone, 30 in the batch, 20

@@ -38,12 +38,13 @@ const (
 	CheckRetryConcurrency        = "retry-forcer/concurrency"
 	CheckRetryLatency            = "retry-forcer/latency"
 
-	CheckOwnerVerdictTable = "owner-check/verdict-table"
-	CheckOwnerBatch        = "owner-check/batch-10000"
-	CheckOwnerEmptyInput   = "owner-check/empty-input"
-	CheckOwnerBadInput     = "owner-check/bad-input"
-	CheckOwnerConcurrency  = "owner-check/concurrency"
-	CheckOwnerLatency      = "owner-check/latency"
+	CheckOwnerZoneIndependent = "owner-check/zone-independent"
+	CheckOwnerVerdictTable    = "owner-check/verdict-table"
+	CheckOwnerBatch           = "owner-check/batch-10000"
+	CheckOwnerEmptyInput      = "owner-check/empty-input"
+	CheckOwnerBadInput        = "owner-check/bad-input"
+	CheckOwnerConcurrency     = "owner-check/concurrency"
+	CheckOwnerLatency         = "owner-check/latency"
 
 	CheckKill = "kill"
 )

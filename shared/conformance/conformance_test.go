@@ -93,7 +93,7 @@ func TestConformance(t *testing.T) {
 		checks int
 	}{
 		{"./plugins/retry-forcer", 16},
-		{"./plugins/owner-check", 10},
+		{"./plugins/owner-check", 11},
 		{"./examples/plugins/fixed-retry", 16},
 		// Built from plugin.v1 as it stood before rejection causes: the contract stays compatible.
 		{"./shared/conformance/testdata/v1plugin", 16},
@@ -140,6 +140,7 @@ func TestBrokenFixtures(t *testing.T) {
 		{"no-mtls", conformance.CheckHandshake, "the plugin serves plaintext gRPC on unix "},
 		{"exceeds-host-max", conformance.CheckRetryHostBounds, "max_delay 2h0m0s, over the host's maximum of 1h0m0s (--retry-max-delay)"},
 		{"never-gives-up", conformance.CheckRetryGiveUp, "did not give up in 100 rounds"},
+		{"zone-dependent", conformance.CheckOwnerZoneIndependent, "answered zone zone-2 otherwise than zone zone-1"},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			g := NewWithT(t)
