@@ -518,11 +518,7 @@ type shareKey struct {
 func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
 	kinds := h.ownerKinds.get(ctx)
 	if h.cfg.Generation == nil || !h.ownerKinds.zoneIndependent() {
-		o := h.decide(ctx, zone, snap, full, keys, kinds)
-		if o != nil && o.d.Err != nil {
-			h.failedOpen(zone, o.d.Err)
-		}
-		return o
+		return h.decide(ctx, zone, snap, full, keys, kinds)
 	}
 	key := shareKey{snap: snap, generation: h.cfg.Generation(), inventory: h.cfg.Inventory.InventoryDigest(zone), full: full, ownerKinds: strings.Join(kinds, ",")}
 	if !full {
@@ -569,9 +565,6 @@ func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, f
 		}
 		h.mu.Unlock()
 		close(o.ready)
-		if mine != nil && mine.d.Err != nil {
-			h.failedOpen(zone, mine.d.Err)
-		}
 		return mine
 	}
 }
@@ -579,8 +572,8 @@ func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, f
 // maxShared bounds the answers kept for sharing (each a set of zones that hold the same).
 const maxShared = 256
 
-// decide runs one check of zone against snap: plan, Predict, decision. It returns nil when ctx
-// is done.
+// decide runs one check of zone against snap: plan, Predict, decision (and the hooks). It
+// returns nil when ctx is done.
 func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
 	entries, gone := h.entriesFor(zone, snap, full, keys)
 	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.HeldVersion(zone, kind, name) })
@@ -606,6 +599,9 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, ful
 		if h.cfg.Hooks.Call != nil {
 			h.cfg.Hooks.Call(zone, len(plan.Request.Candidates), time.Since(start), o.d.Err)
 		}
+		if o.d.Err != nil && h.cfg.Hooks.FailOpen != nil {
+			h.cfg.Hooks.FailOpen(zone, o.d.Err)
+		}
 	} else {
 		o.d = plan.decide(nil, nil)
 	}
@@ -613,12 +609,6 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, ful
 		o.table = newTable(o.d.Held)
 	}
 	return o
-}
-
-func (h *Holds) failedOpen(zone string, err error) {
-	if h.cfg.Hooks.FailOpen != nil {
-		h.cfg.Hooks.FailOpen(zone, err)
-	}
 }
 
 // keysHash identifies a set of keys, whatever their order.
