@@ -7,7 +7,8 @@
 // the new verdicts and what became visible out. Holds drives it for every connected zone, and
 // `kds-host check` asks it about a file. Holds costs what changed: a write checks the changed
 // entries (and what waits for them), an ACK the entries waiting for what it brought, found by
-// index; zones are checked in parallel.
+// index; zones are checked in parallel, and zones that hold the same share one answer when the
+// policy declares its answers zone independent.
 package owner
 
 import (
