@@ -163,6 +163,7 @@ func TestAWrongChecksumIsRefused(t *testing.T) {
 	rt := start(t, config(right))
 	before := statusOf(rt, "retry-forcer")
 	g.Expect(before.Checksum).To(Equal("sha256:" + actual))
+	gen := rt.Generation()
 
 	// A reload to a wrong pin keeps the running plugin and reports the error.
 	err = rt.Reload(context.Background(), static(plugins.Plugins{List: []plugins.Spec{spec}}))
@@ -179,6 +180,7 @@ func TestAWrongChecksumIsRefused(t *testing.T) {
 	g.Expect(err).To(MatchError("config x.yaml: bad"))
 	g.Expect(rt.LastReload().Error).To(Equal("config x.yaml: bad"))
 	g.Expect(statusOf(rt, "retry-forcer").PID).To(Equal(before.PID))
+	g.Expect(rt.Generation()).To(Equal(gen), "a failed reload leaves the same policies in force")
 }
 
 func TestABinaryThatIsNotAPluginFailsWithinTheStartTimeout(t *testing.T) {
@@ -273,6 +275,7 @@ func TestAKilledPluginIsRestartedAndTheBuiltinAnswersMeanwhile(t *testing.T) {
 	cfg.BackoffMin = 2 * time.Second // the plugin stays down long enough to be seen down
 	rt := start(t, cfg)
 	first := statusOf(rt, "retry-forcer")
+	gen := rt.Generation()
 
 	g.Expect(syscall.Kill(first.PID, syscall.SIGKILL)).To(Succeed())
 	// Down: calls fail at once (Unavailable) so the caller's fallback answers, or, when they
@@ -300,6 +303,7 @@ func TestAKilledPluginIsRestartedAndTheBuiltinAnswersMeanwhile(t *testing.T) {
 	d, err := schedule(rt)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(d).To(Equal(1234 * time.Millisecond))
+	g.Expect(rt.Generation()).To(Equal(gen), "a restarted plugin is the same one: answers given before still hold")
 }
 
 func TestReloadSwapsThePolicy(t *testing.T) {
@@ -310,8 +314,11 @@ func TestReloadSwapsThePolicy(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(d).To(Equal(400 * time.Millisecond))
 	old := statusOf(rt, "retry-forcer")
+	gen := rt.Generation()
 
 	g.Expect(rt.Reload(context.Background(), static(plugins.Plugins{List: []plugins.Spec{{Path: bin, Document: doc("policy: fixed\ndelay: 250ms\n")}}}))).To(Succeed())
+	g.Expect(rt.Generation()).NotTo(Equal(gen), "another policy is in force: answers given before may not hold")
+	gen = rt.Generation()
 	d, err = schedule(rt)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(d).To(Equal(250 * time.Millisecond))
@@ -323,6 +330,7 @@ func TestReloadSwapsThePolicy(t *testing.T) {
 
 	// Back to the built-in policy: no binary at all.
 	g.Expect(rt.Reload(context.Background(), static(plugins.Plugins{}))).To(Succeed())
+	g.Expect(rt.Generation()).NotTo(Equal(gen))
 	g.Expect(rt.Status()).To(HaveLen(1))
 	g.Expect(alive(now.PID)).To(BeFalse())
 	_, err = schedule(rt)
