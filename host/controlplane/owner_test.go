@@ -154,3 +154,24 @@ func dump(g *controlplane.Global, z *runningZone) string {
 	b, _ := json.MarshalIndent(map[string]any{"zones": g.ZoneViews(), "zone": z.Client.Stats()}, "", "  ")
 	return string(b)
 }
+
+// Zones that connect to the same snapshot holding nothing are checked with one Predict between
+// them, and again with one when their Mesh ACKs make them hold the same: the built-in owner check
+// declares zone_independent. Each zone still gets everything.
+func TestZonesThatHoldTheSameShareOnePredict(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	seedMesh(t, gst, reg)
+	gl := startGlobal(t, gst, reg, withHolds)
+	want := len(resource.MeshDefaults("default")) + 1
+	zones := []string{"zone-1", "zone-2", "zone-3", "zone-4"}
+	for _, name := range zones {
+		zst := openSQLite(t)
+		startZone(t, name, gl.KDSAddr(), zst, reg)
+		g.Eventually(count(zst, "", ""), 10*time.Second).Should(Equal(want), name)
+	}
+	g.Expect(metric(t, gl.DiagAddr(), "kds_owner_check_fail_open_total")).To(BeZero())
+	g.Expect(metric(t, gl.DiagAddr(), "kds_owner_check_calls_total")).To(Equal(2.0),
+		"one Predict for the zones that hold nothing, one for those that hold the Mesh")
+}
