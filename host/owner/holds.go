@@ -91,8 +91,8 @@ type Holds struct {
 	inQ   map[string]bool // zones in queue or being checked
 	wake  chan struct{}
 
-	ownerKinds ownerKinds
-	shared     map[shareKey]*outcome // answers zones share, for h.snap only
+	described described
+	shared    map[shareKey]*outcome // answers zones share, for h.snap only
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -209,7 +209,7 @@ func New(cfg Config) (*Holds, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, inQ: map[string]bool{}, wake: make(chan struct{}, 1), cancel: cancel}
-	h.ownerKinds.policy = cfg.Policy
+	h.described.policy, h.described.generation = cfg.Policy, cfg.Generation
 	for range cfg.Workers {
 		h.wg.Go(func() { h.work(ctx) })
 	}
@@ -517,11 +517,12 @@ type shareKey struct {
 // decision decides a check of zone: the zone's own, or one shared with the zones that asked the
 // same before (or are asking now). It returns nil when ctx is done.
 func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
-	kinds := h.ownerKinds.get(ctx)
-	if h.cfg.Generation == nil || !h.ownerKinds.zoneIndependent() {
+	decl := h.described.get(ctx)
+	kinds := decl.kinds
+	if !decl.shared {
 		return h.decide(ctx, zone, snap, full, keys, kinds)
 	}
-	key := shareKey{snap: snap, generation: h.cfg.Generation(), inventory: h.cfg.Inventory.InventoryDigest(zone), full: full, ownerKinds: strings.Join(kinds, ",")}
+	key := shareKey{snap: snap, generation: decl.generation, inventory: h.cfg.Inventory.InventoryDigest(zone), full: full, ownerKinds: strings.Join(kinds, ",")}
 	if !full {
 		key.keys = keysHash(keys)
 	}
@@ -714,43 +715,44 @@ func explicitOwners(e *kds.Entry) []resource.Key {
 	return out
 }
 
-// ownerKinds is what the policy declared as the kinds that can own (Describe's owner_kinds),
-// asked again at most every ownerKindsTTL: a reload may bring another policy.
-type ownerKinds struct {
-	policy func() shared.OwnerCheck
+// described is what the policy in force declared in Describe, asked again at most every
+// describeTTL, and at once when its generation changes (a reload brings another policy).
+type described struct {
+	policy     func() shared.OwnerCheck
+	generation func() uint64 // nil: unknown, so answers are never shared
 
-	mu          sync.Mutex
-	kinds       []string
-	independent bool // zone_independent
-	at          time.Time
+	mu   sync.Mutex
+	decl declaration
+	at   time.Time
 }
 
-const ownerKindsTTL = 10 * time.Second
+// declaration is one Describe answer, as Holds uses it.
+type declaration struct {
+	kinds      []string // owner_kinds; nil: send the whole inventory (nothing declared, or Describe failed)
+	shared     bool     // answers may be shared between zones: zone_independent, in a known generation
+	generation uint64   // the generation the answer came from
+}
 
-// get returns the declared owner kinds, or nil for "send the whole inventory" (nothing
-// declared, or Describe failed).
-func (o *ownerKinds) get(ctx context.Context) []string {
+const describeTTL = 10 * time.Second
+
+func (o *described) get(ctx context.Context) declaration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.at.IsZero() && time.Since(o.at) < ownerKindsTTL {
-		return o.kinds
+	var gen uint64
+	if o.generation != nil {
+		gen = o.generation()
+	}
+	if !o.at.IsZero() && time.Since(o.at) < describeTTL && gen == o.decl.generation {
+		return o.decl
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	d, err := o.policy().Describe(dctx)
 	cancel()
-	o.kinds, o.independent, o.at = nil, err == nil && d.GetZoneIndependent(), time.Now()
+	o.decl, o.at = declaration{generation: gen, shared: err == nil && d.GetZoneIndependent() && o.generation != nil}, time.Now()
 	if err == nil && len(d.GetOwnerKinds()) > 0 {
-		o.kinds = slices.Clone(d.GetOwnerKinds())
+		o.decl.kinds = slices.Clone(d.GetOwnerKinds())
 	}
-	return o.kinds
-}
-
-// zoneIndependent reports whether the policy declared its answers zone_independent, as of the
-// last get.
-func (o *ownerKinds) zoneIndependent() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.independent
+	return o.decl
 }
 
 // Held returns what is held back from a zone, sorted by key.

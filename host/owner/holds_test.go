@@ -195,7 +195,7 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 type recording struct {
 	inner      *ownerpredict.Predictor
 	ownerKinds bool
-	perZone    bool          // declare nothing about zones: not zone_independent
+	perZone    atomic.Bool   // declare nothing about zones: not zone_independent
 	block      string        // zone whose calls wait for release
 	release    chan struct{} // closed to let them go
 	mu         sync.Mutex
@@ -207,7 +207,7 @@ func (r *recording) Describe(ctx context.Context) (*pluginv1.DescribeResponse, e
 	if !r.ownerKinds {
 		d.OwnerKinds = nil
 	}
-	if r.perZone {
+	if r.perZone.Load() {
 		d.ZoneIndependent = false
 	}
 	return d, err
@@ -348,7 +348,8 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		for _, z := range zones {
 			w.inventory[z] = map[string]map[string]string{}
 		}
-		rec := &recording{inner: ownerpredict.New(), ownerKinds: true, perZone: perZone}
+		rec := &recording{inner: ownerpredict.New(), ownerKinds: true}
+		rec.perZone.Store(perZone)
 		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Generation: generation})
 		if err != nil {
 			t.Fatal(err)
@@ -416,5 +417,15 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		ackMesh(w, h, 1, "zone-2")
 		g.Eventually(func() []owner.Held { return h.Held("zone-2") }).Should(BeEmpty())
 		g.Expect(rec.count()).To(Equal(3))
+
+		// Another reload brings a policy that does not declare zone_independent: it is asked
+		// again at once (not after the Describe cache's 10 s), and for each zone.
+		rec.perZone.Store(true)
+		gen.Add(1)
+		ackMesh(w, h, 2, "zone-3")
+		g.Eventually(func() []owner.Held { return h.Held("zone-3") }).Should(BeEmpty())
+		ackMesh(w, h, 3, "zone-4")
+		g.Eventually(func() []owner.Held { return h.Held("zone-4") }).Should(BeEmpty())
+		g.Expect(rec.count()).To(Equal(5))
 	})
 }
