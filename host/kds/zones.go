@@ -165,9 +165,21 @@ func (z *Zones) acked(a event.ACK) {
 		return
 	}
 	ki := s.kind(a.Kind)
-	inv := s.inventoryOf(a.Kind, len(a.Versions))
-	for n, v := range a.Versions {
-		s.hold(inv, a.Kind, n, v, true)
+	inv := s.inventory[a.Kind]
+	if len(inv) == 0 && !a.Initial && len(a.Versions) > 0 {
+		// The kind's first ACK on this stream: the response's map becomes the inventory, no copy
+		// (event.ACK: the tracker drops it with the ACK).
+		inv = a.Versions
+		s.inventory[a.Kind] = inv
+		for n, v := range inv {
+			s.digest.Sum ^= heldHash(a.Kind, n, v)
+			s.digest.N++
+		}
+	} else {
+		inv = s.inventoryOf(a.Kind, len(a.Versions))
+		for n, v := range a.Versions {
+			s.hold(inv, a.Kind, n, v, true)
+		}
 	}
 	for _, n := range a.Removed {
 		s.hold(inv, a.Kind, n, "", false)
