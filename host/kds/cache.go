@@ -25,11 +25,11 @@ type Filter interface {
 }
 
 // ZoneFilter is a Filter that can answer a whole walk of a zone's entries at once: View returns
-// Visible for one zone and a release to call when the walk is done (a filter takes its lock once
-// per walk, not once per entry).
+// Visible for one zone, whether the zone may see nothing at all yet (none), and a release to call
+// when the walk is done (a filter takes its lock once per walk, not once per entry).
 type ZoneFilter interface {
 	Filter
-	View(zone string) (visible func(*Entry) bool, release func())
+	View(zone string) (visible func(*Entry) bool, none bool, release func())
 }
 
 // Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
@@ -408,8 +408,13 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	switch f := c.filter.Load().Filter.(type) {
 	case nil:
 	case ZoneFilter:
-		v, release := f.View(st.zone)
+		v, none, release := f.View(st.zone)
 		defer release()
+		if none && len(ks.known) == 0 {
+			// Nothing to send or remove (a zone whose first owner check has not answered): the
+			// walk waits for the Refresh that the check makes, its dirty names kept.
+			return
+		}
 		visible = v
 	default:
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }

@@ -224,24 +224,26 @@ func (h *Holds) Close() {
 
 // Visible implements kds.Filter.
 func (h *Holds) Visible(zone string, e *kds.Entry) bool {
-	visible, release := h.View(zone)
+	visible, _, release := h.View(zone)
 	defer release()
 	return visible(e)
 }
 
 var _ kds.ZoneFilter = (*Holds)(nil)
 
-// View implements kds.ZoneFilter: Visible for one zone, under one read lock until release.
-func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, release func()) {
+// View implements kds.ZoneFilter: Visible for one zone, under one read lock until release. A
+// zone not checked yet sees nothing.
+func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
 	z := h.zones[zone]
+	none = z == nil || (z.base == nil && z.table == nil && len(z.own) == 0)
 	return func(e *kds.Entry) bool {
 		if z == nil {
 			return false
 		}
 		v, ok := z.verdict(e.Key, e.Name)
 		return ok && v.Accepted() && v.Version == e.Version
-	}, h.mu.RUnlock
+	}, none, h.mu.RUnlock
 }
 
 // Changed tells Holds the snapshot served now. When it was derived from the previous one, each
