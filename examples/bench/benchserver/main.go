@@ -4,7 +4,7 @@
 // except that KDS is plaintext on loopback (as --kds-plaintext). Its store holds Mesh "default"
 // and N MeshTimeouts (benchproc.Resources), written before the global starts.
 //
-//	benchserver -resources 1000 -zones 100 -tokens FILE [-owner-holds=false] [-tmp DIR] [-cpuprofile FILE]
+//	benchserver -resources 1000 -zones 100 -tokens FILE [-owner-holds=false] [-tmp DIR] [-cpuprofile FILE] [-heapprofile FILE]
 //
 // It mints a zone token for each of zone-0000 ... zone-(N-1) into FILE, one a line, then, once
 // the global serves, prints a benchproc.Ready line. Its control endpoint writes the target
@@ -40,15 +40,15 @@ func main() {
 	tmp := flag.String("tmp", "", "where the store's temp dir goes (default: the system temp dir)")
 	addr := flag.String("kds-addr", "127.0.0.1:0", "KDS listen address")
 	logLevel := flag.String("log", "off", "the global's log level: off, error, warn, info, debug")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile, from serving until exit, to this file")
+	prof := benchproc.ProfileFlags()
 	flag.Parse()
-	if err := run(*n, *zones, *tokens, *holds, *tmp, *addr, *logLevel, *cpuProfile); err != nil {
+	if err := run(*n, *zones, *tokens, *holds, *tmp, *addr, *logLevel, *prof); err != nil {
 		fmt.Fprintln(os.Stderr, "benchserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, zones int, tokensFile string, holds bool, tmp, addr, logLevel, cpuProfile string) (err error) {
+func run(n, zones int, tokensFile string, holds bool, tmp, addr, logLevel string, prof benchproc.Profiles) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -116,11 +116,11 @@ func run(n, zones int, tokensFile string, holds bool, tmp, addr, logLevel, cpuPr
 		}
 		return err
 	}
-	control, err := benchproc.Control(ctx, update)
+	control, err := benchproc.Control(ctx, prof.Heap, update)
 	if err != nil {
 		return err
 	}
-	stopProfile, err := benchproc.StartCPUProfile(cpuProfile)
+	stopProfile, err := benchproc.StartCPUProfile(prof.CPU)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 // resource list). Plaintext gRPC on loopback, no authentication, no store, no retries, no
 // owner holds.
 //
-//	stock -resources 1000 [-kds-addr 127.0.0.1:0] [-cpuprofile FILE]
+//	stock -resources 1000 [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
 //
 // Once it serves, it prints a benchproc.Ready line; its control endpoint changes the target
 // MeshTimeout (LinearCache.UpdateResource) and reports the live heap. It stops when its standard
@@ -36,15 +36,15 @@ import (
 func main() {
 	n := flag.Int("resources", 1000, "MeshTimeouts to serve (and Mesh \"default\")")
 	addr := flag.String("kds-addr", "127.0.0.1:0", "delta xDS listen address")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile, from serving until exit, to this file")
+	prof := benchproc.ProfileFlags()
 	flag.Parse()
-	if err := run(*n, *addr, *cpuProfile); err != nil {
+	if err := run(*n, *addr, *prof); err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, addr, cpuProfile string) error {
+func run(n int, addr string, prof benchproc.Profiles) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -102,12 +102,12 @@ func run(n int, addr, cpuProfile string) error {
 		}
 		return linear[r.Kind].UpdateResource(e.Key.XDSName(), e.Resource)
 	}
-	control, err := benchproc.Control(ctx, update)
+	control, err := benchproc.Control(ctx, prof.Heap, update)
 	if err != nil {
 		gs.Stop()
 		return err
 	}
-	stopProfile, err := benchproc.StartCPUProfile(cpuProfile)
+	stopProfile, err := benchproc.StartCPUProfile(prof.CPU)
 	if err != nil {
 		gs.Stop()
 		return err

@@ -110,7 +110,8 @@ func LiveHeap() Heap {
 //	GET  /heap          answers Heap, as JSON
 //
 // It returns the bound address; the server stops when ctx ends.
-func Control(ctx context.Context, update func(ctx context.Context, seq int) error) (string, error) {
+// With heapProfile set, GET /heap also writes a heap profile there once it has measured.
+func Control(ctx context.Context, heapProfile string, update func(ctx context.Context, seq int) error) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -130,8 +131,8 @@ func Control(ctx context.Context, update func(ctx context.Context, seq int) erro
 	})
 	mux.HandleFunc("GET /heap", func(w http.ResponseWriter, r *http.Request) {
 		h := LiveHeap()
-		if *heapProfile != "" {
-			if err := writeHeapProfile(*heapProfile); err != nil {
+		if heapProfile != "" {
+			if err := writeHeapProfile(heapProfile); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -148,8 +149,19 @@ func Control(ctx context.Context, update func(ctx context.Context, seq int) erro
 	return ln.Addr().String(), nil
 }
 
-// heapProfile is every server's -heapprofile flag.
-var heapProfile = flag.String("heapprofile", "", "write a heap profile to this file when GET /heap has measured the live heap")
+// Profiles are a server's -cpuprofile and -heapprofile flags.
+type Profiles struct {
+	CPU  string // a CPU profile, from serving until exit
+	Heap string // a heap profile, when GET /heap has measured the live heap
+}
+
+// ProfileFlags registers -cpuprofile and -heapprofile on the command line.
+func ProfileFlags() *Profiles {
+	p := &Profiles{}
+	flag.StringVar(&p.CPU, "cpuprofile", "", "write a CPU profile, from serving until exit, to this file")
+	flag.StringVar(&p.Heap, "heapprofile", "", "write a heap profile to this file when GET /heap has measured the live heap")
+	return p
+}
 
 func writeHeapProfile(file string) error {
 	f, err := os.Create(file)
