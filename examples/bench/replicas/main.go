@@ -338,7 +338,7 @@ func (b *bench) fanOut(zones, writes int) error {
 		for _, p := range b.replicas {
 			pids = append(pids, p.cmd.Process.Pid)
 		}
-		fleet := []int{f.cmd.Process.Pid}
+		fleet := []int{f.Cmd.Process.Pid}
 		cpu0, fcpu0 := cpuTime(pids), cpuTime(fleet)
 		lat, err := b.timeWrites(f, "A", prefix, writes)
 		cpu, fcpu := cpuTime(pids)-cpu0, cpuTime(fleet)-fcpu0
@@ -554,8 +554,7 @@ func runReplica(id, dsn, keyFile, kdsAddr string) error {
 // fleetProc is the zones' process. It prints "synced" once every stream holds the seed, then
 // "got NAME UNIXNANO" when every stream holds a resource named NAME.
 type fleetProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	*benchcp.Fleet
 	mu    sync.Mutex
 	got   map[string]time.Time
 	cond  chan struct{} // closed and replaced at every line
@@ -585,34 +584,14 @@ func (b *bench) startFleet(perReplica map[string]int, prefix string) (*fleetProc
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	fl, err := benchcp.StartFleet("-fleet", file)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-fleet", file)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	rd := bufio.NewReader(stdout)
-	line, err := rd.ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "synced" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("the zones' process did not sync: %q %v", line, err)
-	}
-	f := &fleetProc{cmd: cmd, stdin: stdin, got: map[string]time.Time{}, cond: make(chan struct{})}
+	f := &fleetProc{Fleet: fl, got: map[string]time.Time{}, cond: make(chan struct{})}
 	go func() {
 		for {
-			line, err := rd.ReadString('\n')
+			line, err := fl.Out.ReadString('\n')
 			f.mu.Lock()
 			if err != nil {
 				f.err = fmt.Errorf("the zones' process: %w", err)
@@ -653,10 +632,7 @@ func (f *fleetProc) wait(name string, timeout time.Duration) (time.Time, error) 
 	}
 }
 
-func (f *fleetProc) close() {
-	f.stdin.Close()
-	f.cmd.Wait()
-}
+func (f *fleetProc) close() { f.Close() }
 
 // perConn is how many zone streams share one connection (a global allows 16).
 const perConn = 8

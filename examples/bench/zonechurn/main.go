@@ -16,14 +16,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -133,7 +131,7 @@ func run(zones, cycles, apiZones int, grace time.Duration, heapProfile string) e
 			return 0, err
 		}
 		took := time.Since(start)
-		if err := child.close(); err != nil {
+		if err := child.Close(); err != nil {
 			return 0, err
 		}
 		deadline := time.Now().Add(time.Minute)
@@ -185,7 +183,7 @@ func run(zones, cycles, apiZones int, grace time.Duration, heapProfile string) e
 		return err
 	}
 	size, err := apiSize("http://"+gl.APIAddr()+"/api/zones", admin)
-	if cerr := child.close(); err == nil {
+	if cerr := child.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -199,47 +197,14 @@ func run(zones, cycles, apiZones int, grace time.Duration, heapProfile string) e
 	return nil
 }
 
-// child is the zones' process: it prints "synced" once every zone holds everything, and closes
-// every stream and exits when its standard input closes.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-}
-
-func startFleet(addr string, tokens []string, want int64, tmp string) (*child, error) {
+// startFleet starts the zones' process (runFleet): it prints "synced" once every zone holds
+// everything, and closes every stream and exits when its standard input closes.
+func startFleet(addr string, tokens []string, want int64, tmp string) (*benchcp.Fleet, error) {
 	file := filepath.Join(tmp, "tokens")
 	if err := os.WriteFile(file, []byte(strings.Join(tokens, "\n")), 0o600); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "-fleet", addr, "-tokens", file, "-want", strconv.FormatInt(want, 10))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "synced" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("the zones' process did not sync: %q %v", line, err)
-	}
-	return &child{cmd: cmd, stdin: stdin}, nil
-}
-
-func (c *child) close() error {
-	c.stdin.Close()
-	return c.cmd.Wait()
+	return benchcp.StartFleet("-fleet", addr, "-tokens", file, "-want", strconv.FormatInt(want, 10))
 }
 
 // runFleet is the zones' process.
