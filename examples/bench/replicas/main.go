@@ -555,10 +555,10 @@ func runReplica(id, dsn, keyFile, kdsAddr string) error {
 // "got NAME UNIXNANO" when every stream holds a resource named NAME.
 type fleetProc struct {
 	*benchcp.Fleet
-	mu    sync.Mutex
-	got   map[string]time.Time
-	cond  chan struct{} // closed and replaced at every line
-	err   error
+	mu   sync.Mutex
+	got  map[string]time.Time
+	cond chan struct{} // closed and replaced at every line
+	err  error
 }
 
 func (b *bench) startFleet(perReplica map[string]int, prefix string) (*fleetProc, error) {
