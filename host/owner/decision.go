@@ -1,5 +1,11 @@
 package owner
 
+// The pure decision: what to ask the policy about one zone, and what its answer decides.
+//
+// Invariants: nothing here does I/O or keeps state between calls; a Plan's candidates are the
+// extra ones first, then every entry looked at that the zone does not hold at its version, and a
+// Decision gives each entry looked at exactly one verdict (held, or accepted at its version).
+
 import (
 	"errors"
 

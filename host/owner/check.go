@@ -1,0 +1,177 @@
+package owner
+
+// One check of one zone: which entries it looks at, the Predict call, and how its decision lands
+// in the zone's verdicts.
+//
+// Invariants:
+//   - A check reads the zone's pending work and the snapshot under Holds.mu, calls the policy
+//     without any lock, and records its verdicts under Holds.mu only if the zone is still the
+//     same open zone; its verdicts cover exactly the entries it looked at (all of the snapshot
+//     for a full check).
+//   - An entry becomes visible to a zone only through a check's verdict (or a failed check, which
+//     accepts everything it looked at), and every entry it made visible is refreshed.
+
+import (
+	"context"
+	"time"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// check asks the policy once about the zone's pending work (every entry it does not hold at its
+// current version, or the changed ones and their owners), records the verdicts, and refreshes the
+// zone's view where an entry became visible.
+func (h *Holds) check(ctx context.Context, zone string) {
+	h.mu.Lock()
+	z := h.zones[zone]
+	if z == nil || !z.open {
+		h.mu.Unlock()
+		return // the zone left
+	}
+	snap, full, keys := h.snap, z.full, z.keys
+	z.full, z.keys = false, nil
+	h.mu.Unlock()
+	if snap == nil {
+		snap = h.cfg.Source.Snapshot()
+	}
+	if !full && 2*len(keys) >= snap.Len() {
+		full = true // most of the snapshot (a Mesh ACK releasing what waited): one walk, one table
+	}
+
+	o := h.decision(ctx, zone, snap, full, keys)
+	if o == nil {
+		return // stopped
+	}
+
+	// Only this worker changes z's verdicts (z.busy), so it reads them without the lock.
+	shown := o.shownTo(z)
+	h.mu.Lock()
+	if h.zones[zone] != z || !z.open {
+		h.mu.Unlock()
+		return // the zone left meanwhile
+	}
+	if full {
+		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
+		z.base, z.table, z.own, z.ownWaiting = snap, o.table, nil, nil
+	} else {
+		if z.own == nil {
+			z.own, z.ownWaiting = Verdicts{}, map[string]map[resource.Key]bool{}
+		}
+		for _, k := range o.gone {
+			z.setOwn(k, Verdict{}) // no version: never visible until checked again
+		}
+		for _, e := range o.d.Accepted {
+			z.setOwn(e.Key, Verdict{Version: e.Version})
+		}
+		for k, v := range o.d.Held {
+			z.setOwn(k, v)
+		}
+	}
+	h.mu.Unlock()
+	if len(shown) > 0 {
+		h.cfg.Refresher.Refresh(zone, shown)
+	}
+}
+
+// decide runs one check of zone against snap: plan, Predict, decision (and the hooks). It
+// returns nil when ctx is done.
+func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
+	entries, gone := h.entriesFor(zone, snap, full, keys)
+	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.HeldVersion(zone, kind, name) })
+	o := &outcome{gone: gone}
+	if plan.Asks() {
+		var extra []resource.Key
+		if kinds != nil {
+			for _, e := range plan.entries {
+				extra = append(extra, explicitOwners(e)...)
+			}
+		}
+		for _, k := range h.cfg.Inventory.InventoryKeys(zone, kinds, extra) {
+			plan.Request.Inventory = append(plan.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
+		}
+		start := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+		resp, err := h.cfg.Policy().Predict(pctx, plan.Request)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		o.d = plan.decide(resp, err)
+		if h.cfg.Hooks.Call != nil {
+			h.cfg.Hooks.Call(zone, len(plan.Request.Candidates), time.Since(start), o.d.Err)
+		}
+		if o.d.Err != nil && h.cfg.Hooks.FailOpen != nil {
+			h.cfg.Hooks.FailOpen(zone, o.d.Err)
+		}
+	} else {
+		o.d = plan.decide(nil, nil)
+	}
+	if full {
+		o.table = newTable(o.d.Held)
+	}
+	return o
+}
+
+// entriesFor returns the snapshot entries a check looks at: every entry, or the keys asked for
+// and, transitively, the owners they name that are served (a candidate's owner is a candidate
+// too, so the policy can tell "wait for it" from "it exists nowhere"); and the keys no longer
+// served.
+func (h *Holds) entriesFor(zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) (entries []*kds.Entry, gone []resource.Key) {
+	if full {
+		for _, kind := range snap.Kinds() {
+			for _, e := range snap.Kind(kind) {
+				entries = append(entries, e)
+			}
+		}
+		return entries, nil
+	}
+	seen := make(map[resource.Key]bool, len(keys))
+	queue := make([]resource.Key, 0, len(keys))
+	for k := range keys {
+		queue = append(queue, k)
+	}
+	for len(queue) > 0 {
+		k := queue[0]
+		queue = queue[1:]
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		e, ok := snap.Kind(k.Kind)[k.XDSName()]
+		if !ok {
+			gone = append(gone, k)
+			continue
+		}
+		entries = append(entries, e)
+		for _, o := range owners(e) {
+			served, ok := snap.Kind(o.Kind)[o.XDSName()]
+			if !ok {
+				continue // served nowhere: the policy's to judge (REJECT), not a candidate
+			}
+			if v, held := h.cfg.Inventory.HeldVersion(zone, o.Kind, o.XDSName()); !held || v != served.Version {
+				queue = append(queue, o)
+			}
+		}
+	}
+	return entries, gone
+}
+
+// owners are the keys a resource names as its owners: its Mesh, when mesh-scoped, and its
+// explicit owners.
+func owners(e *kds.Entry) []resource.Key {
+	var out []resource.Key
+	if e.Resource.GetMesh() != "" {
+		out = append(out, resource.Key{Kind: resource.MeshKind, Name: e.Resource.GetMesh()})
+	}
+	return append(out, explicitOwners(e)...)
+}
+
+func explicitOwners(e *kds.Entry) []resource.Key {
+	var out []resource.Key
+	for _, o := range e.Resource.GetOwners() {
+		out = append(out, resource.Key{Kind: o.GetKind(), Mesh: o.GetMesh(), Name: o.GetName()})
+	}
+	return out
+}
