@@ -45,7 +45,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		return // stopped
 	}
 
-	// Only this worker changes z's verdicts (z.busy), so it reads them without the lock.
+	// Only this worker changes z's verdicts (the zone is scheduled), so it reads them unlocked.
 	shown := o.shownTo(z)
 	h.mu.Lock()
 	if h.zones[zone] != z || !z.open {

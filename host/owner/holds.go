@@ -19,7 +19,7 @@ package owner
 // Holds, the zones it keeps, and the events that give them work.
 //
 // Invariants:
-//   - Holds.mu guards zones, snap, queue, inQ and shared, and the fields of every zoneHolds (with
+//   - Holds.mu guards zones, snap, queue, scheduled and shared, and the fields of every zoneHolds (with
 //     the one exception verdicts.go states).
 //   - A zone is in zones from its first stream until Forget, which frees only a zone with no open
 //     stream; only an open zone is given work or checked.
@@ -94,13 +94,13 @@ type Config struct {
 type Holds struct {
 	cfg Config
 
-	mu    sync.RWMutex
-	zones map[string]*zoneHolds
-	peak  shrink.Peak // of zones
-	snap  *kds.Snapshot
-	queue []string        // zones with work, in order
-	inQ   map[string]bool // zones in queue or being checked
-	wake  chan struct{}
+	mu        sync.RWMutex
+	zones     map[string]*zoneHolds
+	peak      shrink.Peak // of zones
+	snap      *kds.Snapshot
+	queue     zoneQueue       // zones with work, in order
+	scheduled map[string]bool // zones queued or being checked
+	wake      chan struct{}
 
 	described described
 	shared    map[shareKey]*outcome // answers zones share, for h.snap only
@@ -121,7 +121,7 @@ func New(cfg Config) (*Holds, error) {
 		cfg.Workers = max(2, runtime.GOMAXPROCS(0))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, inQ: map[string]bool{}, wake: make(chan struct{}, 1), cancel: cancel}
+	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1), cancel: cancel}
 	h.described.policy, h.described.generation = cfg.Policy, cfg.Generation
 	for range cfg.Workers {
 		h.wg.Go(func() { h.work(ctx) })

@@ -3,37 +3,47 @@ package owner
 // The work queue: which zones have a check to run, and what each check looks at.
 //
 // Invariants, all under Holds.mu:
-//   - A zone is in inQ from the moment it is queued until the worker that took it has finished
-//     checking it, so it is in the queue at most once and checked by at most one worker at a
-//     time.
-//   - A zone's pending work (full, keys) is what its next check looks at; a check takes it all
-//     and leaves it empty, and the worker that finishes a check queues the zone again when new
-//     work arrived meanwhile.
+//   - A zone is in Holds.scheduled from the moment it is queued until the worker that took it
+//     has finished checking it. So a zone is in the queue at most once, and is checked by at
+//     most one worker at a time; a zone that gets work while it is checked is not queued again
+//     then, but by its worker when the check ends (the work is still pending).
+//   - A zone's pending work is what its next check looks at; a check takes it all and leaves it
+//     empty.
+//   - zoneQueue's ring holds the queued zones in order from head, n of them; its other slots are
+//     empty. A push or a pop moves no other zone; only growing the ring copies them.
 
 import (
 	"context"
-	"slices"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
 
-func (z *zoneHolds) addWork(k resource.Key) {
-	if z.full {
-		return // everything is looked at anyway
-	}
-	if z.keys == nil {
-		z.keys = map[resource.Key]bool{}
-	}
-	z.keys[k] = true
+// pending is a zone's work: what its next check looks at.
+type pending struct {
+	full bool                  // everything
+	keys map[resource.Key]bool // else these keys (and their owners)
 }
 
-// enqueue puts zones with work in the queue, once each.
+func (p *pending) addWork(k resource.Key) {
+	if p.full {
+		return // everything is looked at anyway
+	}
+	if p.keys == nil {
+		p.keys = map[resource.Key]bool{}
+	}
+	p.keys[k] = true
+}
+
+// has reports whether there is work.
+func (p *pending) has() bool { return p.full || len(p.keys) > 0 }
+
+// enqueue queues zones with work, once each; a zone being checked is queued again by its worker.
 func (h *Holds) enqueue(zones ...string) {
 	h.mu.Lock()
 	for _, z := range zones {
-		if !h.inQ[z] {
-			h.inQ[z] = true
-			h.queue = append(h.queue, z)
+		if !h.scheduled[z] {
+			h.scheduled[z] = true
+			h.queue.push(z)
 		}
 	}
 	h.mu.Unlock()
@@ -43,7 +53,7 @@ func (h *Holds) enqueue(zones ...string) {
 	}
 }
 
-// work is one worker: it checks the queued zones, one at a time each.
+// work is one worker: it checks the queued zones, one at a time.
 func (h *Holds) work(ctx context.Context) {
 	for {
 		zone, ok := h.take()
@@ -60,12 +70,9 @@ func (h *Holds) work(ctx context.Context) {
 		}
 		h.check(ctx, zone)
 		h.mu.Lock()
-		delete(h.inQ, zone)
+		delete(h.scheduled, zone)
 		z := h.zones[zone]
-		again := z != nil && z.open && (z.full || len(z.keys) > 0)
-		if z != nil {
-			z.busy = false
-		}
+		again := z != nil && z.open && z.has()
 		h.mu.Unlock()
 		if again {
 			h.enqueue(zone) // work arrived while it was checked
@@ -73,29 +80,56 @@ func (h *Holds) work(ctx context.Context) {
 	}
 }
 
-// take pops a zone that no worker is checking.
+// take pops the next queued zone, and wakes another worker when more are queued.
 func (h *Holds) take() (string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for i, zone := range h.queue {
-		if z := h.zones[zone]; z != nil && z.busy {
-			continue
-		}
-		h.queue = slices.Delete(h.queue, i, i+1)
-		if len(h.queue) == 0 {
-			h.queue = nil
-		}
-		if z := h.zones[zone]; z != nil {
-			z.busy = true
-		}
-		// Another worker may wake for the rest.
-		if len(h.queue) > 0 {
-			select {
-			case h.wake <- struct{}{}:
-			default:
-			}
-		}
-		return zone, true
+	zone, ok := h.queue.pop()
+	if !ok {
+		return "", false
 	}
-	return "", false
+	if h.queue.len() > 0 {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+	return zone, true
 }
+
+// zoneQueue is a first-in first-out queue of zone names: a ring that doubles when full.
+type zoneQueue struct {
+	ring    []string
+	head, n int
+	moves   int // zones copied to grow the ring, so far: what a test counts
+}
+
+// minRing is the smallest ring; a ring larger than that is dropped when it empties.
+const minRing = 16
+
+func (q *zoneQueue) push(zone string) {
+	if q.n == len(q.ring) {
+		ring := make([]string, max(minRing, 2*len(q.ring)))
+		k := copy(ring, q.ring[q.head:])
+		copy(ring[k:], q.ring[:q.head])
+		q.moves += q.n
+		q.ring, q.head = ring, 0
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = zone
+	q.n++
+}
+
+func (q *zoneQueue) pop() (string, bool) {
+	if q.n == 0 {
+		return "", false
+	}
+	zone := q.ring[q.head]
+	q.ring[q.head] = ""
+	q.head, q.n = (q.head+1)%len(q.ring), q.n-1
+	if q.n == 0 && len(q.ring) > minRing {
+		q.ring, q.head = nil, 0 // a burst's ring is not kept
+	}
+	return zone, true
+}
+
+func (q *zoneQueue) len() int { return q.n }

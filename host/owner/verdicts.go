@@ -38,10 +38,7 @@ type zoneHolds struct {
 	table      *table
 	base       *kds.Snapshot
 
-	// work is what the next check looks at: everything, or these keys.
-	full bool
-	keys map[resource.Key]bool
-	busy bool // a worker is checking it
+	pending // what the next check looks at (queue.go)
 }
 
 // table is what one full check held back, read-only once made: several zones may point at it.
