@@ -173,7 +173,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		}
 	}
 	g.Cache = kds.NewCache(cfg.Registry.Names())
-	g.Zones = kds.NewZones()
+	g.Zones = kds.NewZones(g.Cache)
 	if g.cfg.OwnerCheck == nil {
 		builtin := ownerpredict.New()
 		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }

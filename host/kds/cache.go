@@ -3,7 +3,6 @@ package kds
 import (
 	"context"
 	"errors"
-	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/host/shrink"
 )
@@ -43,10 +44,11 @@ type ZoneFilter interface {
 // streams are answered in parallel, and a snapshot update looks at the changed names of each
 // stream only: nothing copies a kind's map per stream per write.
 //
-// Per stream and kind, the cache keeps what the zone holds (known: the versions of the responses
-// it delivered, not what the delta server thinks it sent) and the names that may differ from the
-// snapshot (dirty). Since the delta server marks a resource as known when it is sent and never
-// resends after a NACK, the names the retry scheduler forces are dirty until sent again.
+// Each stream is a Session: per kind, what the zone was sent (delivered: the versions of the
+// responses handed to the server, not what the delta server thinks it sent) and the names that
+// may differ from the snapshot (dirty). Since the delta server marks a resource as known when it
+// is sent and never resends after a NACK, the names the retry scheduler forces are dirty until
+// sent again. The cache is also the registry of sessions: by stream, and each zone's current one.
 type Cache struct {
 	kinds []string // kind order: owners first; responses that are ready together go in this order
 
@@ -54,11 +56,11 @@ type Cache struct {
 	version atomic.Int64
 	filter  atomic.Pointer[filterBox]
 
-	mu       sync.Mutex // guards the maps below; never held while a stream's lock is
-	streams  map[int64]*streamState
-	byZone   map[string]map[int64]*streamState
-	requests map[*discovery.DeltaDiscoveryRequest]int64 // request -> stream, set by the callbacks
-	peak     shrink.Peak                                // of streams
+	mu       sync.Mutex // guards the maps below; never held while a session's lock is
+	streams  map[int64]*Session
+	byZone   map[string]*Session                           // each zone's current (admitted) session
+	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
+	peak     shrink.Peak                                   // of streams
 	zonePeak shrink.Peak
 }
 
@@ -67,62 +69,11 @@ type filterBox struct{ Filter }
 
 // NewCache returns a cache for the given kinds, in owner-first order.
 func NewCache(kinds []string) *Cache {
-	c := &Cache{kinds: kinds, streams: map[int64]*streamState{}, byZone: map[string]map[int64]*streamState{},
-		requests: map[*discovery.DeltaDiscoveryRequest]int64{}}
+	c := &Cache{kinds: kinds, streams: map[int64]*Session{}, byZone: map[string]*Session{},
+		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}}
 	c.snap.Store(&Snapshot{})
 	c.filter.Store(&filterBox{})
 	return c
-}
-
-// streamState is one zone stream's kinds and the goroutine that sends its responses.
-type streamState struct {
-	cache *Cache
-	id    int64
-	zone  string
-
-	mu    sync.Mutex
-	kinds map[string]*kindState
-	queue []*watch // answered watches waiting for the sender, in order
-
-	wake chan struct{} // capacity 1: the queue grew
-	stop chan struct{} // closed when the stream closes
-	done chan struct{} // closed when the sender has returned
-}
-
-// kindState is what a stream knows of one kind.
-type kindState struct {
-	watch   *watch            // the open watch, if any
-	started bool              // known was seeded from the zone's initial versions
-	known   map[string]string // name -> version the zone holds, from delivered responses
-	dirty   map[string]bool   // names that may differ from the snapshot
-	full    bool              // every name may differ: look at them all
-	forced  map[string]bool   // names to send although the zone knows their version
-	served  map[string]string // handed to the delta server as the next version map; never read
-}
-
-func (st *streamState) kind(k string) *kindState {
-	ks := st.kinds[k]
-	if ks == nil {
-		ks = &kindState{known: map[string]string{}, dirty: map[string]bool{}, forced: map[string]bool{}, served: map[string]string{}}
-		st.kinds[k] = ks
-	}
-	return ks
-}
-
-// watch is one open delta watch: the server's request for a kind, answered at most once.
-type watch struct {
-	kind string
-	req  *discovery.DeltaDiscoveryRequest
-	sub  cache.Subscription
-	out  chan cache.DeltaResponse
-
-	answered bool                            // at most once
-	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
-	undo     []prior                         // what known had before the response, of the names it had
-	forced   []string                        // forced names the response carries
-	canceled chan struct{}                   // closed by cancel
-	finished chan struct{}                   // closed by the sender when it is done with this watch
-	sending  bool                            // the sender has taken it off the queue
 }
 
 // SetSnapshot replaces what is served and answers every open watch that now has something new.
@@ -134,12 +85,12 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	c.snap.Store(s)
 	c.version.Add(1)
 	c.mu.Lock()
-	streams := make([]*streamState, 0, len(c.streams))
+	streams := make([]*Session, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)
 	}
 	c.mu.Unlock()
-	c.each(streams, func(st *streamState) {
+	c.each(streams, func(st *Session) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		for _, kind := range c.kinds {
@@ -165,7 +116,7 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 
 // each runs f on every stream, on as many goroutines as there are cores, and returns when all
 // are done.
-func (c *Cache) each(streams []*streamState, f func(*streamState)) {
+func (c *Cache) each(streams []*Session, f func(*Session)) {
 	workers := min(runtime.GOMAXPROCS(0), len(streams))
 	if workers <= 1 {
 		for _, st := range streams {
@@ -191,12 +142,23 @@ func (c *Cache) SetFilter(f Filter) { c.filter.Store(&filterBox{f}) }
 // Refresh re-evaluates the named entries (kind -> xDS names) of a zone's streams, after the
 // filter's answer changed for them (and for no other entry).
 func (c *Cache) Refresh(zone string, names map[string][]string) {
-	c.mu.Lock()
-	streams := slices.Collect(maps.Values(c.byZone[zone]))
-	c.mu.Unlock()
-	for _, st := range streams {
+	if st := c.Current(zone); st != nil {
 		st.mark(names, false)
 	}
+}
+
+// Current is the zone's current session: the stream it was admitted on last, while open.
+func (c *Cache) Current(zone string) *Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byZone[zone]
+}
+
+// Session is the session of a stream, while open.
+func (c *Cache) Session(streamID int64) *Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams[streamID]
 }
 
 // Snapshot returns what is served now.
@@ -216,7 +178,7 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 
 // mark makes names (kind -> names) dirty, forced too when force, and answers the open watches
 // that now have something to send.
-func (st *streamState) mark(names map[string][]string, force bool) {
+func (st *Session) mark(names map[string][]string, force bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, kind := range st.cache.kinds {
@@ -239,16 +201,12 @@ func (st *streamState) mark(names map[string][]string, force bool) {
 	}
 }
 
-// bindRequest tells the cache which stream a request belongs to, and which names of its kind
-// to send again although the zone knows them (a re-request); the delta server calls the request
-// callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
-func (c *Cache) bindRequest(streamID int64, zone string, req *discovery.DeltaDiscoveryRequest, again []string) {
+// bindRequest tells the cache which session a request belongs to, and which names of its kind
+// to send again although the zone was sent them (a re-request); the delta server calls the
+// request callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
+func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, again []string) {
 	c.mu.Lock()
-	c.requests[req] = streamID
-	st := c.streams[streamID]
-	if st == nil {
-		st = c.openStreamLocked(streamID, zone)
-	}
+	c.requests[req] = st
 	c.mu.Unlock()
 	if len(again) > 0 {
 		st.mu.Lock()
@@ -260,47 +218,61 @@ func (c *Cache) bindRequest(streamID int64, zone string, req *discovery.DeltaDis
 	}
 }
 
-func (c *Cache) openStreamLocked(id int64, zone string) *streamState {
-	st := &streamState{
-		cache: c, id: id, zone: zone, kinds: map[string]*kindState{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-	}
+// openSession starts the session of a new stream (and its sender).
+func (c *Cache) openSession(id int64, info *streamInfo) *Session {
+	st := newSession(c, id, info)
+	c.mu.Lock()
 	c.streams[id] = st
-	if c.byZone[zone] == nil {
-		c.byZone[zone] = map[int64]*streamState{}
-	}
-	c.byZone[zone][id] = st
+	c.mu.Unlock()
 	go st.send()
 	return st
 }
 
-// closeStream frees a stream's state and stops its sender. The delta server cancels every watch
-// of a stream before it calls the close callback, so nothing is left to send.
-func (c *Cache) closeStream(id int64) {
+// admit makes st the zone's current session, when the limits allow, and returns the session
+// it replaces (nil if none). zone is the node id, already checked against the credentials.
+func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, connected := c.byZone[zone]
+	if !connected && len(c.byZone) >= maxZones {
+		return nil, status.Errorf(codes.ResourceExhausted, "the global serves %d zones already, its limit (--max-zones)", len(c.byZone))
+	}
+	c.byZone[zone] = st
+	st.mu.Lock()
+	st.zone = zone
+	st.mu.Unlock()
+	return old, nil
+}
+
+// closeStream frees a stream's session and stops its sender. The delta server cancels every
+// watch of a stream before it calls the close callback, so nothing is left to send. The session
+// stays readable (what its zone held) for whoever keeps it.
+func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Lock()
 	st := c.streams[id]
 	delete(c.streams, id)
 	c.streams = shrink.Map(c.streams, &c.peak)
-	if st != nil {
-		delete(c.byZone[st.zone], id)
-		if len(c.byZone[st.zone]) == 0 {
-			delete(c.byZone, st.zone)
-			c.byZone = shrink.Map(c.byZone, &c.zonePeak)
-		}
+	if st != nil && c.byZone[st.zone] == st {
+		delete(c.byZone, st.zone)
+		c.byZone = shrink.Map(c.byZone, &c.zonePeak)
 	}
-	for req, sid := range c.requests {
-		if sid == id {
+	for req, s := range c.requests {
+		if s == st {
 			delete(c.requests, req) // bound, but its watch was never created
 		}
 	}
 	if len(c.requests) == 0 {
-		c.requests = map[*discovery.DeltaDiscoveryRequest]int64{} // it is empty between requests
+		c.requests = map[*discovery.DeltaDiscoveryRequest]*Session{} // it is empty between requests
 	}
 	c.mu.Unlock()
 	if st != nil {
+		st.mu.Lock()
+		st.closed = true
+		st.mu.Unlock()
 		close(st.stop)
 		<-st.done
 	}
+	return st
 }
 
 // Close stops every stream's sender.
@@ -320,34 +292,33 @@ func (c *Cache) Close() {
 // queued for the stream's sender.
 func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
 	c.mu.Lock()
-	id, ok := c.requests[req]
+	st, ok := c.requests[req]
 	delete(c.requests, req)
-	st := c.streams[id]
 	c.mu.Unlock()
 	if !ok {
 		return nil, errors.New("kds: request was not seen by the stream callbacks")
-	}
-	if st == nil {
-		return nil, errors.New("kds: the request's stream is closed")
 	}
 	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out, canceled: make(chan struct{}), finished: make(chan struct{})}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	ks := st.kind(w.kind)
 	if !ks.started {
-		// What the zone said it holds when it subscribed (initial_resource_versions).
+		// What the zone said it holds when it subscribed (initial_resource_versions): it has
+		// them, as if ACKed.
 		ks.started, ks.full = true, true
 		for n, v := range sub.ReturnedResources() {
-			ks.known[n] = v
+			st.setView(w.kind, n, func() { ks.delivered[n] = v })
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
 		// As the delta server does: a wildcard watch tells the zone whether the name is still
 		// there; another forgets it.
 		if sub.IsWildcard() {
-			ks.known[n], ks.dirty[n] = "", true
+			had := st.ackedLocked(w.kind, n)
+			ks.delivered[n], ks.dirty[n] = "", true
+			ks.setRefused(n, had) // it still holds what it had
 		} else {
-			delete(ks.known, n)
+			st.setView(w.kind, n, func() { delete(ks.delivered, n); delete(ks.refused, n) })
 		}
 	}
 	for _, n := range req.GetResourceNamesSubscribe() {
@@ -371,7 +342,7 @@ func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
 	return nil, errors.New("kds serves delta xDS only")
 }
 
-func (c *Cache) cancel(st *streamState, w *watch) {
+func (c *Cache) cancel(st *Session, w *watch) {
 	st.mu.Lock()
 	if ks := st.kinds[w.kind]; ks != nil && ks.watch == w {
 		ks.watch = nil
@@ -397,7 +368,7 @@ func (c *Cache) cancel(st *streamState, w *watch) {
 // evaluateLocked answers the kind's open, unanswered watch when the zone's view of the snapshot
 // differs from what the zone holds in a dirty name (or in any name, when full). Call with the
 // stream's lock.
-func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
+func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	w := ks.watch
 	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0) {
 		return
@@ -410,7 +381,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	case ZoneFilter:
 		v, none, release := f.View(st.zone)
 		defer release()
-		if none && len(ks.known) == 0 {
+		if none && len(ks.delivered) == 0 {
 			// Nothing to send or remove (a zone whose first owner check has not answered): the
 			// walk waits for the Refresh that the check makes, its dirty names kept.
 			return
@@ -422,7 +393,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
 	var sentForced []string
 	look := func(name string) {
-		v, isKnown := ks.known[name]
+		v, isKnown := ks.delivered[name]
 		e, served := entries[name]
 		served = served && w.subscribes(name)
 		switch {
@@ -449,7 +420,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 		for _, n := range snap.Names(w.kind) { // sorted: so is the response
 			look(n)
 		}
-		for n := range ks.known {
+		for n := range ks.delivered {
 			if _, ok := entries[n]; !ok {
 				look(n)
 			}
@@ -467,7 +438,7 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	}
 	slices.Sort(resp.RemovedResources)
 	// The delta server keeps the next version map as the subscription's returned resources;
-	// the cache reads its own known map instead, so the server gets one that nobody reads.
+	// the cache reads its own delivered map instead, so the server gets one that nobody reads.
 	w.answered = true
 	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: ks.served, DeltaDiscoveryResponse: resp}
 	w.forced = sentForced
@@ -475,120 +446,5 @@ func (c *Cache) evaluateLocked(st *streamState, ks *kindState) {
 	select {
 	case st.wake <- struct{}{}:
 	default:
-	}
-}
-
-// prior is what known had for a name.
-type prior struct{ name, version string }
-
-// subscribes reports whether the watch's subscription covers name.
-func (w *watch) subscribes(name string) bool {
-	if w.sub.IsWildcard() {
-		return true
-	}
-	_, ok := w.sub.SubscribedResources()[name]
-	return ok
-}
-
-// send is the stream's sender: it feeds queued responses into the server's channel in order.
-// A response counts in what the zone holds from the moment it is handed over; one that is not
-// (its watch canceled meanwhile) is taken back. cancel waits for a send in progress.
-func (st *streamState) send() {
-	defer close(st.done)
-	for {
-		select {
-		case <-st.stop:
-			return
-		case <-st.wake:
-		}
-		for {
-			w := st.next()
-			if w == nil {
-				break
-			}
-			stopped, delivered := false, false
-			select {
-			case w.out <- w.resp:
-				delivered = true
-			case <-w.canceled:
-			case <-st.stop:
-				stopped = true
-			}
-			st.mu.Lock()
-			if !delivered {
-				st.takeBack(w)
-			}
-			w.undo, w.resp = nil, nil // done with them; the watch stays answered
-			st.mu.Unlock()
-			close(w.finished)
-			if stopped {
-				return
-			}
-		}
-	}
-}
-
-// next takes the first queued watch off the queue and counts its response in what the zone
-// holds, or returns nil.
-func (st *streamState) next() *watch {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if len(st.queue) == 0 {
-		return nil
-	}
-	w := st.queue[0]
-	st.queue = st.queue[1:]
-	w.sending = true
-	ks := st.kind(w.kind)
-	w.undo = nil
-	resp := w.resp.DeltaDiscoveryResponse
-	if len(ks.known) == 0 && len(resp.Resources) > 8 {
-		ks.known = make(map[string]string, len(resp.Resources)) // the first response: one allocation
-	}
-	w.eachName(func(name string) {
-		if old, had := ks.known[name]; had {
-			w.undo = append(w.undo, prior{name, old})
-		}
-	})
-	for _, r := range resp.Resources {
-		ks.known[r.Name] = r.Version
-	}
-	for _, n := range resp.RemovedResources {
-		delete(ks.known, n)
-	}
-	for _, n := range w.forced {
-		delete(ks.forced, n)
-	}
-	return w
-}
-
-// takeBack undoes a response that was not delivered: what the zone holds is as before, and its
-// names are dirty again (forced ones forced again). Call with the stream's lock.
-func (st *streamState) takeBack(w *watch) {
-	ks := st.kind(w.kind)
-	w.eachName(func(name string) { delete(ks.known, name) })
-	for _, p := range w.undo {
-		ks.known[p.name] = p.version
-	}
-	st.requeue(w)
-	for _, n := range w.forced {
-		ks.forced[n] = true
-	}
-}
-
-// requeue makes the names of an answered, undelivered response dirty again. Call with the
-// stream's lock.
-func (st *streamState) requeue(w *watch) {
-	ks := st.kind(w.kind)
-	w.eachName(func(name string) { ks.dirty[name] = true })
-}
-
-// eachName calls f with every name the watch's response carries, sent or removed.
-func (w *watch) eachName(f func(name string)) {
-	for _, r := range w.resp.DeltaDiscoveryResponse.Resources {
-		f(r.Name)
-	}
-	for _, n := range w.resp.DeltaDiscoveryResponse.RemovedResources {
-		f(n)
 	}
 }

@@ -3,6 +3,7 @@ package kds
 import (
 	"testing"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -25,7 +26,7 @@ func FuzzNACK(f *testing.F) {
 	for _, b := range [][]byte{good, plain, bogus, {}, {0x0a, 0xff}} {
 		f.Add(b)
 	}
-	answered := sentResponse{kind: "MeshTimeout", versions: map[string]string{"default/a": "1", "default/b": "2"}}
+	answered := &inflight{kind: "MeshTimeout", versions: map[string]string{"default/a": "1", "default/b": "2"}, resp: &discovery.DeltaDiscoveryResponse{}}
 	const maxText = 256
 	f.Fuzz(func(t *testing.T, b []byte) {
 		detail := &rpcstatus.Status{}

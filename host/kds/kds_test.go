@@ -34,7 +34,8 @@ type harness struct {
 func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *kds.Tracker) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, cache: kds.NewCache(kinds), zones: kds.NewZones()}
+	h := &harness{t: t, cache: kds.NewCache(kinds)}
+	h.zones = kds.NewZones(h.cache)
 	tracker := kds.NewTracker(h.cache, h.zones.Observer())
 	for _, f := range tune {
 		tracker = f(h)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -17,21 +16,16 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/resource"
-	"github.com/kds-host/kds-host/host/shrink"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
-// Tracker is the delta server's Callbacks: it binds requests to streams for the Cache, pairs
-// ACKs and NACKs with the response they answer, and tells its observers.
+// Tracker is the delta server's Callbacks: it opens and closes each stream's Session, admits
+// the zone a stream serves, pairs ACKs and NACKs with the response they answer (in the session),
+// and tells its observers. It keeps no state of its own beyond its limits.
 type Tracker struct {
 	cache     *Cache
 	observers event.Observers
 	limits    Limits
-
-	mu                   sync.Mutex
-	streams              map[int64]*trackedStream
-	byZone               map[string]int64 // the open stream of each zone
-	streamPeak, zonePeak shrink.Peak
 }
 
 // Limits bound what one zone, or every zone together, may cost the global. Zero fields take the
@@ -70,23 +64,9 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-type trackedStream struct {
-	info       *streamInfo // the zone its credentials prove, and how to close it
-	zone       string
-	sent       map[string]sentResponse // by nonce
-	kinds      map[string]bool         // kinds requested so far
-	reRequests tokenBucket
-}
-
-type sentResponse struct {
-	kind     string
-	versions map[string]string
-	removed  []string
-}
-
 // NewTracker returns the callbacks for a delta server over cache.
 func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
-	return &Tracker{cache: c, observers: observers, streams: map[int64]*trackedStream{}, byZone: map[string]int64{}, limits: DefaultLimits()}
+	return &Tracker{cache: c, observers: observers, limits: DefaultLimits()}
 }
 
 // SetLimits sets the limits (zero fields: the defaults); call it before serving.
@@ -97,88 +77,94 @@ func (t *Tracker) refuse(reason string, err error) {
 	t.observers.Refused(event.Refusal{Reason: reason, Detail: status.Convert(err).Message()})
 }
 
+// InFlight is how many responses of the stream are not answered yet.
+func (t *Tracker) InFlight(id int64) int {
+	if s := t.cache.Session(id); s != nil {
+		return s.InFlight()
+	}
+	return 0
+}
+
 // OnDeltaStreamOpen implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.streams[id] = &trackedStream{info: streamInfoOf(ctx), sent: map[string]sentResponse{}, kinds: map[string]bool{}}
+	t.cache.openSession(id, streamInfoOf(ctx))
 	return nil
 }
 
 // OnDeltaStreamClosed implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
-	t.mu.Lock()
-	ts := t.streams[id]
-	delete(t.streams, id)
-	t.streams = shrink.Map(t.streams, &t.streamPeak)
-	if ts != nil && t.byZone[ts.zone] == id {
-		delete(t.byZone, ts.zone)
-		t.byZone = shrink.Map(t.byZone, &t.zonePeak)
-	}
-	t.mu.Unlock()
-	t.cache.closeStream(id)
-	if ts != nil && ts.zone != "" {
-		t.observers.StreamClosed(id, ts.zone)
+	if s := t.cache.closeStream(id); s != nil {
+		if zone := s.Zone(); zone != "" {
+			t.observers.StreamClosed(id, zone)
+		}
 	}
 }
 
 // OnStreamDeltaRequest implements delta.Callbacks: it runs on the stream's goroutine before the
 // server creates the request's watch.
 func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
-	t.mu.Lock()
-	ts := t.streams[id]
-	if ts == nil {
-		t.mu.Unlock()
+	s := t.cache.Session(id)
+	if s == nil {
 		return status.Error(codes.Internal, "stream not open")
 	}
+	zone := s.Zone()
 	opened := false
-	var replaced *trackedStream
-	if ts.zone == "" {
-		zone, err := t.admitLocked(ts, req.GetNode().GetId())
+	if zone == "" {
+		node, err := t.admissible(s, req.GetNode().GetId())
+		if err == nil {
+			var replaced *Session
+			replaced, err = t.cache.admit(s, node, t.limits.MaxZones)
+			if replaced != nil && replaced != s {
+				// One stream per zone: the newer one wins, and the older is told why it ends.
+				msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", node)
+				replaced.info.close(status.Error(codes.Aborted, msg))
+				t.observers.Refused(event.Refusal{Reason: "replaced", Zone: node, Detail: msg})
+			}
+		}
 		if err != nil {
-			t.mu.Unlock()
 			t.refuse(refusalOf(err), err)
 			return err
 		}
-		if old, ok := t.byZone[zone]; ok && old != id {
-			replaced = t.streams[old]
-		}
-		ts.zone = zone
-		t.byZone[zone] = id
-		opened = true
+		zone, opened = node, true
 	}
-	zone := ts.zone
 	kind := req.GetTypeUrl()
 	if kind == "" {
-		t.mu.Unlock()
 		return status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
 	}
-	first := !ts.kinds[kind]
-	ts.kinds[kind] = true
-	var answered sentResponse
-	var ok bool
+
+	s.mu.Lock()
+	ks := s.kind(kind)
+	first := !ks.requested
+	ks.requested = true
+	var answered *inflight
 	if nonce := req.GetResponseNonce(); nonce != "" {
-		answered, ok = ts.sent[nonce]
-		delete(ts.sent, nonce)
+		answered = s.byNonce(nonce)
 	}
 	// A request that answers no response and subscribes names of a kind already subscribed is
 	// the zone asking for them again (their cause cleared): they are sent again at once, as far
 	// as the stream's rate limit allows.
 	var again []string
 	reRequest := !first && req.GetResponseNonce() == "" && len(req.GetResourceNamesSubscribe()) > 0
-	answer := reRequest && ts.reRequests.allow(time.Now(), t.limits.ReRequests)
+	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests)
 	if answer {
 		again = req.GetResourceNamesSubscribe()
 	}
-	t.mu.Unlock()
-
-	if replaced != nil {
-		// One stream per zone: the newer one wins, and the older is told why it ends.
-		msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", zone)
-		replaced.info.close(status.Error(codes.Aborted, msg))
-		t.observers.Refused(event.Refusal{Reason: "replaced", Zone: zone, Detail: msg})
+	var nack event.NACK
+	if answered != nil {
+		if req.GetErrorDetail() == nil {
+			s.answerLocked(answered, nil)
+		} else {
+			nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage)
+			rejected := make(map[string]bool, len(nack.Rejected))
+			for _, r := range nack.Rejected {
+				rejected[r.Name] = true
+			}
+			s.answerLocked(answered, rejected)
+		}
 	}
-	t.cache.bindRequest(id, zone, req, again)
+	s.mu.Unlock()
+
+	t.cache.bindRequest(s, req, again)
 	if reRequest {
 		t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
 	}
@@ -189,38 +175,43 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 		// What the zone already holds counts as ACKed.
 		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: req.GetInitialResourceVersions(), Initial: true})
 	}
-	if !ok {
-		return nil
+	switch {
+	case answered == nil:
+	case req.GetErrorDetail() == nil:
+		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.resp.RemovedResources})
+	default:
+		t.observers.NACK(nack)
 	}
-	if req.GetErrorDetail() == nil {
-		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.removed})
-		return nil
-	}
-	t.observers.NACK(nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage))
 	return nil
 }
 
-// OnStreamDeltaResponse implements delta.Callbacks: it records what a nonce carried.
+// OnStreamDeltaResponse implements delta.Callbacks: it records the nonce of a response in
+// flight (the session counted it when its sender handed it over).
 func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	versions := make(map[string]string, len(resp.GetResources()))
-	for _, r := range resp.GetResources() {
-		versions[r.GetName()] = r.GetVersion()
-	}
-	t.mu.Lock()
-	ts := t.streams[id]
-	if ts == nil {
-		t.mu.Unlock()
+	s := t.cache.Session(id)
+	if s == nil {
 		return
 	}
-	ts.sent[resp.GetNonce()] = sentResponse{kind: resp.GetTypeUrl(), versions: versions, removed: resp.GetRemovedResources()}
-	zone := ts.zone
-	t.mu.Unlock()
-	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: versions, Removed: resp.GetRemovedResources()})
+	s.mu.Lock()
+	var r *inflight
+	for _, f := range s.inflight {
+		if f.resp == resp && f.nonce == "" {
+			r = f
+			break
+		}
+	}
+	if r == nil {
+		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp) // not made by the cache (a test driving the callbacks)
+	}
+	r.nonce = resp.GetNonce()
+	zone := s.zone
+	s.mu.Unlock()
+	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.versions, Removed: resp.GetRemovedResources()})
 }
 
 // nackOf reads a NACK: the zone's structured rejection list when error_detail carries one, or
 // else every resource of the response as rejected with the error message.
-func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Status, maxText int) event.NACK {
+func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status, maxText int) event.NACK {
 	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: truncate(detail.GetMessage(), maxText), Accepted: map[string]string{}}
 	list := RejectionListOf(detail)
 	if list == nil {
@@ -254,21 +245,18 @@ func nackOf(id int64, zone string, answered sentResponse, detail *rpcstatus.Stat
 	return n
 }
 
-// admitLocked checks the first request of a stream: its node id names the zone, which must be
-// the zone its credentials prove, and the limits hold. It returns the zone, or a gRPC status
-// error that says what is wrong.
-func (t *Tracker) admitLocked(ts *trackedStream, node string) (string, error) {
+// admissible checks the first request of a stream: its node id names the zone, which must be
+// the zone its credentials prove. It returns the zone, or a gRPC status error that says what is
+// wrong.
+func (t *Tracker) admissible(s *Session, node string) (string, error) {
 	switch {
 	case node == "":
 		return "", status.Error(codes.InvalidArgument, "the first request must carry node.id, the zone name")
 	case len(node) > t.limits.MaxNodeIDLength:
 		return "", status.Errorf(codes.InvalidArgument, "node.id is %d bytes long; a zone name has at most %d", len(node), t.limits.MaxNodeIDLength)
-	case ts.info.zone != "" && node != ts.info.zone:
+	case s.info.zone != "" && node != s.info.zone:
 		return "", status.Errorf(codes.PermissionDenied, "node.id %q is not the zone %q this stream's credentials name: start the zone with the token of its own name (kds-host token zone --name %s)",
-			truncate(node, 64), ts.info.zone, truncate(node, 64))
-	}
-	if _, connected := t.byZone[node]; !connected && len(t.byZone) >= t.limits.MaxZones {
-		return "", status.Errorf(codes.ResourceExhausted, "the global serves %d zones already, its limit (--max-zones)", len(t.byZone))
+			truncate(node, 64), s.info.zone, truncate(node, 64))
 	}
 	return node, nil
 }

@@ -1,7 +1,6 @@
 package kds
 
 import (
-	"hash/maphash"
 	"slices"
 	"sort"
 	"sync"
@@ -12,9 +11,12 @@ import (
 	"github.com/kds-host/kds-host/host/shrink"
 )
 
-// Zones is the Observer that keeps, per zone, what it holds (its inventory: what it ACKed) and
-// the insight counters per kind that the API and `kds-host inspect zones` show.
+// Zones is the Observer that keeps, per zone, the insight counters per kind that the API and
+// `kds-host inspect zones` show, and the zone's session (its current stream's, or its last one's
+// while the zone is within its grace), which says what the zone holds: Zones keeps no copy.
 type Zones struct {
+	cache *Cache
+
 	mu    sync.Mutex
 	zones map[string]*zoneState
 	peak  shrink.Peak
@@ -25,46 +27,7 @@ type zoneState struct {
 	connected bool
 	since     time.Time
 	kinds     map[string]*KindInsight
-	inventory map[string]map[string]string // kind -> xDS name -> version
-	digest    Digest                       // of inventory
-}
-
-// Digest identifies what a zone holds (every kind, name and version) without listing it: two
-// zones with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
-// (the XOR of one hash per resource held), so reading it costs nothing.
-type Digest struct {
-	Sum uint64
-	N   int // resources held
-}
-
-// digestSeed is this process's: digests are compared within one process only.
-var digestSeed = maphash.MakeSeed()
-
-func heldHash(kind, name, version string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(digestSeed)
-	h.WriteString(kind)
-	h.WriteByte(0)
-	h.WriteString(name)
-	h.WriteByte(0)
-	h.WriteString(version)
-	return h.Sum64()
-}
-
-// hold records that the zone holds kind/name at version (nothing: "" and !ok) in its inventory and
-// its digest.
-func (s *zoneState) hold(inv map[string]string, kind, name, version string, ok bool) {
-	if old, had := inv[name]; had {
-		s.digest.Sum ^= heldHash(kind, name, old)
-		s.digest.N--
-	}
-	if !ok {
-		delete(inv, name)
-		return
-	}
-	inv[name] = version
-	s.digest.Sum ^= heldHash(kind, name, version)
-	s.digest.N++
+	session   *Session // of stream; nil until it opened
 }
 
 // KindInsight is what happened to one kind on one zone.
@@ -89,8 +52,8 @@ type ZoneInsight struct {
 	Kinds     []*KindInsight `json:"kinds"`
 }
 
-// NewZones returns an empty zone table.
-func NewZones() *Zones { return &Zones{zones: map[string]*zoneState{}} }
+// NewZones returns an empty zone table over the sessions of c.
+func NewZones(c *Cache) *Zones { return &Zones{cache: c, zones: map[string]*zoneState{}} }
 
 // Observer is how the zone table hears of stream events.
 func (z *Zones) Observer() event.Observer {
@@ -100,7 +63,7 @@ func (z *Zones) Observer() event.Observer {
 func (z *Zones) zone(name string) *zoneState {
 	s := z.zones[name]
 	if s == nil {
-		s = &zoneState{kinds: map[string]*KindInsight{}, inventory: map[string]map[string]string{}}
+		s = &zoneState{kinds: map[string]*KindInsight{}}
 		z.zones[name] = s
 	}
 	return s
@@ -115,27 +78,13 @@ func (s *zoneState) kind(k string) *KindInsight {
 	return ki
 }
 
-// inventoryOf is what the zone holds of kind; an empty one is made for at least hint names (the
-// first ACK's), so that it does not grow one doubling at a time.
-func (s *zoneState) inventoryOf(kind string, hint int) map[string]string {
-	inv := s.inventory[kind]
-	if len(inv) == 0 && hint > 8 {
-		inv = make(map[string]string, hint)
-		s.inventory[kind] = inv
-	} else if inv == nil {
-		inv = map[string]string{}
-		s.inventory[kind] = inv
-	}
-	return inv
-}
-
 // streamOpened: a zone's new stream starts from what the zone reports.
 func (z *Zones) streamOpened(id int64, zone string) {
+	session := z.cache.Session(id)
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	s := z.zone(zone)
-	s.stream, s.connected, s.since = id, true, time.Now()
-	s.inventory, s.digest = map[string]map[string]string{}, Digest{}
+	s.stream, s.connected, s.since, s.session = id, true, time.Now(), session
 	for _, ki := range s.kinds {
 		ki.Rejected, ki.LastError = nil, ""
 	}
@@ -161,34 +110,12 @@ func (z *Zones) acked(a event.ACK) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	s := z.onStream(a.Zone, a.StreamID)
-	if s == nil {
+	if s == nil || a.Initial {
 		return
 	}
 	ki := s.kind(a.Kind)
-	inv := s.inventory[a.Kind]
-	if len(inv) == 0 && !a.Initial && len(a.Versions) > 0 {
-		// The kind's first ACK on this stream: the response's map becomes the inventory, no copy
-		// (event.ACK: the tracker drops it with the ACK).
-		inv = a.Versions
-		s.inventory[a.Kind] = inv
-		for n, v := range inv {
-			s.digest.Sum ^= heldHash(a.Kind, n, v)
-			s.digest.N++
-		}
-	} else {
-		inv = s.inventoryOf(a.Kind, len(a.Versions))
-		for n, v := range a.Versions {
-			s.hold(inv, a.Kind, n, v, true)
-		}
-	}
-	for _, n := range a.Removed {
-		s.hold(inv, a.Kind, n, "", false)
-	}
-	ki.Known = len(inv)
-	if !a.Initial {
-		ki.ACKs++
-		ki.Rejected, ki.LastError = nil, ""
-	}
+	ki.ACKs++
+	ki.Rejected, ki.LastError = nil, ""
 }
 
 func (z *Zones) nacked(n event.NACK) {
@@ -202,11 +129,6 @@ func (z *Zones) nacked(n event.NACK) {
 	ki.NACKs++
 	ki.LastError = n.Detail
 	ki.Rejected = n.Rejected
-	inv := s.inventoryOf(n.Kind, len(n.Accepted))
-	for name, v := range n.Accepted {
-		s.hold(inv, n.Kind, name, v, true)
-	}
-	ki.Known = len(inv)
 }
 
 func (z *Zones) streamClosed(id int64, zone string) {
@@ -216,6 +138,16 @@ func (z *Zones) streamClosed(id int64, zone string) {
 		s.connected = false
 		s.since = time.Now()
 	}
+}
+
+// session is the zone's session (current, or its last within its grace), or nil.
+func (z *Zones) session(zone string) *Session {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if s := z.zones[zone]; s != nil {
+		return s.session
+	}
+	return nil
 }
 
 // Expire frees the state of every zone whose last stream closed before the given time, and
@@ -241,8 +173,8 @@ func (z *Zones) Inventory(zone string) []resource.Key { return z.InventoryKeys(z
 // Insights returns every zone's state, sorted by zone and kind.
 func (z *Zones) Insights() []ZoneInsight {
 	z.mu.Lock()
-	defer z.mu.Unlock()
 	out := make([]ZoneInsight, 0, len(z.zones))
+	sessions := make([]*Session, 0, len(z.zones))
 	for name, s := range z.zones {
 		zi := ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since}
 		for _, ki := range s.kinds {
@@ -250,8 +182,19 @@ func (z *Zones) Insights() []ZoneInsight {
 			c.Rejected = append([]event.Rejection(nil), ki.Rejected...)
 			zi.Kinds = append(zi.Kinds, &c)
 		}
-		sort.Slice(zi.Kinds, func(i, j int) bool { return zi.Kinds[i].Kind < zi.Kinds[j].Kind })
 		out = append(out, zi)
+		sessions = append(sessions, s.session)
+	}
+	z.mu.Unlock()
+	for i := range out { // what each zone holds, from its session (never under z.mu)
+		if sessions[i] == nil {
+			continue
+		}
+		counts := sessions[i].AckedCounts()
+		for _, ki := range out[i].Kinds {
+			ki.Known = counts[ki.Kind]
+		}
+		sort.Slice(out[i].Kinds, func(a, b int) bool { return out[i].Kinds[a].Kind < out[i].Kinds[b].Kind })
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
 	return out
@@ -267,45 +210,26 @@ func (z *Zones) Known(zone string) bool {
 
 // HeldVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
 func (z *Zones) HeldVersion(zone, kind, name string) (string, bool) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.zones[zone]
-	if s == nil {
-		return "", false
+	if s := z.session(zone); s != nil {
+		return s.AckedVersion(kind, name)
 	}
-	v, ok := s.inventory[kind][name]
-	return v, ok
+	return "", false
 }
 
 // InventoryKeys returns the keys the zone has ACKed of the given kinds (nil: of every kind),
 // and of the extra keys it holds.
 func (z *Zones) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.zones[zone]
+	s := z.session(zone)
 	if s == nil {
 		return nil
 	}
 	var out []resource.Key
-	add := func(kind string) {
-		for n := range s.inventory[kind] {
-			out = append(out, resource.KeyFromXDSName(kind, n))
-		}
-	}
-	if kinds == nil {
-		for kind := range s.inventory {
-			add(kind)
-		}
-		return out
-	}
-	for _, kind := range kinds {
-		add(kind)
-	}
+	s.Acked(kinds, func(kind, name, _ string) { out = append(out, resource.KeyFromXDSName(kind, name)) })
 	for _, k := range extra {
-		if slices.Contains(kinds, k.Kind) {
+		if kinds == nil || slices.Contains(kinds, k.Kind) {
 			continue // already there
 		}
-		if _, ok := s.inventory[k.Kind][k.XDSName()]; ok {
+		if _, ok := s.AckedVersion(k.Kind, k.XDSName()); ok {
 			out = append(out, k)
 		}
 	}
@@ -315,27 +239,22 @@ func (z *Zones) InventoryKeys(zone string, kinds []string, extra []resource.Key)
 // InventoryDigest identifies what the zone holds now (the zero Digest for nothing, or an
 // unknown zone).
 func (z *Zones) InventoryDigest(zone string) Digest {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if s := z.zones[zone]; s != nil {
-		return s.digest
+	if s := z.session(zone); s != nil {
+		return s.Digest()
 	}
 	return Digest{}
 }
 
 // Versions returns what the zone holds: kind -> xDS name -> version. The caller owns the copy.
 func (z *Zones) Versions(zone string) map[string]map[string]string {
-	z.mu.Lock()
-	defer z.mu.Unlock()
 	out := map[string]map[string]string{}
-	if s := z.zones[zone]; s != nil {
-		for kind, names := range s.inventory {
-			m := make(map[string]string, len(names))
-			for n, v := range names {
-				m[n] = v
+	if s := z.session(zone); s != nil {
+		s.Acked(nil, func(kind, name, version string) {
+			if out[kind] == nil {
+				out[kind] = map[string]string{}
 			}
-			out[kind] = m
-		}
+			out[kind][name] = version
+		})
 	}
 	return out
 }

@@ -1,0 +1,562 @@
+package kds
+
+import (
+	"hash/maphash"
+	"slices"
+
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// Session is everything the global knows about one zone stream, in one place behind one lock:
+// what the zone holds of each kind, the responses in flight, the watches of the delta server and
+// the sender that answers them in order, and the re-request budget. The cache's per-kind diff,
+// the tracker's ACK and NACK pairing and the zone table's inventory all read it; none keeps a
+// copy.
+//
+// What the zone holds is one map per kind, the versions delivered to it (delivered), with two
+// small layers over it that give the versions it ACKed: each response in flight remembers what
+// the zone had acknowledged of its names before (priors), and the names it refused remember
+// what it holds instead (refused). So a zone in sync costs one name -> version map per kind, as
+// a stock go-control-plane subscription does, and reading what it ACKed costs a lookup or three.
+//
+// Invariants (under mu):
+//   - acked(kind, name) is the version the zone has ACKed (or reported holding when it
+//     subscribed): the oldest in-flight response that carries the name says what the zone had
+//     before it; else refused; else delivered.
+//   - digest and each kind's acked count are those of acked, kept as it changes (setView).
+//   - inflight holds at most MaxInFlight responses, oldest first; the oldest forgotten is folded
+//     into refused, so acked does not change when it is forgotten.
+type Session struct {
+	cache *Cache
+	id    int64
+	info  *streamInfo // the zone its credentials prove, and how to close it
+
+	mu         sync.Mutex
+	zone       string // "" until the first request names it
+	kinds      map[string]*kindState
+	queue      []*watch    // answered watches waiting for the sender, in order
+	inflight   []*inflight // responses handed to the server and not answered yet, oldest first
+	reRequests tokenBucket
+	digest     Digest // of what the zone ACKed
+	closed     bool
+
+	wake chan struct{} // capacity 1: the queue grew
+	stop chan struct{} // closed when the stream closes
+	done chan struct{} // closed when the sender has returned
+}
+
+// MaxInFlight bounds the responses of one stream that the global remembers while they are
+// unanswered. A zone answers each response before it asks again, so an honest zone has about one
+// a kind in flight; a stream with more has its oldest forgotten (an answer to it is then ignored,
+// and its names count as refused: the zone keeps what it had).
+const MaxInFlight = 64
+
+// kindState is what a session knows of one kind.
+type kindState struct {
+	requested bool   // the zone asked for the kind on this stream
+	watch     *watch // the open watch, if any
+	started   bool   // delivered was seeded from the zone's initial versions
+	// delivered is name -> version of what the zone was sent (or reported holding), the versions
+	// the delta diff is made against; not what the delta server thinks it sent.
+	delivered map[string]string
+	refused   map[string]held // names whose delivered version the zone refused: what it holds instead
+	acked     int             // names the zone has ACKed
+	dirty     map[string]bool // names that may differ from the snapshot
+	full      bool            // every name may differ: look at them all
+	forced    map[string]bool // names to send although the zone was sent their version
+	served    map[string]string
+}
+
+// held is a version the zone holds, or (ok false) that it holds nothing of that name.
+type held struct {
+	version string
+	ok      bool
+}
+
+// inflight is one response handed to the delta server and not answered yet.
+type inflight struct {
+	kind     string
+	resp     *discovery.DeltaDiscoveryResponse
+	nonce    string            // set when the server sends it
+	versions map[string]string // name -> version the response carries (for the stream events)
+	priors   map[string]string // what the zone had ACKed of its names before, for those it held
+}
+
+// covers reports whether the response carries name (sent or removed), and if so what the zone
+// had ACKed of it before.
+func (r *inflight) covers(name string) (held, bool) {
+	if v, ok := r.priors[name]; ok {
+		return held{v, true}, true
+	}
+	if _, ok := r.versions[name]; ok {
+		return held{}, true
+	}
+	if slices.Contains(r.resp.RemovedResources, name) {
+		return held{}, true
+	}
+	return held{}, false
+}
+
+func newSession(c *Cache, id int64, info *streamInfo) *Session {
+	return &Session{
+		cache: c, id: id, info: info, kinds: map[string]*kindState{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+func (s *Session) kind(k string) *kindState {
+	ks := s.kinds[k]
+	if ks == nil {
+		ks = &kindState{delivered: map[string]string{}, dirty: map[string]bool{}, forced: map[string]bool{}, served: map[string]string{}}
+		s.kinds[k] = ks
+	}
+	return ks
+}
+
+// ackedLocked is the version of kind/name the zone has ACKed. Call with s.mu.
+func (s *Session) ackedLocked(kind, name string) held {
+	for _, r := range s.inflight {
+		if r.kind == kind {
+			if h, ok := r.covers(name); ok {
+				return h
+			}
+		}
+	}
+	ks := s.kinds[kind]
+	if ks == nil {
+		return held{}
+	}
+	if h, ok := ks.refused[name]; ok {
+		return h
+	}
+	v, ok := ks.delivered[name]
+	return held{v, ok}
+}
+
+// eachAckedLocked calls f with every name of kind the zone has ACKed, and its version. Call with
+// s.mu.
+func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
+	ks := s.kinds[kind]
+	if ks == nil {
+		return
+	}
+	layered := len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(r *inflight) bool { return r.kind == kind })
+	if !layered {
+		for n, v := range ks.delivered {
+			f(n, v)
+		}
+		return
+	}
+	seen := map[string]bool{}
+	look := func(n string) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		if h := s.ackedLocked(kind, n); h.ok {
+			f(n, h.version)
+		}
+	}
+	for n := range ks.delivered {
+		look(n)
+	}
+	for n := range ks.refused {
+		look(n)
+	}
+	for _, r := range s.inflight {
+		if r.kind == kind {
+			for n := range r.priors {
+				look(n)
+			}
+		}
+	}
+}
+
+// setView runs change, which may change what the zone ACKed of kind/name, and keeps the digest
+// and the kind's count. Call with s.mu.
+func (s *Session) setView(kind, name string, change func()) {
+	before := s.ackedLocked(kind, name)
+	change()
+	s.account(kind, name, before, s.ackedLocked(kind, name))
+}
+
+// account moves the digest and the kind's count from before to after.
+func (s *Session) account(kind, name string, before, after held) {
+	if before == after {
+		return
+	}
+	ks := s.kind(kind)
+	if before.ok {
+		s.digest.Sum ^= heldHash(kind, name, before.version)
+		s.digest.N--
+		ks.acked--
+	}
+	if after.ok {
+		s.digest.Sum ^= heldHash(kind, name, after.version)
+		s.digest.N++
+		ks.acked++
+	}
+}
+
+// deliverLocked records a response handed to the server: in flight, with what the zone had ACKed
+// of its names, and counted as delivered. Call with s.mu.
+func (s *Session) deliverLocked(kind string, resp *discovery.DeltaDiscoveryResponse) *inflight {
+	r := &inflight{kind: kind, resp: resp, versions: make(map[string]string, len(resp.Resources))}
+	prior := func(name string) {
+		if h := s.ackedLocked(kind, name); h.ok {
+			if r.priors == nil {
+				r.priors = map[string]string{}
+			}
+			r.priors[name] = h.version
+		}
+	}
+	for _, res := range resp.Resources {
+		prior(res.Name)
+	}
+	for _, n := range resp.RemovedResources {
+		prior(n)
+	}
+	for _, res := range resp.Resources {
+		r.versions[res.Name] = res.Version
+	}
+	s.inflight = append(s.inflight, r)
+	if len(s.inflight) > MaxInFlight {
+		s.forgetLocked(s.inflight[0])
+	}
+	return r
+}
+
+// forgetLocked drops the oldest in-flight response: the zone holds what it had of its names
+// before, as if it had refused them all (so acked does not change). Call with s.mu.
+func (s *Session) forgetLocked(r *inflight) {
+	s.dropLocked(r)
+	ks := s.kind(r.kind)
+	r.eachName(func(name string) {
+		h, _ := r.covers(name)
+		s.layLocked(ks, r.kind, name, h)
+	})
+}
+
+// layLocked records that the zone holds h of kind/name now: under the next response in flight
+// that carries the name, else over what it was delivered. Call with s.mu.
+func (s *Session) layLocked(ks *kindState, kind, name string, h held) {
+	if o := s.laterFlight(kind, name); o != nil {
+		o.setPrior(name, h)
+	} else {
+		ks.setRefused(name, h)
+	}
+}
+
+// dropLocked takes r out of the responses in flight.
+func (s *Session) dropLocked(r *inflight) {
+	if i := slices.Index(s.inflight, r); i >= 0 {
+		s.inflight = slices.Delete(s.inflight, i, i+1)
+	}
+	if len(s.inflight) == 0 {
+		s.inflight = nil
+	}
+}
+
+// laterFlight is the oldest response in flight that carries name of kind, or nil.
+func (s *Session) laterFlight(kind, name string) *inflight {
+	for _, o := range s.inflight {
+		if o.kind == kind {
+			if _, ok := o.covers(name); ok {
+				return o
+			}
+		}
+	}
+	return nil
+}
+
+// setPrior records that the zone holds h of name before r arrives.
+func (r *inflight) setPrior(name string, h held) {
+	if !h.ok {
+		delete(r.priors, name)
+		return
+	}
+	if r.priors == nil {
+		r.priors = map[string]string{}
+	}
+	r.priors[name] = h.version
+}
+
+// setRefused records that the zone holds h of name, where delivered may say otherwise.
+func (ks *kindState) setRefused(name string, h held) {
+	if v, ok := ks.delivered[name]; ok == h.ok && v == h.version {
+		delete(ks.refused, name)
+		return
+	}
+	if ks.refused == nil {
+		ks.refused = map[string]held{}
+	}
+	ks.refused[name] = h
+}
+
+// eachName calls f with every name the response carries, sent or removed.
+func (r *inflight) eachName(f func(string)) {
+	for _, res := range r.resp.Resources {
+		f(res.Name)
+	}
+	for _, n := range r.resp.RemovedResources {
+		f(n)
+	}
+}
+
+// answerLocked applies the zone's answer to r: it now holds what r carried but the rejected
+// names, of which it keeps what it had. Call with s.mu.
+func (s *Session) answerLocked(r *inflight, rejected map[string]bool) {
+	type change struct {
+		name        string
+		before, now held
+	}
+	changes := make([]change, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
+	r.eachName(func(name string) {
+		now, _ := r.covers(name) // what it had
+		if !rejected[name] {
+			v, ok := r.versions[name]
+			now = held{v, ok}
+		}
+		changes = append(changes, change{name, s.ackedLocked(r.kind, name), now})
+	})
+	s.dropLocked(r)
+	ks := s.kind(r.kind)
+	for _, c := range changes {
+		s.layLocked(ks, r.kind, c.name, c.now)
+		s.account(r.kind, c.name, c.before, s.ackedLocked(r.kind, c.name))
+	}
+}
+
+// byNonce finds the response in flight a request answers.
+func (s *Session) byNonce(nonce string) *inflight {
+	for _, r := range s.inflight {
+		if r.nonce == nonce {
+			return r
+		}
+	}
+	return nil
+}
+
+// Zone is the zone the session serves ("" before its first request).
+func (s *Session) Zone() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.zone
+}
+
+// AckedVersion is the version of kind/name (an xDS name) the zone has ACKed.
+func (s *Session) AckedVersion(kind, name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.ackedLocked(kind, name)
+	return h.version, h.ok
+}
+
+// Acked calls f with every kind, name and version the zone has ACKed of kinds (nil: every
+// kind), holding the session's lock: f must not block.
+func (s *Session) Acked(kinds []string, f func(kind, name, version string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kinds == nil {
+		for kind := range s.kinds {
+			s.eachAckedLocked(kind, func(n, v string) { f(kind, n, v) })
+		}
+		return
+	}
+	for _, kind := range kinds {
+		s.eachAckedLocked(kind, func(n, v string) { f(kind, n, v) })
+	}
+}
+
+// Digest identifies what the zone has ACKed now.
+func (s *Session) Digest() Digest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.digest
+}
+
+// AckedCounts is how many names of each kind the zone has ACKed.
+func (s *Session) AckedCounts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.kinds))
+	for k, ks := range s.kinds {
+		out[k] = ks.acked
+	}
+	return out
+}
+
+// InFlight is how many of the session's responses are not answered yet.
+func (s *Session) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight)
+}
+
+// Digest identifies what a zone holds (every kind, name and version) without listing it: two
+// zones with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
+// (the XOR of one hash per resource held), so reading it costs nothing.
+type Digest struct {
+	Sum uint64
+	N   int // resources held
+}
+
+// digestSeed is this process's: digests are compared within one process only.
+var digestSeed = maphash.MakeSeed()
+
+func heldHash(kind, name, version string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(digestSeed)
+	h.WriteString(kind)
+	h.WriteByte(0)
+	h.WriteString(name)
+	h.WriteByte(0)
+	h.WriteString(version)
+	return h.Sum64()
+}
+
+// send is the session's sender: it feeds queued responses into the server's channel in order.
+// A response counts as delivered from the moment it is handed over; one that is not (its watch
+// canceled meanwhile) is taken back. cancel waits for a send in progress.
+func (s *Session) send() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		for {
+			w := s.next()
+			if w == nil {
+				break
+			}
+			stopped, delivered := false, false
+			select {
+			case w.out <- w.resp:
+				delivered = true
+			case <-w.canceled:
+			case <-s.stop:
+				stopped = true
+			}
+			s.mu.Lock()
+			if !delivered {
+				s.takeBack(w)
+			}
+			w.undo, w.resp, w.flight = nil, nil, nil // done with them; the watch stays answered
+			s.mu.Unlock()
+			close(w.finished)
+			if stopped {
+				return
+			}
+		}
+	}
+}
+
+// next takes the first queued watch off the queue and counts its response as delivered, or
+// returns nil.
+func (s *Session) next() *watch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil
+	}
+	w := s.queue[0]
+	s.queue = s.queue[1:]
+	w.sending = true
+	ks := s.kind(w.kind)
+	w.flight, w.undo = s.handOverLocked(w.kind, w.resp.DeltaDiscoveryResponse)
+	for _, n := range w.forced {
+		delete(ks.forced, n)
+	}
+	return w
+}
+
+// handOverLocked counts a response as handed to the server: delivered, and in flight. It
+// returns the in-flight record and what delivered had of the names it carries, for takeBack.
+// Call with s.mu.
+func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResponse) (*inflight, []prior) {
+	ks := s.kind(kind)
+	flight := s.deliverLocked(kind, resp)
+	if len(ks.delivered) == 0 && len(resp.Resources) > 8 {
+		ks.delivered = make(map[string]string, len(resp.Resources)) // the first response: one allocation
+	}
+	var undo []prior
+	flight.eachName(func(name string) {
+		if old, had := ks.delivered[name]; had {
+			undo = append(undo, prior{name, old})
+		}
+	})
+	for _, r := range resp.Resources {
+		ks.delivered[r.Name] = r.Version
+	}
+	for _, n := range resp.RemovedResources {
+		delete(ks.delivered, n)
+	}
+	return flight, undo
+}
+
+// takeBack undoes a response that was not delivered: what the zone was sent is as before, and
+// its names are dirty again (forced ones forced again). Call with s.mu.
+func (s *Session) takeBack(w *watch) {
+	ks := s.kind(w.kind)
+	w.eachName(func(name string) { delete(ks.delivered, name) })
+	for _, p := range w.undo {
+		ks.delivered[p.name] = p.version
+	}
+	if w.flight != nil {
+		s.dropLocked(w.flight)
+	}
+	s.requeue(w)
+	for _, n := range w.forced {
+		ks.forced[n] = true
+	}
+}
+
+// requeue makes the names of an answered, undelivered response dirty again. Call with s.mu.
+func (s *Session) requeue(w *watch) {
+	ks := s.kind(w.kind)
+	w.eachName(func(name string) { ks.dirty[name] = true })
+}
+
+// prior is what delivered had for a name.
+type prior struct{ name, version string }
+
+// watch is one open delta watch: the server's request for a kind, answered at most once.
+type watch struct {
+	kind string
+	req  *discovery.DeltaDiscoveryRequest
+	sub  cache.Subscription
+	out  chan cache.DeltaResponse
+
+	answered bool                            // at most once
+	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
+	undo     []prior                         // what delivered had before the response, of the names it had
+	flight   *inflight                       // the response in flight, until it is delivered
+	forced   []string                        // forced names the response carries
+	canceled chan struct{}                   // closed by cancel
+	finished chan struct{}                   // closed by the sender when it is done with this watch
+	sending  bool                            // the sender has taken it off the queue
+}
+
+// subscribes reports whether the watch's subscription covers name.
+func (w *watch) subscribes(name string) bool {
+	if w.sub.IsWildcard() {
+		return true
+	}
+	_, ok := w.sub.SubscribedResources()[name]
+	return ok
+}
+
+// eachName calls f with every name the watch's response carries, sent or removed.
+func (w *watch) eachName(f func(name string)) {
+	for _, r := range w.resp.DeltaDiscoveryResponse.Resources {
+		f(r.Name)
+	}
+	for _, n := range w.resp.DeltaDiscoveryResponse.RemovedResources {
+		f(n)
+	}
+}

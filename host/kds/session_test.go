@@ -1,0 +1,176 @@
+package kds
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	. "github.com/onsi/gomega"
+
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// zoneModel is what a zone holds as the global must believe it: the answers to the responses it
+// remembers, applied in order. A response it forgot (more than MaxInFlight unanswered) changes
+// nothing, and neither does an answer to it.
+type zoneModel struct {
+	acked   map[string]map[string]string // kind -> name -> version
+	pending []*modelResponse             // what the global remembers, oldest first
+}
+
+type modelResponse struct {
+	nonce, kind string
+	versions    map[string]string
+	removed     []string
+}
+
+func (m *zoneModel) answer(r *modelResponse, rejected map[string]bool) {
+	i := slices.Index(m.pending, r)
+	if i < 0 {
+		return // forgotten: the global ignores the answer
+	}
+	m.pending = slices.Delete(m.pending, i, i+1)
+	if m.acked[r.kind] == nil {
+		m.acked[r.kind] = map[string]string{}
+	}
+	for n, v := range r.versions {
+		if !rejected[n] {
+			m.acked[r.kind][n] = v
+		}
+	}
+	for _, n := range r.removed {
+		if !rejected[n] {
+			delete(m.acked[r.kind], n)
+		}
+	}
+}
+
+func (m *zoneModel) digest() Digest {
+	var d Digest
+	for kind, names := range m.acked {
+		for n, v := range names {
+			d.Sum ^= heldHash(kind, n, v)
+			d.N++
+		}
+	}
+	return d
+}
+
+// The session's view of what a zone ACKed (one map per kind with the responses in flight and the
+// refused names laid over it) equals, after every step of a random run of responses, ACKs,
+// NACKs of some names, answers to forgotten responses and unanswered bursts, what the zone
+// holds by a plain model; and so do the digest and the per-kind counts, kept as it changes.
+func TestTheSessionSaysWhatTheZoneACKed(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { sessionModelRun(t, seed) })
+	}
+}
+
+func sessionModelRun(t *testing.T, seed uint64) {
+	g := NewWithT(t)
+	rnd := rand.New(rand.NewPCG(seed, 7))
+	kinds := []string{"Mesh", "MeshTimeout"}
+	c := NewCache(kinds)
+	defer c.Close()
+	tr := NewTracker(c)
+	g.Expect(tr.OnDeltaStreamOpen(context.Background(), 1, "")).To(Succeed())
+	for i, k := range kinds {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: k}
+		if i == 0 {
+			req.Node = &core.Node{Id: "zone-1"}
+		}
+		g.Expect(tr.OnStreamDeltaRequest(1, req)).To(Succeed())
+	}
+	defer tr.OnDeltaStreamClosed(1, nil)
+	s := c.Session(1)
+	z := NewZones(c)
+	z.streamOpened(1, "zone-1")
+
+	m := &zoneModel{acked: map[string]map[string]string{}}
+	var all []*modelResponse // every response sent, answered or not
+	names := []string{"default/a", "default/b", "default/c", "default/d", "default/e"}
+	nonce := 0
+	for step := range 300 {
+		switch op := rnd.IntN(10); {
+		case op < 4 || len(m.pending) == 0: // a response
+			nonce++
+			r := &modelResponse{nonce: strconv.Itoa(nonce), kind: kinds[rnd.IntN(2)], versions: map[string]string{}}
+			resp := &discovery.DeltaDiscoveryResponse{TypeUrl: r.kind, Nonce: r.nonce}
+			for _, n := range names {
+				switch rnd.IntN(4) {
+				case 0:
+					v := strconv.Itoa(rnd.IntN(3))
+					r.versions[n] = v
+					resp.Resources = append(resp.Resources, &discovery.Resource{Name: n, Version: v})
+				case 1:
+					r.removed = append(r.removed, n)
+					resp.RemovedResources = append(resp.RemovedResources, n)
+				}
+			}
+			tr.OnStreamDeltaResponse(1, nil, resp)
+			m.pending = append(m.pending, r)
+			all = append(all, r)
+			if len(m.pending) > MaxInFlight {
+				m.pending = m.pending[1:]
+			}
+			if rnd.IntN(20) == 0 { // a burst the zone never answers
+				for range MaxInFlight {
+					nonce++
+					r := &modelResponse{nonce: strconv.Itoa(nonce), kind: "Mesh", versions: map[string]string{"default/x": strconv.Itoa(nonce)}}
+					tr.OnStreamDeltaResponse(1, nil, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: r.nonce,
+						Resources: []*discovery.Resource{{Name: "default/x", Version: r.versions["default/x"]}}})
+					m.pending = append(m.pending, r)
+					if len(m.pending) > MaxInFlight {
+						m.pending = m.pending[1:]
+					}
+				}
+			}
+		default: // an answer: to the oldest remembered, or now and then to a forgotten one
+			r := m.pending[0] // zones answer in order
+			if o := all[rnd.IntN(len(all))]; rnd.IntN(10) == 0 && !slices.Contains(m.pending, o) {
+				r = o // answered already, or forgotten
+			}
+			req := &discovery.DeltaDiscoveryRequest{TypeUrl: r.kind, ResponseNonce: r.nonce}
+			rejected := map[string]bool{}
+			if rnd.IntN(2) == 0 {
+				list := &kdsv1.RejectionList{Kind: r.kind}
+				for _, n := range slices.Sorted(maps.Keys(r.versions)) {
+					if rnd.IntN(2) == 0 {
+						rejected[n] = true
+						list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: n, Reason: "no"})
+					}
+				}
+				detail, err := NACKDetail(list, "rejected")
+				g.Expect(err).NotTo(HaveOccurred())
+				req.ErrorDetail = detail
+			}
+			g.Expect(tr.OnStreamDeltaRequest(1, req)).To(Succeed())
+			m.answer(r, rejected)
+		}
+
+		for _, kind := range kinds {
+			got := map[string]string{}
+			s.Acked([]string{kind}, func(_, n, v string) { got[n] = v })
+			want := m.acked[kind]
+			if want == nil {
+				want = map[string]string{}
+			}
+			g.Expect(got).To(Equal(want), "step %d, %s", step, kind)
+			for _, n := range append(names, "default/x") {
+				v, ok := z.HeldVersion("zone-1", kind, n)
+				wv, wok := want[n]
+				g.Expect([]any{v, ok}).To(Equal([]any{wv, wok}), "step %d, %s %s", step, kind, n)
+			}
+			g.Expect(s.AckedCounts()[kind]).To(Equal(len(want)), "step %d, %s count", step, kind)
+		}
+		g.Expect(z.InventoryDigest("zone-1")).To(Equal(m.digest()), "step %d", step)
+		g.Expect(s.InFlight()).To(Equal(len(m.pending)), "step %d", step)
+		g.Expect(z.InventoryKeys("zone-1", nil, nil)).To(HaveLen(m.digest().N))
+	}
+}
