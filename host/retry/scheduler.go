@@ -12,7 +12,9 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Resender makes a stream send named resources again (kds.Cache.Resend).
+// Resender makes a stream send named resources again (kds.Cache.Resend). Resend must return
+// without waiting for the zone; it may tell the scheduler of the stream's events (a test's zone
+// that answers at once): those are applied after it returns, in their order.
 type Resender interface {
 	Resend(streamID int64, names map[string][]string)
 }
@@ -64,6 +66,10 @@ type driven struct {
 	zone  string
 	m     *Machine
 	timer *time.Timer
+	// busy: a goroutine is stepping the stream (step); the transitions that arrive meanwhile
+	// wait in pending, in order, and that goroutine runs them.
+	busy    bool
+	pending []func(m *Machine) Ready
 }
 
 // NewScheduler returns a scheduler; Close stops its timers and waits for its decisions.
@@ -119,6 +125,13 @@ func (d *driven) stopTimer() {
 }
 
 // step runs one transition of a stream's Machine and carries out what it asks.
+//
+// A stream's transitions and the resends they ask for happen in one order: the goroutine that
+// steps a stream keeps it (busy) until it has carried out what the Machine asked, resend
+// included, and then runs the transitions that arrived meanwhile, in their order. So an event
+// never overtakes a resend decided before it (an ACK applied between a round and its resend
+// would see the round's names forced again after the zone stored them), and the xDS callbacks
+// never wait for a resend: theirs is queued, and they return.
 func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 	s.mu.Lock()
 	d := s.streams[id]
@@ -126,6 +139,32 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 		s.mu.Unlock()
 		return
 	}
+	if d.busy {
+		d.pending = append(d.pending, transition)
+		s.mu.Unlock()
+		return
+	}
+	d.busy = true
+	for {
+		r := s.transitionLocked(id, d, transition)
+		s.mu.Unlock()
+		// Outside the lock: the resender takes the cache's, and hooks are the caller's code.
+		// Both may step this stream again: that step waits in pending.
+		s.carryOut(id, d.zone, r)
+		s.mu.Lock()
+		if len(d.pending) == 0 || s.streams[id] != d || s.ctx.Err() != nil {
+			d.busy, d.pending = false, nil
+			s.mu.Unlock()
+			return
+		}
+		transition = d.pending[0]
+		d.pending[0] = nil
+		d.pending = d.pending[1:]
+	}
+}
+
+// transitionLocked runs one transition and starts the timer and the decision it asks for.
+func (s *Scheduler) transitionLocked(id int64, d *driven, transition func(m *Machine) Ready) Ready {
 	r := transition(d.m)
 	if r.Disarm {
 		d.stopTimer()
@@ -141,23 +180,25 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 		s.wg.Add(1)
 		go s.decide(id, d.zone, r)
 	}
-	s.mu.Unlock()
+	return r
+}
 
-	// Outside the lock: the resender takes the cache's, and hooks are the caller's code.
+// carryOut reports a transition to the hooks and makes the resend it asks for.
+func (s *Scheduler) carryOut(id int64, zone string, r Ready) {
 	if r.Round != nil && s.cfg.Hooks.Round != nil {
-		s.cfg.Hooks.Round(d.zone, r.Round.Delay, r.Round.Resent)
+		s.cfg.Hooks.Round(zone, r.Round.Delay, r.Round.Resent)
 	}
 	if r.Decision != nil && s.cfg.Hooks.Decided != nil {
-		s.cfg.Hooks.Decided(d.zone, *r.Decision)
+		s.cfg.Hooks.Decided(zone, *r.Decision)
 	}
 	if r.GaveUp != "" && s.cfg.Hooks.GaveUp != nil {
-		s.cfg.Hooks.GaveUp(d.zone, r.GaveUp)
+		s.cfg.Hooks.GaveUp(zone, r.GaveUp)
 	}
 	if len(r.Held) > 0 && s.cfg.Hooks.Held != nil {
-		s.cfg.Hooks.Held(d.zone, r.Held)
+		s.cfg.Hooks.Held(zone, r.Held)
 	}
 	if len(r.Released) > 0 && s.cfg.Hooks.Released != nil {
-		s.cfg.Hooks.Released(d.zone, r.Released)
+		s.cfg.Hooks.Released(zone, r.Released)
 	}
 	if len(r.Resend) > 0 {
 		s.cfg.Resender.Resend(id, r.Resend)

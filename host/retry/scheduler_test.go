@@ -420,3 +420,77 @@ func TestCloseDoesNotWaitForAPolicyThatIgnoresItsContext(t *testing.T) {
 		g.Expect(time.Since(start)).To(BeZero(), "Close returns at once")
 	})
 }
+
+// Defect 5 of issue 21: a round's resend was made after the scheduler let go of the stream, so
+// an ACK of the same names applied in between was overtaken by it: a name the zone had just
+// ACKed was forced again. A resend now comes in the stream's order: when it is made, the
+// stream's Machine still holds every name it resends as rejected.
+func TestARoundDoesNotResendANameTheZoneACKedBeforeIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		var s *sched
+		ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}}
+		// The zone's ACK of the round's name arrives just as the round fires: the Round hook
+		// runs on the round's goroutine, between the round and its resend.
+		hooks := retry.Hooks{Round: func(string, time.Duration, map[string]int) { s.ACK(ack) }}
+		s = newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, hooks)
+		var stale []string
+		r.onSend = func(names map[string][]string) {
+			rejected := map[string]bool{}
+			for _, st := range s.State() {
+				for _, f := range st.Failing {
+					for _, n := range f.Rejected {
+						rejected[f.Kind+"/"+n] = true
+					}
+				}
+			}
+			for kind, ns := range names {
+				for _, n := range ns {
+					if !rejected[kind+"/"+n] {
+						stale = append(stale, kind+"/"+n)
+					}
+				}
+			}
+		}
+		s.StreamOpened(1, "zone-1")
+		s.NACK(nack("Mesh", "default"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		g.Expect(r.Rounds()).To(HaveLen(1))
+		g.Expect(stale).To(BeEmpty(), "resent after the scheduler applied their ACK")
+		st := s.State()[0]
+		g.Expect(st.Failing).To(BeEmpty(), "the ACK is applied, after the resend")
+		g.Expect(st.NextRetry).To(BeNil())
+		time.Sleep(time.Hour)
+		g.Expect(r.Rounds()).To(HaveLen(1))
+	})
+}
+
+// While a stream's resend is being made, its events wait in order behind it, not in the xDS
+// callback that brought them.
+func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		release := make(chan struct{})
+		r.onSend = func(map[string][]string) { <-release } // a resend that takes its time
+		done := sync.OnceFunc(func() { close(release) })
+		defer done()
+		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		s.NACK(nack("Mesh", "default"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
+
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}})
+		g.Expect(s.State()[0].Failing).To(HaveLen(1), "the ACK waits for the resend decided before it")
+		done()
+		synctest.Wait()
+		g.Expect(s.State()[0].Failing).To(BeEmpty(), "then it is applied")
+		time.Sleep(time.Hour)
+		g.Expect(r.Rounds()).To(HaveLen(1))
+	})
+}
