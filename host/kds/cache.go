@@ -307,7 +307,11 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 		// them, as if ACKed.
 		ks.started, ks.full = true, true
 		for n, v := range sub.ReturnedResources() {
-			st.setView(w.kind, n, func() { ks.delivered[n] = v })
+			r := versionOnly(n, v)
+			if e := c.snap.Load().Kind(w.kind)[n]; e != nil && e.Version == v {
+				r = e.Wire // the version served: shared, as if sent
+			}
+			st.setView(w.kind, n, func() { ks.delivered[n] = r })
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
@@ -315,7 +319,7 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 		// there; another forgets it.
 		if sub.IsWildcard() {
 			had := st.ackedLocked(w.kind, n)
-			ks.delivered[n], ks.dirty[n] = "", true
+			ks.delivered[n], ks.dirty[n] = unknownVersion, true
 			ks.setRefused(n, had) // it still holds what it had
 		} else {
 			st.setView(w.kind, n, func() { delete(ks.delivered, n); delete(ks.refused, n) })
@@ -393,11 +397,11 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
 	var sentForced []string
 	look := func(name string) {
-		v, isKnown := ks.delivered[name]
+		d, isKnown := ks.delivered[name]
 		e, served := entries[name]
 		served = served && w.subscribes(name)
 		switch {
-		case served && isKnown && v == e.Version && !ks.forced[name]:
+		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
 			// The zone has it: whether it may see it or not, nothing to send.
 		case served && visible != nil && !visible(e):
 			// Held back: the zone keeps what it has (no update, and no removal either).

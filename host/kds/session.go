@@ -59,9 +59,11 @@ type kindState struct {
 	requested bool   // the zone asked for the kind on this stream
 	watch     *watch // the open watch, if any
 	started   bool   // delivered was seeded from the zone's initial versions
-	// delivered is name -> version of what the zone was sent (or reported holding), the versions
-	// the delta diff is made against; not what the delta server thinks it sent.
-	delivered map[string]string
+	// delivered is name -> what the zone was sent (or reported holding): the versions the delta
+	// diff is made against, not what the delta server thinks it sent. A value is the response's
+	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
+	// only: 8 bytes a name where a version string would take 16.
+	delivered map[string]*discovery.Resource
 	refused   map[string]held // names whose delivered version the zone refused: what it holds instead
 	acked     int             // names the zone has ACKed
 	dirty     map[string]bool // names that may differ from the snapshot
@@ -110,7 +112,7 @@ func newSession(c *Cache, id int64, info *streamInfo) *Session {
 func (s *Session) kind(k string) *kindState {
 	ks := s.kinds[k]
 	if ks == nil {
-		ks = &kindState{delivered: map[string]string{}, dirty: map[string]bool{}, forced: map[string]bool{}, served: map[string]string{}}
+		ks = &kindState{delivered: map[string]*discovery.Resource{}, dirty: map[string]bool{}, forced: map[string]bool{}, served: map[string]string{}}
 		s.kinds[k] = ks
 	}
 	return ks
@@ -132,8 +134,10 @@ func (s *Session) ackedLocked(kind, name string) held {
 	if h, ok := ks.refused[name]; ok {
 		return h
 	}
-	v, ok := ks.delivered[name]
-	return held{v, ok}
+	if r, ok := ks.delivered[name]; ok {
+		return held{r.Version, true}
+	}
+	return held{}
 }
 
 // eachAckedLocked calls f with every name of kind the zone has ACKed, and its version. Call with
@@ -145,8 +149,8 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	}
 	layered := len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(r *inflight) bool { return r.kind == kind })
 	if !layered {
-		for n, v := range ks.delivered {
-			f(n, v)
+		for n, r := range ks.delivered {
+			f(n, r.Version)
 		}
 		return
 	}
@@ -286,7 +290,7 @@ func (r *inflight) setPrior(name string, h held) {
 
 // setRefused records that the zone holds h of name, where delivered may say otherwise.
 func (ks *kindState) setRefused(name string, h held) {
-	if v, ok := ks.delivered[name]; ok == h.ok && v == h.version {
+	if r, ok := ks.delivered[name]; ok == h.ok && (!ok || r.Version == h.version) {
 		delete(ks.refused, name)
 		return
 	}
@@ -396,6 +400,16 @@ func (s *Session) InFlight() int {
 	return len(s.inflight)
 }
 
+// unknownVersion stands, in delivered, for a name whose version the zone must be told again
+// (a wildcard subscription unsubscribed from it: it is told whether the name is still there).
+var unknownVersion = &discovery.Resource{}
+
+// versionOnly stands, in delivered, for a version the zone reported holding that the snapshot
+// does not serve.
+func versionOnly(name, version string) *discovery.Resource {
+	return &discovery.Resource{Name: name, Version: version}
+}
+
 // Digest identifies what a zone holds (every kind, name and version) without listing it: two
 // zones with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
 // (the XOR of one hash per resource held), so reading it costs nothing.
@@ -482,7 +496,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	ks := s.kind(kind)
 	flight := s.deliverLocked(kind, resp)
 	if len(ks.delivered) == 0 && len(resp.Resources) > 8 {
-		ks.delivered = make(map[string]string, len(resp.Resources)) // the first response: one allocation
+		ks.delivered = make(map[string]*discovery.Resource, len(resp.Resources)) // the first response: one allocation
 	}
 	var undo []prior
 	flight.eachName(func(name string) {
@@ -491,7 +505,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 		}
 	})
 	for _, r := range resp.Resources {
-		ks.delivered[r.Name] = r.Version
+		ks.delivered[r.Name] = r
 	}
 	for _, n := range resp.RemovedResources {
 		delete(ks.delivered, n)
@@ -505,7 +519,7 @@ func (s *Session) takeBack(w *watch) {
 	ks := s.kind(w.kind)
 	w.eachName(func(name string) { delete(ks.delivered, name) })
 	for _, p := range w.undo {
-		ks.delivered[p.name] = p.version
+		ks.delivered[p.name] = p.was
 	}
 	if w.flight != nil {
 		s.dropLocked(w.flight)
@@ -523,7 +537,10 @@ func (s *Session) requeue(w *watch) {
 }
 
 // prior is what delivered had for a name.
-type prior struct{ name, version string }
+type prior struct {
+	name string
+	was  *discovery.Resource
+}
 
 // watch is one open delta watch: the server's request for a kind, answered at most once.
 type watch struct {
