@@ -94,8 +94,8 @@ type GlobalConfig struct {
 	// only when the check declares itself zone_independent; nil (with OwnerCheck set) shares
 	// nothing. With the default OwnerCheck it is a constant.
 	OwnerCheckGeneration func() uint64
-	// OwnerHolds holds a resource back from a zone until its owner is there (DESIGN.md, Owner
-	// check). Off, everything is sent at once and retries cover rejections.
+	// OwnerHolds holds a resource back from a zone until its owner is there (docs/architecture.md,
+	// Owner holds). Off, everything is sent at once and retries cover rejections.
 	OwnerHolds bool
 	// OwnerCheckTimeout is the deadline of one batched Predict call (default 1s).
 	OwnerCheckTimeout time.Duration

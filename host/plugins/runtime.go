@@ -282,8 +282,8 @@ func (rt *Runtime) Fallback() shared.RetryForcer { return rt.fb }
 
 // OwnerCheck is the owner check in force: the OwnerCheck plugin, or the built-in one when no
 // plugin serves it (GlobalConfig.OwnerCheck). While the plugin is down its calls fail at once
-// with Unavailable, and the caller fails open (DESIGN.md: everything is sent, retries cover the
-// rest); the built-in check does not stand in for a plugin the user chose.
+// with Unavailable, and the caller fails open (docs/architecture.md, Owner holds: everything is
+// sent, retries cover the rest); the built-in check does not stand in for a plugin the user chose.
 func (rt *Runtime) OwnerCheck() shared.OwnerCheck { return rt.oc }
 
 // Generation changes whenever another set of plugins comes into force (a load, a reload, Close):

@@ -349,7 +349,7 @@ func TestAnOwnerCheckPluginThatIsDownFailsFast(t *testing.T) {
 	pid := statusOf(rt, "owner-check").PID
 	g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
 	g.Eventually(func() string { return statusOf(rt, "owner-check").State }, patience, time.Millisecond).Should(Equal(plugins.StateRestarting))
-	// The caller (the owner holds) fails open on this error, as DESIGN.md says.
+	// The caller (the owner holds) fails open on this error, as docs/architecture.md says.
 	_, err = rt.OwnerCheck().Predict(context.Background(), predictReq)
 	g.Expect(status.Code(err)).To(Equal(codes.Unavailable))
 	g.Expect(statusOf(rt, plugins.Builtin).Calls).To(BeZero(), "the built-in check does not stand in for the plugin")

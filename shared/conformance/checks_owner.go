@@ -14,7 +14,7 @@ import (
 
 var ownerCheckChecks = []check{
 	{CheckOwnerZoneIndependent, "a plugin that declares zone_independent answers every zone alike (the host shares one answer between zones)", checkZoneIndependent, false},
-	{CheckOwnerVerdictTable, "Predict follows the verdict table of DESIGN.md (ACCEPT, WAIT for an owner, REJECT)", checkVerdictTable, false},
+	{CheckOwnerVerdictTable, "Predict follows the verdict table of docs/architecture.md (ACCEPT, WAIT for an owner, REJECT)", checkVerdictTable, false},
 	{CheckOwnerBatch, fmt.Sprintf("a batch of %d candidates gets one right verdict each, in order", LargeInput), checkPredictBatch, false},
 	{CheckOwnerEmptyInput, "an empty request is answered or refused with InvalidArgument, without a crash", checkPredictEmpty, false},
 	{CheckOwnerBadInput, "bad input is answered or refused with InvalidArgument, without a crash", checkPredictBadInput, false},
@@ -38,8 +38,9 @@ type verdictCase struct {
 
 func meshKey(name string) *kdsv1.ResourceKey { return &kdsv1.ResourceKey{Kind: "Mesh", Name: name} }
 
-// verdictTable is DESIGN.md's owner check as cases. The zone has Mesh "on-zone" and MeshRetry
-// "parent" in it; Mesh "new" is on its way in the same batch; Mesh "nowhere" exists nowhere.
+// verdictTable is the verdict table of docs/architecture.md (Owner holds) as cases. The zone
+// has Mesh "on-zone" and MeshRetry "parent" in it; Mesh "new" is on its way in the same batch;
+// Mesh "nowhere" exists nowhere.
 func verdictTable() (inventory []*kdsv1.ResourceKey, cases []verdictCase) {
 	inventory = []*kdsv1.ResourceKey{meshKey("on-zone"), {Kind: "MeshRetry", Mesh: "on-zone", Name: "parent"}}
 	accept, wait, reject := pluginv1.Verdict_VERDICT_ACCEPT, pluginv1.Verdict_VERDICT_WAIT, pluginv1.Verdict_VERDICT_REJECT
