@@ -8,6 +8,9 @@ package owner
 //     without any lock, and records its verdicts under Holds.mu only if the zone is still the
 //     same open zone; its verdicts cover exactly the entries it looked at (all of the snapshot
 //     for a full check).
+//   - What the zone's inventory or the snapshot brings while its check is in flight is weighed
+//     again against the check's verdicts once they are recorded, so no ACK, removal or write is
+//     lost to a check that read the inventory or the snapshot before it.
 //   - An entry becomes visible to a zone only through a check's verdict (or a failed check, which
 //     accepts everything it looked at), and every entry it made visible is refreshed.
 
@@ -19,6 +22,12 @@ import (
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
+
+// inFlight is what a zone's check in flight has to weigh once its verdicts are in.
+type inFlight struct {
+	checking bool      // a worker is checking the zone
+	arrivals []arrival // what arrived meanwhile (holds.go), unless a full check is pending
+}
 
 // check asks the policy once about the zone's pending work (every entry it does not hold at its
 // current version, or the changed ones and their owners), records the verdicts, and refreshes the
@@ -32,6 +41,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 	snap, full, keys := h.snap, z.full, z.keys
 	z.full, z.keys = false, nil
+	z.checking, z.arrivals = true, nil
 	h.mu.Unlock()
 	if snap == nil {
 		snap = h.cfg.Source.Snapshot()
@@ -41,33 +51,39 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 
 	o := h.decision(ctx, zone, snap, full, keys)
-	if o == nil {
-		return // stopped
+	var shown map[string][]string
+	if o != nil {
+		// Only this worker changes z's verdicts (the zone is scheduled), so it reads them unlocked.
+		shown = o.shownTo(z)
 	}
-
-	// Only this worker changes z's verdicts (the zone is scheduled), so it reads them unlocked.
-	shown := o.shownTo(z)
 	h.mu.Lock()
-	if h.zones[zone] != z || !z.open {
+	arrivals := z.arrivals
+	z.checking, z.arrivals = false, nil
+	if o == nil || h.zones[zone] != z || !z.open {
 		h.mu.Unlock()
-		return // the zone left meanwhile
+		return // stopped, or the zone left meanwhile
 	}
 	if full {
 		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
-		z.base, z.table, z.own, z.ownWaiting = snap, o.table, nil, nil
+		z.base, z.table, z.own, z.ownWaiting, z.ownOwners = snap, o.table, nil, nil, nil
 	} else {
 		if z.own == nil {
-			z.own, z.ownWaiting = Verdicts{}, map[string]map[resource.Key]bool{}
+			z.own, z.ownWaiting, z.ownOwners = Verdicts{}, map[string]map[resource.Key]bool{}, map[resource.Key][]string{}
 		}
 		for _, k := range o.gone {
-			z.setOwn(k, Verdict{}) // no version: never visible until checked again
+			z.setOwn(k, Verdict{}, nil) // no version: never visible until checked again
 		}
 		for _, e := range o.d.Accepted {
-			z.setOwn(e.Key, Verdict{Version: e.Version})
+			z.setOwn(e.Key, Verdict{Version: e.Version}, e)
 		}
 		for k, v := range o.d.Held {
-			z.setOwn(k, v)
+			z.setOwn(k, v, snap.Kind(k.Kind)[k.XDSName()])
 		}
+	}
+	// What arrived while the policy was asked was weighed against the verdicts before: weigh it
+	// against these (its worker queues the zone again for the work it makes).
+	for _, a := range arrivals {
+		h.reconsider(z, a)
 	}
 	h.mu.Unlock()
 	if len(shown) > 0 {
@@ -109,7 +125,7 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, ful
 		o.d = plan.decide(nil, nil)
 	}
 	if full {
-		o.table = newTable(o.d.Held)
+		o.table = newTable(o.d.Held, snap)
 	}
 	return o
 }

@@ -19,7 +19,7 @@ package owner
 // Holds, the zones it keeps, and the events that give them work.
 //
 // Invariants:
-//   - Holds.mu guards zones, snap, queue, scheduled and shared, and the fields of every zoneHolds (with
+//   - Holds.mu guards zones, snap, queue, scheduled, shared and dependents, and the fields of every zoneHolds (with
 //     the one exception verdicts.go states).
 //   - A zone is in zones from its first stream until Forget, which frees only a zone with no open
 //     stream; only an open zone is given work or checked.
@@ -102,8 +102,9 @@ type Holds struct {
 	scheduled map[string]bool // zones queued or being checked
 	wake      chan struct{}
 
-	described described
-	shared    map[shareKey]*outcome // answers zones share, for h.snap only
+	described  described
+	shared     map[shareKey]*outcome // answers zones share, for h.snap only
+	dependents dependents            // h.snap's entries by owner, once needed (dependents.go)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -164,6 +165,13 @@ func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, rel
 func (h *Holds) Changed(snap *kds.Snapshot) {
 	h.mu.Lock()
 	changed, delta := snap.ChangesFrom(h.snap)
+	if h.dependents != nil {
+		if delta {
+			h.dependents.update(h.snap, snap, changed)
+		} else {
+			h.dependents = nil // made again when needed
+		}
+	}
 	h.snap = snap
 	h.shared = nil
 	var keys []resource.Key
@@ -181,8 +189,11 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 			z.full = true
 		} else {
 			for _, k := range keys {
-				z.addWork(k)
-				z.addWaiting(k.String(), snap.Len()) // its owner changed
+				a := arrival{key: k, changed: true}
+				h.reconsider(z, a)
+				if z.checking && !z.full {
+					z.arrivals = append(z.arrivals, a)
+				}
 			}
 		}
 		zones = append(zones, name)
@@ -207,10 +218,10 @@ func (h *Holds) Observer() event.Observer {
 			h.mu.Unlock()
 			h.enqueue(zone)
 		},
-		ACK: func(a event.ACK) { h.arrived(a.Zone, a.Kind, a.Versions) },
+		ACK: func(a event.ACK) { h.arrived(a.Zone, a.Kind, a.Versions, a.Removed) },
 		NACK: func(n event.NACK) {
 			if len(n.Accepted) > 0 {
-				h.arrived(n.Zone, n.Kind, n.Accepted)
+				h.arrived(n.Zone, n.Kind, n.Accepted, nil)
 			}
 		},
 		StreamClosed: func(id int64, zone string) {
@@ -223,25 +234,78 @@ func (h *Holds) Observer() event.Observer {
 	}
 }
 
-// arrived queues a check of what waits for the resources a zone now holds. It runs on the
-// stream's goroutine: one index lookup per name.
-func (h *Holds) arrived(zone, kind string, names map[string]string) {
+// arrived queues a check of what the resources a zone now holds (names: version by xDS name) or
+// removed may change (reconsider). It runs on the stream's goroutine: a few index lookups per
+// name (and, on the first removal after a snapshot that was not derived from the previous one,
+// one walk of the snapshot to index it).
+func (h *Holds) arrived(zone, kind string, names map[string]string, removed []string) {
 	h.mu.Lock()
 	z := h.zones[zone]
-	if z == nil || !z.open || !z.waits() {
+	if z == nil || !z.open {
 		h.mu.Unlock()
 		return
 	}
 	found := false
-	for n := range names {
-		if z.addWaiting(resource.KeyFromXDSName(kind, n).String(), h.snap.Len()) {
+	weigh := func(a arrival) {
+		if h.reconsider(z, a) {
 			found = true
 		}
+		if z.checking && !z.full {
+			z.arrivals = append(z.arrivals, a)
+		}
+	}
+	for n, version := range names {
+		weigh(arrival{key: resource.KeyFromXDSName(kind, n), version: version})
+	}
+	for _, n := range removed {
+		weigh(arrival{key: resource.KeyFromXDSName(kind, n), removed: true})
 	}
 	h.mu.Unlock()
 	if found {
 		h.enqueue(zone)
 	}
+}
+
+// arrival is a resource that a zone now holds at version, or removed, or that changed in the
+// snapshot.
+type arrival struct {
+	key     resource.Key
+	version string
+	removed bool
+	changed bool
+}
+
+// reconsider gives z the work that an arrival makes, and reports whether it made any. Call with
+// h.mu held.
+//   - What waits for the resource, or names it as an owner and is held back, is checked again.
+//   - A resource held back at the version the zone now holds is checked again: a resource held
+//     at its version is accepted (see Plan).
+//   - What the zone was shown that names a removed resource as its owner is checked again: a zone
+//     without that owner would reject it now.
+//   - A resource changed in the snapshot is checked (Changed adds it).
+func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
+	found := z.addWaiting(a.key.String(), h.snap.Len())
+	switch {
+	case a.changed:
+		z.addWork(a.key)
+		found = true
+	case a.removed:
+		if h.dependents == nil {
+			h.dependents = dependentsOf(h.snap)
+		}
+		for k := range h.dependents[a.key.String()] {
+			if v, ok := z.verdict(k, k.XDSName()); ok && v.Accepted() {
+				z.addWork(k)
+				found = true
+			}
+		}
+	default:
+		if v, ok := z.verdict(a.key, a.key.XDSName()); ok && !v.Accepted() && v.Version == a.version {
+			z.addWork(a.key)
+			found = true
+		}
+	}
+	return found
 }
 
 // Held returns what is held back from a zone, sorted by key.

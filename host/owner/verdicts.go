@@ -6,8 +6,11 @@ package owner
 // Invariants:
 //   - A zone's verdict of a key is its own verdict if it has one, else its table's, else the
 //     base snapshot's version (accepted); a key in none is not visible.
-//   - ownWaiting indexes exactly own's WAIT verdicts that name an owner, and a table's waiting
-//     indexes exactly its held WAIT verdicts that name an owner; setOwn and newTable keep them so.
+//   - ownWaiting indexes exactly own's held verdicts, and a table's waiting exactly its held
+//     verdicts, each under the owners it depends on (heldUnder: what it waits for, and every
+//     owner its entry names), so that a change or an arrival of any of them re-checks it;
+//     ownOwners is what each of own's held verdicts is indexed under. setOwn and newTable keep
+//     them so.
 //   - A table is read-only once made: zones that held the same after a full check share it.
 //   - Every field of a zoneHolds is read and written under Holds.mu, but for one exception: the
 //     verdict layers (own, ownWaiting, table, base) are written only by the worker checking the
@@ -15,6 +18,8 @@ package owner
 //     them without the lock.
 
 import (
+	"slices"
+
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -33,12 +38,14 @@ type zoneHolds struct {
 	open   bool
 
 	own Verdicts
-	// ownWaiting indexes own's WAIT verdicts by the owner they wait for (resource.Key.String()).
+	// ownWaiting indexes own's held verdicts by the owners they depend on (heldUnder).
 	ownWaiting map[string]map[resource.Key]bool
+	ownOwners  map[resource.Key][]string // the owners each of own's held verdicts is indexed under
 	table      *table
 	base       *kds.Snapshot
 
-	pending // what the next check looks at (queue.go)
+	pending  // what the next check looks at (queue.go)
+	inFlight // while it is checked (check.go)
 }
 
 // table is what one full check held back, read-only once made: several zones may point at it.
@@ -47,14 +54,36 @@ type table struct {
 	waiting map[string][]resource.Key // held's WAIT verdicts, by the owner they wait for
 }
 
-func newTable(held Verdicts) *table {
+func newTable(held Verdicts, snap *kds.Snapshot) *table {
 	t := &table{held: held, waiting: map[string][]resource.Key{}}
 	for k, v := range held {
-		if v.Held.Verdict == Wait && v.Held.WaitingFor != "" {
-			t.waiting[v.Held.WaitingFor] = append(t.waiting[v.Held.WaitingFor], k)
+		for _, o := range heldUnder(v, snap.Kind(k.Kind)[k.XDSName()]) {
+			t.waiting[o] = append(t.waiting[o], k)
 		}
 	}
 	return t
+}
+
+// heldUnder are the owners (resource.Key.String()) whose change in the snapshot or arrival on the
+// zone may change a held verdict of e: what it waits for, and every owner e names (a REJECT for
+// an owner served nowhere may become a WAIT or an ACCEPT once that owner is written or arrives).
+// An accepted verdict is under none.
+func heldUnder(v Verdict, e *kds.Entry) []string {
+	if v.Held == nil {
+		return nil
+	}
+	var out []string
+	if v.Held.WaitingFor != "" {
+		out = append(out, v.Held.WaitingFor)
+	}
+	if e != nil {
+		for _, o := range owners(e) {
+			if s := o.String(); !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // verdict is the zone's verdict of k, if it has one.
@@ -114,23 +143,29 @@ func (z *zoneHolds) waits() bool {
 	return len(z.ownWaiting) > 0 || (z.table != nil && len(z.table.waiting) > 0)
 }
 
-// setOwn records the verdict of k in own (a verdict without version: k is no longer served) and
-// keeps own's waiting index.
-func (z *zoneHolds) setOwn(k resource.Key, v Verdict) {
-	if old, had := z.own[k]; had && old.Held != nil && old.Held.WaitingFor != "" {
-		if w := z.ownWaiting[old.Held.WaitingFor]; w != nil {
+// setOwn records the verdict of k in own (a verdict without version: k is no longer served), e
+// being the entry it judged (nil: none), and keeps own's waiting index.
+func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *kds.Entry) {
+	for _, o := range z.ownOwners[k] {
+		if w := z.ownWaiting[o]; w != nil {
 			delete(w, k)
 			if len(w) == 0 {
-				delete(z.ownWaiting, old.Held.WaitingFor)
+				delete(z.ownWaiting, o)
 			}
 		}
 	}
+	delete(z.ownOwners, k)
 	z.own[k] = v
-	if v.Held != nil && v.Held.Verdict == Wait && v.Held.WaitingFor != "" {
-		w := z.ownWaiting[v.Held.WaitingFor]
+	under := heldUnder(v, e)
+	if len(under) == 0 {
+		return
+	}
+	z.ownOwners[k] = under
+	for _, o := range under {
+		w := z.ownWaiting[o]
 		if w == nil {
 			w = map[resource.Key]bool{}
-			z.ownWaiting[v.Held.WaitingFor] = w
+			z.ownWaiting[o] = w
 		}
 		w[k] = true
 	}

@@ -1,0 +1,450 @@
+package owner_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/owner"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// The model test drives Holds with random writes, ACKs, NACKs, reconnects and reloads over a
+// small universe, and after each step, once the workers are idle, compares what Holds lets each
+// connected zone see with a decision made from scratch: NewPlan over the zone's whole inventory
+// and the current snapshot, with no previous verdicts, answered by the reference policy.
+
+var (
+	modelMeshes = []string{"m1", "m2"}
+	modelKinds  = []string{"MeshTimeout", "MeshRetry"}
+	modelNames  = []string{"a", "b", "c"}
+	modelZones  = []string{"zone-1", "zone-2", "zone-3"}
+)
+
+// modelZone is what one zone holds, as kds.Zones keeps it: emptied when a stream opens.
+type modelZone struct {
+	stream int64
+	open   bool
+	held   map[string]map[string]string // kind -> xDS name -> version
+}
+
+// modelGlobal is the Source, Inventory and Refresher of the model.
+type modelGlobal struct {
+	mu        sync.Mutex
+	snap      *kds.Snapshot
+	zones     map[string]*modelZone
+	refreshes int
+}
+
+func (m *modelGlobal) Snapshot() *kds.Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap
+}
+
+func (m *modelGlobal) HeldVersion(zone, kind, name string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.zones[zone].held[kind][name]
+	return v, ok
+}
+
+func (m *modelGlobal) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	held := m.zones[zone].held
+	var out []resource.Key
+	for kind, names := range held {
+		if kinds != nil && !slices.Contains(kinds, kind) {
+			continue
+		}
+		for n := range names {
+			out = append(out, resource.KeyFromXDSName(kind, n))
+		}
+	}
+	for _, k := range extra {
+		if _, ok := held[k.Kind][k.XDSName()]; ok && !slices.Contains(kinds, k.Kind) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (m *modelGlobal) InventoryDigest(zone string) kds.Digest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var lines []string
+	for kind, names := range m.zones[zone].held {
+		for n, v := range names {
+			lines = append(lines, kind+" "+n+" "+v)
+		}
+	}
+	slices.Sort(lines)
+	var sum uint64
+	for _, l := range lines {
+		for _, c := range []byte(l) {
+			sum = sum*1099511628211 ^ uint64(c)
+		}
+		sum = sum*1099511628211 ^ '\n'
+	}
+	return kds.Digest{Sum: sum, N: len(lines)}
+}
+
+func (m *modelGlobal) Connected() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for name, z := range m.zones {
+		if z.open {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func (m *modelGlobal) Refresh(string, map[string][]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshes++
+}
+
+// inventory is a copy of what zone holds.
+func (m *modelGlobal) inventory(zone string) map[string]map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]map[string]string{}
+	for kind, names := range m.zones[zone].held {
+		out[kind] = maps.Clone(names)
+	}
+	return out
+}
+
+// store records that zone holds versions of kind (by name) and no longer removed.
+func (m *modelGlobal) store(zone, kind string, versions map[string]string, removed []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	held := m.zones[zone].held
+	if held[kind] == nil {
+		held[kind] = map[string]string{}
+	}
+	maps.Copy(held[kind], versions)
+	for _, n := range removed {
+		delete(held[kind], n)
+	}
+}
+
+// declaringNothing is the reference policy as a plugin of the older contract: it declares no
+// owner kinds and nothing about zones, so it gets the whole inventory and shares no answer.
+type declaringNothing struct{ *ownerpredict.Predictor }
+
+func (d declaringNothing) Describe(ctx context.Context) (*pluginv1.DescribeResponse, error) {
+	r, err := d.Predictor.Describe(ctx)
+	if r != nil {
+		r.OwnerKinds, r.ZoneIndependent = nil, false
+	}
+	return r, err
+}
+
+// modelRun is one seeded run of the model.
+type modelRun struct {
+	t       *testing.T
+	rnd     *rand.Rand
+	global  *modelGlobal
+	builder kds.SnapshotBuilder
+	store   map[resource.Key]resource.Resource // what the global stores
+	holds   *owner.Holds
+	obs     event.Observer
+	policy  atomic.Pointer[shared.OwnerCheck]
+	gen     atomic.Uint64
+	streams int64
+	log     []string // the steps so far, for a failure
+}
+
+func TestHoldsAgreeWithADecisionFromScratch(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { runModel(t, seed, 750) })
+		})
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	r := &modelRun{t: t, rnd: rand.New(rand.NewPCG(seed, 0x6f776e6572)), global: &modelGlobal{zones: map[string]*modelZone{}}, store: map[resource.Key]resource.Resource{}}
+	for _, z := range modelZones {
+		r.global.zones[z] = &modelZone{held: map[string]map[string]string{}}
+	}
+	var p shared.OwnerCheck = ownerpredict.New()
+	r.policy.Store(&p)
+	holds, err := owner.New(owner.Config{
+		Policy: func() shared.OwnerCheck { return *r.policy.Load() }, Source: r.global, Inventory: r.global, Refresher: r.global,
+		Workers: 2, Generation: r.gen.Load,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holds.Close()
+	r.holds, r.obs = holds, holds.Observer()
+	r.write()
+	for _, z := range modelZones {
+		r.connect(z)
+	}
+	r.check()
+	for step := range steps {
+		switch n := r.rnd.IntN(100); {
+		case n < 30:
+			r.write()
+		case n < 60:
+			r.ack(false)
+		case n < 72:
+			r.ack(true)
+		case n < 82:
+			r.reconnect()
+		case n < 86:
+			r.leave()
+		case n < 93:
+			r.reload()
+		default:
+			r.logf("%d s pass", describeAfter/time.Second)
+			time.Sleep(describeAfter)
+		}
+		if r.rnd.IntN(4) == 0 {
+			continue // the next step comes before the workers are done with this one
+		}
+		r.check()
+		if t.Failed() {
+			t.Fatalf("seed %d, after step %d:\n%s", seed, step, strings.Join(r.log[max(0, len(r.log)-25):], "\n"))
+		}
+	}
+}
+
+// describeAfter is more than Holds keeps a Describe answer.
+const describeAfter = 11 * time.Second
+
+func (r *modelRun) logf(format string, args ...any) {
+	r.log = append(r.log, fmt.Sprintf(format, args...))
+}
+
+// write creates, updates or deletes one to three resources, and tells Holds the new snapshot.
+func (r *modelRun) write() {
+	var changed []resource.Resource
+	var deleted []resource.Key
+	for range 1 + r.rnd.IntN(3) {
+		k := r.randomKey()
+		old, exists := r.store[k]
+		switch {
+		case exists && r.rnd.IntN(3) == 0:
+			delete(r.store, k)
+			deleted = append(deleted, k)
+			r.logf("delete %s", k)
+		default:
+			res := resource.Resource{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name, Generation: old.Generation + 1}
+			if k.Kind != resource.MeshKind && r.rnd.IntN(2) == 0 {
+				res.Owners = []resource.Key{r.randomKey()}
+				if res.Owners[0] == k {
+					res.Owners = nil
+				}
+			}
+			r.store[k] = res
+			changed = append(changed, res)
+			r.logf("write %s (generation %d, owners %v)", k, res.Generation, res.Owners)
+		}
+	}
+	snap, err := r.builder.Update(changed, deleted)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.global.mu.Lock()
+	r.global.snap = snap
+	r.global.mu.Unlock()
+	r.holds.Changed(snap)
+}
+
+func (r *modelRun) randomKey() resource.Key {
+	if r.rnd.IntN(4) == 0 {
+		return resource.Key{Kind: resource.MeshKind, Name: modelMeshes[r.rnd.IntN(len(modelMeshes))]}
+	}
+	return resource.Key{
+		Kind: modelKinds[r.rnd.IntN(len(modelKinds))],
+		Mesh: modelMeshes[r.rnd.IntN(len(modelMeshes))],
+		Name: modelNames[r.rnd.IntN(len(modelNames))],
+	}
+}
+
+// openZone picks a connected zone, if any.
+func (r *modelRun) openZone() (string, *modelZone, bool) {
+	var open []string
+	for _, z := range modelZones {
+		if r.global.zones[z].open {
+			open = append(open, z)
+		}
+	}
+	if len(open) == 0 {
+		return "", nil, false
+	}
+	z := open[r.rnd.IntN(len(open))]
+	return z, r.global.zones[z], true
+}
+
+// ack is a zone's answer to the response of one kind it would get now: what Holds lets it see
+// at a version it does not hold, and the removal of what the snapshot no longer serves. An ACK
+// stores it all; a NACK stores some of it.
+func (r *modelRun) ack(nack bool) {
+	zone, z, ok := r.openZone()
+	if !ok {
+		return
+	}
+	kind := append([]string{resource.MeshKind}, modelKinds...)[r.rnd.IntN(1+len(modelKinds))]
+	snap := r.global.Snapshot()
+	held := r.global.inventory(zone)[kind]
+	sent := map[string]string{}
+	for _, name := range snap.Names(kind) {
+		e := snap.Kind(kind)[name]
+		if held[name] != e.Version && r.holds.Visible(zone, e) {
+			sent[name] = e.Version
+		}
+	}
+	var removed []string
+	for name := range held {
+		if _, served := snap.Kind(kind)[name]; !served {
+			removed = append(removed, name)
+		}
+	}
+	sort.Strings(removed)
+	if len(sent) == 0 && len(removed) == 0 {
+		return
+	}
+	if !nack {
+		r.logf("%s ACKs %s: %v, removed %v", zone, kind, sent, removed)
+		r.global.store(zone, kind, sent, removed)
+		r.obs.ACK(event.ACK{StreamID: z.stream, Zone: zone, Kind: kind, Versions: sent, Removed: removed})
+		return
+	}
+	accepted := map[string]string{}
+	var rejected []event.Rejection
+	for _, name := range slices.Sorted(maps.Keys(sent)) {
+		if r.rnd.IntN(2) == 0 {
+			accepted[name] = sent[name]
+		} else {
+			rejected = append(rejected, event.Rejection{Name: name, Version: sent[name]})
+		}
+	}
+	r.logf("%s NACKs %s: accepted %v", zone, kind, accepted)
+	r.global.store(zone, kind, accepted, nil)
+	r.obs.NACK(event.NACK{StreamID: z.stream, Zone: zone, Kind: kind, Accepted: accepted, Rejected: rejected})
+}
+
+// connect opens a new stream of zone, which reports some of what it held as initial versions.
+func (r *modelRun) connect(zone string) {
+	z := r.global.zones[zone]
+	before := r.global.inventory(zone)
+	r.streams++
+	r.global.mu.Lock()
+	z.stream, z.open, z.held = r.streams, true, map[string]map[string]string{}
+	r.global.mu.Unlock()
+	r.logf("%s opens stream %d", zone, z.stream)
+	r.obs.StreamOpened(z.stream, zone)
+	for _, kind := range slices.Sorted(maps.Keys(before)) {
+		if len(before[kind]) == 0 || r.rnd.IntN(3) == 0 {
+			continue // not subscribed yet
+		}
+		r.logf("%s reports %s: %v", zone, kind, before[kind])
+		r.global.store(zone, kind, before[kind], nil)
+		r.obs.ACK(event.ACK{StreamID: z.stream, Zone: zone, Kind: kind, Versions: before[kind], Initial: true})
+	}
+}
+
+// reconnect replaces a zone's stream (the new one opens before the old one's close is heard, or
+// after), or brings back a zone that left.
+func (r *modelRun) reconnect() {
+	zone := modelZones[r.rnd.IntN(len(modelZones))]
+	z := r.global.zones[zone]
+	old, wasOpen := z.stream, z.open
+	if wasOpen && r.rnd.IntN(2) == 0 {
+		r.logf("%s closes stream %d", zone, old)
+		r.obs.StreamClosed(old, zone)
+	}
+	r.connect(zone)
+	if wasOpen {
+		r.obs.StreamClosed(old, zone) // late, or again: changes nothing
+	}
+}
+
+// leave closes a zone's stream, and sometimes its grace period ends too.
+func (r *modelRun) leave() {
+	zone, z, ok := r.openZone()
+	if !ok {
+		return
+	}
+	r.global.mu.Lock()
+	z.open = false
+	r.global.mu.Unlock()
+	r.obs.StreamClosed(z.stream, zone)
+	r.logf("%s closes stream %d", zone, z.stream)
+	if r.rnd.IntN(2) == 0 {
+		r.holds.Forget(zone)
+		r.logf("%s forgotten", zone)
+	}
+}
+
+// reload brings another policy into force: the reference one, declaring what it needs or not.
+func (r *modelRun) reload() {
+	var p shared.OwnerCheck = ownerpredict.New()
+	if r.rnd.IntN(2) == 0 {
+		p = declaringNothing{ownerpredict.New()}
+	}
+	r.policy.Store(&p)
+	r.gen.Add(1)
+	r.logf("reload: %T, generation %d", p, r.gen.Load())
+}
+
+// check waits until the workers are idle, and compares what Holds lets each connected zone see
+// with a decision from scratch.
+func (r *modelRun) check() {
+	synctest.Wait()
+	snap := r.global.Snapshot()
+	for _, zone := range modelZones {
+		if !r.global.zones[zone].open {
+			continue
+		}
+		plan := owner.NewPlan(zone, snap, r.global.inventory(zone), nil)
+		resp, err := ownerpredict.New().Predict(context.Background(), plan.Request)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		want := plan.Decide(nil, resp, nil)
+		verdicts := want.Verdicts()
+		visible, _, release := r.holds.View(zone)
+		for _, kind := range snap.Kinds() {
+			for _, name := range snap.Names(kind) {
+				e := snap.Kind(kind)[name]
+				v := verdicts[e.Key]
+				if wantVisible := v.Accepted() && v.Version == e.Version; visible(e) != wantVisible {
+					r.t.Errorf("%s sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, visible(e), wantVisible, v.Held)
+				}
+			}
+		}
+		release()
+		var wantHeld []owner.Held
+		for _, v := range want.Held {
+			wantHeld = append(wantHeld, *v.Held)
+		}
+		sort.Slice(wantHeld, func(i, j int) bool { return wantHeld[i].Key.String() < wantHeld[j].Key.String() })
+		if got := r.holds.Held(zone); !slices.Equal(got, wantHeld) {
+			r.t.Errorf("%s held back: %+v, from scratch: %+v", zone, got, wantHeld)
+		}
+	}
+}
