@@ -139,10 +139,6 @@ func (z *zoneHolds) addWaiting(owner string, snapLen int) bool {
 	return true
 }
 
-func (z *zoneHolds) waits() bool {
-	return len(z.ownWaiting) > 0 || (z.table != nil && len(z.table.waiting) > 0)
-}
-
 // setOwn records the verdict of k in own (a verdict without version: k is no longer served), e
 // being the entry it judged (nil: none), and keeps own's waiting index.
 func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *kds.Entry) {

@@ -1,0 +1,196 @@
+package owner
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// Held lists a zone's held verdicts, own over the table's, sorted by key; accepted verdicts and
+// verdicts of what is no longer served are not listed.
+func TestHeldOrderAndLayers(t *testing.T) {
+	snap := served(t, mesh1, pol1, pol2)
+	v := func(k resource.Key) string { return snap.Kind(k.Kind)[k.XDSName()].Version }
+	other := resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "a"}
+	for _, tc := range []struct {
+		name  string
+		own   Verdicts
+		table Verdicts
+		want  []resource.Key
+	}{
+		{name: "nothing held"},
+		{name: "the table's, sorted", table: Verdicts{pol2K: reject(pol2K, v(pol2K)), pol1K: wait(pol1K, v(pol1K), "Mesh/m1"), other: reject(other, "1")}, want: []resource.Key{other, pol1K, pol2K}},
+		{name: "own accepts one of the table's", own: Verdicts{pol1K: {Version: v(pol1K)}}, table: Verdicts{pol1K: wait(pol1K, v(pol1K), "Mesh/m1"), pol2K: reject(pol2K, v(pol2K))}, want: []resource.Key{pol2K}},
+		{name: "own holds back, the table had it accepted", own: Verdicts{mesh1K: reject(mesh1K, v(mesh1K)), pol1K: {}}, table: Verdicts{pol2K: reject(pol2K, v(pol2K))}, want: []resource.Key{mesh1K, pol2K}},
+		{name: "own replaces the table's verdict", own: Verdicts{pol2K: wait(pol2K, v(pol2K), "MeshRetry/m1/r")}, table: Verdicts{pol2K: reject(pol2K, v(pol2K))}, want: []resource.Key{pol2K}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			z := &zoneHolds{own: tc.own, base: snap}
+			if tc.table != nil {
+				z.table = newTable(tc.table, snap)
+			}
+			h := &Holds{zones: map[string]*zoneHolds{"zone-1": z}}
+			var got []resource.Key
+			for _, held := range h.Held("zone-1") {
+				got = append(got, held.Key)
+				if own, ok := tc.own[held.Key]; ok {
+					g.Expect(held).To(Equal(*own.Held), "own's verdict wins")
+				}
+			}
+			g.Expect(got).To(Equal(tc.want))
+			g.Expect(h.Held("zone-2")).To(BeEmpty(), "an unknown zone holds nothing back")
+		})
+	}
+}
+
+// Forget frees a zone only once its last stream closed, and a zone back after Forget starts
+// from nothing.
+func TestForget(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		streams   func(h *Holds)
+		wantZones int
+	}{
+		{name: "an open zone is kept", streams: func(h *Holds) { h.Observer().StreamOpened(1, "zone-1") }, wantZones: 1},
+		{name: "a closed zone is freed", streams: func(h *Holds) {
+			h.Observer().StreamOpened(1, "zone-1")
+			h.Observer().StreamClosed(1, "zone-1")
+		}},
+		{name: "the close of a replaced stream frees nothing", streams: func(h *Holds) {
+			h.Observer().StreamOpened(1, "zone-1")
+			h.Observer().StreamOpened(2, "zone-1")
+			h.Observer().StreamClosed(1, "zone-1")
+		}, wantZones: 1},
+		{name: "an unknown zone: nothing to free", streams: func(*Holds) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := NewWithT(t)
+				snap := served(t, mesh1)
+				h := newTestHolds(t, snap, ownerpredict.New())
+				h.Changed(snap)
+				tc.streams(h)
+				synctest.Wait()
+				h.Forget("zone-1")
+				g.Expect(h.Zones()).To(Equal(tc.wantZones))
+				e := snap.Kind(resource.MeshKind)["m1"]
+				g.Expect(h.Visible("zone-1", e)).To(Equal(tc.wantZones == 1))
+				if tc.wantZones == 0 {
+					_, none, release := h.View("zone-1")
+					release()
+					g.Expect(none).To(BeTrue(), "a forgotten zone sees nothing")
+				}
+			})
+		})
+	}
+}
+
+// emptyZones is an Inventory of zones that hold nothing, a Source of one snapshot and a
+// Refresher that counts.
+type emptyZones struct {
+	snap      *kds.Snapshot
+	refreshes atomic.Int32
+}
+
+func (e *emptyZones) Snapshot() *kds.Snapshot                         { return e.snap }
+func (*emptyZones) HeldVersion(string, string, string) (string, bool) { return "", false }
+func (*emptyZones) InventoryKeys(string, []string, []resource.Key) []resource.Key {
+	return nil
+}
+func (*emptyZones) InventoryDigest(string) kds.Digest     { return kds.Digest{} }
+func (*emptyZones) Connected() []string                   { return nil }
+func (e *emptyZones) Refresh(string, map[string][]string) { e.refreshes.Add(1) }
+
+func newTestHolds(t *testing.T, snap *kds.Snapshot, p shared.OwnerCheck) *Holds {
+	t.Helper()
+	w := &emptyZones{snap: snap}
+	h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// gate is the reference policy whose Predict waits at the gate while it is shut.
+type gate struct {
+	*ownerpredict.Predictor
+	mu    sync.Mutex
+	shut  chan struct{} // nil: open
+	calls int
+}
+
+func (g *gate) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	g.mu.Lock()
+	g.calls++
+	shut := g.shut
+	g.mu.Unlock()
+	if shut != nil {
+		select {
+		case <-shut:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Predictor.Predict(ctx, req)
+}
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls
+}
+
+// A zone that gets work while it is checked is not queued a second time then (no second worker
+// checks it at once), but checked again when its check ends.
+func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		var b kds.SnapshotBuilder
+		snap, err := b.Update([]resource.Resource{mesh1, pol1}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		p := &gate{Predictor: ownerpredict.New(), shut: make(chan struct{})}
+		h := newTestHolds(t, snap, p)
+		h.Changed(snap)
+		h.Observer().StreamOpened(1, "zone-1")
+		synctest.Wait()
+		g.Expect(p.count()).To(Equal(1), "the first check waits at the gate")
+
+		// A write while the zone is checked: it waits for the check in flight.
+		pol := pol1
+		pol.Generation = 2
+		snap2, err := b.Update([]resource.Resource{pol}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		h.Changed(snap2)
+		synctest.Wait()
+		h.mu.RLock()
+		g.Expect(h.queue.len()).To(BeZero(), "not queued while checked")
+		g.Expect(h.scheduled).To(HaveKey("zone-1"))
+		h.mu.RUnlock()
+		g.Expect(p.count()).To(Equal(1), "no second check of the zone at once")
+
+		p.mu.Lock()
+		close(p.shut)
+		p.shut = nil
+		p.mu.Unlock()
+		synctest.Wait()
+		g.Expect(p.count()).To(Equal(2), "checked again once the first check ended")
+		e := snap2.Kind(pol1K.Kind)[pol1K.XDSName()]
+		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
+		g.Expect(h.Held("zone-1")).To(ConsistOf(HaveField("Key", pol1K)))
+		h.mu.RLock()
+		g.Expect(h.scheduled).To(BeEmpty())
+		h.mu.RUnlock()
+	})
+}
