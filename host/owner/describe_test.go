@@ -46,6 +46,13 @@ func newDescribed(p *describing, gen *atomic.Uint64) *described {
 	return &described{policy: func() shared.OwnerCheck { return p }, generation: gen.Load}
 }
 
+// blockingDescribed is a described of a policy that blocks when told to, in generation 0.
+func blockingDescribed() (*describing, *atomic.Uint64, *described) {
+	p := &describing{Predictor: ownerpredict.New(), release: make(chan struct{})}
+	gen := &atomic.Uint64{}
+	return p, gen, newDescribed(p, gen)
+}
+
 // getting calls get in a goroutine; its answer comes on the channel.
 func getting(d *described, ctx context.Context) <-chan declaration {
 	out := make(chan declaration, 1)
@@ -70,10 +77,8 @@ func returned(c <-chan declaration) (declaration, bool) {
 func TestDescribeIsNotHeldAcrossTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		p := &describing{Predictor: ownerpredict.New(), release: make(chan struct{})}
-		var gen atomic.Uint64
+		p, gen, d := blockingDescribed()
 		gen.Store(1)
-		d := newDescribed(p, &gen)
 		ctx := t.Context()
 
 		first := d.get(ctx)
@@ -107,9 +112,7 @@ func TestDescribeIsNotHeldAcrossTheCall(t *testing.T) {
 func TestDescribeAfterAReloadWaitsForTheOneCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		p := &describing{Predictor: ownerpredict.New(), release: make(chan struct{})}
-		var gen atomic.Uint64
-		d := newDescribed(p, &gen)
+		p, gen, d := blockingDescribed()
 		ctx := t.Context()
 		g.Expect(d.get(ctx).generation).To(BeZero())
 
@@ -148,9 +151,7 @@ func TestDescribeAfterAReloadWaitsForTheOneCall(t *testing.T) {
 func TestDescribeAsksAgainWhenTheGenerationMovedDuringTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		p := &describing{Predictor: ownerpredict.New(), release: make(chan struct{})}
-		var gen atomic.Uint64
-		d := newDescribed(p, &gen)
+		p, gen, d := blockingDescribed()
 		p.blocking.Store(true)
 		asking := getting(d, t.Context())
 		synctest.Wait()

@@ -1,8 +1,6 @@
 package owner
 
 import (
-	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,15 +10,13 @@ import (
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
-	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
 
 // Held lists a zone's held verdicts, own over the table's, sorted by key; accepted verdicts and
 // verdicts of what is no longer served are not listed.
 func TestHeldOrderAndLayers(t *testing.T) {
-	snap := served(t, mesh1, pol1, pol2)
-	v := func(k resource.Key) string { return snap.Kind(k.Kind)[k.XDSName()].Version }
+	snap, v := servedPolicies(t)
 	other := resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "a"}
 	for _, tc := range []struct {
 		name  string
@@ -36,10 +32,7 @@ func TestHeldOrderAndLayers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{own: tc.own, base: snap}
-			if tc.table != nil {
-				z.table = newTable(tc.table, snap)
-			}
+			z := layered(tc.own, tc.table, snap)
 			h := &Holds{zones: map[string]*zoneHolds{"zone-1": z}}
 			var got []resource.Key
 			for _, held := range h.Held("zone-1") {
@@ -121,76 +114,4 @@ func newTestHolds(t *testing.T, snap *kds.Snapshot, p shared.OwnerCheck) *Holds 
 	}
 	t.Cleanup(h.Close)
 	return h
-}
-
-// gate is the reference policy whose Predict waits at the gate while it is shut.
-type gate struct {
-	*ownerpredict.Predictor
-	mu    sync.Mutex
-	shut  chan struct{} // nil: open
-	calls int
-}
-
-func (g *gate) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
-	g.mu.Lock()
-	g.calls++
-	shut := g.shut
-	g.mu.Unlock()
-	if shut != nil {
-		select {
-		case <-shut:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return g.Predictor.Predict(ctx, req)
-}
-
-func (g *gate) count() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.calls
-}
-
-// A zone that gets work while it is checked is not queued a second time then (no second worker
-// checks it at once), but checked again when its check ends.
-func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := NewWithT(t)
-		var b kds.SnapshotBuilder
-		snap, err := b.Update([]resource.Resource{mesh1, pol1}, nil)
-		g.Expect(err).NotTo(HaveOccurred())
-		p := &gate{Predictor: ownerpredict.New(), shut: make(chan struct{})}
-		h := newTestHolds(t, snap, p)
-		h.Changed(snap)
-		h.Observer().StreamOpened(1, "zone-1")
-		synctest.Wait()
-		g.Expect(p.count()).To(Equal(1), "the first check waits at the gate")
-
-		// A write while the zone is checked: it waits for the check in flight.
-		pol := pol1
-		pol.Generation = 2
-		snap2, err := b.Update([]resource.Resource{pol}, nil)
-		g.Expect(err).NotTo(HaveOccurred())
-		h.Changed(snap2)
-		synctest.Wait()
-		h.mu.RLock()
-		g.Expect(h.queue.len()).To(BeZero(), "not queued while checked")
-		g.Expect(h.scheduled).To(HaveKey("zone-1"))
-		h.mu.RUnlock()
-		g.Expect(p.count()).To(Equal(1), "no second check of the zone at once")
-
-		p.mu.Lock()
-		close(p.shut)
-		p.shut = nil
-		p.mu.Unlock()
-		synctest.Wait()
-		g.Expect(p.count()).To(Equal(2), "checked again once the first check ended")
-		e := snap2.Kind(pol1K.Kind)[pol1K.XDSName()]
-		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
-		g.Expect(h.Held("zone-1")).To(ConsistOf(HaveField("Key", pol1K)))
-		h.mu.RLock()
-		g.Expect(h.scheduled).To(BeEmpty())
-		h.mu.RUnlock()
-	})
 }

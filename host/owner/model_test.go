@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -35,109 +34,29 @@ var (
 	modelZones  = []string{"zone-1", "zone-2", "zone-3"}
 )
 
-// modelZone is what one zone holds, as kds.Zones keeps it: emptied when a stream opens.
-type modelZone struct {
-	stream int64
-	open   bool
-	held   map[string]map[string]string // kind -> xDS name -> version
+// modelStream is a zone's stream, as the model knows it.
+type modelStream struct {
+	id   int64
+	open bool
 }
 
-// modelGlobal is the Source, Inventory and Refresher of the model.
-type modelGlobal struct {
-	mu        sync.Mutex
-	snap      *kds.Snapshot
-	zones     map[string]*modelZone
-	refreshes int
-}
-
-func (m *modelGlobal) Snapshot() *kds.Snapshot {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.snap
-}
-
-func (m *modelGlobal) HeldVersion(zone, kind, name string) (string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.zones[zone].held[kind][name]
-	return v, ok
-}
-
-func (m *modelGlobal) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	held := m.zones[zone].held
-	var out []resource.Key
-	for kind, names := range held {
-		if kinds != nil && !slices.Contains(kinds, kind) {
-			continue
-		}
-		for n := range names {
-			out = append(out, resource.KeyFromXDSName(kind, n))
-		}
-	}
-	for _, k := range extra {
-		if _, ok := held[k.Kind][k.XDSName()]; ok && !slices.Contains(kinds, k.Kind) {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-func (m *modelGlobal) InventoryDigest(zone string) kds.Digest {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var lines []string
-	for kind, names := range m.zones[zone].held {
-		for n, v := range names {
-			lines = append(lines, kind+" "+n+" "+v)
-		}
-	}
-	slices.Sort(lines)
-	var sum uint64
-	for _, l := range lines {
-		for _, c := range []byte(l) {
-			sum = sum*1099511628211 ^ uint64(c)
-		}
-		sum = sum*1099511628211 ^ '\n'
-	}
-	return kds.Digest{Sum: sum, N: len(lines)}
-}
-
-func (m *modelGlobal) Connected() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for name, z := range m.zones {
-		if z.open {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
-func (m *modelGlobal) Refresh(string, map[string][]string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.refreshes++
-}
-
-// inventory is a copy of what zone holds.
-func (m *modelGlobal) inventory(zone string) map[string]map[string]string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// inventoryOf is a copy of what zone holds.
+func (w *world) inventoryOf(zone string) map[string]map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	out := map[string]map[string]string{}
-	for kind, names := range m.zones[zone].held {
+	for kind, names := range w.inventory[zone] {
 		out[kind] = maps.Clone(names)
 	}
 	return out
 }
 
-// store records that zone holds versions of kind (by name) and no longer removed.
-func (m *modelGlobal) store(zone, kind string, versions map[string]string, removed []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	held := m.zones[zone].held
+// store records that zone holds versions of kind (by name) and no longer removed, as kds.Zones
+// does before the observers hear of the ACK.
+func (w *world) store(zone, kind string, versions map[string]string, removed []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held := w.inventory[zone]
 	if held[kind] == nil {
 		held[kind] = map[string]string{}
 	}
@@ -145,6 +64,19 @@ func (m *modelGlobal) store(zone, kind string, versions map[string]string, remov
 	for _, n := range removed {
 		delete(held[kind], n)
 	}
+}
+
+// empty forgets what zone holds, as kds.Zones does when a stream opens.
+func (w *world) empty(zone string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inventory[zone] = map[string]map[string]string{}
+}
+
+func (w *world) serve(snap *kds.Snapshot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.snap = snap
 }
 
 // declaringNothing is the reference policy as a plugin of the older contract: it declares no
@@ -163,35 +95,41 @@ func (d declaringNothing) Describe(ctx context.Context) (*pluginv1.DescribeRespo
 type modelRun struct {
 	t       *testing.T
 	rnd     *rand.Rand
-	global  *modelGlobal
+	global  *world
+	zones   map[string]*modelStream
 	builder kds.SnapshotBuilder
 	store   map[resource.Key]resource.Resource // what the global stores
 	holds   *owner.Holds
 	obs     event.Observer
 	policy  atomic.Pointer[shared.OwnerCheck]
+	gate    gate
 	gen     atomic.Uint64
 	streams int64
 	log     []string // the steps so far, for a failure
 }
 
 func TestHoldsAgreeWithADecisionFromScratch(t *testing.T) {
-	for seed := range uint64(4) {
+	for seed := range uint64(10) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { runModel(t, seed, 750) })
+			synctest.Test(t, func(t *testing.T) { runModel(t, seed, 500) })
 		})
 	}
 }
 
 func runModel(t *testing.T, seed uint64, steps int) {
-	r := &modelRun{t: t, rnd: rand.New(rand.NewPCG(seed, 0x6f776e6572)), global: &modelGlobal{zones: map[string]*modelZone{}}, store: map[resource.Key]resource.Resource{}}
+	r := &modelRun{
+		t: t, rnd: rand.New(rand.NewPCG(seed, 0x6f776e6572)), store: map[resource.Key]resource.Resource{},
+		global: &world{inventory: map[string]map[string]map[string]string{}, refreshed: map[string][]string{}},
+		zones:  map[string]*modelStream{},
+	}
 	for _, z := range modelZones {
-		r.global.zones[z] = &modelZone{held: map[string]map[string]string{}}
+		r.global.inventory[z], r.zones[z] = map[string]map[string]string{}, &modelStream{}
 	}
 	var p shared.OwnerCheck = ownerpredict.New()
 	r.policy.Store(&p)
 	holds, err := owner.New(owner.Config{
-		Policy: func() shared.OwnerCheck { return *r.policy.Load() }, Source: r.global, Inventory: r.global, Refresher: r.global,
-		Workers: 2, Generation: r.gen.Load,
+		Policy: func() shared.OwnerCheck { return gated{*r.policy.Load(), &r.gate} }, Source: r.global, Inventory: r.global, Refresher: r.global,
+		Workers: 2, Generation: r.gen.Load, Timeout: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +142,16 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	}
 	r.check()
 	for step := range steps {
+		switch shut := r.gate.isShut(); {
+		case shut && r.rnd.IntN(3) == 0:
+			r.logf("the policy answers")
+			r.gate.open()
+			r.check()
+			continue
+		case !shut && r.rnd.IntN(20) == 0:
+			r.logf("the policy stops answering")
+			r.gate.shut()
+		}
 		switch n := r.rnd.IntN(100); {
 		case n < 30:
 			r.write()
@@ -221,8 +169,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			r.logf("%d s pass", describeAfter/time.Second)
 			time.Sleep(describeAfter)
 		}
-		if r.rnd.IntN(4) == 0 {
-			continue // the next step comes before the workers are done with this one
+		if r.rnd.IntN(4) == 0 || r.gate.isShut() {
+			continue // the next step comes before the checks of this one are done
 		}
 		r.check()
 		if t.Failed() {
@@ -267,9 +215,7 @@ func (r *modelRun) write() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.global.mu.Lock()
-	r.global.snap = snap
-	r.global.mu.Unlock()
+	r.global.serve(snap)
 	r.holds.Changed(snap)
 }
 
@@ -285,10 +231,10 @@ func (r *modelRun) randomKey() resource.Key {
 }
 
 // openZone picks a connected zone, if any.
-func (r *modelRun) openZone() (string, *modelZone, bool) {
+func (r *modelRun) openZone() (string, *modelStream, bool) {
 	var open []string
 	for _, z := range modelZones {
-		if r.global.zones[z].open {
+		if r.zones[z].open {
 			open = append(open, z)
 		}
 	}
@@ -296,7 +242,7 @@ func (r *modelRun) openZone() (string, *modelZone, bool) {
 		return "", nil, false
 	}
 	z := open[r.rnd.IntN(len(open))]
-	return z, r.global.zones[z], true
+	return z, r.zones[z], true
 }
 
 // ack is a zone's answer to the response of one kind it would get now: what Holds lets it see
@@ -309,7 +255,7 @@ func (r *modelRun) ack(nack bool) {
 	}
 	kind := append([]string{resource.MeshKind}, modelKinds...)[r.rnd.IntN(1+len(modelKinds))]
 	snap := r.global.Snapshot()
-	held := r.global.inventory(zone)[kind]
+	held := r.global.inventoryOf(zone)[kind]
 	sent := map[string]string{}
 	for _, name := range snap.Names(kind) {
 		e := snap.Kind(kind)[name]
@@ -330,7 +276,7 @@ func (r *modelRun) ack(nack bool) {
 	if !nack {
 		r.logf("%s ACKs %s: %v, removed %v", zone, kind, sent, removed)
 		r.global.store(zone, kind, sent, removed)
-		r.obs.ACK(event.ACK{StreamID: z.stream, Zone: zone, Kind: kind, Versions: sent, Removed: removed})
+		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: sent, Removed: removed})
 		return
 	}
 	accepted := map[string]string{}
@@ -344,26 +290,25 @@ func (r *modelRun) ack(nack bool) {
 	}
 	r.logf("%s NACKs %s: accepted %v", zone, kind, accepted)
 	r.global.store(zone, kind, accepted, nil)
-	r.obs.NACK(event.NACK{StreamID: z.stream, Zone: zone, Kind: kind, Accepted: accepted, Rejected: rejected})
+	r.obs.NACK(event.NACK{StreamID: z.id, Zone: zone, Kind: kind, Accepted: accepted, Rejected: rejected})
 }
 
 // connect opens a new stream of zone, which reports some of what it held as initial versions.
 func (r *modelRun) connect(zone string) {
-	z := r.global.zones[zone]
-	before := r.global.inventory(zone)
+	z := r.zones[zone]
+	before := r.global.inventoryOf(zone)
 	r.streams++
-	r.global.mu.Lock()
-	z.stream, z.open, z.held = r.streams, true, map[string]map[string]string{}
-	r.global.mu.Unlock()
-	r.logf("%s opens stream %d", zone, z.stream)
-	r.obs.StreamOpened(z.stream, zone)
+	z.id, z.open = r.streams, true
+	r.global.empty(zone)
+	r.logf("%s opens stream %d", zone, z.id)
+	r.obs.StreamOpened(z.id, zone)
 	for _, kind := range slices.Sorted(maps.Keys(before)) {
 		if len(before[kind]) == 0 || r.rnd.IntN(3) == 0 {
 			continue // not subscribed yet
 		}
 		r.logf("%s reports %s: %v", zone, kind, before[kind])
 		r.global.store(zone, kind, before[kind], nil)
-		r.obs.ACK(event.ACK{StreamID: z.stream, Zone: zone, Kind: kind, Versions: before[kind], Initial: true})
+		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: before[kind], Initial: true})
 	}
 }
 
@@ -371,8 +316,8 @@ func (r *modelRun) connect(zone string) {
 // after), or brings back a zone that left.
 func (r *modelRun) reconnect() {
 	zone := modelZones[r.rnd.IntN(len(modelZones))]
-	z := r.global.zones[zone]
-	old, wasOpen := z.stream, z.open
+	z := r.zones[zone]
+	old, wasOpen := z.id, z.open
 	if wasOpen && r.rnd.IntN(2) == 0 {
 		r.logf("%s closes stream %d", zone, old)
 		r.obs.StreamClosed(old, zone)
@@ -389,11 +334,9 @@ func (r *modelRun) leave() {
 	if !ok {
 		return
 	}
-	r.global.mu.Lock()
 	z.open = false
-	r.global.mu.Unlock()
-	r.obs.StreamClosed(z.stream, zone)
-	r.logf("%s closes stream %d", zone, z.stream)
+	r.obs.StreamClosed(z.id, zone)
+	r.logf("%s closes stream %d", zone, z.id)
 	if r.rnd.IntN(2) == 0 {
 		r.holds.Forget(zone)
 		r.logf("%s forgotten", zone)
@@ -417,10 +360,10 @@ func (r *modelRun) check() {
 	synctest.Wait()
 	snap := r.global.Snapshot()
 	for _, zone := range modelZones {
-		if !r.global.zones[zone].open {
+		if !r.zones[zone].open {
 			continue
 		}
-		plan := owner.NewPlan(zone, snap, r.global.inventory(zone), nil)
+		plan := owner.NewPlan(zone, snap, r.global.inventoryOf(zone), nil)
 		resp, err := ownerpredict.New().Predict(context.Background(), plan.Request)
 		if err != nil {
 			r.t.Fatal(err)

@@ -37,6 +37,21 @@ var (
 	pol2K  = pol2.Key()
 )
 
+// servedPolicies is a snapshot of mesh1, pol1 and pol2, and the version it serves of a key.
+func servedPolicies(t *testing.T) (*kds.Snapshot, func(resource.Key) string) {
+	snap := served(t, mesh1, pol1, pol2)
+	return snap, func(k resource.Key) string { return snap.Kind(k.Kind)[k.XDSName()].Version }
+}
+
+// layered is a zone whose verdicts are own, then a table of table (nil: none), then snap.
+func layered(own, table Verdicts, snap *kds.Snapshot) *zoneHolds {
+	z := &zoneHolds{own: own, base: snap}
+	if table != nil {
+		z.table = newTable(table, snap)
+	}
+	return z
+}
+
 func wait(k resource.Key, version, owner string) Verdict {
 	return Verdict{Version: version, Held: &Held{Key: k, Verdict: Wait, WaitingFor: owner}}
 }
@@ -47,8 +62,7 @@ func reject(k resource.Key, version string) Verdict {
 
 // The first layer that knows a key wins: own, then the table, then the base snapshot.
 func TestZoneVerdictLayers(t *testing.T) {
-	snap := served(t, mesh1, pol1, pol2)
-	v := func(k resource.Key) string { return snap.Kind(k.Kind)[k.XDSName()].Version }
+	snap, v := servedPolicies(t)
 	absent := resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "gone"}
 	for _, tc := range []struct {
 		name        string
@@ -69,10 +83,7 @@ func TestZoneVerdictLayers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{own: tc.own, base: snap}
-			if tc.table != nil {
-				z.table = newTable(tc.table, snap)
-			}
+			z := layered(tc.own, tc.table, snap)
 			got, known := z.verdict(tc.key, tc.key.XDSName())
 			g.Expect(got).To(Equal(tc.want))
 			g.Expect(known).To(Equal(tc.wantKnown))

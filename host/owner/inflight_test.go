@@ -1,0 +1,143 @@
+package owner_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/owner"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// Checks in flight: what happens to a zone while its policy call is out.
+
+// gate holds the checks' Predict calls while it is shut, so that the steps meanwhile happen
+// while checks are in flight.
+type gate struct {
+	mu     sync.Mutex
+	closed chan struct{} // nil: open
+	calls  int           // Predict calls so far
+}
+
+func (g *gate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = make(chan struct{})
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.closed)
+	g.closed = nil
+}
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls
+}
+
+func (g *gate) isShut() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed != nil
+}
+
+// gated is a policy whose Predict calls wait at the gate.
+type gated struct {
+	shared.OwnerCheck
+	gate *gate
+}
+
+func (p gated) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	p.gate.mu.Lock()
+	closed := p.gate.closed
+	p.gate.calls++
+	p.gate.mu.Unlock()
+	if closed != nil {
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return p.OwnerCheck.Predict(ctx, req)
+}
+
+// Found by the model: a zone that reports holding a resource at its version while its check is
+// in flight sees it once the check ends (a resource held at its version is accepted), though
+// the check, which read the inventory before the report, held it back.
+func TestAReportDuringACheckIsWeighedAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		m1 := resource.Key{Kind: resource.MeshKind, Name: "m1"}
+		pol := resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "a"}
+		w := &world{snap: snapshot(t, m1, pol), inventory: map[string]map[string]map[string]string{"zone-1": {}}, refreshed: map[string][]string{}}
+		p := gated{ownerpredict.New(), &gate{}}
+		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Timeout: time.Hour})
+		g.Expect(err).NotTo(HaveOccurred())
+		defer h.Close()
+		h.Changed(w.snap)
+
+		p.gate.shut()
+		h.Observer().StreamOpened(1, "zone-1")
+		synctest.Wait() // the check waits at the gate
+		versions := map[string]string{pol.XDSName(): version(w.snap, pol)}
+		w.store("zone-1", pol.Kind, versions, nil)
+		h.Observer().ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: pol.Kind, Versions: versions, Initial: true})
+		p.gate.open()
+		synctest.Wait()
+
+		g.Expect(h.Visible("zone-1", w.snap.Kind(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
+		g.Expect(h.Held("zone-1")).To(BeEmpty())
+	})
+}
+
+// A zone that gets work while it is checked is not checked a second time at once, but again
+// when its check ends.
+func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		m1 := resource.Key{Kind: resource.MeshKind, Name: "m1"}
+		pol := resource.Resource{Kind: "MeshTimeout", Mesh: "m1", Name: "a", Generation: 1}
+		var b kds.SnapshotBuilder
+		snap, err := b.Update([]resource.Resource{{Kind: m1.Kind, Name: m1.Name, Generation: 1}, pol}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		w := &world{snap: snap, inventory: map[string]map[string]map[string]string{"zone-1": {}}, refreshed: map[string][]string{}}
+		p := gated{ownerpredict.New(), &gate{}}
+		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2, Timeout: time.Hour})
+		g.Expect(err).NotTo(HaveOccurred())
+		defer h.Close()
+		h.Changed(snap)
+		p.gate.shut()
+		h.Observer().StreamOpened(1, "zone-1")
+		synctest.Wait()
+		g.Expect(p.gate.count()).To(Equal(1), "the first check waits at the gate")
+
+		// A write while the zone is checked: the other worker does not take the zone.
+		pol.Generation = 2
+		snap2, err := b.Update([]resource.Resource{pol}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		w.serve(snap2)
+		h.Changed(snap2)
+		synctest.Wait()
+		g.Expect(p.gate.count()).To(Equal(1), "no second check of the zone at once")
+
+		p.gate.open()
+		synctest.Wait()
+		g.Expect(p.gate.count()).To(Equal(2), "checked again once the first check ended")
+		e := snap2.Kind(pol.Kind)[pol.Key().XDSName()]
+		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
+		g.Expect(h.Held("zone-1")).To(ConsistOf(HaveField("Key", pol.Key())))
+	})
+}
