@@ -6,21 +6,24 @@
 // Plan is the decision, pure: a zone's inventory, the candidates and the previous verdicts in,
 // the new verdicts and what became visible out. Holds drives it for every connected zone, and
 // `kds-host check` asks it about a file. Holds costs what changed: a write checks the changed
-// entries (and what waits for them), an ACK the entries waiting for what it brought, found by
-// index; zones are checked in parallel, and zones that hold the same share one answer when the
-// policy declares its answers zone independent.
+// entries (and what is held back for them), an ACK the entries held back for what it brought
+// (and, for what it removed, what names that as owner), found by index; zones are checked in
+// parallel, and zones that hold the same share one answer when the policy declares its answers
+// zone independent. What arrives while a zone is checked is weighed again once the check is in.
 //
 // By concern: decision.go is the pure decision (Plan, Decision); verdicts.go the verdicts Holds
 // keeps per zone; queue.go the zones waiting for a check and the workers; check.go one check;
-// shared.go the answers zones share; describe.go the policy's Describe declaration; this file
-// Holds itself and the stream events it hears. Each file states the invariants of what it owns.
+// shared.go the answers zones share; describe.go the policy's Describe declaration;
+// dependents.go the snapshot's entries by owner; this file Holds itself and the stream events
+// it hears. Each file states the invariants of what it owns (docs/architecture.md has the
+// whole).
 package owner
 
 // Holds, the zones it keeps, and the events that give them work.
 //
 // Invariants:
-//   - Holds.mu guards zones, snap, queue, scheduled, shared and dependents, and the fields of every zoneHolds (with
-//     the one exception verdicts.go states).
+//   - Holds.mu guards zones, snap, queue, scheduled, shared and dependents, and the fields of
+//     every zoneHolds (with the one exception verdicts.go states).
 //   - A zone is in zones from its first stream until Forget, which frees only a zone with no open
 //     stream; only an open zone is given work or checked.
 //   - A zone not checked yet sees nothing: View shows an entry only at the version of an
@@ -255,7 +258,7 @@ func (h *Holds) arrived(zone, kind string, names map[string]string, removed []st
 		}
 	}
 	for n, version := range names {
-		weigh(arrival{key: resource.KeyFromXDSName(kind, n), version: version})
+		weigh(arrival{key: resource.KeyFromXDSName(kind, n), name: n, version: version})
 	}
 	for _, n := range removed {
 		weigh(arrival{key: resource.KeyFromXDSName(kind, n), removed: true})
@@ -270,6 +273,7 @@ func (h *Holds) arrived(zone, kind string, names map[string]string, removed []st
 // snapshot.
 type arrival struct {
 	key     resource.Key
+	name    string // key's xDS name, with version
 	version string
 	removed bool
 	changed bool
@@ -300,7 +304,7 @@ func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
 			}
 		}
 	default:
-		if v, ok := z.verdict(a.key, a.key.XDSName()); ok && !v.Accepted() && v.Version == a.version {
+		if v, ok := z.verdict(a.key, a.name); ok && !v.Accepted() && v.Version == a.version {
 			z.addWork(a.key)
 			found = true
 		}

@@ -13,9 +13,9 @@ package owner
 //     them so.
 //   - A table is read-only once made: zones that held the same after a full check share it.
 //   - Every field of a zoneHolds is read and written under Holds.mu, but for one exception: the
-//     verdict layers (own, ownWaiting, table, base) are written only by the worker checking the
-//     zone (a zone is checked by one worker at a time, see queue.go), which therefore may read
-//     them without the lock.
+//     verdict layers (own, ownWaiting, ownOwners, table, base) are written only by the worker
+//     checking the zone (a zone is checked by one worker at a time, see queue.go), which
+//     therefore may read them without the lock.
 
 import (
 	"slices"
