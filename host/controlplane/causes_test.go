@@ -61,8 +61,8 @@ func TestTheZoneAsksAgainTheMomentTheCauseClears(t *testing.T) {
 }
 
 // A zone-side validation the global lets through: the same content is sent at most the policy's
-// invalidAttempts times, then held until it changes; the fixed version is sent at once.
-func TestAnInvalidSpecIsHeldUntilItsContentChanges(t *testing.T) {
+// invalidAttempts times, then parked until it changes; the fixed version is sent at once.
+func TestAnInvalidSpecIsParkedUntilItsContentChanges(t *testing.T) {
 	g := NewWithT(t)
 	reg := resource.Default()
 	gst := openSQLite(t)
@@ -79,31 +79,33 @@ func TestAnInvalidSpecIsHeldUntilItsContentChanges(t *testing.T) {
 	bad.Labels = map[string]string{"deny": "true"}
 	put(t, gst, reg, bad)
 
-	held := func() []string {
+	parked := func() []string {
 		for _, v := range gl.ZoneViews() {
 			if v.Retry == nil {
 				continue
 			}
 			for _, f := range v.Retry.Failing {
-				for _, h := range f.Held {
+				for _, h := range f.Parked {
 					return []string{h.Name, h.Reason}
 				}
 			}
 		}
 		return nil
 	}
-	g.Eventually(held, 10*time.Second).Should(HaveLen(2))
-	g.Expect(held()[0]).To(Equal("default/bad"))
-	g.Expect(held()[1]).To(ContainSubstring("invalid 3 times"))
+	g.Eventually(parked, 10*time.Second).Should(HaveLen(2))
+	g.Expect(parked()[0]).To(Equal("default/bad"))
+	g.Expect(parked()[1]).To(ContainSubstring("invalid 3 times"))
 	nacks := z.Client.Stats().NACKByKind["MeshTimeout"]
-	g.Expect(nacks).To(Equal(int64(3)), "sent 3 times, then held")
+	g.Expect(nacks).To(Equal(int64(3)), "sent 3 times, then parked")
 	g.Consistently(func() int64 { return z.Client.Stats().NACKByKind["MeshTimeout"] }, 500*time.Millisecond).Should(Equal(nacks))
-	g.Expect(metric(t, gl.DiagAddr(), "kds_retry_held_resources_total")).To(Equal(1.0))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_retry_parked_resources_total")).To(Equal(1.0))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_retry_held_resources_total")).To(Equal(1.0), "the deprecated name is still emitted")
+	g.Expect(metricHelp(t, gl.DiagAddr(), "kds_retry_held_resources_total")).To(HavePrefix("Deprecated: use kds_retry_parked_resources_total"))
 
 	fixed := timeout("default", "bad", "3s")
 	put(t, gst, reg, fixed)
 	g.Eventually(count(zst, "MeshTimeout", "default"), 10*time.Second).Should(Equal(1))
-	g.Eventually(held, 5*time.Second).Should(BeNil(), "the new content released it")
+	g.Eventually(parked, 5*time.Second).Should(BeNil(), "the new content released it")
 }
 
 // A plain xDS client (Kuma's zone): NACKs with a message only, no causes, no re-requests. The

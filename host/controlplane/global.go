@@ -231,8 +231,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	}
 	g.tracker = kds.NewTracker(g.Cache, observers...)
 	g.tracker.SetLimits(cfg.Limits)
-	g.metrics.MustRegister(heldCollector{g: g, desc: prometheus.NewDesc("kds_held_resources",
-		"Resources held back from a zone by the owner check.", []string{"zone", "kind", "verdict"}, nil)})
+	g.metrics.MustRegister(newWithheldCollector(g))
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
 	g.API.Handle("GET /api/timeline", http.HandlerFunc(g.serveTimeline))
@@ -426,7 +425,7 @@ func (g *Global) sync(ctx context.Context) error {
 }
 
 // ZoneView is one zone's insight: KDS counters per kind, the retry state of its stream, and
-// what is held back from it.
+// what the global withholds from it.
 type ZoneView struct {
 	kds.ZoneInsight
 	// Replica is the global replica the zone is connected to (this one, or another sharing
@@ -436,7 +435,12 @@ type ZoneView struct {
 	ReplicaAddress string             `json:"replicaAddress,omitempty"`
 	Heartbeat      *time.Time         `json:"heartbeat,omitempty"`
 	Retry          *retry.StreamState `json:"retry,omitempty"`
-	Held           []owner.Held       `json:"held,omitempty"`
+	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT).
+	Withheld []owner.Held `json:"withheld,omitempty"`
+	// Held is Withheld under its old JSON name, for the clients that read "held".
+	//
+	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
+	Held []owner.Held `json:"held,omitempty"`
 }
 
 // ZoneViews returns every zone's insight.
@@ -445,18 +449,18 @@ func (g *Global) ZoneViews() []ZoneView {
 	if g.Retry != nil {
 		states = g.Retry.State()
 	}
-	var held func(zone string) []owner.Held
+	var withheld func(zone string) []owner.Held
 	if g.Holds != nil {
-		held = g.Holds.Held
+		withheld = g.Holds.Held
 	}
-	return g.replicas.merge(zoneViews(g.Zones.Insights(), slices.Values(states), held), time.Now())
+	return g.replicas.merge(zoneViews(g.Zones.Insights(), slices.Values(states), withheld), time.Now())
 }
 
-// zoneViews joins the zone table with the retry states and what is held back (held nil: owner
-// holds are off). A stream's retry state goes to its zone only while the zone is connected on
+// zoneViews joins the zone table with the retry states and what is withheld (withheld nil:
+// owner holds are off). A stream's retry state goes to its zone only while the zone is connected on
 // that stream. The states are indexed by stream once: /api/zones, polled every second, costs
 // O(zones + streams), not their product.
-func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], held func(zone string) []owner.Held) []ZoneView {
+func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], withheld func(zone string) []owner.Held) []ZoneView {
 	byStream := map[int64]*retry.StreamState{}
 	for st := range states {
 		byStream[st.Stream] = &st
@@ -464,18 +468,20 @@ func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], h
 	var out []ZoneView
 	for _, zi := range insights {
 		zv := ZoneView{ZoneInsight: zi}
-		if held != nil {
-			zv.Held = held(zi.Zone)
+		if withheld != nil {
+			zv.Withheld = withheld(zi.Zone)
+			zv.Held = zv.Withheld // deprecated JSON "held", kept one release
 			perKind := map[string]int{}
-			for _, h := range zv.Held {
+			for _, h := range zv.Withheld {
 				perKind[h.Key.Kind]++
 			}
 			for _, k := range zv.Kinds {
-				k.Held = perKind[k.Kind]
+				k.Withheld = perKind[k.Kind]
+				k.Held = k.Withheld // deprecated JSON "held", kept one release
 				delete(perKind, k.Kind)
 			}
-			for kind, n := range perKind { // held before anything of the kind was sent
-				zv.Kinds = append(zv.Kinds, &kds.KindInsight{Kind: kind, Held: n})
+			for kind, n := range perKind { // withheld before anything of the kind was sent
+				zv.Kinds = append(zv.Kinds, &kds.KindInsight{Kind: kind, Withheld: n, Held: n})
 			}
 			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
 		}

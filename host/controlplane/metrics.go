@@ -46,7 +46,7 @@ type zoneCounts struct {
 type kindCounts struct {
 	responses, resources, acks, nacks float64
 	rejected                          map[event.Cause]float64
-	resent, held, released            float64
+	resent, parked, released          float64
 }
 
 func newZoneMetrics() *zoneMetrics { return &zoneMetrics{zones: map[string]*zoneCounts{}} }
@@ -82,8 +82,10 @@ func (m *zoneMetrics) forget(zone string) {
 
 // zoneDescs are the metrics zoneMetrics serves, with their labels after "zone".
 var zoneDescs = struct {
-	responses, resources, acks, nacks, rejected, reRequests                  *prometheus.Desc
-	rounds, resent, fallbacks, giveUps, held, released, ownerCalls, failOpen *prometheus.Desc
+	responses, resources, acks, nacks, rejected, reRequests                    *prometheus.Desc
+	rounds, resent, fallbacks, giveUps, parked, released, ownerCalls, failOpen *prometheus.Desc
+	// parkedOld is parked under its name before issue 21, emitted beside it for one release.
+	parkedOld *prometheus.Desc
 }{
 	responses: prometheus.NewDesc("kds_responses_total", "Delta responses sent to zones.", []string{"zone", "kind"}, nil),
 	resources: prometheus.NewDesc("kds_resources_sent_total", "Resources (and removals) sent to zones.", []string{"zone", "kind"}, nil),
@@ -97,7 +99,9 @@ var zoneDescs = struct {
 	resent:    prometheus.NewDesc("kds_retry_resent_resources_total", "Rejected resources sent again by retry rounds.", []string{"zone", "kind"}, nil),
 	fallbacks: prometheus.NewDesc("kds_retry_policy_fallbacks_total", "Decisions the built-in policy made because the configured policy failed or timed out.", []string{"zone"}, nil),
 	giveUps:   prometheus.NewDesc("kds_retry_give_ups_total", "Streams on which the policy gave up.", []string{"zone"}, nil),
-	held: prometheus.NewDesc("kds_retry_held_resources_total", "Rejected resources the policy holds back until their content changes (an INVALID spec).",
+	parked: prometheus.NewDesc("kds_retry_parked_resources_total", "Rejected resources the policy parked: not resent until their content changes (an INVALID spec).",
+		[]string{"zone", "kind"}, nil),
+	parkedOld: prometheus.NewDesc("kds_retry_held_resources_total", "Deprecated: use kds_retry_parked_resources_total (the same counter; this name goes in the next release).",
 		[]string{"zone", "kind"}, nil),
 	released: prometheus.NewDesc("kds_retry_released_resources_total", "Rejected resources sent again at once because the owner they missed was ACKed.",
 		[]string{"zone", "kind"}, nil),
@@ -109,7 +113,7 @@ var zoneDescs = struct {
 func (m *zoneMetrics) Describe(ch chan<- *prometheus.Desc) {
 	d := zoneDescs
 	for _, desc := range []*prometheus.Desc{d.responses, d.resources, d.acks, d.nacks, d.rejected, d.reRequests,
-		d.rounds, d.resent, d.fallbacks, d.giveUps, d.held, d.released, d.ownerCalls, d.failOpen} {
+		d.rounds, d.resent, d.fallbacks, d.giveUps, d.parked, d.parkedOld, d.released, d.ownerCalls, d.failOpen} {
 		ch <- desc
 	}
 }
@@ -138,8 +142,9 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 			if k.resent > 0 {
 				emit(d.resent, k.resent, zone, kind)
 			}
-			if k.held > 0 {
-				emit(d.held, k.held, zone, kind)
+			if k.parked > 0 {
+				emit(d.parked, k.parked, zone, kind)
+				emit(d.parkedOld, k.parked, zone, kind) // deprecated name, kept one release
 			}
 			if k.released > 0 {
 				emit(d.released, k.released, zone, kind)
@@ -252,20 +257,20 @@ func (m *retryMetrics) hooks() retry.Hooks {
 			if d.GiveUp {
 				return // the give-up has its own INFO line
 			}
-			m.log.Debug("retry decision", "zone", zone, "round", d.Round, "delay", d.Delay, "kinds", d.Kinds, "held", d.Held, "reason", d.Reason)
+			m.log.Debug("retry decision", "zone", zone, "round", d.Round, "delay", d.Delay, "kinds", d.Kinds, "parked", d.Parked, "reason", d.Reason)
 		},
 		GaveUp: func(zone, reason string) {
 			m.zones.count(zone, func(z *zoneCounts) { z.giveUps++ })
 			m.log.Info("the retry policy gave up: no more forced resends on this stream until content changes", "zone", zone, "reason", reason)
 		},
-		Held: func(zone string, held []retry.HeldName) {
+		Parked: func(zone string, parked []retry.ParkedName) {
 			m.zones.count(zone, func(z *zoneCounts) {
-				for _, h := range held {
-					z.kind(h.Kind).held++
+				for _, p := range parked {
+					z.kind(p.Kind).parked++
 				}
 			})
-			for _, h := range held {
-				m.log.Info("rejected resource held until its content changes", "zone", zone, "kind", h.Kind, "name", h.Name, "reason", h.Reason)
+			for _, h := range parked {
+				m.log.Info("rejected resource parked: not resent until its content changes", "zone", zone, "kind", h.Kind, "name", h.Name, "reason", h.Reason)
 			}
 		},
 		Released: func(zone string, resent map[string]int) {
@@ -315,15 +320,30 @@ func (m *ownerMetrics) hooks() owner.Hooks {
 	}
 }
 
-// heldCollector reports, at scrape time, what is held back per zone, kind and verdict.
-type heldCollector struct {
-	g    *Global
-	desc *prometheus.Desc
+// withheldCollector reports, at scrape time, what the global withholds (owner holds) per zone,
+// kind and verdict: kds_withheld_resources, and the same gauge under its name before issue 21,
+// kds_held_resources, deprecated and kept one release.
+type withheldCollector struct {
+	g             *Global
+	desc, descOld *prometheus.Desc
 }
 
-func (c heldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func newWithheldCollector(g *Global) withheldCollector {
+	labels := []string{"zone", "kind", "verdict"}
+	return withheldCollector{g: g,
+		desc: prometheus.NewDesc("kds_withheld_resources",
+			"Resources the global withholds from a zone by the owner check (owner holds), by verdict.", labels, nil),
+		descOld: prometheus.NewDesc("kds_held_resources",
+			"Deprecated: use kds_withheld_resources (the same gauge; this name goes in the next release).", labels, nil),
+	}
+}
 
-func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
+func (c withheldCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.descOld
+}
+
+func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.g.Holds == nil {
 		return
 	}
@@ -336,5 +356,6 @@ func (c heldCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.zone, k.kind, k.verdict)
+		ch <- prometheus.MustNewConstMetric(c.descOld, prometheus.GaugeValue, float64(n), k.zone, k.kind, k.verdict)
 	}
 }

@@ -54,7 +54,7 @@ func withGen(r resource.Resource) resource.Resource {
 	return r
 }
 
-func TestDuringAMeshOutageOnlyMeshIsNACKedAndPoliciesAreHeld(t *testing.T) {
+func TestDuringAMeshOutageOnlyMeshIsNACKedAndPoliciesAreWithheld(t *testing.T) {
 	g := NewWithT(t)
 	reg := resource.Default()
 	gst := openSQLite(t)
@@ -67,20 +67,22 @@ func TestDuringAMeshOutageOnlyMeshIsNACKedAndPoliciesAreHeld(t *testing.T) {
 	})
 
 	// While Mesh is refused, the 5 policies wait for it on the global.
-	g.Eventually(func() int { return len(held(gl.Global)) }, 5*time.Second).Should(Equal(5))
-	for _, h := range held(gl.Global) {
+	g.Eventually(func() int { return len(withheld(gl.Global)) }, 5*time.Second).Should(Equal(5))
+	for _, h := range withheld(gl.Global) {
 		g.Expect(h.Verdict).To(Equal("WAIT"))
 		g.Expect(h.WaitingFor).To(Equal("Mesh/default"))
 	}
-	g.Expect(kindInsight(gl.Global, "zone-1", "MeshTimeout").Held).To(Equal(3))
-	g.Expect(metric(t, gl.DiagAddr(), "kds_held_resources")).To(Equal(5.0))
+	g.Expect(kindInsight(gl.Global, "zone-1", "MeshTimeout").Withheld).To(Equal(3))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_withheld_resources")).To(Equal(5.0))
+	g.Expect(metric(t, gl.DiagAddr(), "kds_held_resources")).To(Equal(5.0), "the deprecated name is still emitted")
+	g.Expect(metricHelp(t, gl.DiagAddr(), "kds_held_resources")).To(HavePrefix("Deprecated: use kds_withheld_resources"))
 
 	// After the outage, Mesh is retried and ACKed, and the policies follow in the next push.
 	// With the default jittered backoff the round after a 2 s outage fires within 6.3 s.
 	g.Eventually(count(zst, "", ""), 10*time.Second).Should(Equal(6), func() string { return dump(gl.Global, z) })
 	g.Expect(z.Client.Stats().NACKByKind).To(Equal(map[string]int64{"Mesh": z.Client.Stats().NACKByKind["Mesh"]}))
 	g.Expect(z.Client.Stats().NACKByKind["Mesh"]).To(BeNumerically(">=", 1))
-	g.Expect(held(gl.Global)).To(BeEmpty())
+	g.Expect(withheld(gl.Global)).To(BeEmpty())
 }
 
 // downOwnerCheck is an owner-check plugin that is not there.
@@ -140,13 +142,13 @@ func TestCheckPredictsAgainstAZonesInventory(t *testing.T) {
 	g.Expect(res.Items[0].WaitingFor).To(Equal("Mesh/default"))
 }
 
-// held is what the global holds back from its first zone.
-func held(g *controlplane.Global) []owner.Held {
+// withheld is what the global withholds from its first zone.
+func withheld(g *controlplane.Global) []owner.Held {
 	views := g.ZoneViews()
 	if len(views) == 0 {
 		return nil
 	}
-	return views[0].Held
+	return views[0].Withheld
 }
 
 // dump describes a global's and a zone's state, for a failure message.

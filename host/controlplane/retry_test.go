@@ -46,6 +46,23 @@ func metric(t testing.TB, diagAddr, name string) float64 {
 	return sum
 }
 
+// metricHelp is the HELP text of the metric name on a diagnostics server's /metrics, or "".
+func metricHelp(t testing.TB, diagAddr, name string) string {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + diagAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if help, ok := strings.CutPrefix(sc.Text(), "# HELP "+name+" "); ok {
+			return help
+		}
+	}
+	return ""
+}
+
 // TestAnOutageOfMeshConvergesAfterIt runs a real global and zone: the zone's admission refuses
 // Mesh for a while, and the retry rounds bring everything once it is ready. The test asserts the
 // order of what happens, not how long it takes: the timing of the rounds is the scheduler's,

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"encoding/json"
 	"fmt"
 	"iter"
 	"slices"
@@ -54,10 +55,10 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	g := NewWithT(t)
 	insights := []kds.ZoneInsight{
 		{Zone: "connected", Connected: true, Stream: 1},
-		{Zone: "gone", Connected: false, Stream: 2},            // left, within its grace
-		{Zone: "reconnected", Connected: true, Stream: 4},      // its old stream 3 still has state
-		{Zone: "no-state", Connected: true, Stream: 5},         // nothing failing
-		{Zone: "held", Connected: true, Stream: 6, Kinds: nil}, // holds only
+		{Zone: "gone", Connected: false, Stream: 2},                // left, within its grace
+		{Zone: "reconnected", Connected: true, Stream: 4},          // its old stream 3 still has state
+		{Zone: "no-state", Connected: true, Stream: 5},             // nothing failing
+		{Zone: "withheld", Connected: true, Stream: 6, Kinds: nil}, // owner holds only
 	}
 	states := []retry.StreamState{
 		{Stream: 1, Zone: "connected", Round: 1},
@@ -65,13 +66,13 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 		{Stream: 3, Zone: "reconnected", Round: 3},
 		{Stream: 7, Zone: "elsewhere", Round: 7},
 	}
-	held := func(zone string) []owner.Held {
-		if zone != "held" {
+	withheld := func(zone string) []owner.Held {
+		if zone != "withheld" {
 			return nil
 		}
 		return []owner.Held{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
 	}
-	views := zoneViews(insights, slices.Values(states), held)
+	views := zoneViews(insights, slices.Values(states), withheld)
 	g.Expect(views).To(HaveLen(5))
 	retryOf := map[string]*retry.StreamState{}
 	for _, v := range views {
@@ -81,8 +82,22 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	g.Expect(retryOf["gone"]).To(BeNil(), "a zone that left shows no retry state")
 	g.Expect(retryOf["reconnected"]).To(BeNil(), "the state of an older stream is not the zone's")
 	g.Expect(retryOf["no-state"]).To(BeNil())
-	g.Expect(views[4].Held).To(HaveLen(1))
+	g.Expect(views[4].Withheld).To(HaveLen(1))
 	g.Expect(views[4].Kinds).To(HaveLen(1))
 	g.Expect(views[4].Kinds[0].Kind).To(Equal("MeshTimeout"))
-	g.Expect(views[4].Kinds[0].Held).To(Equal(1))
+	g.Expect(views[4].Kinds[0].Withheld).To(Equal(1))
+
+	// /api/zones: "withheld", and for one release the deprecated "held" beside it, at both levels.
+	js, err := json.Marshal(views[4])
+	g.Expect(err).NotTo(HaveOccurred())
+	var view struct {
+		Withheld, Held []json.RawMessage
+		Kinds          []map[string]json.RawMessage
+	}
+	g.Expect(json.Unmarshal(js, &view)).To(Succeed())
+	g.Expect(view.Withheld).To(HaveLen(1))
+	g.Expect(view.Held).To(Equal(view.Withheld), "the deprecated JSON field is still emitted")
+	g.Expect(view.Kinds).To(HaveLen(1))
+	g.Expect(view.Kinds[0]).To(HaveKeyWithValue("withheld", MatchJSON("1")))
+	g.Expect(view.Kinds[0]).To(HaveKeyWithValue("held", MatchJSON("1")), "the deprecated JSON field is still emitted")
 }

@@ -246,7 +246,7 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 
 // closeStream frees a stream's session and stops its sender. The delta server cancels every
 // watch of a stream before it calls the close callback, so nothing is left to send. The session
-// stays readable (what its zone held) for whoever keeps it.
+// stays readable (what its zone had ACKed) for whoever keeps it.
 func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Lock()
 	st := c.streams[id]
@@ -404,7 +404,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
 			// The zone has it: whether it may see it or not, nothing to send.
 		case served && visible != nil && !visible(e):
-			// Held back: the zone keeps what it has (no update, and no removal either).
+			// Withheld: the zone keeps what it has (no update, and no removal either).
 			if !isKnown {
 				delete(ks.forced, name) // not served to this zone: nothing to resend
 			}

@@ -64,16 +64,17 @@ type kindState struct {
 	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
 	// only: 8 bytes a name where a version string would take 16.
 	delivered map[string]*discovery.Resource
-	refused   map[string]held // names whose delivered version the zone refused: what it holds instead
-	acked     int             // names the zone has ACKed
-	dirty     map[string]bool // names that may differ from the snapshot
-	full      bool            // every name may differ: look at them all
-	forced    map[string]bool // names to send although the zone was sent their version
+	refused   map[string]ackedVersion // names whose delivered version the zone refused: what it holds instead
+	acked     int                     // names the zone has ACKed
+	dirty     map[string]bool         // names that may differ from the snapshot
+	full      bool                    // every name may differ: look at them all
+	forced    map[string]bool         // names to send although the zone was sent their version
 	served    map[string]string
 }
 
-// held is a version the zone holds, or (ok false) that it holds nothing of that name.
-type held struct {
+// ackedVersion is the version of a name the zone has ACKed, or (ok false) that it has ACKed
+// none of that name.
+type ackedVersion struct {
 	version string
 	ok      bool
 }
@@ -84,22 +85,22 @@ type inflight struct {
 	resp     *discovery.DeltaDiscoveryResponse
 	nonce    string            // set when the server sends it
 	versions map[string]string // name -> version the response carries (for the stream events)
-	priors   map[string]string // what the zone had ACKed of its names before, for those it held
+	priors   map[string]string // what the zone had ACKed of its names before, for those it had ACKed
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
 // had ACKed of it before.
-func (r *inflight) covers(name string) (held, bool) {
+func (r *inflight) covers(name string) (ackedVersion, bool) {
 	if v, ok := r.priors[name]; ok {
-		return held{v, true}, true
+		return ackedVersion{v, true}, true
 	}
 	if _, ok := r.versions[name]; ok {
-		return held{}, true
+		return ackedVersion{}, true
 	}
 	if slices.Contains(r.resp.RemovedResources, name) {
-		return held{}, true
+		return ackedVersion{}, true
 	}
-	return held{}, false
+	return ackedVersion{}, false
 }
 
 func newSession(c *Cache, id int64, info *streamInfo) *Session {
@@ -119,7 +120,7 @@ func (s *Session) kind(k string) *kindState {
 }
 
 // ackedLocked is the version of kind/name the zone has ACKed. Call with s.mu.
-func (s *Session) ackedLocked(kind, name string) held {
+func (s *Session) ackedLocked(kind, name string) ackedVersion {
 	for _, r := range s.inflight {
 		if r.kind == kind {
 			if h, ok := r.covers(name); ok {
@@ -129,15 +130,15 @@ func (s *Session) ackedLocked(kind, name string) held {
 	}
 	ks := s.kinds[kind]
 	if ks == nil {
-		return held{}
+		return ackedVersion{}
 	}
 	if h, ok := ks.refused[name]; ok {
 		return h
 	}
 	if r, ok := ks.delivered[name]; ok {
-		return held{r.Version, true}
+		return ackedVersion{r.Version, true}
 	}
-	return held{}
+	return ackedVersion{}
 }
 
 // eachAckedLocked calls f with every name of kind the zone has ACKed, and its version. Call with
@@ -188,18 +189,18 @@ func (s *Session) setView(kind, name string, change func()) {
 }
 
 // account moves the digest and the kind's count from before to after.
-func (s *Session) account(kind, name string, before, after held) {
+func (s *Session) account(kind, name string, before, after ackedVersion) {
 	if before == after {
 		return
 	}
 	ks := s.kind(kind)
 	if before.ok {
-		s.digest.Sum ^= heldHash(kind, name, before.version)
+		s.digest.Sum ^= ackedHash(kind, name, before.version)
 		s.digest.N--
 		ks.acked--
 	}
 	if after.ok {
-		s.digest.Sum ^= heldHash(kind, name, after.version)
+		s.digest.Sum ^= ackedHash(kind, name, after.version)
 		s.digest.N++
 		ks.acked++
 	}
@@ -246,7 +247,7 @@ func (s *Session) forgetLocked(r *inflight) {
 
 // layLocked records that the zone holds h of kind/name now: under the next response in flight
 // that carries the name, else over what it was delivered. Call with s.mu.
-func (s *Session) layLocked(ks *kindState, kind, name string, h held) {
+func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion) {
 	if o := s.laterFlight(kind, name); o != nil {
 		o.setPrior(name, h)
 	} else {
@@ -277,7 +278,7 @@ func (s *Session) laterFlight(kind, name string) *inflight {
 }
 
 // setPrior records that the zone holds h of name before r arrives.
-func (r *inflight) setPrior(name string, h held) {
+func (r *inflight) setPrior(name string, h ackedVersion) {
 	if !h.ok {
 		delete(r.priors, name)
 		return
@@ -289,13 +290,13 @@ func (r *inflight) setPrior(name string, h held) {
 }
 
 // setRefused records that the zone holds h of name, where delivered may say otherwise.
-func (ks *kindState) setRefused(name string, h held) {
+func (ks *kindState) setRefused(name string, h ackedVersion) {
 	if r, ok := ks.delivered[name]; ok == h.ok && (!ok || r.Version == h.version) {
 		delete(ks.refused, name)
 		return
 	}
 	if ks.refused == nil {
-		ks.refused = map[string]held{}
+		ks.refused = map[string]ackedVersion{}
 	}
 	ks.refused[name] = h
 }
@@ -315,14 +316,14 @@ func (r *inflight) eachName(f func(string)) {
 func (s *Session) answerLocked(r *inflight, rejected map[string]bool) {
 	type change struct {
 		name        string
-		before, now held
+		before, now ackedVersion
 	}
 	changes := make([]change, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
 	r.eachName(func(name string) {
 		now, _ := r.covers(name) // what it had
 		if !rejected[name] {
 			v, ok := r.versions[name]
-			now = held{v, ok}
+			now = ackedVersion{v, ok}
 		}
 		changes = append(changes, change{name, s.ackedLocked(r.kind, name), now})
 	})
@@ -412,16 +413,16 @@ func versionOnly(name, version string) *discovery.Resource {
 
 // Digest identifies what a zone holds (every kind, name and version) without listing it: two
 // zones with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
-// (the XOR of one hash per resource held), so reading it costs nothing.
+// (the XOR of one hash per resource ACKed), so reading it costs nothing.
 type Digest struct {
 	Sum uint64
-	N   int // resources held
+	N   int // resources ACKed
 }
 
 // digestSeed is this process's: digests are compared within one process only.
 var digestSeed = maphash.MakeSeed()
 
-func heldHash(kind, name, version string) uint64 {
+func ackedHash(kind, name, version string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(digestSeed)
 	h.WriteString(kind)

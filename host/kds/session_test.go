@@ -55,7 +55,7 @@ func (m *zoneModel) digest() Digest {
 	var d Digest
 	for kind, names := range m.acked {
 		for n, v := range names {
-			d.Sum ^= heldHash(kind, n, v)
+			d.Sum ^= ackedHash(kind, n, v)
 			d.N++
 		}
 	}

@@ -39,8 +39,14 @@ type KindInsight struct {
 	NACKs     int64             `json:"nacks"`
 	LastError string            `json:"lastError,omitempty"`
 	Rejected  []event.Rejection `json:"rejected,omitempty"`
-	Held      int               `json:"held,omitempty"`
-	Known     int               `json:"known"`
+	// Withheld counts the resources of the kind the global withholds from the zone (owner
+	// holds: WAIT or REJECT), set by the controlplane's zone views.
+	Withheld int `json:"withheld,omitempty"`
+	Known    int `json:"known"`
+	// Held is Withheld under its old JSON name, for the clients that read "held".
+	//
+	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
+	Held int `json:"held,omitempty"`
 }
 
 // ZoneInsight is one zone's state.
@@ -186,7 +192,7 @@ func (z *Zones) Insights() []ZoneInsight {
 		sessions = append(sessions, s.session)
 	}
 	z.mu.Unlock()
-	for i := range out { // what each zone holds, from its session (never under z.mu)
+	for i := range out { // what each zone has ACKed, from its session (never under z.mu)
 		if sessions[i] == nil {
 			continue
 		}

@@ -55,7 +55,7 @@ type Machine struct {
 // failingKind is one kind with names the zone refused and has not accepted since.
 type failingKind struct {
 	rejected  map[string]*rejectedName // what a round resends
-	held      map[string]heldName      // what the policy holds until its content changes
+	parked    map[string]parkedName    // what the policy parks until its content changes
 	detail    string
 	nacks     uint32
 	firstNACK time.Time
@@ -70,8 +70,8 @@ type rejectedName struct {
 	attempts uint32 // NACKs of this version
 }
 
-// heldName is a refused name the policy holds back until its content changes.
-type heldName struct {
+// parkedName is a refused name the policy parks: not resent until its content changes.
+type parkedName struct {
 	version, reason string
 }
 
@@ -100,8 +100,8 @@ type Ready struct {
 	Round *Round
 	// GaveUp reports the policy's give-up, with its reason.
 	GaveUp string
-	// Held reports the names the policy just held back, with their reasons.
-	Held []HeldName
+	// Parked reports the names the policy just parked, with their reasons.
+	Parked []ParkedName
 	// Released counts, by kind, the names resent at once because the owner they missed was
 	// ACKed (they are in Resend too).
 	Released map[string]int
@@ -118,16 +118,17 @@ type Decision struct {
 	// Kinds are the kinds the round resends; none: every failing kind.
 	Kinds  []string
 	GiveUp bool
-	// Held counts the names the decision holds back until their content changes.
-	Held int
+	// Parked counts the names the decision parks until their content changes.
+	Parked int
 	// Reason is the policy's reason, or why no policy answered.
 	Reason string
 	// Err is set when no policy answered (the round then waits failedDecisionDelay).
 	Err error
 }
 
-// HeldName is a rejected name the policy holds back until its content changes.
-type HeldName struct {
+// ParkedName is a rejected name the policy parks: not resent until its content changes (the
+// policy's answer named it in ScheduleResponse.hold).
+type ParkedName struct {
 	Kind   string `json:"kind"`
 	Name   string `json:"name"`
 	Reason string `json:"reason"`
@@ -143,18 +144,18 @@ type Round struct {
 func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
 	fk := m.failing[n.Kind]
 	if fk == nil {
-		fk = &failingKind{rejected: map[string]*rejectedName{}, held: map[string]heldName{}, firstNACK: now}
+		fk = &failingKind{rejected: map[string]*rejectedName{}, parked: map[string]parkedName{}, firstNACK: now}
 		m.failing[n.Kind] = fk
 	}
 	for name := range n.Accepted {
 		delete(fk.rejected, name)
-		delete(fk.held, name)
+		delete(fk.parked, name)
 	}
 	for _, rj := range n.Rejected {
-		if h, ok := fk.held[rj.Name]; ok && h.version == rj.Version {
-			continue // held: the zone refused it once more, and it stays held
+		if h, ok := fk.parked[rj.Name]; ok && h.version == rj.Version {
+			continue // parked: the zone refused it once more, and it stays parked
 		}
-		delete(fk.held, rj.Name)
+		delete(fk.parked, rj.Name)
 		rn := fk.rejected[rj.Name]
 		if rn == nil || rn.version != rj.Version {
 			rn = &rejectedName{version: rj.Version}
@@ -182,7 +183,7 @@ func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 	if fk := m.failing[a.Kind]; fk != nil {
 		for name := range a.Versions {
 			delete(fk.rejected, name)
-			delete(fk.held, name)
+			delete(fk.parked, name)
 		}
 	}
 	m.release(a, &r)
@@ -229,8 +230,8 @@ func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 		return r
 	}
 	for name, v := range s.Versions {
-		if h, ok := fk.held[name]; ok && h.version != v {
-			delete(fk.held, name)
+		if h, ok := fk.parked[name]; ok && h.version != v {
+			delete(fk.parked, name)
 		}
 		if rn, ok := fk.rejected[name]; ok && rn.version != v {
 			delete(fk.rejected, name)
@@ -242,7 +243,7 @@ func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 	}
 	for _, name := range s.Removed {
 		delete(fk.rejected, name)
-		delete(fk.held, name)
+		delete(fk.parked, name)
 	}
 	m.settle(&r)
 	m.next(&r)
@@ -259,10 +260,10 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 	d := &Decision{Round: m.round, Reason: resp.GetReason(), Err: err}
 	r.Decision = d
 	if err == nil {
-		m.hold(resp.GetHold(), &r)
-		d.Held = len(r.Held)
+		m.park(resp.GetHold(), &r)
+		d.Parked = len(r.Parked)
 		if !m.anyActive() {
-			m.settle(&r) // the policy held back everything there was to resend
+			m.settle(&r) // the policy parked everything there was to resend
 			return r
 		}
 	}
@@ -289,8 +290,8 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 	return r
 }
 
-// hold moves the names the policy holds back out of what rounds resend.
-func (m *Machine) hold(names []*pluginv1.HeldName, r *Ready) {
+// park moves the names the policy parks (its answer's hold) out of what rounds resend.
+func (m *Machine) park(names []*pluginv1.HeldName, r *Ready) {
 	for _, h := range names {
 		fk := m.failing[h.GetKind()]
 		if fk == nil {
@@ -302,11 +303,11 @@ func (m *Machine) hold(names []*pluginv1.HeldName, r *Ready) {
 		}
 		reason := h.GetReason()
 		if reason == "" {
-			reason = "the policy holds it until its content changes"
+			reason = "the policy parks it until its content changes"
 		}
 		delete(fk.rejected, h.GetName())
-		fk.held[h.GetName()] = heldName{version: rn.version, reason: reason}
-		r.Held = append(r.Held, HeldName{Kind: h.GetKind(), Name: h.GetName(), Reason: reason})
+		fk.parked[h.GetName()] = parkedName{version: rn.version, reason: reason}
+		r.Parked = append(r.Parked, ParkedName{Kind: h.GetKind(), Name: h.GetName(), Reason: reason})
 	}
 }
 
@@ -355,11 +356,11 @@ func (m *Machine) Fired(token uint64, _ time.Time) Ready {
 	return r
 }
 
-// settle drops the kinds with no rejected or held name left; with nothing left to resend, the
+// settle drops the kinds with no rejected or parked name left; with nothing left to resend, the
 // stream starts over: no round is outstanding and the next NACK starts from round 0.
 func (m *Machine) settle(r *Ready) {
 	for kind, fk := range m.failing {
-		if !fk.active() && len(fk.held) == 0 {
+		if !fk.active() && len(fk.parked) == 0 {
 			delete(m.failing, kind)
 		}
 	}
@@ -462,11 +463,15 @@ func sortedKinds(m map[string]*failingKind) []string {
 
 // KindState is the retry state of one failing kind of a stream.
 type KindState struct {
-	Kind      string     `json:"kind"`
-	Rejected  []string   `json:"rejected"`
-	Held      []HeldName `json:"held,omitempty"`
-	NACKs     uint32     `json:"nacks"`
-	FirstNACK time.Time  `json:"firstNack"`
+	Kind      string       `json:"kind"`
+	Rejected  []string     `json:"rejected"`
+	Parked    []ParkedName `json:"parked,omitempty"`
+	NACKs     uint32       `json:"nacks"`
+	FirstNACK time.Time    `json:"firstNack"`
+	// Held is Parked under its old JSON name, for the clients that read "held".
+	//
+	// Deprecated: use Parked (JSON "parked"); "held" is emitted for one more release only.
+	Held []ParkedName `json:"held,omitempty"`
 }
 
 // StreamState is the retry state of one stream, for insights.
@@ -496,9 +501,10 @@ func (m *Machine) State() StreamState {
 	for _, kind := range sortedKinds(m.failing) {
 		fk := m.failing[kind]
 		ks := KindState{Kind: kind, Rejected: fk.names(), NACKs: fk.nacks, FirstNACK: fk.firstNACK}
-		for _, n := range slices.Sorted(maps.Keys(fk.held)) {
-			ks.Held = append(ks.Held, HeldName{Kind: kind, Name: n, Reason: fk.held[n].reason})
+		for _, n := range slices.Sorted(maps.Keys(fk.parked)) {
+			ks.Parked = append(ks.Parked, ParkedName{Kind: kind, Name: n, Reason: fk.parked[n].reason})
 		}
+		ks.Held = ks.Parked // deprecated JSON "held", kept one release
 		ss.Failing = append(ss.Failing, ks)
 	}
 	return ss

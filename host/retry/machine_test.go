@@ -1,6 +1,7 @@
 package retry_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -203,36 +204,43 @@ func TestMachineTransitions(t *testing.T) {
 			}},
 			{"another owner's ACK releases nothing", ackAt("Mesh", "other"), nothing},
 		}, nil},
-		{"the policy holds an INVALID name until its content changes", []step{
+		{"a hold answer parks an INVALID name until its content changes", []step{
 			{"NACK", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), asks(0, "MeshTimeout")},
 			{"NACK of another", nackCause("MeshTimeout", "default/late", event.CauseMissingOwner, "Mesh/default"), nothing},
-			{"decision holds the invalid one", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
+			{"decision parks the invalid one", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
 				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}}, nil),
 				func(g Gomega, r retry.Ready, st retry.StreamState) {
-					g.Expect(r.Held).To(Equal([]retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+					g.Expect(r.Parked).To(Equal([]retry.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
 					g.Expect(r.Arm).To(Equal(time.Second), "the other name still gets its round")
 					g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/late"}))
-					g.Expect(st.Failing[0].Held).To(Equal([]retry.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+					g.Expect(st.Failing[0].Parked).To(Equal([]retry.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+					js, err := json.Marshal(st.Failing[0])
+					g.Expect(err).NotTo(HaveOccurred())
+					var fields map[string]json.RawMessage
+					g.Expect(json.Unmarshal(js, &fields)).To(Succeed())
+					parked := `[{"kind":"MeshTimeout","name":"default/bad","reason":"invalid 3 times"}]`
+					g.Expect(fields).To(HaveKeyWithValue("parked", MatchJSON(parked)))
+					g.Expect(fields).To(HaveKeyWithValue("held", MatchJSON(parked)), "the deprecated JSON field is still emitted")
 				}},
 			{"timer", fire, resends(map[string][]string{"MeshTimeout": {"default/late"}}, false)},
 			{"the other is ACKed", ackAt("MeshTimeout", "default/late"), func(g Gomega, r retry.Ready, st retry.StreamState) {
-				g.Expect(st.Failing).To(HaveLen(1), "the held name is still shown")
-				g.Expect(st.Failing[0].Held).To(HaveLen(1))
+				g.Expect(st.Failing).To(HaveLen(1), "the parked name is still shown")
+				g.Expect(st.Failing[0].Parked).To(HaveLen(1))
 				g.Expect(st.Round).To(BeZero(), "nothing left to resend: the stream starts over")
 			}},
-			{"the held name NACKed again stays held", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), nothing},
+			{"the parked name NACKed again stays parked", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), nothing},
 			{"new content of it is sent", sentAt("MeshTimeout", "default/bad", "v2"), func(g Gomega, r retry.Ready, st retry.StreamState) {
 				g.Expect(st.Failing).To(BeEmpty(), "released")
 			}},
 		}, nil},
-		{"a policy that holds everything leaves nothing armed", []step{
+		{"a policy that parks everything leaves nothing armed", []step{
 			{"NACK", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), asks(0, "MeshTimeout")},
-			{"decision holds it", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
+			{"decision parks it", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
 				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/bad"}}}, nil),
 				func(g Gomega, r retry.Ready, st retry.StreamState) {
 					g.Expect(r.Arm).To(BeZero())
 					g.Expect(st.NextRetry).To(BeNil())
-					g.Expect(st.Failing[0].Held[0].Reason).NotTo(BeEmpty())
+					g.Expect(st.Failing[0].Parked[0].Reason).NotTo(BeEmpty())
 				}},
 		}, nil},
 		{"the request carries each name's cause, owner and attempts", []step{

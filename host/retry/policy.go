@@ -96,7 +96,7 @@ func (d *deadline) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) 
 
 // Checked turns an answer the host must not act on into an error: none, or one outside bounds
 // (shared.Bounds.CheckSchedule: a delay that is not positive or over MaxDelay, a reason too
-// long, kinds or held names the request did not carry). The error is a *shared.BoundsError.
+// long, kinds or hold names the request did not carry). The error is a *shared.BoundsError.
 func Checked(p shared.RetryForcer, bounds shared.Bounds) shared.RetryForcer {
 	return &checked{decorator{p}, bounds.WithDefaults()}
 }

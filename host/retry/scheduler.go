@@ -30,8 +30,8 @@ type Hooks struct {
 	Decided func(zone string, d Decision)
 	// GaveUp reports a give-up.
 	GaveUp func(zone, reason string)
-	// Held reports names the policy holds back until their content changes.
-	Held func(zone string, held []HeldName)
+	// Parked reports names the policy parks until their content changes.
+	Parked func(zone string, parked []ParkedName)
 	// Released reports names resent at once, by kind, because the owner they missed arrived.
 	Released func(zone string, resent map[string]int)
 }
@@ -194,8 +194,8 @@ func (s *Scheduler) carryOut(id int64, zone string, r Ready) {
 	if r.GaveUp != "" && s.cfg.Hooks.GaveUp != nil {
 		s.cfg.Hooks.GaveUp(zone, r.GaveUp)
 	}
-	if len(r.Held) > 0 && s.cfg.Hooks.Held != nil {
-		s.cfg.Hooks.Held(zone, r.Held)
+	if len(r.Parked) > 0 && s.cfg.Hooks.Parked != nil {
+		s.cfg.Hooks.Parked(zone, r.Parked)
 	}
 	if len(r.Released) > 0 && s.cfg.Hooks.Released != nil {
 		s.cfg.Hooks.Released(zone, r.Released)

@@ -20,12 +20,14 @@ type zoneList struct {
 func newInspectZonesCmd() *cobra.Command {
 	return inspectCmd(&cobra.Command{
 		Use:   "zones",
-		Short: "Show, per zone and kind, what the global sent and what the zone ACKed, NACKed or is held back",
+		Short: "Show, per zone and kind, what the global sent, what the zone ACKed or NACKed, and what is withheld or parked",
 		Long: `zones asks the global (--cp) for its view of every zone: per kind, the resources sent, the
-ACKs and NACKs received, what the zone holds, what is held back for a missing owner, the names it
-rejected, and the retry state of its stream (round, next retry, give-up) with the reason the
-retry policy gave for it (-o json shows it whole; a decision of the built-in fallback says so,
-and why the policy in force did not decide).`,
+ACKs and NACKs received, what the zone has ACKed (KNOWN), what the global withholds from it for
+a missing owner (WITHHELD: owner holds), the names it rejected, and the retry state of its
+stream (round, next retry, give-up) with the reason the retry policy gave for it (-o json shows
+it whole; a decision of the built-in fallback says so, and why the policy in force did not
+decide). Below the table, the names the retry policy parked: rejected names not resent until
+their content changes (an INVALID spec), with the policy's reason.`,
 	}, "/api/zones", printZones)
 }
 
@@ -44,8 +46,8 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(cmd.OutOrStdout(), "SENT, KNOWN (the zone holds) and HELD count resources; RESPONSES, ACKED and NACKED count responses.")
-	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tKNOWN\tHELD\tREJECTED\tRESPONSES\tACKED\tNACKED\tROUND\tNEXT RETRY\tREASON")
+	fmt.Fprintln(cmd.OutOrStdout(), "SENT, KNOWN (the zone has ACKed) and WITHHELD (by owner holds) count resources; RESPONSES, ACKED and NACKED count responses.")
+	fmt.Fprintln(tw, "ZONE\tKIND\tSENT\tKNOWN\tWITHHELD\tREJECTED\tRESPONSES\tACKED\tNACKED\tROUND\tNEXT RETRY\tREASON")
 	for _, z := range list.Items {
 		state := "connected"
 		if !z.Connected {
@@ -87,22 +89,30 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 			if failing[k.Kind] {
 				r, n, why = round, next, reason
 			}
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.Known, k.Held, rejected, k.Responses, k.ACKs, k.NACKs, r, n, why)
+			withheld := k.Withheld
+			if withheld == 0 {
+				withheld = k.Held //nolint:staticcheck // a global of the release before sends "held" only
+			}
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.Known, withheld, rejected, k.Responses, k.ACKs, k.NACKs, r, n, why)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	// What the retry policy holds back until its content changes (an INVALID spec), and why.
+	// What the retry policy parked: not resent until its content changes (an INVALID spec), and why.
 	first := true
 	for _, z := range list.Items {
 		if z.Retry == nil {
 			continue
 		}
 		for _, f := range z.Retry.Failing {
-			for _, h := range f.Held {
+			parked := f.Parked
+			if len(parked) == 0 {
+				parked = f.Held //nolint:staticcheck // a global of the release before sends "held" only
+			}
+			for _, h := range parked {
 				if first {
-					fmt.Fprintln(cmd.OutOrStdout(), "\nNot resent until their content changes:")
+					fmt.Fprintln(cmd.OutOrStdout(), "\nParked (not resent until their content changes):")
 					first = false
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "  %s %s %s: %s\n", z.Zone, h.Kind, h.Name, h.Reason)
