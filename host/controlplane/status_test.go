@@ -167,6 +167,7 @@ func TestTheStatusPageShowsAFailingZoneLive(t *testing.T) {
 	zoneSel := `document.querySelector('section.zone[data-zone="zone-1"]')`
 	page.waitFor(t, zoneSel+` !== null`)
 	page.waitFor(t, zoneSel+`.querySelector('tr.kind.failing[data-kind="Mesh"]') !== null`)
+	g.Expect(page.eval(t, zoneSel+`.querySelector("table.kinds thead").textContent`)).To(ContainSubstring("withheld"))
 	page.waitFor(t, `[...document.querySelectorAll('tr.rejected[data-kind="Mesh"]')].some(r => r.textContent.includes("TRANSIENT"))`)
 	page.waitFor(t, `/^in \d/.test((`+zoneSel+`.querySelector(".retry .countdown") || {}).textContent || "")`)
 	first := page.eval(t, zoneSel+`.querySelector(".retry .countdown").textContent`)
@@ -184,18 +185,69 @@ func TestTheStatusPageShowsAFailingZoneLive(t *testing.T) {
 	g.Expect(page.eval(t, `Number(document.body.getAttribute("data-polls")) > `+polls)).To(Equal("true"))
 	page.screenshot(t, "global.png")
 
-	// The zones' own pages: what zone-1 refused, what zone-2 holds.
+	// The zones' own pages: what zone-1 refused, what zone-2 has ACKed.
 	page.navigate(t, "http://"+z1.APIAddr()+"/gui")
 	page.waitFor(t, `document.querySelector('#refused tr.kind.failing[data-kind="Mesh"]') !== null`)
-	page.waitFor(t, `document.querySelector('#holds tr.kind[data-kind="MeshTimeout"]') !== null`)
+	page.waitFor(t, `document.querySelector('#acked tr.kind[data-kind="MeshTimeout"]') !== null`)
 	g.Expect(page.eval(t, `document.querySelector("#connection .badge").textContent`)).To(Equal("connected"))
 	page.screenshot(t, "zone-1.png")
 	page.navigate(t, "http://"+z2.APIAddr()+"/gui")
-	page.waitFor(t, `(document.querySelector('#holds tr.kind[data-kind="MeshTimeout"]') || {}).textContent?.includes("default/mesh-timeout-all-default")`)
+	page.waitFor(t, `(document.querySelector('#acked tr.kind[data-kind="MeshTimeout"]') || {}).textContent?.includes("default/mesh-timeout-all-default")`)
 	g.Expect(page.eval(t, `document.querySelector("#refused").textContent`)).To(ContainSubstring("Nothing refused"))
 	page.screenshot(t, "zone-2.png")
 
 	g.Expect(page.consoleErrors()).To(BeEmpty(), "console errors")
+}
+
+// TestTheStatusPageShowsWhatIsWithheldAndParked opens the global's status page with owner holds
+// on: zone-1 refuses Mesh, so the global withholds its policies (WAIT); zone-2 refuses one
+// MeshTimeout as INVALID until the retry policy parks it. The page shows each under its own
+// word: "withheld" in the kinds table and the owner holds block, "parked" in the names.
+func TestTheStatusPageShowsWhatIsWithheldAndParked(t *testing.T) {
+	g := NewWithT(t)
+	browser := startChromium(t)
+
+	reg := resource.Default()
+	gst := openSQLite(t)
+	seedMesh(t, gst, reg)
+	gl := startGlobal(t, gst, reg, withHolds, func(c *controlplane.GlobalConfig) {
+		c.Builtin = policyOf(t, "policy: fixed\ndelay: 20ms\ninvalidAttempts: 3\n")
+	})
+	startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg, func(c *zone.Config) {
+		c.AdmissionOutage = map[string]time.Duration{"Mesh": time.Hour}
+	})
+	startZone(t, "zone-2", gl.KDSAddr(), openSQLite(t), reg, func(c *zone.Config) {
+		c.AdmissionDeny = map[string]string{"deny": "true"}
+	})
+	bad := timeout("default", "bad", "3s")
+	bad.Labels = map[string]string{"deny": "true"}
+	put(t, gst, reg, bad)
+
+	page := browser.open(t)
+	page.navigate(t, "http://"+gl.APIAddr()+"/gui")
+	page.waitFor(t, `!document.getElementById("login").hidden`)
+	readOnly := token(t, auth.Claims{Kind: auth.KindUser, Name: "viewer", Groups: []string{auth.GroupReadOnly}})
+	tok, _ := json.Marshal(readOnly)
+	page.eval(t, fmt.Sprintf(`document.getElementById("login-form").querySelector("#token").value = %s; document.getElementById("login-form").requestSubmit(); true`, tok))
+
+	zone1 := `document.querySelector('section.zone[data-zone="zone-1"]')`
+	page.waitFor(t, `(`+zone1+` || document.body).querySelector("table.withheld") !== null`)
+	g.Expect(page.eval(t, zone1+`.textContent`)).To(ContainSubstring("Withheld by owner holds"))
+	g.Expect(page.eval(t, zone1+`.querySelector("table.withheld tbody").textContent`)).To(ContainSubstring("WAIT"))
+	g.Expect(page.eval(t, zone1+`.querySelector("table.kinds thead").textContent`)).To(ContainSubstring("withheld"))
+	// The MeshTimeout row counts what is withheld of the kind: the defaults and the bad one.
+	page.waitFor(t, `Number(`+zone1+`.querySelector('tr.kind[data-kind="MeshTimeout"] td:nth-child(6)').textContent) > 0`)
+
+	zone2 := `document.querySelector('section.zone[data-zone="zone-2"]')`
+	page.waitFor(t, `(`+zone2+` || document.body).querySelector('tr.parked-name[data-kind="MeshTimeout"]') !== null`)
+	row := page.eval(t, zone2+`.querySelector('tr.parked-name[data-kind="MeshTimeout"]').textContent`)
+	g.Expect(row).To(ContainSubstring("default/bad"))
+	g.Expect(row).To(ContainSubstring("parked"))
+	g.Expect(row).To(ContainSubstring("invalid 3 times"))
+	g.Expect(page.eval(t, zone2+`.textContent`)).To(ContainSubstring("Rejected and parked names"))
+	page.screenshot(t, "withheld-and-parked.png")
+	// This global runs no plugin runtime, so it serves no /api/plugins: the one error allowed.
+	g.Expect(page.consoleErrors()).To(HaveEach(ContainSubstring("/api/plugins")), "console errors")
 }
 
 // chromium is a headless Chromium this test started, driven over its DevTools protocol.

@@ -115,7 +115,7 @@ function zoneCard(zv, events, cap) {
     retryBlock(zv),
     kindsTable(zv, failing),
     rejectedBlock(zv, failing),
-    holdsBlock(zv),
+    withheldBlock(zv),
     giveUps(events),
     el('h3', {text: 'Timeline'}),
     timelineChart(events, cap),
@@ -143,10 +143,10 @@ function kindsTable(zv, failing) {
     return {
       props: {class: bad ? 'kind failing' : 'kind', 'data-kind': k.kind},
       cells: [el('strong', {text: k.kind}), String(k.sent), String(k.responses), String(k.acks), String(k.nacks),
-        String(k.held || 0), String((k.rejected || []).length), String(k.known), k.lastError || ''],
+        String(k.withheld || 0), String((k.rejected || []).length), String(k.known), k.lastError || ''],
     };
   });
-  return table(['kind', 'sent (resources)', 'responses', 'ACKed', 'NACKed', 'held', 'rejected', 'known', 'last error'], rows, {class: 'kinds'});
+  return table(['kind', 'sent (resources)', 'responses', 'ACKed', 'NACKed', 'withheld', 'rejected', 'known', 'last error'], rows, {class: 'kinds'});
 }
 
 function rejectedBlock(zv, failing) {
@@ -158,26 +158,26 @@ function rejectedBlock(zv, failing) {
     }
   }
   for (const [kind, ks] of failing) {
-    for (const h of ks.held || []) {
-      rows.push({props: {class: 'held-name', 'data-kind': kind}, cells: [kind, h.name, 'held', h.reason || '', '']});
+    for (const p of ks.parked || []) {
+      rows.push({props: {class: 'parked-name', 'data-kind': kind}, cells: [kind, p.name, 'parked', p.reason || '', '']});
     }
   }
   if (!rows.length) return el('p', {class: 'note', text: 'No rejected names.'});
   const failingRows = [...failing.values()].map((k) => [k.kind, String(k.nacks), ago(k.firstNack), (k.rejected || []).join(', ')]);
   return el('div', null,
-    el('h3', {text: 'Rejected and held names'}),
+    el('h3', {text: 'Rejected and parked names'}),
     table(['kind', 'name', 'cause', 'reason', 'missing owner'], rows, {class: 'names'}),
     failingRows.length ? table(['failing kind', 'NACKs', 'first NACK', 'names resent by the next round'], failingRows, {class: 'failing-kinds'}) : null);
 }
 
-function holdsBlock(zv) {
-  const held = zv.held || [];
-  if (!held.length) return null;
+function withheldBlock(zv) {
+  const withheld = zv.withheld || [];
+  if (!withheld.length) return null;
   const key = (k) => `${k.kind || ''} ${k.mesh ? k.mesh + '/' : ''}${k.name || ''}`;
   return el('div', null,
-    el('h3', {text: 'Owner holds'}),
+    el('h3', {text: 'Withheld by owner holds'}),
     table(['resource', 'verdict', 'waiting for', 'reason'],
-      held.map((h) => [key(h.key || {}), h.verdict, h.waitingFor || '', h.reason || '']), {class: 'holds'}));
+      withheld.map((h) => [key(h.key || {}), h.verdict, h.waitingFor || '', h.reason || '']), {class: 'withheld'}));
 }
 
 function giveUps(events) {

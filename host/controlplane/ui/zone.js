@@ -1,5 +1,5 @@
 // A zone's read-only status page: its connection to the global, what it refused (NACKs by
-// kind, the last error, why it is blocked) and what it holds, polled from its API every second
+// kind, the last error, why it is blocked) and what it has ACKed (its resources), polled from its API every second
 // (the resource lists every fifth second).
 import {el, table, getJSON, ago, poll, badge} from './common.js';
 
@@ -9,13 +9,13 @@ const NAMES_SHOWN = 50;
 const $ = (id) => document.getElementById(id);
 
 let polls = 0;
-let held = null; // [{kind, scope, items, total}] from the last list
+let acked = null; // [{kind, scope, items, total}] from the last list
 
 async function refresh() {
   const stats = await getJSON('/api/zone', false);
   if (polls++ % LIST_EVERY === 0) {
     const kinds = await getJSON('/_resources', false);
-    held = await Promise.all((kinds.resources || []).map(async (k) => {
+    acked = await Promise.all((kinds.resources || []).map(async (k) => {
       const list = await getJSON('/' + encodeURIComponent(k.path), false);
       return {kind: k.name, scope: k.scope, items: list.items || [], total: list.total || 0};
     }));
@@ -46,12 +46,12 @@ function render(s) {
   if (s.lastError) refused.push(el('p', {class: 'last-error'}, el('span', {class: 'label', text: 'last error: '}), s.lastError));
   $('refused').replaceChildren(...refused);
 
-  if (!held) return;
-  $('holds').replaceChildren(table(['kind', 'count', 'names'], held.map((h) => {
+  if (!acked) return;
+  $('acked').replaceChildren(table(['kind', 'count', 'names'], acked.map((h) => {
     const names = h.items.slice(0, NAMES_SHOWN).map((r) => (r.mesh ? r.mesh + '/' : '') + r.name);
     if (h.total > NAMES_SHOWN) names.push(`… and ${h.total - NAMES_SHOWN} more`);
     return {props: {class: 'kind', 'data-kind': h.kind}, cells: [el('strong', {text: h.kind}), String(h.total), names.join(', ')]};
-  }), {class: 'holds'}));
+  }), {class: 'acked'}));
 }
 
 poll(refresh, INTERVAL);
