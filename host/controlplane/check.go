@@ -45,12 +45,12 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 	if len(req.Resources) == 0 {
 		return res, fmt.Errorf("resources: none given")
 	}
-	var held map[string]map[string]string
+	var acked map[string]map[string]string // what the zone has ACKed: kind -> xDS name -> version
 	if req.Zone != "" {
 		if !g.Zones.Known(req.Zone) {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("zone %q has not connected to this global (or left longer than --zone-grace ago): judged against a zone that holds nothing", req.Zone))
 		}
-		held = g.Zones.Versions(req.Zone)
+		acked = g.Zones.Versions(req.Zone)
 	}
 	extra := make([]*kdsv1.Resource, 0, len(req.Resources))
 	for i := range req.Resources {
@@ -64,7 +64,7 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 		}
 		extra = append(extra, p)
 	}
-	plan := owner.NewPlan(req.Zone, g.Cache.Snapshot(), held, extra)
+	plan := owner.NewPlan(req.Zone, g.Cache.Snapshot(), acked, extra)
 	timeout := g.cfg.OwnerCheckTimeout
 	if timeout <= 0 {
 		timeout = time.Second

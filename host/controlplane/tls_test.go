@@ -85,6 +85,6 @@ func TestAZoneKeepsItsDataAcrossRestarts(t *testing.T) {
 	g.Eventually(func() bool { return z2.Client.Stats().Connected }, 10*time.Second).Should(BeTrue())
 	put(t, gst, reg, timeout("default", "b", "1s"))
 	g.Eventually(count(st2, "", ""), 10*time.Second).Should(Equal(3))
-	// It reported what it held, so nothing it had was sent again.
+	// It reported what it had ACKed, so nothing it had was sent again.
 	g.Expect(kindInsight(gl.Global, "zone-1", "MeshTimeout").Sent).To(Equal(sentBefore + 1))
 }

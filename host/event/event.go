@@ -61,7 +61,7 @@ type NACK struct {
 // Initial marks what a zone reported holding when it subscribed (initial_resource_versions).
 // Versions of a non-initial ACK is made for that response and dropped by the tracker with the
 // ACK: once every observer has returned, kds.Zones keeps it as the zone's inventory of the
-// kind when it held none (so observers read it only during the call, and never change it).
+// kind when it had ACKed none (so observers read it only during the call, and never change it).
 type ACK struct {
 	StreamID int64
 	Zone     string

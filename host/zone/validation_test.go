@@ -50,8 +50,8 @@ func TestTheZoneNACKsAnInvalidSpecAsInvalid(t *testing.T) {
 		g.Expect(rj.GetReason()).To(ContainSubstring(reason[rj.GetName()]), rj.GetName())
 	}
 	g.Expect(out.stored).To(ConsistOf(resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "good"}))
-	held, err := st.List(ctx, "MeshTimeout", "default")
+	acked, err := st.List(ctx, "MeshTimeout", "default")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(held).To(HaveLen(1))
-	g.Expect(held[0].Name).To(Equal("good"))
+	g.Expect(acked).To(HaveLen(1))
+	g.Expect(acked[0].Name).To(Equal("good"))
 }

@@ -3,7 +3,8 @@
 // by hand, as docs/plugin-protocol.md describes it: the magic cookie, version negotiation, the
 // handshake line on stdout, AutoMTLS, the health service, GRPCController/Shutdown and hclog JSON
 // lines on stderr. Its policy: the same delay every round, a give-up after maxAttempts rounds (0:
-// never), and INVALID names held once the zone refused the same content invalidAttempts times.
+// never), and INVALID names put in hold (the host parks them) once the zone refused the same
+// content invalidAttempts times.
 //
 //   delay: 250ms
 //   maxAttempts: 0

@@ -25,10 +25,11 @@ func newCheckCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "check -f FILE [--zone ZONE]",
-		Short: "Predict, for each resource in FILE, whether a zone would accept it, hold it for an owner, or reject it",
+		Short: "Predict, for each resource in FILE, whether the global would send it to a zone, withhold it until its owner is there, or reject it",
 		Long: `check asks the global's owner check what it would decide for each resource in FILE: ACCEPT
-(sent at once), WAIT (held until the zone has its owner) or REJECT (the owner exists nowhere).
---zone judges against what that zone holds now; without it, against a zone that holds nothing.
+(sent at once), WAIT (withheld until the zone has ACKed its owner) or REJECT (the owner exists
+nowhere). --zone judges against what that zone has ACKed now; without it, against a zone that
+has ACKed nothing.
 It exits 1 when any resource would be rejected, so it can gate a CI pipeline.`,
 		Example: `  kds-host check -f examples/resources/meshtimeout.yaml --zone zone-1`,
 		Args:    cobra.NoArgs,

@@ -39,7 +39,7 @@ func addPluginFlags(f *pflag.FlagSet, flags *pluginFlags) {
 		"nothing else of the host's environment (not KDS_STORE, not cloud credentials) reaches it. It applies with --config too")
 	f.DurationVar(&flags.startTimeout, "plugin-start-timeout", 10*time.Second, "global: how long a plugin may take to start: the go-plugin handshake, then Describe and Configure")
 	f.DurationVar(&flags.retryMaxDelay, "retry-max-delay", shared.DefaultMaxDelay, "global: the longest delay the host accepts from a retry policy. "+
-		"A decision outside the host's bounds (this delay; a reason over 1 KiB; kinds or held names the request did not carry) is refused: "+
+		"A decision outside the host's bounds (this delay; a reason over 1 KiB; kinds or hold names the request did not carry) is refused: "+
 		"it counts as an error of the plugin (kds-host inspect plugins), a WARN line names the field and its value, and the built-in policy decides instead")
 }
 

@@ -19,8 +19,8 @@ type causePlan struct {
 
 // planByCause shapes the policy's delay for this round by why the zone refused each name:
 //
-//   - an INVALID name sent invalidAttempts times at one version is held until its content
-//     changes: the same content again cannot help;
+//   - an INVALID name sent invalidAttempts times at one version is put in hold, which the host
+//     parks until its content changes: the same content again cannot help;
 //   - a name without a cause (a zone that does not say), or INVALID before that, takes the
 //     policy's delay as it is;
 //   - TRANSIENT takes it capped at transientMax (drawn in [transientMax/2, transientMax] past
@@ -41,7 +41,7 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 	)
 	class := none
 	var plan causePlan
-	held := 0
+	parked := 0
 	for _, fk := range failing {
 		left := len(fk.GetRejectedNames())
 		if len(fk.GetRejected()) > 0 {
@@ -52,8 +52,8 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 			case kdsv1.Cause_CAUSE_INVALID:
 				if rn.GetAttempts() >= cfg.invalidAttempts() {
 					plan.hold = append(plan.hold, &pluginv1.HeldName{Kind: fk.GetKind(), Name: rn.GetName(),
-						Reason: fmt.Sprintf("the zone refused this content as invalid %d times; held until it changes", rn.GetAttempts())})
-					held++
+						Reason: fmt.Sprintf("the zone refused this content as invalid %d times; parked until it changes", rn.GetAttempts())})
+					parked++
 					continue
 				}
 				class = min(class, urgent)
@@ -89,11 +89,11 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 	default:
 		plan.delay = delay
 	}
-	if held > 0 {
-		plan.why += fmt.Sprintf(", %d INVALID held", held)
+	if parked > 0 {
+		plan.why += fmt.Sprintf(", %d INVALID parked", parked)
 	}
 	if len(plan.kinds) == 0 {
-		plan.delay = p.MaxDelay() // everything is held: the host has nothing to resend
+		plan.delay = p.MaxDelay() // everything is parked: the host has nothing to resend
 	}
 	return plan
 }

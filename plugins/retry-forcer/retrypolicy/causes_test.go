@@ -77,7 +77,7 @@ func TestTheReferencePolicyUsesTheZonesCauses(t *testing.T) {
 			minDelay: time.Second, maxDelay: 2 * time.Second, kinds: []string{"Mesh", "MeshTimeout"}},
 		{name: "INVALID before its attempts: resent at the policy's pace", doc: "jitter: none", round: 1,
 			failing: withCauses(name{"MeshTimeout", "default/bad", invalid, 2}), minDelay: 200 * time.Millisecond, maxDelay: 200 * time.Millisecond, kinds: []string{"MeshTimeout"}},
-		{name: "INVALID at its attempts: held, the rest goes on", doc: "jitter: none", round: 2,
+		{name: "INVALID at its attempts: parked, the rest goes on", doc: "jitter: none", round: 2,
 			failing:  withCauses(name{"MeshTimeout", "default/bad", invalid, 3}, name{"MeshTimeout", "default/ok", transient, 1}, name{"MeshRetry", "default/r", invalid, 3}),
 			minDelay: 400 * time.Millisecond, maxDelay: 400 * time.Millisecond, kinds: []string{"MeshTimeout"}, hold: []string{"MeshTimeout/default/bad", "MeshRetry/default/r"}},
 		{name: "INVALID attempts are configurable", doc: "jitter: none\ninvalidAttempts: 1", round: 0,

@@ -25,7 +25,7 @@ maxAttempts: 0        # rounds before giving up; 0 = unlimited (every policy)
 # By the zone's cause of each rejection (every policy; these are the defaults):
 # transientMax: 2s    # TRANSIENT (admission not ready): never wait longer; the zone asks again itself
 # ownerWait: 30s      # MISSING_OWNER only: the slow safety net; the owner's ACK resends at once
-# invalidAttempts: 3  # INVALID: sends of the same content before it is held until it changes
+# invalidAttempts: 3  # INVALID: sends of the same content before it is parked until it changes
 `
 
 // Config is a parsed policy document with every default filled in. Fields that do not apply to
@@ -54,8 +54,8 @@ type Config struct {
 	// OwnerWait is the delay while every name to resend waits for its owner (MISSING_OWNER),
 	// capped at the policy's max (default 30s).
 	OwnerWait time.Duration
-	// InvalidAttempts is how often an INVALID name is sent at one version before it is held
-	// until its content changes (default 3).
+	// InvalidAttempts is how often an INVALID name is sent at one version before it is parked
+	// (put in hold) until its content changes (default 3).
 	InvalidAttempts uint32
 }
 

@@ -94,7 +94,7 @@ func (f *Forcer) Configure(_ context.Context, req *pluginv1.ConfigureRequest) (*
 // Schedule returns the delay before the stream's next retry round, which resends every failing
 // kind, or gives up when the policy's attempts are exhausted. The zone's causes shape the round
 // (see planByCause): TRANSIENT waits at most transientMax, MISSING_OWNER alone waits ownerWait,
-// and an INVALID name sent invalidAttempts times is held until its content changes.
+// and an INVALID name sent invalidAttempts times is parked (put in hold) until its content changes.
 func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
