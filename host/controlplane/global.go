@@ -477,10 +477,12 @@ func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], w
 			}
 			for _, k := range zv.Kinds {
 				k.Withheld = perKind[k.Kind]
-				k.Held = k.Withheld // deprecated JSON "held", kept one release
+				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
+				k.Held = k.Withheld
 				delete(perKind, k.Kind)
 			}
 			for kind, n := range perKind { // withheld before anything of the kind was sent
+				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
 				zv.Kinds = append(zv.Kinds, &kds.KindInsight{Kind: kind, Withheld: n, Held: n})
 			}
 			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })

@@ -91,7 +91,8 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 			}
 			withheld := k.Withheld
 			if withheld == 0 {
-				withheld = k.Held //nolint:staticcheck // a global of the release before sends "held" only
+				//lint:ignore SA1019 a global of the release before sends "held" only
+				withheld = k.Held
 			}
 			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.Known, withheld, rejected, k.Responses, k.ACKs, k.NACKs, r, n, why)
 		}
@@ -108,7 +109,8 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 		for _, f := range z.Retry.Failing {
 			parked := f.Parked
 			if len(parked) == 0 {
-				parked = f.Held //nolint:staticcheck // a global of the release before sends "held" only
+				//lint:ignore SA1019 a global of the release before sends "held" only
+				parked = f.Held
 			}
 			for _, h := range parked {
 				if first {
