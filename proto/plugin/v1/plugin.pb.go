@@ -34,7 +34,7 @@ const (
 	Verdict_VERDICT_UNSPECIFIED Verdict = 0
 	// ACCEPT: send it now.
 	Verdict_VERDICT_ACCEPT Verdict = 1
-	// WAIT: hold it until the zone has ACKed the owner named in waiting_for.
+	// WAIT: the host withholds it until the zone has ACKed the owner named in waiting_for.
 	Verdict_VERDICT_WAIT Verdict = 2
 	// REJECT: the zone would refuse it and waiting will not help; reason says why.
 	Verdict_VERDICT_REJECT Verdict = 3
@@ -569,8 +569,9 @@ type ScheduleResponse struct {
 	// give_up stops forced resends on this stream until content changes.
 	GiveUp bool   `protobuf:"varint,3,opt,name=give_up,json=giveUp,proto3" json:"give_up,omitempty"`
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	// hold names rejected resources the host stops resending until their content changes (an
-	// INVALID spec, past its attempts), each with its reason; the rest of the stream goes on.
+	// hold names rejected resources for the host to park: it stops resending them until their
+	// content changes (an INVALID spec, past its attempts), each with its reason; the rest of the
+	// stream goes on. (The host calls such a name parked; the field keeps its name.)
 	Hold          []*HeldName `protobuf:"bytes,5,rep,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -641,7 +642,7 @@ func (x *ScheduleResponse) GetHold() []*HeldName {
 	return nil
 }
 
-// HeldName is a rejected resource the host holds back until its content changes.
+// HeldName is a rejected resource the host parks: not resent until its content changes.
 type HeldName struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
