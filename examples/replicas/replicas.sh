@@ -183,7 +183,7 @@ for j in 1 2; do eval "after$j=$(replica_of "$(zone_global $j)")"; done
 sleep 0.5 # let the counters settle
 
 echo
-echo "zone-1 moved from r$victim to $after1 in $((t1 - t0)) ms; both zones held the 2 writes $((t2 - t0)) ms after the kill"
+echo "zone-1 moved from r$victim to $after1 in $((t1 - t0)) ms; both zones had ACKed the 2 writes $((t2 - t0)) ms after the kill"
 echo
 printf '%-8s %-8s %-8s %-9s %-8s %s\n' zone replica before after resent note
 ok=1 resent1=0

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 
 // TestAZoneMovesWhenItsReplicaIsKilled: kill -9 of the replica zone-1 is on; the zone connects
 // to another replica, holds both writes made meanwhile, and the new replica sent it those two
-// resources and nothing it held already (kds_resources_sent_total). With every LISTEN
+// resources and nothing it had ACKed already (kds_resources_sent_total). With every LISTEN
 // connection killed, a write still reaches both zones.
 func TestAZoneMovesWhenItsReplicaIsKilled(t *testing.T) {
 	if pgtest.Skipped() {

@@ -16,7 +16,7 @@
 # convergence (examples/repro/timeline draws them from two-cp.sh --timeline), and compare.md
 # with the tables and the SVGs.
 # "rounds/s after 5 s" is the retry rounds the global fired from 5 s after the apply until the
-# zone held everything, per second: what a zone in a long outage is sent by the timer alone.
+# zone had ACKed everything, per second: what a zone in a long outage is sent by the timer alone.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

@@ -105,7 +105,7 @@ func TestTheReproductionTellsTheStory(t *testing.T) {
 
 	owner := run(t, "--owner-holds", "--global-flag", "--plugin-config=builtin="+policy)
 	t.Logf("owner-check: %.2fs, %d NACKs, %d of policies", owner.seconds, owner.nacks, owner.policyNACKs)
-	g.Expect(owner.policyNACKs).To(BeZero(), "with owner-check the policies are held, never NACKed\n%s", owner.output)
+	g.Expect(owner.policyNACKs).To(BeZero(), "with owner-check the policies are withheld, never NACKed\n%s", owner.output)
 	g.Expect(owner.nacks).To(BeNumerically(">=", 1), "Mesh itself is still refused during the outage")
 	g.Expect(async.policyNACKs).To(BeNumerically(">=", 1), "without it, the policies are refused")
 

@@ -168,20 +168,20 @@ applied=$(now)
 echo "t=$(since "$start")s  applied MeshTimeout timeout-for-backend on the global"
 tl_event applied
 
-converged=no last="" late_from="" held_at=""
+converged=no last="" late_from="" acked_at=""
 deadline=$(awk -v a="$applied" -v t="$timeout" 'BEGIN { printf "%.3f", a + t }')
 late=$(awk -v a="$applied" 'BEGIN { printf "%.3f", a + 5 }')
 while awk -v d="$deadline" -v n="$(now)" 'BEGIN { exit !(n < d) }'; do
   if [ -z "$late_from" ] && awk -v l="$late" -v n="$(now)" 'BEGIN { exit !(n >= l) }'; then late_from=$(retry_rounds); fi
   c=$(zone_timeouts); c=${c:-0}
-  if [ "$c" -ge 3 ]; then held_at=$(now); fi # before the samples' requests: they are not the zone's time
+  if [ "$c" -ge 3 ]; then acked_at=$(now); fi # before the samples' requests: they are not the zone's time
   tl_sample "$c"
   if [ "$c" != "$last" ]; then echo "t=$(since "$start")s  zone holds $c MeshTimeouts (NACKs $(zone_nacks), rounds $(retry_rounds))"; last=$c; fi
   if [ "$c" -ge 3 ]; then converged=yes; tl_event converged; break; fi
   sleep 0.05
 done
 seconds=$(since "$applied" | tr -d ' ')
-if [ -n "$held_at" ]; then seconds=$(awk -v a="$applied" -v b="$held_at" 'BEGIN { printf "%.2f", b - a }'); fi
+if [ -n "$acked_at" ]; then seconds=$(awk -v a="$applied" -v b="$acked_at" 'BEGIN { printf "%.2f", b - a }'); fi
 late_rounds=0 late_seconds=0
 if [ -n "$late_from" ]; then
   late_rounds=$(( $(retry_rounds) - late_from ))
@@ -191,7 +191,7 @@ sleep 0.5 # let the last ACKs land before reading the counters
 tl_sample
 nacks=$(zone_nacks) rounds=$(retry_rounds) pnacks=$(policy_nacks)
 if [ "$converged" = yes ]; then
-  echo "converged: the zone held 3 MeshTimeouts ${seconds}s after the apply; NACKs ${nacks:-?}, retry rounds ${rounds:-?}"
+  echo "converged: the zone had ACKed 3 MeshTimeouts ${seconds}s after the apply; NACKs ${nacks:-?}, retry rounds ${rounds:-?}"
 else
   echo "NOT converged within ${timeout}s: the zone holds ${last:-0} MeshTimeouts; NACKs ${nacks:-?}, retry rounds ${rounds:-?}" >&2
 fi

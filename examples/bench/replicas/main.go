@@ -384,7 +384,7 @@ func cpuTime(pids []int) time.Duration {
 }
 
 // timeWrites puts writes new MeshTimeouts through replica via and returns, for each, the time
-// from before the PUT until every stream of the fleet held it.
+// from before the PUT until every stream of the fleet had ACKed it.
 func (b *bench) timeWrites(f *fleetProc, via, prefix string, writes int) ([]time.Duration, error) {
 	var lat []time.Duration
 	for i := range writes {
@@ -610,7 +610,7 @@ func (b *bench) startFleet(perReplica map[string]int, prefix string) (*fleetProc
 	return f, nil
 }
 
-// wait returns when every stream held the resource named name.
+// wait returns when every stream has ACKed the resource named name.
 func (f *fleetProc) wait(name string, timeout time.Duration) (time.Time, error) {
 	deadline := time.After(timeout)
 	for {
@@ -655,7 +655,7 @@ func runFleet(file string) error {
 	defer cancel()
 	want := len(seed())
 	var mu sync.Mutex
-	held := map[string]int{} // resource name -> streams holding it
+	acked := map[string]int{} // resource name -> streams that ACKed it
 	synced := 0
 	out := bufio.NewWriter(os.Stdout)
 	errs := make(chan error, len(zs))
@@ -711,7 +711,7 @@ func runFleet(file string) error {
 				if before >= want {
 					for _, r := range resp.GetResources() {
 						_, name, _ := strings.Cut(r.GetName(), "/")
-						if held[name]++; held[name] == len(zs) {
+						if acked[name]++; acked[name] == len(zs) {
 							fmt.Fprintf(out, "got %s %d\n", name, now.UnixNano())
 							out.Flush()
 						}

@@ -33,7 +33,7 @@ type fleetConfig struct {
 
 // The zones' process prints, on its standard output:
 //
-//	progress ZONES RESOURCES     every 2 s until synced: zones holding everything, resources held
+//	progress ZONES RESOURCES     every 2 s until synced: zones holding everything, resources ACKed
 //	synced NANOSECONDS           every zone holds everything, NANOSECONDS after the first dial
 //	reached SEQ UNIXNANO         every zone holds update SEQ, since the wall clock's UNIXNANO
 //
@@ -106,7 +106,7 @@ func runFleet(cfg fleetConfig) error {
 			return err
 		case <-tick.C:
 			if left := f.remaining.Load(); left > 0 {
-				f.print("progress %d %d", int64(cfg.zones)-left, f.held.Load())
+				f.print("progress %d %d", int64(cfg.zones)-left, f.acked.Load())
 			}
 		}
 	}
@@ -117,7 +117,7 @@ type fleet struct {
 	cfg       fleetConfig
 	start     time.Time
 	remaining atomic.Int64   // zones not yet holding everything
-	held      atomic.Int64   // resources held, over every zone
+	acked     atomic.Int64   // resources ACKed, over every zone
 	reached   []atomic.Int64 // per update, the zones holding it
 	failed    chan error
 	out       sync.Mutex // one line at a time on stdout
@@ -149,7 +149,7 @@ func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token strin
 	}
 	want := f.cfg.resources + 1
 	have := make([]uint64, (want+63)/64)
-	held := 0
+	acked := 0
 	next := 0 // the next update this zone has not seen
 	for {
 		resp, err := s.Recv()
@@ -163,8 +163,8 @@ func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token strin
 			}
 			if have[i/64]&(1<<(i%64)) == 0 {
 				have[i/64] |= 1 << (i % 64)
-				f.held.Add(1)
-				if held++; held == want && f.remaining.Add(-1) == 0 {
+				f.acked.Add(1)
+				if acked++; acked == want && f.remaining.Add(-1) == 0 {
 					f.print("synced %d", time.Since(f.start).Nanoseconds())
 				}
 			}

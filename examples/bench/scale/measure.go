@@ -121,9 +121,9 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	line, err = zones.expect(ctx, "synced ", o.syncTimeout)
 	if err != nil {
 		if p := zones.lastLine("progress "); p != "" {
-			var z, held int64
-			fmt.Sscanf(p, "progress %d %d", &z, &held)
-			err = fmt.Errorf("%w (%d of %d zones held everything, %d of %d resources delivered)", err, z, sc.Zones, held, int64(sc.Zones)*int64(sc.Resources+1))
+			var z, acked int64
+			fmt.Sscanf(p, "progress %d %d", &z, &acked)
+			err = fmt.Errorf("%w (%d of %d zones had ACKed everything, %d of %d resources delivered)", err, z, sc.Zones, acked, int64(sc.Zones)*int64(sc.Resources+1))
 		}
 		return fig, fmt.Errorf("full sync: %w", err)
 	}

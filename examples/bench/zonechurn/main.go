@@ -274,7 +274,7 @@ func connect(ctx context.Context, addr string, tokens, kinds []string, want int6
 				}
 				node = nil
 			}
-			var held int64
+			var acked int64 // resources received and ACKed
 			for {
 				resp, err := s.Recv()
 				if err != nil {
@@ -283,9 +283,9 @@ func connect(ctx context.Context, addr string, tokens, kinds []string, want int6
 					}
 					return
 				}
-				before := held
-				held += int64(len(resp.GetResources()))
-				if before < want && held >= want {
+				before := acked
+				acked += int64(len(resp.GetResources()))
+				if before < want && acked >= want {
 					synced.Add(1)
 				}
 				if s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}) != nil {

@@ -144,7 +144,7 @@ func parse(rd io.Reader) (run, error) {
 	return r, nil
 }
 
-// converged is when the zone held 3 MeshTimeouts, in seconds since the apply.
+// converged is when the zone had ACKed 3 MeshTimeouts, in seconds since the apply.
 func (r run) converged() (float64, bool) {
 	applied := r.events["applied"]
 	for _, s := range r.samples {
