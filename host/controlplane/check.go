@@ -27,9 +27,9 @@ type CheckRequest struct {
 
 // CheckResult is the verdict for every resource of a CheckRequest, in order.
 type CheckResult struct {
-	Zone     string       `json:"zone,omitempty"`
-	Items    []owner.Held `json:"items"`
-	Rejected int          `json:"rejected"`
+	Zone     string           `json:"zone,omitempty"`
+	Items    []owner.Withheld `json:"items"`
+	Rejected int              `json:"rejected"`
 	// Warnings say what a person should know about the answer (a zone this global never saw).
 	Warnings []string `json:"warnings,omitempty"`
 }

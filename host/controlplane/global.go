@@ -436,11 +436,11 @@ type ZoneView struct {
 	Heartbeat      *time.Time         `json:"heartbeat,omitempty"`
 	Retry          *retry.StreamState `json:"retry,omitempty"`
 	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT).
-	Withheld []owner.Held `json:"withheld,omitempty"`
+	Withheld []owner.Withheld `json:"withheld,omitempty"`
 	// Held is Withheld under its old JSON name, for the clients that read "held".
 	//
 	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
-	Held []owner.Held `json:"held,omitempty"`
+	Held []owner.Withheld `json:"held,omitempty"`
 }
 
 // ZoneViews returns every zone's insight.
@@ -449,9 +449,9 @@ func (g *Global) ZoneViews() []ZoneView {
 	if g.Retry != nil {
 		states = g.Retry.State()
 	}
-	var withheld func(zone string) []owner.Held
+	var withheld func(zone string) []owner.Withheld
 	if g.Holds != nil {
-		withheld = g.Holds.Held
+		withheld = g.Holds.Withheld
 	}
 	return g.replicas.merge(zoneViews(g.Zones.Insights(), slices.Values(states), withheld), time.Now())
 }
@@ -460,7 +460,7 @@ func (g *Global) ZoneViews() []ZoneView {
 // owner holds are off). A stream's retry state goes to its zone only while the zone is connected on
 // that stream. The states are indexed by stream once: /api/zones, polled every second, costs
 // O(zones + streams), not their product.
-func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], withheld func(zone string) []owner.Held) []ZoneView {
+func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], withheld func(zone string) []owner.Withheld) []ZoneView {
 	byStream := map[int64]*retry.StreamState{}
 	for st := range states {
 		byStream[st.Stream] = &st

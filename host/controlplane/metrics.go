@@ -350,7 +350,7 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ zone, kind, verdict string }
 	counts := map[key]int{}
 	for _, zone := range c.g.Zones.Connected() {
-		for _, h := range c.g.Holds.Held(zone) {
+		for _, h := range c.g.Holds.Withheld(zone) {
 			counts[key{zone, h.Key.Kind, h.Verdict}]++
 		}
 	}

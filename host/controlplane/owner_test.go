@@ -143,7 +143,7 @@ func TestCheckPredictsAgainstAZonesInventory(t *testing.T) {
 }
 
 // withheld is what the global withholds from its first zone.
-func withheld(g *controlplane.Global) []owner.Held {
+func withheld(g *controlplane.Global) []owner.Withheld {
 	views := g.ZoneViews()
 	if len(views) == 0 {
 		return nil

@@ -66,11 +66,11 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 		{Stream: 3, Zone: "reconnected", Round: 3},
 		{Stream: 7, Zone: "elsewhere", Round: 7},
 	}
-	withheld := func(zone string) []owner.Held {
+	withheld := func(zone string) []owner.Withheld {
 		if zone != "withheld" {
 			return nil
 		}
-		return []owner.Held{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
+		return []owner.Withheld{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
 	}
 	views := zoneViews(insights, slices.Values(states), withheld)
 	g.Expect(views).To(HaveLen(5))

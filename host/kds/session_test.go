@@ -163,7 +163,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 			}
 			g.Expect(got).To(Equal(want), "step %d, %s", step, kind)
 			for _, n := range append(names, "default/x") {
-				v, ok := z.HeldVersion("zone-1", kind, n)
+				v, ok := z.AckedVersion("zone-1", kind, n)
 				wv, wok := want[n]
 				g.Expect([]any{v, ok}).To(Equal([]any{wv, wok}), "step %d, %s %s", step, kind, n)
 			}

@@ -214,8 +214,8 @@ func (z *Zones) Known(zone string) bool {
 	return ok
 }
 
-// HeldVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
-func (z *Zones) HeldVersion(zone, kind, name string) (string, bool) {
+// AckedVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
+func (z *Zones) AckedVersion(zone, kind, name string) (string, bool) {
 	if s := z.session(zone); s != nil {
 		return s.AckedVersion(kind, name)
 	}

@@ -76,7 +76,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		for _, e := range o.d.Accepted {
 			z.setOwn(e.Key, Verdict{Version: e.Version}, e)
 		}
-		for k, v := range o.d.Held {
+		for k, v := range o.d.Withheld {
 			z.setOwn(k, v, snap.Kind(k.Kind)[k.XDSName()])
 		}
 	}
@@ -95,7 +95,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 // returns nil when ctx is done.
 func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
 	entries, gone := h.entriesFor(zone, snap, full, keys)
-	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.HeldVersion(zone, kind, name) })
+	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.AckedVersion(zone, kind, name) })
 	o := &outcome{gone: gone}
 	if plan.Asks() {
 		var extra []resource.Key
@@ -125,7 +125,7 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, ful
 		o.d = plan.decide(nil, nil)
 	}
 	if full {
-		o.table = newTable(o.d.Held, snap)
+		o.table = newTable(o.d.Withheld, snap)
 	}
 	return o
 }
@@ -166,7 +166,7 @@ func (h *Holds) entriesFor(zone string, snap *kds.Snapshot, full bool, keys map[
 			if !ok {
 				continue // served nowhere: the policy's to judge (REJECT), not a candidate
 			}
-			if v, held := h.cfg.Inventory.HeldVersion(zone, o.Kind, o.XDSName()); !held || v != served.Version {
+			if v, held := h.cfg.Inventory.AckedVersion(zone, o.Kind, o.XDSName()); !held || v != served.Version {
 				queue = append(queue, o)
 			}
 		}

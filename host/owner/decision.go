@@ -15,15 +15,15 @@ import (
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
-// Verdict names, as Held.Verdict spells them.
+// Verdict names, as Withheld.Verdict spells them.
 const (
 	Accept = "ACCEPT"
 	Wait   = "WAIT"
 	Reject = "REJECT"
 )
 
-// Held is one resource kept out of a zone's view, or, in a check's answer, any verdict.
-type Held struct {
+// Withheld is one resource kept out of a zone's view, or, in a check's answer, any verdict.
+type Withheld struct {
 	Key        resource.Key `json:"key"`
 	Verdict    string       `json:"verdict"` // WAIT or REJECT (or ACCEPT, in a check)
 	WaitingFor string       `json:"waitingFor,omitempty"`
@@ -33,16 +33,16 @@ type Held struct {
 // Verdict is the decision for one version of one resource on one zone. It is kept for every
 // zone-resource, so it is small: an accepted one is its version alone.
 type Verdict struct {
-	Version string
-	Held    *Held // why not; nil when accepted
+	Version  string
+	Withheld *Withheld // why not; nil when accepted
 }
 
 // Accepted reports whether the zone may see this version.
-func (v Verdict) Accepted() bool { return v.Held == nil }
+func (v Verdict) Accepted() bool { return v.Withheld == nil }
 
 // visible is the version of the resource the zone may see, or "" for none.
 func (v Verdict) visible() string {
-	if v.Held != nil {
+	if v.Withheld != nil {
 		return ""
 	}
 	return v.Version
@@ -68,14 +68,14 @@ type Plan struct {
 
 	extra   int          // how many of Request's candidates are extra
 	entries []*kds.Entry // the snapshot's candidates, in Request order after the extra ones
-	held    []*kds.Entry // the snapshot's entries the zone holds at their version
+	acked   []*kds.Entry // the snapshot's entries the zone has ACKed at their version
 }
 
-// NewPlan plans the check of zone, which holds held (kind -> xDS name -> version), against
+// NewPlan plans the check of zone, which has ACKed acked (kind -> xDS name -> version), against
 // snap: every entry of the snapshot, and the zone's whole inventory. The extra candidates (a
 // `kds-host check` file) are judged too, before the snapshot's, and replace the snapshot's
 // entries of the same keys.
-func NewPlan(zone string, snap *kds.Snapshot, held map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
+func NewPlan(zone string, snap *kds.Snapshot, acked map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
 	inExtra := make(map[resource.Key]bool, len(extra))
 	for _, r := range extra {
 		inExtra[resource.Key{Kind: r.GetKind(), Mesh: r.GetMesh(), Name: r.GetName()}] = true
@@ -89,10 +89,10 @@ func NewPlan(zone string, snap *kds.Snapshot, held map[string]map[string]string,
 		}
 	}
 	p := newPlan(zone, entries, extra, func(kind, name string) (string, bool) {
-		v, ok := held[kind][name]
+		v, ok := acked[kind][name]
 		return v, ok
 	})
-	for kind, names := range held {
+	for kind, names := range acked {
 		for name := range names {
 			k := resource.KeyFromXDSName(kind, name)
 			p.Request.Inventory = append(p.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
@@ -101,20 +101,20 @@ func NewPlan(zone string, snap *kds.Snapshot, held map[string]map[string]string,
 	return p
 }
 
-// NewPlanOf plans the check of the given entries for zone: those the zone holds at their version
-// (heldVersion says) are accepted, the others are the candidates. The caller adds the inventory
+// NewPlanOf plans the check of the given entries for zone: those the zone has ACKed at their
+// version (ackedVersion says) are accepted, the others are the candidates. The caller adds the inventory
 // to Request.
-func NewPlanOf(zone string, entries []*kds.Entry, heldVersion func(kind, name string) (string, bool)) *Plan {
-	return newPlan(zone, entries, nil, heldVersion)
+func NewPlanOf(zone string, entries []*kds.Entry, ackedVersion func(kind, name string) (string, bool)) *Plan {
+	return newPlan(zone, entries, nil, ackedVersion)
 }
 
-func newPlan(zone string, entries []*kds.Entry, extra []*kdsv1.Resource, heldVersion func(kind, name string) (string, bool)) *Plan {
+func newPlan(zone string, entries []*kds.Entry, extra []*kdsv1.Resource, ackedVersion func(kind, name string) (string, bool)) *Plan {
 	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
 	p.Request.Candidates = make([]*kdsv1.Resource, 0, len(extra)+len(entries))
 	p.Request.Candidates = append(p.Request.Candidates, extra...)
 	for _, e := range entries {
-		if v, ok := heldVersion(e.Key.Kind, e.Name); ok && v == e.Version {
-			p.held = append(p.held, e)
+		if v, ok := ackedVersion(e.Key.Kind, e.Name); ok && v == e.Version {
+			p.acked = append(p.acked, e)
 			continue
 		}
 		p.entries = append(p.entries, e)
@@ -128,9 +128,9 @@ func (p *Plan) Asks() bool { return len(p.Request.Candidates) > 0 }
 
 // Decision is what a check decided.
 type Decision struct {
-	// Held are the verdicts of the entries looked at that the zone may not see (WAIT or
+	// Withheld are the verdicts of the entries looked at that the zone may not see (WAIT or
 	// REJECT); every other entry looked at is in Accepted.
-	Held Verdicts
+	Withheld Verdicts
 	// Accepted are the entries looked at that the zone may see, at their version.
 	Accepted []*kds.Entry
 	// Shown names, by kind, the entries visible now at a version that was not visible before:
@@ -138,7 +138,7 @@ type Decision struct {
 	// a response, so an entry hidden now needs no refresh).
 	Shown map[string][]string
 	// Extra is the verdict of each extra candidate, in order (ACCEPT, WAIT or REJECT).
-	Extra []Held
+	Extra []Withheld
 	// Err is why the policy's answer could not be used; then every entry is accepted (the
 	// check fails open) and Extra is empty.
 	Err error
@@ -146,8 +146,8 @@ type Decision struct {
 
 // Verdicts is the verdict of every entry looked at.
 func (d Decision) Verdicts() Verdicts {
-	out := make(Verdicts, len(d.Held)+len(d.Accepted))
-	for k, v := range d.Held {
+	out := make(Verdicts, len(d.Withheld)+len(d.Accepted))
+	for k, v := range d.Withheld {
 		out[k] = v
 	}
 	for _, e := range d.Accepted {
@@ -170,13 +170,13 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	if err == nil && p.Asks() && len(resp.GetPredictions()) != len(p.Request.Candidates) {
 		err = errors.New("owner check answered a different number of predictions")
 	}
-	d := Decision{Held: Verdicts{}, Accepted: make([]*kds.Entry, 0, len(p.held)+len(p.entries)), Err: err}
-	d.Accepted = append(d.Accepted, p.held...) // already there
+	d := Decision{Withheld: Verdicts{}, Accepted: make([]*kds.Entry, 0, len(p.acked)+len(p.entries)), Err: err}
+	d.Accepted = append(d.Accepted, p.acked...) // already there
 	preds := resp.GetPredictions()
 	for i, e := range p.entries {
 		if err == nil {
-			if h := heldOf(preds[p.extra+i], e.Key); h.Verdict != Accept {
-				d.Held[e.Key] = Verdict{Version: e.Version, Held: &h}
+			if h := withheldOf(preds[p.extra+i], e.Key); h.Verdict != Accept {
+				d.Withheld[e.Key] = Verdict{Version: e.Version, Withheld: &h}
 				continue
 			}
 		}
@@ -185,7 +185,7 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	if err == nil {
 		for i := range p.extra {
 			c := p.Request.Candidates[i]
-			d.Extra = append(d.Extra, heldOf(preds[i], resource.Key{Kind: c.GetKind(), Mesh: c.GetMesh(), Name: c.GetName()}))
+			d.Extra = append(d.Extra, withheldOf(preds[i], resource.Key{Kind: c.GetKind(), Mesh: c.GetMesh(), Name: c.GetName()}))
 		}
 	}
 	return d
@@ -206,9 +206,9 @@ func shown(accepted []*kds.Entry, prev View) map[string][]string {
 	return out
 }
 
-// heldOf reads one prediction about key.
-func heldOf(p *pluginv1.Prediction, key resource.Key) Held {
-	h := Held{Key: key, Verdict: Accept, Reason: p.GetReason()}
+// withheldOf reads one prediction about key.
+func withheldOf(p *pluginv1.Prediction, key resource.Key) Withheld {
+	h := Withheld{Key: key, Verdict: Accept, Reason: p.GetReason()}
 	switch p.GetVerdict() {
 	case pluginv1.Verdict_VERDICT_WAIT:
 		h.Verdict = Wait

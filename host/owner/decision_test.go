@@ -88,7 +88,7 @@ func accepted(s *kds.Snapshot, k resource.Key) owner.Verdict {
 func TestOwnerDecision(t *testing.T) {
 	snap := snapshot(t, meshKey, timeoutKey, retryKey)
 	waitMesh := func(k resource.Key) owner.Verdict {
-		return owner.Verdict{Version: version(snap, k), Held: &owner.Held{Key: k, Verdict: owner.Wait, WaitingFor: "Mesh/default", Reason: "because"}}
+		return owner.Verdict{Version: version(snap, k), Withheld: &owner.Withheld{Key: k, Verdict: owner.Wait, WaitingFor: "Mesh/default", Reason: "because"}}
 	}
 	for _, tc := range []struct {
 		name           string
@@ -100,7 +100,7 @@ func TestOwnerDecision(t *testing.T) {
 		wantCandidates []resource.Key
 		wantVerdicts   owner.Verdicts
 		wantShown      map[string][]string
-		wantExtra      []owner.Held
+		wantExtra      []owner.Withheld
 		wantErr        bool
 	}{
 		{
@@ -147,7 +147,7 @@ func TestOwnerDecision(t *testing.T) {
 			wantCandidates: []resource.Key{timeoutKey, {Kind: "MeshTimeout", Mesh: "other", Name: "x"}, meshKey, retryKey},
 			wantVerdicts:   owner.Verdicts{meshKey: accepted(snap, meshKey), retryKey: waitMesh(retryKey)},
 			wantShown:      map[string][]string{"Mesh": {"default"}},
-			wantExtra: []owner.Held{
+			wantExtra: []owner.Withheld{
 				{Key: timeoutKey, Verdict: owner.Accept, Reason: "because"},
 				{Key: resource.Key{Kind: "MeshTimeout", Mesh: "other", Name: "x"}, Verdict: owner.Reject, Reason: "because"},
 			},

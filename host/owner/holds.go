@@ -51,8 +51,8 @@ type Source interface {
 
 // Inventory is what each zone has ACKed.
 type Inventory interface {
-	// HeldVersion is the version of a resource (kind, xDS name) the zone holds.
-	HeldVersion(zone, kind, name string) (string, bool)
+	// AckedVersion is the version of a resource (kind, xDS name) the zone holds.
+	AckedVersion(zone, kind, name string) (string, bool)
 	// InventoryKeys lists what the zone holds of kinds (nil: everything), and which of extra.
 	InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key
 	// InventoryDigest identifies what the zone holds now: checks of two zones with the same
@@ -312,21 +312,21 @@ func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
 	return found
 }
 
-// Held returns what is held back from a zone, sorted by key.
-func (h *Holds) Held(zone string) []Held {
+// Withheld returns what is held back from a zone, sorted by key.
+func (h *Holds) Withheld(zone string) []Withheld {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	var out []Held
+	var out []Withheld
 	if z := h.zones[zone]; z != nil {
 		for _, v := range z.own {
-			if v.Held != nil {
-				out = append(out, *v.Held)
+			if v.Withheld != nil {
+				out = append(out, *v.Withheld)
 			}
 		}
 		if z.table != nil {
 			for k, v := range z.table.held {
 				if _, over := z.own[k]; !over {
-					out = append(out, *v.Held)
+					out = append(out, *v.Withheld)
 				}
 			}
 		}

@@ -35,14 +35,14 @@ func TestHeldOrderAndLayers(t *testing.T) {
 			z := layered(tc.own, tc.table, snap)
 			h := &Holds{zones: map[string]*zoneHolds{"zone-1": z}}
 			var got []resource.Key
-			for _, held := range h.Held("zone-1") {
+			for _, held := range h.Withheld("zone-1") {
 				got = append(got, held.Key)
 				if own, ok := tc.own[held.Key]; ok {
-					g.Expect(held).To(Equal(*own.Held), "own's verdict wins")
+					g.Expect(held).To(Equal(*own.Withheld), "own's verdict wins")
 				}
 			}
 			g.Expect(got).To(Equal(tc.want))
-			g.Expect(h.Held("zone-2")).To(BeEmpty(), "an unknown zone holds nothing back")
+			g.Expect(h.Withheld("zone-2")).To(BeEmpty(), "an unknown zone holds nothing back")
 		})
 	}
 }
@@ -96,8 +96,8 @@ type emptyZones struct {
 	refreshes atomic.Int32
 }
 
-func (e *emptyZones) Snapshot() *kds.Snapshot                         { return e.snap }
-func (*emptyZones) HeldVersion(string, string, string) (string, bool) { return "", false }
+func (e *emptyZones) Snapshot() *kds.Snapshot                          { return e.snap }
+func (*emptyZones) AckedVersion(string, string, string) (string, bool) { return "", false }
 func (*emptyZones) InventoryKeys(string, []string, []resource.Key) []resource.Key {
 	return nil
 }

@@ -38,7 +38,7 @@ func (w *world) Snapshot() *kds.Snapshot {
 	return w.snap
 }
 
-func (w *world) HeldVersion(zone, kind, name string) (string, bool) {
+func (w *world) AckedVersion(zone, kind, name string) (string, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v, ok := w.inventory[zone][kind][name]
@@ -133,15 +133,15 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 	h := newHolds(t, w)
 	obs := h.Observer()
 	obs.StreamOpened(1, "zone-1")
-	g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(HaveLen(1))
-	g.Expect(h.Held("zone-1")[0].Verdict).To(Equal(owner.Wait))
+	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(HaveLen(1))
+	g.Expect(h.Withheld("zone-1")[0].Verdict).To(Equal(owner.Wait))
 	g.Expect(h.Visible("zone-1", w.snap.Kind("Mesh")["default"])).To(BeTrue())
 	g.Expect(h.Visible("zone-1", w.snap.Kind("MeshTimeout")["default/t"])).To(BeFalse())
 
 	// The zone ACKs its Mesh: the policy is released, and its name refreshed.
 	w.hold("zone-1", meshKey)
 	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": version(w.snap, meshKey)}})
-	g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 	g.Expect(h.Visible("zone-1", w.snap.Kind("MeshTimeout")["default/t"])).To(BeTrue())
 	w.mu.Lock()
 	g.Expect(w.refreshed["zone-1"]).To(ContainElement("MeshTimeout default/t"))
@@ -159,7 +159,7 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 	g.Expect(h.Zones()).To(Equal(1), "kept for the grace period")
 	h.Forget("zone-1")
 	g.Expect(h.Zones()).To(BeZero())
-	g.Expect(h.Held("zone-1")).To(BeEmpty())
+	g.Expect(h.Withheld("zone-1")).To(BeEmpty())
 	g.Expect(h.Visible("zone-1", w.snap.Kind("Mesh")["default"])).To(BeFalse())
 }
 
@@ -180,7 +180,7 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 	obs := h.Observer()
 	obs.StreamOpened(1, "zone-1")
 	deadline := time.Now().Add(10 * time.Second)
-	for len(h.Held("zone-1")) < 10_000 && time.Now().Before(deadline) {
+	for len(h.Withheld("zone-1")) < 10_000 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshRetry", Versions: map[string]string{"default/x": "1"}}
@@ -276,14 +276,14 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 	h.Changed(snap)
 	obs := h.Observer()
 	obs.StreamOpened(1, "zone-1")
-	g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(HaveLen(100))
+	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(HaveLen(100))
 	g.Expect(rec.last("zone-1").GetCandidates()).To(HaveLen(101), "the first check looks at everything")
 
 	// The zone ACKs its Mesh: the 100 that waited for it, found by index, are checked.
 	w.hold("zone-1", meshKey)
 	calls := rec.count()
 	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": version(snap, meshKey)}})
-	g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 	g.Expect(rec.count()).To(Equal(calls + 1))
 	g.Expect(rec.last("zone-1").GetCandidates()).To(HaveLen(100))
 	g.Expect(rec.last("zone-1").GetInventory()).To(HaveLen(1), "only the declared owner kinds: the Mesh")
@@ -360,7 +360,7 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 			h.Observer().StreamOpened(int64(i+1), z)
 		}
 		for _, z := range zones {
-			NewWithT(t).Eventually(func() []owner.Held { return h.Held(z) }).Should(HaveLen(50), z)
+			NewWithT(t).Eventually(func() []owner.Withheld { return h.Withheld(z) }).Should(HaveLen(50), z)
 		}
 		return w, rec, h
 	}
@@ -382,11 +382,11 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 
 		// Two zones ACK their Mesh: they hold the same again, so one more answer frees both.
 		ackMesh(w, h, 0, "zone-1")
-		g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 		ackMesh(w, h, 1, "zone-2")
-		g.Eventually(func() []owner.Held { return h.Held("zone-2") }).Should(BeEmpty())
+		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-2") }).Should(BeEmpty())
 		g.Expect(rec.count()).To(Equal(2))
-		g.Expect(h.Held("zone-3")).To(HaveLen(50), "a zone that holds less keeps its own verdicts")
+		g.Expect(h.Withheld("zone-3")).To(HaveLen(50), "a zone that holds less keeps its own verdicts")
 		for _, n := range []string{"default/t-0", "default/t-49"} {
 			g.Expect(h.Visible("zone-2", w.snap.Kind("MeshTimeout")[n])).To(BeTrue())
 			g.Expect(h.Visible("zone-3", w.snap.Kind("MeshTimeout")[n])).To(BeFalse())
@@ -412,10 +412,10 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		w, rec, h := run(t, false, gen.Load)
 		g.Expect(rec.count()).To(Equal(1))
 		ackMesh(w, h, 0, "zone-1")
-		g.Eventually(func() []owner.Held { return h.Held("zone-1") }).Should(BeEmpty())
+		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 		gen.Add(1) // a reload
 		ackMesh(w, h, 1, "zone-2")
-		g.Eventually(func() []owner.Held { return h.Held("zone-2") }).Should(BeEmpty())
+		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-2") }).Should(BeEmpty())
 		g.Expect(rec.count()).To(Equal(3))
 
 		// Another reload brings a policy that does not declare zone_independent: it is asked
@@ -423,9 +423,9 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		rec.perZone.Store(true)
 		gen.Add(1)
 		ackMesh(w, h, 2, "zone-3")
-		g.Eventually(func() []owner.Held { return h.Held("zone-3") }).Should(BeEmpty())
+		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-3") }).Should(BeEmpty())
 		ackMesh(w, h, 3, "zone-4")
-		g.Eventually(func() []owner.Held { return h.Held("zone-4") }).Should(BeEmpty())
+		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-4") }).Should(BeEmpty())
 		g.Expect(rec.count()).To(Equal(5))
 	})
 }

@@ -99,7 +99,7 @@ func TestAReportDuringACheckIsWeighedAfterIt(t *testing.T) {
 		synctest.Wait()
 
 		g.Expect(h.Visible("zone-1", w.snap.Kind(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
-		g.Expect(h.Held("zone-1")).To(BeEmpty())
+		g.Expect(h.Withheld("zone-1")).To(BeEmpty())
 	})
 }
 
@@ -138,6 +138,6 @@ func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
 		g.Expect(p.gate.count()).To(Equal(2), "checked again once the first check ended")
 		e := snap2.Kind(pol.Kind)[pol.Key().XDSName()]
 		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
-		g.Expect(h.Held("zone-1")).To(ConsistOf(HaveField("Key", pol.Key())))
+		g.Expect(h.Withheld("zone-1")).To(ConsistOf(HaveField("Key", pol.Key())))
 	})
 }

@@ -376,17 +376,17 @@ func (r *modelRun) check() {
 				e := snap.Kind(kind)[name]
 				v := verdicts[e.Key]
 				if wantVisible := v.Accepted() && v.Version == e.Version; visible(e) != wantVisible {
-					r.t.Errorf("%s sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, visible(e), wantVisible, v.Held)
+					r.t.Errorf("%s sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, visible(e), wantVisible, v.Withheld)
 				}
 			}
 		}
 		release()
-		var wantHeld []owner.Held
-		for _, v := range want.Held {
-			wantHeld = append(wantHeld, *v.Held)
+		var wantHeld []owner.Withheld
+		for _, v := range want.Withheld {
+			wantHeld = append(wantHeld, *v.Withheld)
 		}
 		sort.Slice(wantHeld, func(i, j int) bool { return wantHeld[i].Key.String() < wantHeld[j].Key.String() })
-		if got := r.holds.Held(zone); !slices.Equal(got, wantHeld) {
+		if got := r.holds.Withheld(zone); !slices.Equal(got, wantHeld) {
 			r.t.Errorf("%s held back: %+v, from scratch: %+v", zone, got, wantHeld)
 		}
 	}

@@ -69,12 +69,12 @@ func newTable(held Verdicts, snap *kds.Snapshot) *table {
 // an owner served nowhere may become a WAIT or an ACCEPT once that owner is written or arrives).
 // An accepted verdict is under none.
 func heldUnder(v Verdict, e *kds.Entry) []string {
-	if v.Held == nil {
+	if v.Withheld == nil {
 		return nil
 	}
 	var out []string
-	if v.Held.WaitingFor != "" {
-		out = append(out, v.Held.WaitingFor)
+	if v.Withheld.WaitingFor != "" {
+		out = append(out, v.Withheld.WaitingFor)
 	}
 	if e != nil {
 		for _, o := range owners(e) {

@@ -53,11 +53,11 @@ func layered(own, table Verdicts, snap *kds.Snapshot) *zoneHolds {
 }
 
 func wait(k resource.Key, version, owner string) Verdict {
-	return Verdict{Version: version, Held: &Held{Key: k, Verdict: Wait, WaitingFor: owner}}
+	return Verdict{Version: version, Withheld: &Withheld{Key: k, Verdict: Wait, WaitingFor: owner}}
 }
 
 func reject(k resource.Key, version string) Verdict {
-	return Verdict{Version: version, Held: &Held{Key: k, Verdict: Reject}}
+	return Verdict{Version: version, Withheld: &Withheld{Key: k, Verdict: Reject}}
 }
 
 // The first layer that knows a key wins: own, then the table, then the base snapshot.
@@ -166,7 +166,7 @@ func TestOwnWaitingIndex(t *testing.T) {
 			// A table of the same verdicts is indexed the same.
 			held := Verdicts{}
 			for k, v := range z.own {
-				if v.Held != nil {
+				if v.Withheld != nil {
 					held[k] = v
 				}
 			}
