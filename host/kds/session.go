@@ -120,13 +120,13 @@ func (s *Session) kind(k string) *kindState {
 }
 
 // ackedLocked is the version of kind/name the zone has ACKed. Call with s.mu.
-func (s *Session) ackedLocked(kind, name string) ackedVersion {
-	for _, r := range s.inflight {
-		if r.kind == kind {
-			if h, ok := r.covers(name); ok {
-				return h
-			}
-		}
+func (s *Session) ackedLocked(kind, name string) ackedVersion { return s.ackedExcept(kind, name, nil) }
+
+// ackedExcept is ackedLocked as if the response in flight except were not. Call with s.mu.
+func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion {
+	if o := s.carrier(kind, name, except); o != nil {
+		h, _ := o.covers(name)
+		return h
 	}
 	ks := s.kinds[kind]
 	if ks == nil {
@@ -241,14 +241,14 @@ func (s *Session) forgetLocked(r *inflight) {
 	ks := s.kind(r.kind)
 	r.eachName(func(name string) {
 		h, _ := r.covers(name)
-		s.layLocked(ks, r.kind, name, h)
+		s.layLocked(ks, r.kind, name, h, nil)
 	})
 }
 
 // layLocked records that the zone holds h of kind/name now: under the next response in flight
 // that carries the name, else over what it was delivered. Call with s.mu.
-func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion) {
-	if o := s.laterFlight(kind, name); o != nil {
+func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion, except *inflight) {
+	if o := s.carrier(kind, name, except); o != nil {
 		o.setPrior(name, h)
 	} else {
 		ks.setRefused(name, h)
@@ -265,10 +265,10 @@ func (s *Session) dropLocked(r *inflight) {
 	}
 }
 
-// laterFlight is the oldest response in flight that carries name of kind, or nil.
-func (s *Session) laterFlight(kind, name string) *inflight {
+// carrier is the oldest response in flight (but except) that carries name of kind, or nil.
+func (s *Session) carrier(kind, name string, except *inflight) *inflight {
 	for _, o := range s.inflight {
-		if o.kind == kind {
+		if o.kind == kind && o != except {
 			if _, ok := o.covers(name); ok {
 				return o
 			}
@@ -314,25 +314,18 @@ func (r *inflight) eachName(f func(string)) {
 // answerLocked applies the zone's answer to r: it now holds what r carried but the rejected
 // names, of which it keeps what it had. Call with s.mu.
 func (s *Session) answerLocked(r *inflight, rejected map[string]bool) {
-	type change struct {
-		name        string
-		before, now ackedVersion
-	}
-	changes := make([]change, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
+	ks := s.kind(r.kind)
 	r.eachName(func(name string) {
+		before := s.ackedLocked(r.kind, name)
 		now, _ := r.covers(name) // what it had
 		if !rejected[name] {
 			v, ok := r.versions[name]
 			now = ackedVersion{v, ok}
 		}
-		changes = append(changes, change{name, s.ackedLocked(r.kind, name), now})
+		s.layLocked(ks, r.kind, name, now, r)
+		s.account(r.kind, name, before, s.ackedExcept(r.kind, name, r))
 	})
 	s.dropLocked(r)
-	ks := s.kind(r.kind)
-	for _, c := range changes {
-		s.layLocked(ks, r.kind, c.name, c.now)
-		s.account(r.kind, c.name, c.before, s.ackedLocked(r.kind, c.name))
-	}
 }
 
 // byNonce finds the response in flight a request answers.
