@@ -73,7 +73,7 @@ func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
 	for {
-		r.beat(ctx, zones.Insights(), time.Now())
+		r.beat(ctx, zones.Streams(), time.Now())
 		select {
 		case <-ctx.Done():
 			r.leave()

@@ -266,9 +266,6 @@ func (c *Cache) closeStream(id int64) *Session {
 	}
 	c.mu.Unlock()
 	if st != nil {
-		st.mu.Lock()
-		st.closed = true
-		st.mu.Unlock()
 		close(st.stop)
 		<-st.done
 	}

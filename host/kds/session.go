@@ -3,11 +3,12 @@ package kds
 import (
 	"hash/maphash"
 	"slices"
-
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/kds-host/kds-host/host/event"
 )
 
 // Session is everything the global knows about one zone stream, in one place behind one lock:
@@ -16,17 +17,19 @@ import (
 // the tracker's ACK and NACK pairing and the zone table's inventory all read it; none keeps a
 // copy.
 //
-// What the zone holds is one map per kind, the versions delivered to it (delivered), with two
-// small layers over it that give the versions it ACKed: each response in flight remembers what
-// the zone had acknowledged of its names before (priors), and the names it refused remember
-// what it holds instead (refused). So a zone in sync costs one name -> version map per kind, as
-// a stock go-control-plane subscription does, and reading what it ACKed costs a lookup or three.
+// What the zone holds is one map per kind, what was delivered to it (delivered), with two small
+// layers over it that give the versions it ACKed: each response in flight remembers what the
+// zone had ACKed of its names before (priors), and the names it refused remember what it holds
+// instead (refused). So a zone in sync costs one name -> pointer map per kind (a stock
+// go-control-plane subscription keeps one name -> version map), and reading what it ACKed costs
+// a lookup or three.
 //
 // Invariants (under mu):
 //   - acked(kind, name) is the version the zone has ACKed (or reported holding when it
 //     subscribed): the oldest in-flight response that carries the name says what the zone had
 //     before it; else refused; else delivered.
-//   - digest and each kind's acked count are those of acked, kept as it changes (setView).
+//   - digest and each kind's acked count are those of acked, kept as it changes (setView,
+//     account).
 //   - inflight holds at most MaxInFlight responses, oldest first; the oldest forgotten is folded
 //     into refused, so acked does not change when it is forgotten.
 type Session struct {
@@ -41,7 +44,6 @@ type Session struct {
 	inflight   []*inflight // responses handed to the server and not answered yet, oldest first
 	reRequests tokenBucket
 	digest     Digest // of what the zone ACKed
-	closed     bool
 
 	wake chan struct{} // capacity 1: the queue grew
 	stop chan struct{} // closed when the stream closes
@@ -70,6 +72,11 @@ type kindState struct {
 	full      bool                    // every name may differ: look at them all
 	forced    map[string]bool         // names to send although the zone was sent their version
 	served    map[string]string
+
+	// What happened to the kind on this stream, for the insight.
+	sent, responses, acks, nacks int64
+	lastError                    string
+	rejected                     []event.Rejection
 }
 
 // ackedVersion is the version of a name the zone has ACKed, or (ok false) that it has ACKed
@@ -206,34 +213,6 @@ func (s *Session) account(kind, name string, before, after ackedVersion) {
 	}
 }
 
-// deliverLocked records a response handed to the server: in flight, with what the zone had ACKed
-// of its names, and counted as delivered. Call with s.mu.
-func (s *Session) deliverLocked(kind string, resp *discovery.DeltaDiscoveryResponse) *inflight {
-	r := &inflight{kind: kind, resp: resp, versions: make(map[string]string, len(resp.Resources))}
-	prior := func(name string) {
-		if h := s.ackedLocked(kind, name); h.ok {
-			if r.priors == nil {
-				r.priors = map[string]string{}
-			}
-			r.priors[name] = h.version
-		}
-	}
-	for _, res := range resp.Resources {
-		prior(res.Name)
-	}
-	for _, n := range resp.RemovedResources {
-		prior(n)
-	}
-	for _, res := range resp.Resources {
-		r.versions[res.Name] = res.Version
-	}
-	s.inflight = append(s.inflight, r)
-	if len(s.inflight) > MaxInFlight {
-		s.forgetLocked(s.inflight[0])
-	}
-	return r
-}
-
 // forgetLocked drops the oldest in-flight response: the zone holds what it had of its names
 // before, as if it had refused them all (so acked does not change). Call with s.mu.
 func (s *Session) forgetLocked(r *inflight) {
@@ -291,7 +270,7 @@ func (r *inflight) setPrior(name string, h ackedVersion) {
 
 // setRefused records that the zone holds h of name, where delivered may say otherwise.
 func (ks *kindState) setRefused(name string, h ackedVersion) {
-	if r, ok := ks.delivered[name]; ok == h.ok && (!ok || r.Version == h.version) {
+	if ks.deliveredIs(name, h) {
 		delete(ks.refused, name)
 		return
 	}
@@ -313,19 +292,53 @@ func (r *inflight) eachName(f func(string)) {
 
 // answerLocked applies the zone's answer to r: it now holds what r carried but the rejected
 // names, of which it keeps what it had. Call with s.mu.
+//
+// Answers come in order: r is the oldest response in flight of its kind. When it is the only
+// one and nothing of the kind is refused (a zone in step), a name the zone now holds as it was
+// delivered costs one lookup; any other name goes through the layers.
 func (s *Session) answerLocked(r *inflight, rejected map[string]bool) {
 	ks := s.kind(r.kind)
-	r.eachName(func(name string) {
-		before := s.ackedLocked(r.kind, name)
-		now, _ := r.covers(name) // what it had
-		if !rejected[name] {
-			v, ok := r.versions[name]
-			now = ackedVersion{v, ok}
+	alone := len(ks.refused) == 0 && !slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != r && o.kind == r.kind })
+	apply := func(name string, had, now ackedVersion) {
+		if alone && ks.deliveredIs(name, now) {
+			s.account(r.kind, name, had, now)
+			return
 		}
+		before := s.ackedLocked(r.kind, name)
 		s.layLocked(ks, r.kind, name, now, r)
 		s.account(r.kind, name, before, s.ackedExcept(r.kind, name, r))
-	})
+	}
+	for _, res := range r.resp.Resources {
+		had := r.prior(res.Name)
+		now := ackedVersion{res.Version, true}
+		if rejected[res.Name] {
+			now = had
+		}
+		apply(res.Name, had, now)
+	}
+	for _, n := range r.resp.RemovedResources {
+		had := r.prior(n)
+		now := ackedVersion{}
+		if rejected[n] {
+			now = had
+		}
+		apply(n, had, now)
+	}
 	s.dropLocked(r)
+}
+
+// prior is what the zone had ACKed, before r, of a name r carries.
+func (r *inflight) prior(name string) ackedVersion {
+	if v, ok := r.priors[name]; ok {
+		return ackedVersion{v, true}
+	}
+	return ackedVersion{}
+}
+
+// deliveredIs reports whether delivered says h of name.
+func (ks *kindState) deliveredIs(name string, h ackedVersion) bool {
+	d, ok := ks.delivered[name]
+	return ok == h.ok && (!ok || d.Version == h.version)
 }
 
 // byNonce finds the response in flight a request answers.
@@ -383,6 +396,23 @@ func (s *Session) AckedCounts() map[string]int {
 	out := make(map[string]int, len(s.kinds))
 	for k, ks := range s.kinds {
 		out[k] = ks.acked
+	}
+	return out
+}
+
+// Insight is what happened to each kind on the stream, and how much of it the zone has ACKed: a
+// kind appears once something was sent, answered or reported held of it. The caller owns the
+// copies.
+func (s *Session) Insight() []*KindInsight {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*KindInsight, 0, len(s.kinds))
+	for kind, ks := range s.kinds {
+		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 {
+			continue
+		}
+		out = append(out, &KindInsight{Kind: kind, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
+			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked})
 	}
 	return out
 }
@@ -483,28 +513,45 @@ func (s *Session) next() *watch {
 	return w
 }
 
-// handOverLocked counts a response as handed to the server: delivered, and in flight. It
-// returns the in-flight record and what delivered had of the names it carries, for takeBack.
-// Call with s.mu.
+// handOverLocked counts a response as handed to the server: delivered, and in flight with what
+// the zone had ACKed of its names. It returns the in-flight record and what delivered had of
+// the names it carries, for takeBack. Call with s.mu.
 func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResponse) (*inflight, []prior) {
 	ks := s.kind(kind)
-	flight := s.deliverLocked(kind, resp)
+	// With nothing of the kind refused or in flight, what the zone ACKed is what it was
+	// delivered: one lookup a name.
+	layered := len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o.kind == kind })
+	r := &inflight{kind: kind, resp: resp, versions: make(map[string]string, len(resp.Resources))}
 	if len(ks.delivered) == 0 && len(resp.Resources) > 8 {
 		ks.delivered = make(map[string]*discovery.Resource, len(resp.Resources)) // the first response: one allocation
 	}
 	var undo []prior
-	flight.eachName(func(name string) {
-		if old, had := ks.delivered[name]; had {
+	note := func(name string) {
+		old, had := ks.delivered[name]
+		if had {
 			undo = append(undo, prior{name, old})
 		}
-	})
-	for _, r := range resp.Resources {
-		ks.delivered[r.Name] = r
+		switch {
+		case layered:
+			r.setPrior(name, s.ackedLocked(kind, name))
+		case had:
+			r.setPrior(name, ackedVersion{old.Version, true})
+		}
+	}
+	for _, res := range resp.Resources {
+		note(res.Name)
+		r.versions[res.Name] = res.Version
+		ks.delivered[res.Name] = res
 	}
 	for _, n := range resp.RemovedResources {
+		note(n)
 		delete(ks.delivered, n)
 	}
-	return flight, undo
+	s.inflight = append(s.inflight, r)
+	if len(s.inflight) > MaxInFlight {
+		s.forgetLocked(s.inflight[0])
+	}
+	return r, undo
 }
 
 // takeBack undoes a response that was not delivered: what the zone was sent is as before, and

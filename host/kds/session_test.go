@@ -21,10 +21,13 @@ import (
 // nothing, and neither does an answer to it.
 type zoneModel struct {
 	acked   map[string]map[string]string // kind -> name -> version
+	// What the insight counts: responses sent, and the answers the global applied.
+	responses, acks, nacks map[string]int64
 	pending []*modelResponse             // what the global remembers, oldest first
 }
 
 type modelResponse struct {
+	nack        bool // answered with a NACK
 	nonce, kind string
 	versions    map[string]string
 	removed     []string
@@ -36,6 +39,11 @@ func (m *zoneModel) answer(r *modelResponse, rejected map[string]bool) {
 		return // forgotten: the global ignores the answer
 	}
 	m.pending = slices.Delete(m.pending, i, i+1)
+	if len(rejected) > 0 || r.nack {
+		m.nacks[r.kind]++
+	} else {
+		m.acks[r.kind]++
+	}
 	if m.acked[r.kind] == nil {
 		m.acked[r.kind] = map[string]string{}
 	}
@@ -92,7 +100,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 	z := NewZones(c)
 	z.streamOpened(1, "zone-1")
 
-	m := &zoneModel{acked: map[string]map[string]string{}}
+	m := &zoneModel{acked: map[string]map[string]string{}, responses: map[string]int64{}, acks: map[string]int64{}, nacks: map[string]int64{}}
 	var all []*modelResponse // every response sent, answered or not
 	names := []string{"default/a", "default/b", "default/c", "default/d", "default/e"}
 	nonce := 0
@@ -114,6 +122,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 				}
 			}
 			tr.OnStreamDeltaResponse(1, nil, resp)
+			m.responses[r.kind]++
 			m.pending = append(m.pending, r)
 			all = append(all, r)
 			if len(m.pending) > MaxInFlight {
@@ -125,6 +134,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 					r := &modelResponse{nonce: strconv.Itoa(nonce), kind: "Mesh", versions: map[string]string{"default/x": strconv.Itoa(nonce)}}
 					tr.OnStreamDeltaResponse(1, nil, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: r.nonce,
 						Resources: []*discovery.Resource{{Name: "default/x", Version: r.versions["default/x"]}}})
+					m.responses["Mesh"]++
 					m.pending = append(m.pending, r)
 					if len(m.pending) > MaxInFlight {
 						m.pending = m.pending[1:]
@@ -150,6 +160,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 				g.Expect(err).NotTo(HaveOccurred())
 				req.ErrorDetail = detail
 			}
+			r.nack = req.ErrorDetail != nil
 			g.Expect(tr.OnStreamDeltaRequest(1, req)).To(Succeed())
 			m.answer(r, rejected)
 		}
@@ -170,7 +181,37 @@ func sessionModelRun(t *testing.T, seed uint64) {
 			g.Expect(s.AckedCounts()[kind]).To(Equal(len(want)), "step %d, %s count", step, kind)
 		}
 		g.Expect(z.InventoryDigest("zone-1")).To(Equal(m.digest()), "step %d", step)
+		for _, ki := range s.Insight() {
+			g.Expect([]int64{ki.Responses, ki.ACKs, ki.NACKs}).To(Equal([]int64{m.responses[ki.Kind], m.acks[ki.Kind], m.nacks[ki.Kind]}), "step %d, %s insight", step, ki.Kind)
+		}
 		g.Expect(s.InFlight()).To(Equal(len(m.pending)), "step %d", step)
 		g.Expect(z.InventoryKeys("zone-1", nil, nil)).To(HaveLen(m.digest().N))
 	}
+}
+
+// A zone's counters add up across its streams: a new stream's session starts at zero, and the
+// zone table keeps what the earlier ones counted.
+func TestAZonesCountersAddUpAcrossItsStreams(t *testing.T) {
+	g := NewWithT(t)
+	c := NewCache([]string{"MeshTimeout"})
+	defer c.Close()
+	z := NewZones(c)
+	tr := NewTracker(c, z.Observer())
+	for id := range int64(3) {
+		stream := id + 1
+		g.Expect(tr.OnDeltaStreamOpen(context.Background(), stream, "")).To(Succeed())
+		g.Expect(tr.OnStreamDeltaRequest(stream, &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "zone-1"}, TypeUrl: "MeshTimeout"})).To(Succeed())
+		tr.OnStreamDeltaResponse(stream, nil, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshTimeout", Nonce: "1",
+			Resources: []*discovery.Resource{{Name: "m/a", Version: "1"}, {Name: "m/b", Version: "1"}}})
+		g.Expect(tr.OnStreamDeltaRequest(stream, &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResponseNonce: "1"})).To(Succeed())
+		tr.OnDeltaStreamClosed(stream, nil)
+	}
+	zi := z.Insights()
+	g.Expect(zi).To(HaveLen(1))
+	g.Expect(zi[0].Stream).To(Equal(int64(3)))
+	g.Expect(zi[0].Kinds).To(HaveLen(1))
+	ki := zi[0].Kinds[0]
+	g.Expect([]int64{ki.Responses, ki.Sent, ki.ACKs, ki.NACKs}).To(Equal([]int64{3, 6, 3, 0}))
+	g.Expect(ki.Known).To(Equal(2), "what the last stream's zone ACKed")
+	g.Expect(z.Streams()).To(BeEmpty(), "no stream is open")
 }

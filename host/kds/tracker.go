@@ -151,8 +151,11 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	}
 	var nack event.NACK
 	if answered != nil {
+		aks := s.kind(answered.kind)
 		if req.GetErrorDetail() == nil {
 			s.answerLocked(answered, nil)
+			aks.acks++
+			aks.rejected, aks.lastError = nil, ""
 		} else {
 			nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage)
 			rejected := make(map[string]bool, len(nack.Rejected))
@@ -160,6 +163,8 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 				rejected[r.Name] = true
 			}
 			s.answerLocked(answered, rejected)
+			aks.nacks++
+			aks.rejected, aks.lastError = nack.Rejected, nack.Detail
 		}
 	}
 	s.mu.Unlock()
@@ -204,6 +209,9 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp) // not made by the cache (a test driving the callbacks)
 	}
 	r.nonce = resp.GetNonce()
+	ks := s.kind(r.kind)
+	ks.responses++
+	ks.sent += int64(len(resp.GetResources()) + len(resp.GetRemovedResources()))
 	zone := s.zone
 	s.mu.Unlock()
 	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.versions, Removed: resp.GetRemovedResources()})

@@ -11,9 +11,10 @@ import (
 	"github.com/kds-host/kds-host/host/shrink"
 )
 
-// Zones is the Observer that keeps, per zone, the insight counters per kind that the API and
-// `kds-host inspect zones` show, and the zone's session (its current stream's, or its last one's
-// while the zone is within its grace), which says what the zone holds: Zones keeps no copy.
+// Zones is the zone table: per zone, whether it is connected and since when, and its session
+// (its current stream's, or its last one's while the zone is within its grace), which says what
+// the zone holds and what happened to each kind on the stream: Zones keeps no copy of either. It
+// keeps only the counters of the zone's earlier streams, so that they add up across reconnects.
 type Zones struct {
 	cache *Cache
 
@@ -26,8 +27,8 @@ type zoneState struct {
 	stream    int64
 	connected bool
 	since     time.Time
-	kinds     map[string]*KindInsight
-	session   *Session // of stream; nil until it opened
+	session   *Session                // of stream; nil until it opened
+	earlier   map[string]*KindInsight // the counters of the zone's earlier streams, by kind
 }
 
 // KindInsight is what happened to one kind on one zone.
@@ -61,86 +62,48 @@ type ZoneInsight struct {
 // NewZones returns an empty zone table over the sessions of c.
 func NewZones(c *Cache) *Zones { return &Zones{cache: c, zones: map[string]*zoneState{}} }
 
-// Observer is how the zone table hears of stream events.
+// Observer is how the zone table hears of streams opening and closing. What happens on a stream
+// is counted by its session.
 func (z *Zones) Observer() event.Observer {
-	return event.Observer{StreamOpened: z.streamOpened, Sent: z.sent, ACK: z.acked, NACK: z.nacked, StreamClosed: z.streamClosed}
+	return event.Observer{StreamOpened: z.streamOpened, StreamClosed: z.streamClosed}
 }
 
-func (z *Zones) zone(name string) *zoneState {
-	s := z.zones[name]
-	if s == nil {
-		s = &zoneState{kinds: map[string]*KindInsight{}}
-		z.zones[name] = s
-	}
-	return s
-}
-
-func (s *zoneState) kind(k string) *KindInsight {
-	ki := s.kinds[k]
-	if ki == nil {
-		ki = &KindInsight{Kind: k}
-		s.kinds[k] = ki
-	}
-	return ki
-}
-
-// streamOpened: a zone's new stream starts from what the zone reports.
+// streamOpened: a zone's new stream starts from what the zone reports; the counters of its last
+// stream are added to its earlier ones.
 func (z *Zones) streamOpened(id int64, zone string) {
 	session := z.cache.Session(id)
 	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.zone(zone)
-	s.stream, s.connected, s.since, s.session = id, true, time.Now(), session
-	for _, ki := range s.kinds {
-		ki.Rejected, ki.LastError = nil, ""
-	}
-}
-
-func (z *Zones) sent(e event.Sent) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	ki := z.zone(e.Zone).kind(e.Kind)
-	ki.Responses++
-	ki.Sent += int64(len(e.Versions) + len(e.Removed))
-}
-
-// onStream is the zone's state when id is its current stream, else nil. Call with z.mu held.
-func (z *Zones) onStream(zone string, id int64) *zoneState {
-	if s := z.zones[zone]; s != nil && s.stream == id {
-		return s
-	}
-	return nil
-}
-
-func (z *Zones) acked(a event.ACK) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.onStream(a.Zone, a.StreamID)
-	if s == nil || a.Initial {
-		return
-	}
-	ki := s.kind(a.Kind)
-	ki.ACKs++
-	ki.Rejected, ki.LastError = nil, ""
-}
-
-func (z *Zones) nacked(n event.NACK) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	s := z.onStream(n.Zone, n.StreamID)
+	s := z.zones[zone]
 	if s == nil {
+		s = &zoneState{earlier: map[string]*KindInsight{}}
+		z.zones[zone] = s
+	}
+	last := s.session
+	s.stream, s.connected, s.since, s.session = id, true, time.Now(), session
+	z.mu.Unlock()
+	if last == nil || last == session {
 		return
 	}
-	ki := s.kind(n.Kind)
-	ki.NACKs++
-	ki.LastError = n.Detail
-	ki.Rejected = n.Rejected
+	counts := last.Insight() // never under z.mu
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, ki := range counts {
+		e := s.earlier[ki.Kind]
+		if e == nil {
+			e = &KindInsight{Kind: ki.Kind}
+			s.earlier[ki.Kind] = e
+		}
+		e.Sent += ki.Sent
+		e.Responses += ki.Responses
+		e.ACKs += ki.ACKs
+		e.NACKs += ki.NACKs
+	}
 }
 
 func (z *Zones) streamClosed(id int64, zone string) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if s := z.onStream(zone, id); s != nil {
+	if s := z.zones[zone]; s != nil && s.stream == id {
 		s.connected = false
 		s.since = time.Now()
 	}
@@ -176,32 +139,61 @@ func (z *Zones) Expire(before time.Time) []string {
 // Inventory returns the keys the zone has ACKed.
 func (z *Zones) Inventory(zone string) []resource.Key { return z.InventoryKeys(zone, nil, nil) }
 
-// Insights returns every zone's state, sorted by zone and kind.
+// Insights returns every zone's state, sorted by zone and kind: per kind, what its current (or
+// last) session counted, with the counters of its earlier streams added.
 func (z *Zones) Insights() []ZoneInsight {
 	z.mu.Lock()
 	out := make([]ZoneInsight, 0, len(z.zones))
 	sessions := make([]*Session, 0, len(z.zones))
+	earlier := make([][]KindInsight, 0, len(z.zones))
 	for name, s := range z.zones {
-		zi := ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since}
-		for _, ki := range s.kinds {
-			c := *ki
-			c.Rejected = append([]event.Rejection(nil), ki.Rejected...)
-			zi.Kinds = append(zi.Kinds, &c)
-		}
-		out = append(out, zi)
+		out = append(out, ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since})
 		sessions = append(sessions, s.session)
+		var e []KindInsight
+		for _, ki := range s.earlier {
+			e = append(e, *ki)
+		}
+		earlier = append(earlier, e)
 	}
 	z.mu.Unlock()
-	for i := range out { // what each zone has ACKed, from its session (never under z.mu)
-		if sessions[i] == nil {
-			continue
+	for i := range out { // never under z.mu: a session's lock
+		byKind := map[string]*KindInsight{}
+		if sessions[i] != nil {
+			for _, ki := range sessions[i].Insight() {
+				byKind[ki.Kind] = ki
+			}
 		}
-		counts := sessions[i].AckedCounts()
-		for _, ki := range out[i].Kinds {
-			ki.Known = counts[ki.Kind]
+		for _, e := range earlier[i] {
+			ki := byKind[e.Kind]
+			if ki == nil {
+				ki = &KindInsight{Kind: e.Kind}
+				byKind[e.Kind] = ki
+			}
+			ki.Sent += e.Sent
+			ki.Responses += e.Responses
+			ki.ACKs += e.ACKs
+			ki.NACKs += e.NACKs
+		}
+		for _, ki := range byKind {
+			out[i].Kinds = append(out[i].Kinds, ki)
 		}
 		sort.Slice(out[i].Kinds, func(a, b int) bool { return out[i].Kinds[a].Kind < out[i].Kinds[b].Kind })
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	return out
+}
+
+// Streams returns the connected zones with their stream and since when, sorted by zone, without
+// their kinds: what a replica's heartbeat records, at the cost of the zone table alone.
+func (z *Zones) Streams() []ZoneInsight {
+	z.mu.Lock()
+	out := make([]ZoneInsight, 0, len(z.zones))
+	for name, s := range z.zones {
+		if s.connected {
+			out = append(out, ZoneInsight{Zone: name, Connected: true, Stream: s.stream, Since: s.since})
+		}
+	}
+	z.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
 	return out
 }
