@@ -65,7 +65,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 	if full {
 		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
-		z.base, z.table, z.own, z.ownWaiting, z.ownOwners = snap, o.table, nil, nil, nil
+		z.base, z.table, z.own, z.ownWaiting, z.ownOwners, z.ownHeld = snap, o.table, nil, nil, nil, 0
 	} else {
 		if z.own == nil {
 			z.own, z.ownWaiting, z.ownOwners = Verdicts{}, map[string]map[resource.Key]bool{}, map[resource.Key][]string{}

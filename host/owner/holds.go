@@ -244,7 +244,9 @@ func (h *Holds) Observer() event.Observer {
 func (h *Holds) arrived(zone, kind string, names map[string]string, removed []string) {
 	h.mu.Lock()
 	z := h.zones[zone]
-	if z == nil || !z.open {
+	if z == nil || !z.open || (len(removed) == 0 && !z.checking && !z.holdsBack()) {
+		// Nothing held back and nothing being checked: what the zone now holds changes no
+		// verdict (a removal may: what depends on it was shown). The common ACK costs nothing.
 		h.mu.Unlock()
 		return
 	}

@@ -9,8 +9,8 @@ package owner
 //   - ownWaiting indexes exactly own's held verdicts, and a table's waiting exactly its held
 //     verdicts, each under the owners it depends on (heldUnder: what it waits for, and every
 //     owner its entry names), so that a change or an arrival of any of them re-checks it;
-//     ownOwners is what each of own's held verdicts is indexed under. setOwn and newTable keep
-//     them so.
+//     ownOwners is what each of own's held verdicts is indexed under, and ownHeld how many
+//     there are. setOwn and newTable keep them so.
 //   - A table is read-only once made: zones that held the same after a full check share it.
 //   - Every field of a zoneHolds is read and written under Holds.mu, but for one exception: the
 //     verdict layers (own, ownWaiting, ownOwners, table, base) are written only by the worker
@@ -41,11 +41,18 @@ type zoneHolds struct {
 	// ownWaiting indexes own's held verdicts by the owners they depend on (heldUnder).
 	ownWaiting map[string]map[resource.Key]bool
 	ownOwners  map[resource.Key][]string // the owners each of own's held verdicts is indexed under
+	ownHeld    int                       // how many of own's verdicts are held
 	table      *table
 	base       *kds.Snapshot
 
 	pending  // what the next check looks at (queue.go)
 	inFlight // while it is checked (check.go)
+}
+
+// holdsBack reports whether any of z's verdicts is held: when none is, an arrival (the zone now
+// holds a resource) can change none of them.
+func (z *zoneHolds) holdsBack() bool {
+	return z.ownHeld > 0 || (z.table != nil && len(z.table.held) > 0)
 }
 
 // table is what one full check held back, read-only once made: several zones may point at it.
@@ -151,6 +158,12 @@ func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *kds.Entry) {
 		}
 	}
 	delete(z.ownOwners, k)
+	if old, had := z.own[k]; had && old.Withheld != nil {
+		z.ownHeld--
+	}
+	if v.Withheld != nil {
+		z.ownHeld++
+	}
 	z.own[k] = v
 	under := heldUnder(v, e)
 	if len(under) == 0 {
