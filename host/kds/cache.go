@@ -309,6 +309,7 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 				r = e.Wire // the version served: shared, as if sent
 			}
 			st.setView(w.kind, n, func() { ks.delivered[n] = r })
+			ks.edits++
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
@@ -317,9 +318,11 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 		if sub.IsWildcard() {
 			had := st.ackedLocked(w.kind, n)
 			ks.delivered[n], ks.dirty[n] = unknownVersion, true
+			ks.edits++
 			ks.setRefused(n, had) // it still holds what it had
 		} else {
 			st.setView(w.kind, n, func() { delete(ks.delivered, n); delete(ks.refused, n) })
+			ks.edits++
 		}
 	}
 	for _, n := range req.GetResourceNamesSubscribe() {

@@ -66,6 +66,7 @@ type kindState struct {
 	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
 	// only: 8 bytes a name where a version string would take 16.
 	delivered map[string]*discovery.Resource
+	edits     uint64                  // changes of delivered so far: a response in flight knows whether any came after it
 	refused   map[string]ackedVersion // names whose delivered version the zone refused: what it holds instead
 	acked     int                     // names the zone has ACKed
 	dirty     map[string]bool         // names that may differ from the snapshot
@@ -93,6 +94,7 @@ type inflight struct {
 	nonce    string            // set when the server sends it
 	versions map[string]string // name -> version the response carries (for the stream events)
 	priors   map[string]string // what the zone had ACKed of its names before, for those it had ACKed
+	edits    uint64            // the kind's delivered edits once this response was counted in it
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -294,13 +296,15 @@ func (r *inflight) eachName(f func(string)) {
 // names, of which it keeps what it had. Call with s.mu.
 //
 // Answers come in order: r is the oldest response in flight of its kind. When it is the only
-// one and nothing of the kind is refused (a zone in step), a name the zone now holds as it was
-// delivered costs one lookup; any other name goes through the layers.
+// one, nothing of the kind is refused and delivered has not changed since r was counted in it (a
+// zone in step), the zone now holds what it was delivered of every name r carried and accepted:
+// no lookup of delivered. Any other name goes through the layers.
 func (s *Session) answerLocked(r *inflight, rejected map[string]bool) {
 	ks := s.kind(r.kind)
-	alone := len(ks.refused) == 0 && !slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != r && o.kind == r.kind })
+	inStep := len(ks.refused) == 0 && r.edits == ks.edits &&
+		!slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != r && o.kind == r.kind })
 	apply := func(name string, had, now ackedVersion) {
-		if alone && ks.deliveredIs(name, now) {
+		if inStep && !rejected[name] {
 			s.account(r.kind, name, had, now)
 			return
 		}
@@ -526,7 +530,11 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 		ks.delivered = make(map[string]*discovery.Resource, len(resp.Resources)) // the first response: one allocation
 	}
 	var undo []prior
+	first := len(ks.delivered) == 0
 	note := func(name string) {
+		if first && !layered {
+			return // nothing delivered, nothing ACKed: no prior, nothing to undo
+		}
 		old, had := ks.delivered[name]
 		if had {
 			undo = append(undo, prior{name, old})
@@ -547,6 +555,8 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 		note(n)
 		delete(ks.delivered, n)
 	}
+	ks.edits++
+	r.edits = ks.edits
 	s.inflight = append(s.inflight, r)
 	if len(s.inflight) > MaxInFlight {
 		s.forgetLocked(s.inflight[0])
@@ -558,6 +568,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 // its names are dirty again (forced ones forced again). Call with s.mu.
 func (s *Session) takeBack(w *watch) {
 	ks := s.kind(w.kind)
+	ks.edits++
 	w.eachName(func(name string) { delete(ks.delivered, name) })
 	for _, p := range w.undo {
 		ks.delivered[p.name] = p.was

@@ -20,10 +20,10 @@ import (
 // remembers, applied in order. A response it forgot (more than MaxInFlight unanswered) changes
 // nothing, and neither does an answer to it.
 type zoneModel struct {
-	acked   map[string]map[string]string // kind -> name -> version
+	acked map[string]map[string]string // kind -> name -> version
 	// What the insight counts: responses sent, and the answers the global applied.
 	responses, acks, nacks map[string]int64
-	pending []*modelResponse             // what the global remembers, oldest first
+	pending                []*modelResponse // what the global remembers, oldest first
 }
 
 type modelResponse struct {
