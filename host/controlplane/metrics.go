@@ -187,7 +187,7 @@ func (m *kdsMetrics) observer() event.Observer {
 			m.zones.count(s.Zone, func(z *zoneCounts) {
 				k := z.kind(s.Kind)
 				k.responses++
-				k.resources += float64(len(s.Versions) + len(s.Removed))
+				k.resources += float64(s.Versions.Len() + len(s.Removed))
 			})
 		},
 		ACK: func(a event.ACK) {

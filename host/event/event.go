@@ -2,6 +2,8 @@
 // for the parts of the global that react to it, without the xDS stack.
 package event
 
+import "iter"
+
 // Cause is why a zone refused a resource (kds.v1.Cause without its prefix); empty when the zone
 // did not say.
 type Cause string
@@ -59,14 +61,13 @@ type NACK struct {
 
 // ACK is a zone's acceptance of one response: it stored Versions (by name) and removed Removed.
 // Initial marks what a zone reported holding when it subscribed (initial_resource_versions).
-// Versions of a non-initial ACK is made for that response and dropped by the tracker with the
-// ACK: once every observer has returned, kds.Zones keeps it as the zone's inventory of the
-// kind when it had ACKed none (so observers read it only during the call, and never change it).
+// Versions and Removed are the response's own: observers read them during the call only, and
+// never change them.
 type ACK struct {
 	StreamID int64
 	Zone     string
 	Kind     string
-	Versions map[string]string
+	Versions Versions
 	Removed  []string
 	Initial  bool
 }
@@ -76,8 +77,56 @@ type Sent struct {
 	StreamID int64
 	Zone     string
 	Kind     string
-	Versions map[string]string
+	Versions Versions
 	Removed  []string
+}
+
+// Versions is what one response carried, name -> version, as a read-only view of the response
+// itself: no map is made per response for the observers. The zero value is empty.
+type Versions struct {
+	n    int
+	each func(yield func(name, version string) bool)
+	get  func(name string) (string, bool)
+}
+
+// VersionsOf is a view of m.
+func VersionsOf(m map[string]string) Versions {
+	return Versions{
+		n: len(m),
+		each: func(yield func(string, string) bool) {
+			for k, v := range m {
+				if !yield(k, v) {
+					return
+				}
+			}
+		},
+		get: func(name string) (string, bool) { v, ok := m[name]; return v, ok },
+	}
+}
+
+// VersionsFunc is a view of n pairs that each yields and get finds.
+func VersionsFunc(n int, each func(yield func(name, version string) bool), get func(name string) (string, bool)) Versions {
+	return Versions{n: n, each: each, get: get}
+}
+
+// Len is how many names the response carried.
+func (v Versions) Len() int { return v.n }
+
+// All yields every name and its version.
+func (v Versions) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		if v.each != nil {
+			v.each(yield)
+		}
+	}
+}
+
+// Get is the version of name, if the response carried it.
+func (v Versions) Get(name string) (string, bool) {
+	if v.get == nil {
+		return "", false
+	}
+	return v.get(name)
 }
 
 // Observer is told what happens on zone streams; a nil func is not told. The funcs run on the

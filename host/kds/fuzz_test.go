@@ -26,7 +26,9 @@ func FuzzNACK(f *testing.F) {
 	for _, b := range [][]byte{good, plain, bogus, {}, {0x0a, 0xff}} {
 		f.Add(b)
 	}
-	answered := &inflight{kind: "MeshTimeout", versions: map[string]string{"default/a": "1", "default/b": "2"}, resp: &discovery.DeltaDiscoveryResponse{}}
+	answered := &inflight{kind: "MeshTimeout", resp: &discovery.DeltaDiscoveryResponse{
+		Resources: []*discovery.Resource{{Name: "default/a", Version: "1"}, {Name: "default/b", Version: "2"}}}}
+	sent := len(answered.resp.Resources)
 	const maxText = 256
 	f.Fuzz(func(t *testing.T, b []byte) {
 		detail := &rpcstatus.Status{}
@@ -38,20 +40,20 @@ func FuzzNACK(f *testing.F) {
 			t.Fatalf("detail of %d bytes kept", len(n.Detail))
 		}
 		for _, r := range n.Rejected {
-			if _, ok := answered.versions[r.Name]; !ok {
+			if _, ok := answered.version(r.Name); !ok {
 				t.Fatalf("rejected %q, which the response did not carry", r.Name)
 			}
 			if len(r.Reason) > maxText {
 				t.Fatalf("reason of %d bytes kept", len(r.Reason))
 			}
 		}
-		if len(n.Rejected)+len(n.Accepted) != len(answered.versions) && RejectionListOf(detail) != nil {
+		if len(n.Rejected)+len(n.Accepted) != sent && RejectionListOf(detail) != nil {
 			seen := map[string]bool{}
 			for _, r := range n.Rejected {
 				seen[r.Name] = true
 			}
-			if len(seen)+len(n.Accepted) != len(answered.versions) {
-				t.Fatalf("%d rejected and %d accepted of %d sent", len(n.Rejected), len(n.Accepted), len(answered.versions))
+			if len(seen)+len(n.Accepted) != sent {
+				t.Fatalf("%d rejected and %d accepted of %d sent", len(n.Rejected), len(n.Accepted), sent)
 			}
 		}
 	})

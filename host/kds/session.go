@@ -3,6 +3,7 @@ package kds
 import (
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -89,12 +90,11 @@ type ackedVersion struct {
 
 // inflight is one response handed to the delta server and not answered yet.
 type inflight struct {
-	kind     string
-	resp     *discovery.DeltaDiscoveryResponse
-	nonce    string            // set when the server sends it
-	versions map[string]string // name -> version the response carries (for the stream events)
-	priors   map[string]string // what the zone had ACKed of its names before, for those it had ACKed
-	edits    uint64            // the kind's delivered edits once this response was counted in it
+	kind   string
+	resp   *discovery.DeltaDiscoveryResponse
+	nonce  string            // set when the server sends it
+	priors map[string]string // what the zone had ACKed of its names before, for those it had ACKed
+	edits  uint64            // the kind's delivered edits once this response was counted in it
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -103,14 +103,38 @@ func (r *inflight) covers(name string) (ackedVersion, bool) {
 	if v, ok := r.priors[name]; ok {
 		return ackedVersion{v, true}, true
 	}
-	if _, ok := r.versions[name]; ok {
+	if _, ok := r.version(name); ok {
 		return ackedVersion{}, true
 	}
-	if slices.Contains(r.resp.RemovedResources, name) {
+	if _, ok := slices.BinarySearch(r.resp.RemovedResources, name); ok {
 		return ackedVersion{}, true
 	}
 	return ackedVersion{}, false
 }
+
+// version is the version of name the response carries, if it does: the response's resources
+// and removals are sorted by name (handOverLocked), so it is a binary search, with no map made
+// per response.
+func (r *inflight) version(name string) (string, bool) {
+	i, ok := slices.BinarySearchFunc(r.resp.Resources, name, func(res *discovery.Resource, n string) int { return strings.Compare(res.Name, n) })
+	if !ok {
+		return "", false
+	}
+	return r.resp.Resources[i].Version, true
+}
+
+// view is the response's resources as the stream events show them.
+func (r *inflight) view() event.Versions {
+	return event.VersionsFunc(len(r.resp.Resources), func(yield func(string, string) bool) {
+		for _, res := range r.resp.Resources {
+			if !yield(res.Name, res.Version) {
+				return
+			}
+		}
+	}, r.version)
+}
+
+func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
 
 func newSession(c *Cache, id int64, info *streamInfo) *Session {
 	return &Session{
@@ -525,7 +549,13 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	// With nothing of the kind refused or in flight, what the zone ACKed is what it was
 	// delivered: one lookup a name.
 	layered := len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o.kind == kind })
-	r := &inflight{kind: kind, resp: resp, versions: make(map[string]string, len(resp.Resources))}
+	if !slices.IsSortedFunc(resp.Resources, byName) { // the cache's are; a test's may not be
+		slices.SortFunc(resp.Resources, byName)
+	}
+	if !slices.IsSorted(resp.RemovedResources) {
+		slices.Sort(resp.RemovedResources)
+	}
+	r := &inflight{kind: kind, resp: resp}
 	if len(ks.delivered) == 0 && len(resp.Resources) > 8 {
 		ks.delivered = make(map[string]*discovery.Resource, len(resp.Resources)) // the first response: one allocation
 	}
@@ -548,7 +578,6 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	}
 	for _, res := range resp.Resources {
 		note(res.Name)
-		r.versions[res.Name] = res.Version
 		ks.delivered[res.Name] = res
 	}
 	for _, n := range resp.RemovedResources {

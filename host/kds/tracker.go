@@ -3,7 +3,6 @@ package kds
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 	"unicode/utf8"
 
@@ -178,12 +177,12 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	}
 	if first && len(req.GetInitialResourceVersions()) > 0 {
 		// What the zone already holds counts as ACKed.
-		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: req.GetInitialResourceVersions(), Initial: true})
+		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
 	}
 	switch {
 	case answered == nil:
 	case req.GetErrorDetail() == nil:
-		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.versions, Removed: answered.resp.RemovedResources})
+		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources})
 	default:
 		t.observers.NACK(nack)
 	}
@@ -214,7 +213,7 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 	ks.sent += int64(len(resp.GetResources()) + len(resp.GetRemovedResources()))
 	zone := s.zone
 	s.mu.Unlock()
-	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.versions, Removed: resp.GetRemovedResources()})
+	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
 }
 
 // nackOf reads a NACK: the zone's structured rejection list when error_detail carries one, or
@@ -223,15 +222,14 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: truncate(detail.GetMessage(), maxText), Accepted: map[string]string{}}
 	list := RejectionListOf(detail)
 	if list == nil {
-		for name := range answered.versions {
-			n.Rejected = append(n.Rejected, event.Rejection{Name: name, Version: answered.versions[name], Reason: n.Detail})
+		for _, res := range answered.resp.Resources { // sorted by name
+			n.Rejected = append(n.Rejected, event.Rejection{Name: res.Name, Version: res.Version, Reason: n.Detail})
 		}
-		sort.Slice(n.Rejected, func(i, j int) bool { return n.Rejected[i].Name < n.Rejected[j].Name })
 		return n
 	}
 	rejected := map[string]bool{}
 	for _, r := range list.GetRejections() {
-		version, sent := answered.versions[r.GetName()]
+		version, sent := answered.version(r.GetName())
 		if !sent {
 			continue // not in the response it answers: nothing to resend
 		}
@@ -245,9 +243,9 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 		n.Rejected = append(n.Rejected, rj)
 		rejected[r.GetName()] = true
 	}
-	for name, v := range answered.versions {
-		if !rejected[name] {
-			n.Accepted[name] = v
+	for _, res := range answered.resp.Resources {
+		if !rejected[res.Name] {
+			n.Accepted[res.Name] = res.Version
 		}
 	}
 	return n

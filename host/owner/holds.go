@@ -224,7 +224,7 @@ func (h *Holds) Observer() event.Observer {
 		ACK: func(a event.ACK) { h.arrived(a.Zone, a.Kind, a.Versions, a.Removed) },
 		NACK: func(n event.NACK) {
 			if len(n.Accepted) > 0 {
-				h.arrived(n.Zone, n.Kind, n.Accepted, nil)
+				h.arrived(n.Zone, n.Kind, event.VersionsOf(n.Accepted), nil)
 			}
 		},
 		StreamClosed: func(id int64, zone string) {
@@ -241,7 +241,7 @@ func (h *Holds) Observer() event.Observer {
 // removed may change (reconsider). It runs on the stream's goroutine: a few index lookups per
 // name (and, on the first removal after a snapshot that was not derived from the previous one,
 // one walk of the snapshot to index it).
-func (h *Holds) arrived(zone, kind string, names map[string]string, removed []string) {
+func (h *Holds) arrived(zone, kind string, names event.Versions, removed []string) {
 	h.mu.Lock()
 	z := h.zones[zone]
 	if z == nil || !z.open || (len(removed) == 0 && !z.checking && !z.holdsBack()) {
@@ -259,7 +259,7 @@ func (h *Holds) arrived(zone, kind string, names map[string]string, removed []st
 			z.arrivals = append(z.arrivals, a)
 		}
 	}
-	for n, version := range names {
+	for n, version := range names.All() {
 		weigh(arrival{key: resource.KeyFromXDSName(kind, n), name: n, version: version})
 	}
 	for _, n := range removed {

@@ -140,7 +140,7 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 
 	// The zone ACKs its Mesh: the policy is released, and its name refreshed.
 	w.hold("zone-1", meshKey)
-	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": version(w.snap, meshKey)}})
+	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
 	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 	g.Expect(h.Visible("zone-1", w.snap.Kind("MeshTimeout")["default/t"])).To(BeTrue())
 	w.mu.Lock()
@@ -183,7 +183,7 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 	for len(h.Withheld("zone-1")) < 10_000 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshRetry", Versions: map[string]string{"default/x": "1"}}
+	ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshRetry", Versions: event.VersionsOf(map[string]string{"default/x": "1"})}
 	b.ResetTimer()
 	for range b.N {
 		obs.ACK(ack)
@@ -282,7 +282,7 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 	// The zone ACKs its Mesh: the 100 that waited for it, found by index, are checked.
 	w.hold("zone-1", meshKey)
 	calls := rec.count()
-	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": version(snap, meshKey)}})
+	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(snap, meshKey)})})
 	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 	g.Expect(rec.count()).To(Equal(calls + 1))
 	g.Expect(rec.last("zone-1").GetCandidates()).To(HaveLen(100))
@@ -366,7 +366,7 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 	}
 	ackMesh := func(w *world, h *owner.Holds, i int, z string) {
 		w.hold(z, meshKey)
-		h.Observer().ACK(event.ACK{StreamID: int64(i + 1), Zone: z, Kind: "Mesh", Versions: map[string]string{"default": version(w.snap, meshKey)}})
+		h.Observer().ACK(event.ACK{StreamID: int64(i + 1), Zone: z, Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
 	}
 
 	t.Run("shared", func(t *testing.T) {

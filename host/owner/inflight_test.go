@@ -94,7 +94,7 @@ func TestAReportDuringACheckIsWeighedAfterIt(t *testing.T) {
 		synctest.Wait() // the check waits at the gate
 		versions := map[string]string{pol.XDSName(): version(w.snap, pol)}
 		w.store("zone-1", pol.Kind, versions, nil)
-		h.Observer().ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: pol.Kind, Versions: versions, Initial: true})
+		h.Observer().ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: pol.Kind, Versions: event.VersionsOf(versions), Initial: true})
 		p.gate.open()
 		synctest.Wait()
 

@@ -276,7 +276,7 @@ func (r *modelRun) ack(nack bool) {
 	if !nack {
 		r.logf("%s ACKs %s: %v, removed %v", zone, kind, sent, removed)
 		r.global.store(zone, kind, sent, removed)
-		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: sent, Removed: removed})
+		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: event.VersionsOf(sent), Removed: removed})
 		return
 	}
 	accepted := map[string]string{}
@@ -308,7 +308,7 @@ func (r *modelRun) connect(zone string) {
 		}
 		r.logf("%s reports %s: %v", zone, kind, before[kind])
 		r.global.store(zone, kind, before[kind], nil)
-		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: before[kind], Initial: true})
+		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: event.VersionsOf(before[kind]), Initial: true})
 	}
 }
 

@@ -181,7 +181,7 @@ func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 		return r
 	}
 	if fk := m.failing[a.Kind]; fk != nil {
-		for name := range a.Versions {
+		for name := range a.Versions.All() {
 			delete(fk.rejected, name)
 			delete(fk.parked, name)
 		}
@@ -194,7 +194,7 @@ func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 
 // release resends at once the names that missed an owner the ACK brought.
 func (m *Machine) release(a event.ACK, r *Ready) {
-	if len(a.Versions) == 0 {
+	if a.Versions.Len() == 0 {
 		return
 	}
 	for _, kind := range sortedKinds(m.failing) {
@@ -204,7 +204,7 @@ func (m *Machine) release(a event.ACK, r *Ready) {
 				continue
 			}
 			ownerKind, ownerName, _ := strings.Cut(rn.owner, "/")
-			if _, ok := a.Versions[ownerName]; ok && ownerKind == a.Kind {
+			if _, ok := a.Versions.Get(ownerName); ok && ownerKind == a.Kind {
 				names = append(names, name)
 			}
 		}
@@ -229,7 +229,7 @@ func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 	if fk == nil {
 		return r
 	}
-	for name, v := range s.Versions {
+	for name, v := range s.Versions.All() {
 		if h, ok := fk.parked[name]; ok && h.version != v {
 			delete(fk.parked, name)
 		}

@@ -45,13 +45,13 @@ func ackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time)
 		for _, n := range names {
 			v[n] = "v1"
 		}
-		return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: v}, now)
+		return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: event.VersionsOf(v)}, now)
 	}
 }
 
 func sentAt(kind, name, version string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-		return m.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: map[string]string{name: version}}, now)
+		return m.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
 	}
 }
 
@@ -190,7 +190,7 @@ func TestMachineTransitions(t *testing.T) {
 		{"an initial ACK says nothing of this stream's rejections", []step{
 			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
 			{"initial ACK", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-				return m.ACK(event.ACK{StreamID: 1, Kind: "Mesh", Versions: map[string]string{"default": "v1"}, Initial: true}, now)
+				return m.ACK(event.ACK{StreamID: 1, Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"}), Initial: true}, now)
 			}, nothing},
 		}, func(g Gomega, st retry.StreamState) { g.Expect(st.Failing).To(HaveLen(1)) }},
 		{"an owner's ACK resends at once what missed it", []step{

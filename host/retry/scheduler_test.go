@@ -158,7 +158,7 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 
 		// The zone accepts: the kind leaves the failing set, the round resets, no timer remains.
 		r.onSend = nil
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}})
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
 		st := s.State()[0]
 		g.Expect(st.Round).To(BeZero())
 		g.Expect(st.Failing).To(BeEmpty())
@@ -198,7 +198,7 @@ func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
 
 		// New content is sent (by the cache, at once); the give-up is lifted, and its NACK
 		// starts a new round from 0.
-		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: map[string]string{"default/a": "v2"}})
+		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
 		g.Expect(s.State()[0].GivenUp).To(BeEmpty())
 		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Second)
@@ -383,8 +383,8 @@ func TestAGiveUpLiftedByNewContentStillRetriesTheOtherKinds(t *testing.T) {
 		g.Expect(s.State()[0].GivenUp).To(Equal("max attempts reached"))
 
 		p.giveUpAt = 0
-		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: map[string]string{"default/a": "v2"}})
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: map[string]string{"default/a": "v2"}})
+		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		g.Expect(len(r.Rounds())).To(BeNumerically(">", 1), "Mesh still fails: it gets rounds again")
@@ -430,7 +430,7 @@ func TestARoundDoesNotResendANameTheZoneACKedBeforeIt(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
 		var s *sched
-		ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}}
+		ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})}
 		// The zone's ACK of the round's name arrives just as the round fires: the Round hook
 		// runs on the round's goroutine, between the round and its resend.
 		hooks := retry.Hooks{Round: func(string, time.Duration, map[string]int) { s.ACK(ack) }}
@@ -485,7 +485,7 @@ func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
 
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: map[string]string{"default": "v1"}})
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
 		g.Expect(s.State()[0].Failing).To(HaveLen(1), "the ACK waits for the resend decided before it")
 		done()
 		synctest.Wait()
