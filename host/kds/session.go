@@ -12,11 +12,12 @@ import (
 	"github.com/kds-host/kds-host/host/event"
 )
 
-// Session is everything the global knows about one zone stream, in one place behind one lock:
-// what the zone holds of each kind, the responses in flight, the watches of the delta server and
-// the sender that answers them in order, and the re-request budget. The cache's per-kind diff,
-// the tracker's ACK and NACK pairing and the zone table's inventory all read it; none keeps a
-// copy.
+// Session is everything the global knows about one zone stream on the wire, in one place behind
+// one lock: what the zone holds of each kind, the responses in flight, the watches of the delta
+// server and the sender that answers them in order, the re-request budget, and what happened to
+// each kind (the insight counters). The cache's per-kind diff, the tracker's ACK and NACK
+// pairing, the zone table's inventory and /api/zones all read it; none keeps a copy. A session is
+// per stream and per node id: any xDS client has one, not only a kds-host zone.
 //
 // What the zone holds is one map per kind, what was delivered to it (delivered), with two small
 // layers over it that give the versions it ACKed: each response in flight remembers what the
