@@ -13,7 +13,7 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Held lists a zone's held verdicts, own over the table's, sorted by key; accepted verdicts and
+// Withheld lists a zone's held verdicts, own over the table's, sorted by key; accepted verdicts and
 // verdicts of what is no longer served are not listed.
 func TestHeldOrderAndLayers(t *testing.T) {
 	snap, v := servedPolicies(t)
