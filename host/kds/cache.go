@@ -308,8 +308,7 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 			if e := c.snap.Load().Kind(w.kind)[n]; e != nil && e.Version == v {
 				r = e.Wire // the version served: shared, as if sent
 			}
-			st.setView(w.kind, n, func() { ks.delivered[n] = r })
-			ks.edits++
+			st.setView(w.kind, n, func() { ks.setDelivered(n, r) })
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
@@ -317,12 +316,11 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 		// there; another forgets it.
 		if sub.IsWildcard() {
 			had := st.ackedLocked(w.kind, n)
-			ks.delivered[n], ks.dirty[n] = unknownVersion, true
-			ks.edits++
+			ks.setDelivered(n, unknownVersion)
+			ks.dirty[n] = true
 			ks.setRefused(n, had) // it still holds what it had
 		} else {
-			st.setView(w.kind, n, func() { delete(ks.delivered, n); delete(ks.refused, n) })
-			ks.edits++
+			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
 		}
 	}
 	for _, n := range req.GetResourceNamesSubscribe() {

@@ -25,6 +25,6 @@ func TestResponsesInFlightAreBounded(t *testing.T) {
 		tr.OnStreamDeltaResponse(1, nil, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshTimeout", Nonce: strconv.Itoa(i + 1),
 			Resources: []*discovery.Resource{{Name: "m/a", Version: strconv.Itoa(i)}}})
 	}
-	g.Expect(tr.InFlight(1)).To(BeNumerically("<=", kds.MaxInFlight))
+	g.Expect(c.Session(1).InFlight()).To(BeNumerically("<=", kds.MaxInFlight))
 	tr.OnDeltaStreamClosed(1, nil)
 }

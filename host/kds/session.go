@@ -175,6 +175,23 @@ func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion 
 	return ackedVersion{}
 }
 
+// layered reports whether anything of kind is laid over delivered: a refused name, or a response
+// in flight other than except. Without layers, what the zone ACKed is what it was delivered.
+func (s *Session) layered(ks *kindState, kind string, except *inflight) bool {
+	return len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != except && o.kind == kind })
+}
+
+// setDelivered and dropDelivered change delivered, and count the change (edits).
+func (ks *kindState) setDelivered(name string, r *discovery.Resource) {
+	ks.delivered[name] = r
+	ks.edits++
+}
+
+func (ks *kindState) dropDelivered(name string) {
+	delete(ks.delivered, name)
+	ks.edits++
+}
+
 // eachAckedLocked calls f with every name of kind the zone has ACKed, and its version. Call with
 // s.mu.
 func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
@@ -182,8 +199,7 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	if ks == nil {
 		return
 	}
-	layered := len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(r *inflight) bool { return r.kind == kind })
-	if !layered {
+	if !s.layered(ks, kind, nil) {
 		for n, r := range ks.delivered {
 			f(n, r.Version)
 		}
@@ -317,17 +333,29 @@ func (r *inflight) eachName(f func(string)) {
 	}
 }
 
-// answerLocked applies the zone's answer to r: it now holds what r carried but the rejected
-// names, of which it keeps what it had. Call with s.mu.
+// answerLocked applies the zone's answer to r, an ACK (nack nil) or a NACK: it now holds what r
+// carried but the rejected names, of which it keeps what it had; the kind's counters count it.
+// Call with s.mu.
 //
 // Answers come in order: r is the oldest response in flight of its kind. When it is the only
 // one, nothing of the kind is refused and delivered has not changed since r was counted in it (a
 // zone in step), the zone now holds what it was delivered of every name r carried and accepted:
 // no lookup of delivered. Any other name goes through the layers.
-func (s *Session) answerLocked(r *inflight, rejected map[string]bool) {
+func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	ks := s.kind(r.kind)
-	inStep := len(ks.refused) == 0 && r.edits == ks.edits &&
-		!slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != r && o.kind == r.kind })
+	var rejected map[string]bool
+	if nack == nil {
+		ks.acks++
+		ks.rejected, ks.lastError = nil, ""
+	} else {
+		ks.nacks++
+		ks.rejected, ks.lastError = nack.Rejected, nack.Detail
+		rejected = make(map[string]bool, len(nack.Rejected))
+		for _, rj := range nack.Rejected {
+			rejected[rj.Name] = true
+		}
+	}
+	inStep := r.edits == ks.edits && !s.layered(ks, r.kind, r)
 	apply := func(name string, had, now ackedVersion) {
 		if inStep && !rejected[name] {
 			s.account(r.kind, name, had, now)
@@ -368,6 +396,27 @@ func (r *inflight) prior(name string) ackedVersion {
 func (ks *kindState) deliveredIs(name string, h ackedVersion) bool {
 	d, ok := ks.delivered[name]
 	return ok == h.ok && (!ok || d.Version == h.version)
+}
+
+// sentLocked records that the server sends resp, with its nonce, and counts it. resp is the
+// response the sender handed over, or one the cache did not make (a test driving the callbacks),
+// which is counted as handed over now. Call with s.mu.
+func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse) *inflight {
+	var r *inflight
+	for _, f := range s.inflight {
+		if f.resp == resp && f.nonce == "" {
+			r = f
+			break
+		}
+	}
+	if r == nil {
+		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp)
+	}
+	r.nonce = resp.GetNonce()
+	ks := s.kind(r.kind)
+	ks.responses++
+	ks.sent += int64(len(resp.GetResources()) + len(resp.GetRemovedResources()))
+	return r
 }
 
 // byNonce finds the response in flight a request answers.
@@ -416,17 +465,6 @@ func (s *Session) Digest() Digest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.digest
-}
-
-// AckedCounts is how many names of each kind the zone has ACKed.
-func (s *Session) AckedCounts() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.kinds))
-	for k, ks := range s.kinds {
-		out[k] = ks.acked
-	}
-	return out
 }
 
 // Insight is what happened to each kind on the stream, and how much of it the zone has ACKed: a
@@ -549,7 +587,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	ks := s.kind(kind)
 	// With nothing of the kind refused or in flight, what the zone ACKed is what it was
 	// delivered: one lookup a name.
-	layered := len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o.kind == kind })
+	layered := s.layered(ks, kind, nil)
 	if !slices.IsSortedFunc(resp.Resources, byName) { // the cache's are; a test's may not be
 		slices.SortFunc(resp.Resources, byName)
 	}
@@ -579,13 +617,12 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	}
 	for _, res := range resp.Resources {
 		note(res.Name)
-		ks.delivered[res.Name] = res
+		ks.setDelivered(res.Name, res)
 	}
 	for _, n := range resp.RemovedResources {
 		note(n)
-		delete(ks.delivered, n)
+		ks.dropDelivered(n)
 	}
-	ks.edits++
 	r.edits = ks.edits
 	s.inflight = append(s.inflight, r)
 	if len(s.inflight) > MaxInFlight {
@@ -598,10 +635,9 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 // its names are dirty again (forced ones forced again). Call with s.mu.
 func (s *Session) takeBack(w *watch) {
 	ks := s.kind(w.kind)
-	ks.edits++
-	w.eachName(func(name string) { delete(ks.delivered, name) })
+	w.eachName(ks.dropDelivered)
 	for _, p := range w.undo {
-		ks.delivered[p.name] = p.was
+		ks.setDelivered(p.name, p.was)
 	}
 	if w.flight != nil {
 		s.dropLocked(w.flight)

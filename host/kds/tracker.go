@@ -76,14 +76,6 @@ func (t *Tracker) refuse(reason string, err error) {
 	t.observers.Refused(event.Refusal{Reason: reason, Detail: status.Convert(err).Message()})
 }
 
-// InFlight is how many responses of the stream are not answered yet.
-func (t *Tracker) InFlight(id int64) int {
-	if s := t.cache.Session(id); s != nil {
-		return s.InFlight()
-	}
-	return 0
-}
-
 // OnDeltaStreamOpen implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
 	t.cache.openSession(id, streamInfoOf(ctx))
@@ -149,22 +141,13 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 		again = req.GetResourceNamesSubscribe()
 	}
 	var nack event.NACK
-	if answered != nil {
-		aks := s.kind(answered.kind)
-		if req.GetErrorDetail() == nil {
-			s.answerLocked(answered, nil)
-			aks.acks++
-			aks.rejected, aks.lastError = nil, ""
-		} else {
-			nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage)
-			rejected := make(map[string]bool, len(nack.Rejected))
-			for _, r := range nack.Rejected {
-				rejected[r.Name] = true
-			}
-			s.answerLocked(answered, rejected)
-			aks.nacks++
-			aks.rejected, aks.lastError = nack.Rejected, nack.Detail
-		}
+	switch {
+	case answered == nil:
+	case req.GetErrorDetail() == nil:
+		s.answerLocked(answered, nil)
+	default:
+		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage)
+		s.answerLocked(answered, &nack)
 	}
 	s.mu.Unlock()
 
@@ -197,20 +180,7 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 		return
 	}
 	s.mu.Lock()
-	var r *inflight
-	for _, f := range s.inflight {
-		if f.resp == resp && f.nonce == "" {
-			r = f
-			break
-		}
-	}
-	if r == nil {
-		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp) // not made by the cache (a test driving the callbacks)
-	}
-	r.nonce = resp.GetNonce()
-	ks := s.kind(r.kind)
-	ks.responses++
-	ks.sent += int64(len(resp.GetResources()) + len(resp.GetRemovedResources()))
+	r := s.sentLocked(resp)
 	zone := s.zone
 	s.mu.Unlock()
 	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
