@@ -52,6 +52,7 @@ type ZoneFilter interface {
 type Cache struct {
 	kinds []string // kind order: owners first; responses that are ready together go in this order
 
+	budget  *budget // bytes of the responses in flight, across streams
 	snap    atomic.Pointer[Snapshot]
 	version atomic.Int64
 	filter  atomic.Pointer[filterBox]
@@ -69,7 +70,7 @@ type filterBox struct{ Filter }
 
 // NewCache returns a cache for the given kinds, in owner-first order.
 func NewCache(kinds []string) *Cache {
-	c := &Cache{kinds: kinds, streams: map[int64]*Session{}, byZone: map[string]*Session{},
+	c := &Cache{kinds: kinds, budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
 		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}}
 	c.snap.Store(&Snapshot{})
 	c.filter.Store(&filterBox{})
@@ -268,6 +269,12 @@ func (c *Cache) closeStream(id int64) *Session {
 	if st != nil {
 		close(st.stop)
 		<-st.done
+		st.mu.Lock()
+		for _, r := range st.inflight {
+			c.budget.release(r.cost) // nothing will answer them
+			r.cost = 0
+		}
+		st.mu.Unlock()
 	}
 	return st
 }

@@ -96,6 +96,7 @@ type inflight struct {
 	nonce  string            // set when the server sends it
 	priors map[string]string // what the zone had ACKed of its names before, for those it had ACKed
 	edits  uint64            // the kind's delivered edits once this response was counted in it
+	cost   int64             // the room it holds in the cache's budget, until it leaves inflight
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -282,6 +283,8 @@ func (s *Session) dropLocked(r *inflight) {
 	if i := slices.Index(s.inflight, r); i >= 0 {
 		s.inflight = slices.Delete(s.inflight, i, i+1)
 	}
+	s.cache.budget.release(r.cost)
+	r.cost = 0
 	if len(s.inflight) == 0 {
 		s.inflight = nil
 	}
@@ -540,12 +543,18 @@ func (s *Session) send() {
 				break
 			}
 			stopped, delivered := false, false
+			if s.admit(w) {
+				select {
+				case w.out <- w.resp:
+					delivered = true
+				case <-w.canceled:
+				case <-s.stop:
+				}
+			}
 			select {
-			case w.out <- w.resp:
-				delivered = true
-			case <-w.canceled:
 			case <-s.stop:
 				stopped = true
+			default:
 			}
 			s.mu.Lock()
 			if !delivered {
@@ -559,6 +568,24 @@ func (s *Session) send() {
 			}
 		}
 	}
+}
+
+// admit waits for room in the cache's budget for w's response, and reports whether it got it
+// (false: the stream closed or the watch was canceled meanwhile). The room is the response's
+// until the zone answers it, or it leaves the responses in flight otherwise.
+func (s *Session) admit(w *watch) bool {
+	cost := responseCost(w.resp.DeltaDiscoveryResponse)
+	if !s.cache.budget.acquire(cost, s.stop, w.canceled) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Contains(s.inflight, w.flight) {
+		w.flight.cost = cost
+	} else {
+		s.cache.budget.release(cost) // answered or forgotten meanwhile (a test driving the callbacks)
+	}
+	return true
 }
 
 // next takes the first queued watch off the queue and counts its response as delivered, or

@@ -39,11 +39,16 @@ type Limits struct {
 	MaxNACKMessage int
 	// ReRequests bounds how often a stream's re-requests are answered.
 	ReRequests RateLimit
+	// MaxInFlightBytes bounds the bytes of the responses sent to zones and not answered yet,
+	// across every stream (default 64 MiB): a full sync of many zones is sent a few zones at a
+	// time instead of every zone's whole state encoded at once. A response larger than the limit
+	// is sent alone; one waits 5 s at most for room.
+	MaxInFlightBytes int64
 }
 
 // DefaultLimits are the limits unless configured.
 func DefaultLimits() Limits {
-	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit()}
+	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit(), MaxInFlightBytes: 64 << 20}
 }
 
 func (l Limits) withDefaults() Limits {
@@ -57,6 +62,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxNACKMessage <= 0 {
 		l.MaxNACKMessage = d.MaxNACKMessage
 	}
+	if l.MaxInFlightBytes <= 0 {
+		l.MaxInFlightBytes = d.MaxInFlightBytes
+	}
 	if l.ReRequests.Rate <= 0 || l.ReRequests.Burst <= 0 {
 		l.ReRequests = d.ReRequests
 	}
@@ -69,7 +77,10 @@ func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
 }
 
 // SetLimits sets the limits (zero fields: the defaults); call it before serving.
-func (t *Tracker) SetLimits(l Limits) { t.limits = l.withDefaults() }
+func (t *Tracker) SetLimits(l Limits) {
+	t.limits = l.withDefaults()
+	t.cache.budget.setLimit(t.limits.MaxInFlightBytes)
+}
 
 // refuse counts a refused stream.
 func (t *Tracker) refuse(reason string, err error) {

@@ -105,6 +105,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.IntVar(&flags.limits.MaxZones, "max-zones", kds.DefaultLimits().MaxZones, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
 	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", kds.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
 	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", kds.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
+	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", kds.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones, across zones; a full sync of many zones goes a few zones at a time within it (a response waits 5s at most for room)")
 	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open")
 	f.StringVar(&flags.apiTLSCert, "api-tls-cert", "", "global: serve the HTTP API over TLS with this certificate (with --api-tls-key)")
 	f.StringVar(&flags.apiTLSKey, "api-tls-key", "", "global: the HTTP API's TLS key")
