@@ -7,10 +7,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"iter"
 	"net"
 	"net/http"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -198,7 +196,13 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 			Policy: retry.Standard(current, cfg.Builtin, retry.StandardConfig{
 				Timeout: cfg.PolicyTimeout, Bounds: cfg.RetryBounds, OnFallback: rm.fallback,
 			}),
-			Resender: g.Cache, Hooks: g.timeline.hooks(rm.hooks()),
+			Sessions: func(id int64) retry.Session {
+				if s := g.Cache.Session(id); s != nil {
+					return s
+				}
+				return nil // not a typed nil
+			},
+			Hooks: g.timeline.hooks(rm.hooks()),
 		})
 		if err != nil {
 			return nil, err
@@ -445,26 +449,26 @@ type ZoneView struct {
 
 // ZoneViews returns every zone's insight.
 func (g *Global) ZoneViews() []ZoneView {
-	var states []retry.StreamState
+	var retryOf func(stream int64) *retry.StreamState
 	if g.Retry != nil {
-		states = g.Retry.State()
+		retryOf = func(stream int64) *retry.StreamState {
+			if s := g.Cache.Session(stream); s != nil {
+				return s.Retry().State()
+			}
+			return nil
+		}
 	}
 	var withheld func(zone string) []owner.Withheld
 	if g.Holds != nil {
 		withheld = g.Holds.Withheld
 	}
-	return g.replicas.merge(zoneViews(g.Zones.Insights(), slices.Values(states), withheld), time.Now())
+	return g.replicas.merge(zoneViews(g.Zones.Insights(), retryOf, withheld), time.Now())
 }
 
-// zoneViews joins the zone table with the retry states and what is withheld (withheld nil:
-// owner holds are off). A stream's retry state goes to its zone only while the zone is connected on
-// that stream. The states are indexed by stream once: /api/zones, polled every second, costs
-// O(zones + streams), not their product.
-func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], withheld func(zone string) []owner.Withheld) []ZoneView {
-	byStream := map[int64]*retry.StreamState{}
-	for st := range states {
-		byStream[st.Stream] = &st
-	}
+// zoneViews joins the zone table with the retry state of each connected zone's stream, read from
+// its session (retryOf; nil: retry is off), and what is withheld (withheld nil: owner holds are
+// off). /api/zones, polled every second, costs one lookup a zone.
+func zoneViews(insights []kds.ZoneInsight, retryOf func(stream int64) *retry.StreamState, withheld func(zone string) []owner.Withheld) []ZoneView {
 	var out []ZoneView
 	for _, zi := range insights {
 		zv := ZoneView{ZoneInsight: zi}
@@ -487,8 +491,8 @@ func zoneViews(insights []kds.ZoneInsight, states iter.Seq[retry.StreamState], w
 			}
 			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
 		}
-		if zi.Connected {
-			zv.Retry = byStream[zi.Stream]
+		if zi.Connected && retryOf != nil {
+			zv.Retry = retryOf(zi.Stream)
 		}
 		out = append(out, zv)
 	}

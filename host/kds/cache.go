@@ -169,11 +169,8 @@ func (c *Cache) Snapshot() *Snapshot { return c.snap.Load() }
 // already sent their current version (it rejected them). Names no longer served are ignored.
 // Only the named names of the named kinds are looked at.
 func (c *Cache) Resend(streamID int64, names map[string][]string) {
-	c.mu.Lock()
-	st := c.streams[streamID]
-	c.mu.Unlock()
-	if st != nil {
-		st.mark(names, true)
+	if st := c.Session(streamID); st != nil {
+		st.Resend(names)
 	}
 }
 
@@ -267,6 +264,7 @@ func (c *Cache) closeStream(id int64) *Session {
 	}
 	c.mu.Unlock()
 	if st != nil {
+		st.retry.Close()
 		close(st.stop)
 		<-st.done
 		st.mu.Lock()

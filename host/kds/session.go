@@ -10,6 +10,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/serial"
 )
 
 // Session is everything the global knows about one zone stream on the wire, in one place behind
@@ -38,6 +40,11 @@ type Session struct {
 	cache *Cache
 	id    int64
 	info  *streamInfo // the zone its credentials prove, and how to close it
+
+	// The session's work queue: the retry scheduler steps the stream's retry state (retry)
+	// through it, one event at a time in their order, holding no lock while it calls out.
+	serial.Queue
+	retry retry.Stream
 
 	mu         sync.Mutex
 	zone       string // "" until the first request names it
@@ -431,6 +438,14 @@ func (s *Session) byNonce(nonce string) *inflight {
 	}
 	return nil
 }
+
+// Retry is the stream's retry state (retry.Scheduler steps it through Do).
+func (s *Session) Retry() *retry.Stream { return &s.retry }
+
+// Resend makes the stream send the named resources of each kind (kind -> names) again, although
+// the zone was already sent their current version (it rejected them). Names no longer served are
+// ignored.
+func (s *Session) Resend(names map[string][]string) { s.mark(names, true) }
 
 // Zone is the zone the session serves ("" before its first request).
 func (s *Session) Zone() string {

@@ -14,6 +14,7 @@ import (
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/serial"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -38,19 +39,24 @@ func metricSum(t *testing.T, rt *plugins.Runtime, name string) float64 {
 	return sum
 }
 
-// rejectingZone stands in for a zone that NACKs Mesh "default" every time it is sent: each
-// retry round ends in a NACK, which asks the policy for the next round.
+// rejectingZone stands in for a zone stream's session (stream 1) that NACKs Mesh "default"
+// every time it is sent: each retry round ends in a NACK, which asks the policy for the next
+// round.
 type rejectingZone struct {
+	serial.Queue
+	retry  retry.Stream
 	sched  *retry.Scheduler
 	mu     sync.Mutex
 	rounds int
 }
 
-func (z *rejectingZone) Resend(id int64, names map[string][]string) {
+func (z *rejectingZone) Retry() *retry.Stream { return &z.retry }
+
+func (z *rejectingZone) Resend(map[string][]string) {
 	z.mu.Lock()
 	z.rounds++
 	z.mu.Unlock()
-	z.nack(id)
+	z.nack(1)
 }
 
 func (z *rejectingZone) nack(id int64) {
@@ -81,7 +87,7 @@ func TestAStoppedPluginTimesOutAndIsReplaced(t *testing.T) {
 	zone.sched, err = retry.NewScheduler(retry.Config{
 		Policy: retry.Standard(rt.RetryForcer, rt.Fallback(), retry.StandardConfig{Timeout: 200 * time.Millisecond,
 			OnFallback: func(*pluginv1.ScheduleRequest, error) { fallbacks.Add(1) }}),
-		Resender: zone,
+		Sessions: func(int64) retry.Session { return zone },
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer zone.sched.Close()

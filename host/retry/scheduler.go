@@ -3,20 +3,65 @@ package retry
 import (
 	"context"
 	"errors"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/shrink"
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Resender makes a stream send named resources again (kds.Cache.Resend). Resend must return
-// without waiting for the zone; it may tell the scheduler of the stream's events (a test's zone
-// that answers at once): those are applied after it returns, in their order.
+// Resender makes a stream send named resources again (kds.Cache.Resend), for the blocking
+// emulation of the old behaviour.
 type Resender interface {
 	Resend(streamID int64, names map[string][]string)
+}
+
+// Session is a zone stream's session as the scheduler steps it (kds.Session): the stream's
+// retry state lives in it, and its events run one at a time through it.
+type Session interface {
+	// Do runs f after the work given before it, one at a time; it returns at once when the
+	// session is busy (see serial.Queue).
+	Do(f func())
+	// Retry is the stream's retry state.
+	Retry() *Stream
+	// Resend makes the stream send the named resources (kind -> names) again. It must return
+	// without waiting for the zone.
+	Resend(names map[string][]string)
+}
+
+// Stream is the retry state of one zone stream, kept in its session: its Machine and the one
+// timer the Machine asked for. The zero value is a stream the scheduler has not opened.
+type Stream struct {
+	mu     sync.Mutex // guards the fields; held while a transition runs, never while calling out
+	m      *Machine
+	timer  *time.Timer
+	closed bool
+}
+
+// Close stops the stream's timer for good (its stream closed); later events change nothing.
+func (st *Stream) Close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	st.stopTimer()
+}
+
+// State is the stream's retry state as insights show it, nil before the scheduler opened it.
+func (st *Stream) State() *StreamState {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.m == nil {
+		return nil
+	}
+	ss := st.m.State()
+	return &ss
+}
+
+func (st *Stream) stopTimer() {
+	if st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
 }
 
 // Hooks are told what the scheduler does, for metrics. Any may be nil.
@@ -40,151 +85,115 @@ type Hooks struct {
 type Config struct {
 	// Policy decides every round; Standard composes the host's (deadline, checks, fallback).
 	// It must return within a bounded time.
-	Policy   shared.RetryForcer
-	Resender Resender
+	Policy shared.RetryForcer
+	// Sessions finds a stream's session while it is open (kds.Cache.Session); nil once closed.
+	Sessions func(streamID int64) Session
 	Hooks    Hooks
 }
 
-// Scheduler drives one Machine per zone stream: it feeds them the stream events, calls the
-// policy off the stream's goroutine, owns each stream's one timer, and resends what a round
-// names. State lives in the Machines, never in a policy, so a policy that crashes or is swapped
-// loses nothing.
+// Scheduler drives the Machine of every zone stream, each kept in the stream's session: it feeds
+// them the stream events through the session, calls the policy off the stream's goroutine,
+// arms each stream's one timer, and resends what a round names. State lives in the sessions,
+// never in a policy or in the scheduler, so a policy that crashes or is swapped loses nothing,
+// and streams share no lock.
 type Scheduler struct {
 	cfg Config
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // decisions in flight
-
-	mu      sync.Mutex
-	streams map[int64]*driven
-	peak    shrink.Peak
 }
 
-// driven is one stream's Machine and the timer it asked for.
-type driven struct {
-	zone  string
-	m     *Machine
-	timer *time.Timer
-	// busy: a goroutine is stepping the stream (step); the transitions that arrive meanwhile
-	// wait in pending, in order, and that goroutine runs them.
-	busy    bool
-	pending []func(m *Machine) Ready
-}
-
-// NewScheduler returns a scheduler; Close stops its timers and waits for its decisions.
+// NewScheduler returns a scheduler; Close cancels its decisions and waits for them.
 func NewScheduler(cfg Config) (*Scheduler, error) {
-	if cfg.Policy == nil || cfg.Resender == nil {
-		return nil, errors.New("retry: Policy and Resender are required")
+	if cfg.Policy == nil || cfg.Sessions == nil {
+		return nil, errors.New("retry: Policy and Sessions are required")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Scheduler{cfg: cfg, ctx: ctx, cancel: cancel, streams: map[int64]*driven{}}, nil
+	return &Scheduler{cfg: cfg, ctx: ctx, cancel: cancel}, nil
 }
 
 // Observer is how the scheduler hears of stream events. Each returns at once.
 func (s *Scheduler) Observer() event.Observer {
 	return event.Observer{
 		StreamOpened: func(id int64, zone string) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.streams[id] = &driven{zone: zone, m: NewMachine(id, zone)}
+			if sess := s.cfg.Sessions(id); sess != nil {
+				sess.Do(func() {
+					st := sess.Retry()
+					st.mu.Lock()
+					defer st.mu.Unlock()
+					if st.m == nil {
+						st.m = NewMachine(id, zone)
+					}
+				})
+			}
 		},
 		Sent: func(e event.Sent) { s.step(e.StreamID, func(m *Machine) Ready { return m.Sent(e, time.Now()) }) },
 		ACK:  func(a event.ACK) { s.step(a.StreamID, func(m *Machine) Ready { return m.ACK(a, time.Now()) }) },
 		NACK: func(n event.NACK) { s.step(n.StreamID, func(m *Machine) Ready { return m.NACK(n, time.Now()) }) },
-		StreamClosed: func(id int64, _ string) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if d := s.streams[id]; d != nil {
-				d.stopTimer()
-				delete(s.streams, id)
-				s.streams = shrink.Map(s.streams, &s.peak)
-			}
-		},
+		// A stream's state goes with its session: the cache closes its Stream when the stream
+		// closes (kds.Cache), and nothing here keeps it.
 	}
 }
 
-// Close stops every timer, cancels the decisions in flight and waits for them; each returns
-// at once on cancel, whatever its policy does.
+// Close cancels the decisions in flight and waits for them; each returns at once on cancel,
+// whatever its policy does. Later events and timers change nothing.
 func (s *Scheduler) Close() {
 	s.cancel()
-	s.mu.Lock()
-	for id, d := range s.streams {
-		d.stopTimer()
-		delete(s.streams, id)
-	}
-	s.mu.Unlock()
 	s.wg.Wait()
 }
 
-func (d *driven) stopTimer() {
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-}
-
-// step runs one transition of a stream's Machine and carries out what it asks.
+// step runs one transition of a stream's Machine, in the session's order, and carries out what
+// it asks.
 //
-// A stream's transitions and the resends they ask for happen in one order: the goroutine that
-// steps a stream keeps it (busy) until it has carried out what the Machine asked, resend
-// included, and then runs the transitions that arrived meanwhile, in their order. So an event
-// never overtakes a resend decided before it (an ACK applied between a round and its resend
-// would see the round's names forced again after the zone stored them), and the xDS callbacks
-// never wait for a resend: theirs is queued, and they return.
+// A stream's transitions and the resends they ask for happen in one order: the session runs one
+// piece of work at a time, and a transition's work includes carrying out what the Machine asked,
+// resend included. So an event never overtakes a resend decided before it (an ACK applied
+// between a round and its resend would see the round's names forced again after the zone stored
+// them), and the xDS callbacks never wait for a resend: the session queues theirs, and they
+// return.
 func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
-	s.mu.Lock()
-	d := s.streams[id]
-	if d == nil || s.ctx.Err() != nil {
-		s.mu.Unlock()
+	sess := s.cfg.Sessions(id)
+	if sess == nil || s.ctx.Err() != nil {
 		return
 	}
-	if d.busy {
-		d.pending = append(d.pending, transition)
-		s.mu.Unlock()
-		return
-	}
-	d.busy = true
-	for {
-		r := s.transitionLocked(id, d, transition)
-		s.mu.Unlock()
-		// Outside the lock: the resender takes the cache's, and hooks are the caller's code.
-		// Both may step this stream again: that step waits in pending.
-		s.carryOut(id, d.zone, r)
-		s.mu.Lock()
-		if len(d.pending) == 0 || s.streams[id] != d || s.ctx.Err() != nil {
-			d.busy, d.pending = false, nil
-			s.mu.Unlock()
+	sess.Do(func() {
+		st := sess.Retry()
+		st.mu.Lock()
+		if st.m == nil || st.closed || s.ctx.Err() != nil {
+			st.mu.Unlock()
 			return
 		}
-		transition = d.pending[0]
-		d.pending[0] = nil
-		d.pending = d.pending[1:]
-	}
+		r := transition(st.m)
+		s.applyLocked(id, st, r)
+		zone := st.m.zone
+		st.mu.Unlock()
+		// Outside the lock: the session's resend takes the cache's, and hooks are the caller's
+		// code. Both may step this stream again: that step waits in the session's queue.
+		s.carryOut(sess, zone, r)
+	})
 }
 
-// transitionLocked runs one transition and starts the timer and the decision it asks for.
-func (s *Scheduler) transitionLocked(id int64, d *driven, transition func(m *Machine) Ready) Ready {
-	r := transition(d.m)
+// applyLocked starts the timer and the decision a transition asks for. Call with st.mu.
+func (s *Scheduler) applyLocked(id int64, st *Stream, r Ready) {
 	if r.Disarm {
-		d.stopTimer()
+		st.stopTimer()
 	}
 	if r.Arm > 0 {
-		d.stopTimer()
+		st.stopTimer()
 		token := r.Token
-		d.timer = time.AfterFunc(r.Arm, func() {
+		st.timer = time.AfterFunc(r.Arm, func() {
 			s.step(id, func(m *Machine) Ready { return m.Fired(token, time.Now()) })
 		})
 	}
 	if r.Ask != nil {
 		s.wg.Add(1)
-		go s.decide(id, d.zone, r)
+		go s.decide(id, st.m.zone, r)
 	}
-	return r
 }
 
 // carryOut reports a transition to the hooks and makes the resend it asks for.
-func (s *Scheduler) carryOut(id int64, zone string, r Ready) {
+func (s *Scheduler) carryOut(sess Session, zone string, r Ready) {
 	if r.Round != nil && s.cfg.Hooks.Round != nil {
 		s.cfg.Hooks.Round(zone, r.Round.Delay, r.Round.Resent)
 	}
@@ -201,7 +210,7 @@ func (s *Scheduler) carryOut(id int64, zone string, r Ready) {
 		s.cfg.Hooks.Released(zone, r.Released)
 	}
 	if len(r.Resend) > 0 {
-		s.cfg.Resender.Resend(id, r.Resend)
+		sess.Resend(r.Resend)
 	}
 }
 
@@ -214,16 +223,4 @@ func (s *Scheduler) decide(id int64, zone string, r Ready) {
 		s.cfg.Hooks.PolicyCall(zone, time.Since(start), err)
 	}
 	s.step(id, func(m *Machine) Ready { return m.Decided(r.Token, resp, err, time.Now()) })
-}
-
-// State returns the retry state of every stream.
-func (s *Scheduler) State() []StreamState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]StreamState, 0, len(s.streams))
-	for _, d := range s.streams {
-		out = append(out, d.m.State())
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Stream < out[j].Stream })
-	return out
 }

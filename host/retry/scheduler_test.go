@@ -14,6 +14,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/serial"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -84,10 +85,72 @@ func (r *resender) Rounds() []map[string][]string {
 	return append([]map[string][]string(nil), r.rounds...)
 }
 
-// sched is a Scheduler with its observer at hand: s.NACK(n) is what the tracker calls.
+// session is a stream's session as kds.Session is to the scheduler: a work queue, the retry
+// state, and the resend (recorded by r).
+type session struct {
+	serial.Queue
+	id    int64
+	retry retry.Stream
+	r     *resender
+}
+
+func (s *session) Retry() *retry.Stream                { return &s.retry }
+func (s *session) Resend(names map[string][]string) { s.r.Resend(s.id, names) }
+
+// sessions is the registry of open sessions, as kds.Cache keeps it.
+type sessions struct {
+	mu   sync.Mutex
+	open map[int64]*session
+	r    *resender
+}
+
+func (ss *sessions) get(id int64) retry.Session {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.open[id]; s != nil {
+		return s
+	}
+	return nil
+}
+
+// sched is a Scheduler with its observer and sessions at hand: s.NACK(n) is what the tracker
+// calls, s.StreamOpened opens the stream's session first and s.StreamClosed closes it, as the
+// cache does.
 type sched struct {
 	*retry.Scheduler
 	event.Observer
+	ss *sessions
+}
+
+func (s *sched) StreamOpened(id int64, zone string) {
+	s.ss.mu.Lock()
+	s.ss.open[id] = &session{id: id, r: s.ss.r}
+	s.ss.mu.Unlock()
+	s.Observer.StreamOpened(id, zone)
+}
+
+func (s *sched) StreamClosed(id int64, _ string) {
+	s.ss.mu.Lock()
+	sess := s.ss.open[id]
+	delete(s.ss.open, id)
+	s.ss.mu.Unlock()
+	if sess != nil {
+		sess.retry.Close()
+	}
+}
+
+// State is the retry state of every open stream, by stream.
+func (s *sched) State() []retry.StreamState {
+	s.ss.mu.Lock()
+	defer s.ss.mu.Unlock()
+	var out []retry.StreamState
+	for _, sess := range s.ss.open {
+		if st := sess.retry.State(); st != nil {
+			out = append(out, *st)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Stream < out[j].Stream })
+	return out
 }
 
 // newScheduler runs p with the host's standard decorators (deadline 200ms, fallback).
@@ -99,12 +162,13 @@ func newScheduler(t *testing.T, p, fallback shared.RetryForcer, r *resender, hoo
 func newSchedulerFallback(t *testing.T, p, fallback shared.RetryForcer, r *resender, hooks retry.Hooks, onFallback func(*pluginv1.ScheduleRequest, error)) *sched {
 	t.Helper()
 	policy := retry.Standard(func() shared.RetryForcer { return p }, fallback, retry.StandardConfig{OnFallback: onFallback})
-	s, err := retry.NewScheduler(retry.Config{Policy: policy, Resender: r, Hooks: hooks})
+	ss := &sessions{open: map[int64]*session{}, r: r}
+	s, err := retry.NewScheduler(retry.Config{Policy: policy, Sessions: ss.get, Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return &sched{s, s.Observer()}
+	return &sched{s, s.Observer(), ss}
 }
 
 func nack(kind string, names ...string) event.NACK {
@@ -409,14 +473,15 @@ func TestCloseDoesNotWaitForAPolicyThatIgnoresItsContext(t *testing.T) {
 		g := NewWithT(t)
 		p := &ignorant{release: make(chan struct{})}
 		defer close(p.release) // lets the abandoned call end inside the bubble
-		s, err := retry.NewScheduler(retry.Config{Policy: retry.WithDeadline(p, time.Hour), Resender: &resender{}})
+		ss := &sessions{open: map[int64]*session{}, r: &resender{}}
+		sch, err := retry.NewScheduler(retry.Config{Policy: retry.WithDeadline(p, time.Hour), Sessions: ss.get})
 		g.Expect(err).NotTo(HaveOccurred())
-		obs := s.Observer()
+		obs := &sched{sch, sch.Observer(), ss}
 		obs.StreamOpened(1, "zone-1")
 		obs.NACK(nack("Mesh", "default"))
 		synctest.Wait()
 		start := time.Now()
-		s.Close()
+		sch.Close()
 		g.Expect(time.Since(start)).To(BeZero(), "Close returns at once")
 	})
 }
