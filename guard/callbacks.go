@@ -1,0 +1,104 @@
+package guard
+
+import (
+	"context"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+)
+
+// Callbacks returns the server callbacks that let the guard follow each stream: pass them to
+// server.NewServer. Each calls the guard's and then next's (may be nil), so the server's own
+// callbacks keep working; an error from next ends the stream, as it would without the guard.
+func (g *Guard) Callbacks(next server.Callbacks) server.Callbacks {
+	return &callbacks{g: g, next: next}
+}
+
+type callbacks struct {
+	g    *Guard
+	next server.Callbacks
+}
+
+func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.g.openStream(id)
+	if c.next != nil {
+		return c.next.OnStreamOpen(ctx, id, typeURL)
+	}
+	return nil
+}
+
+func (c *callbacks) OnStreamClosed(id int64, node *core.Node) {
+	c.g.closeStream(id)
+	if c.next != nil {
+		c.next.OnStreamClosed(id, node)
+	}
+}
+
+// OnStreamRequest applies the answer the request carries (an ACK or NACK of the last response
+// of its type) and binds the request to its stream for CreateWatch. It returns at once.
+func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	if s := c.g.session(id); s != nil {
+		c.g.mu.Lock()
+		if old := s.bound[req.GetTypeUrl()]; old != nil {
+			delete(c.g.requests, old) // a stale request the server skipped: its watch never came
+		}
+		s.bound[req.GetTypeUrl()] = req
+		c.g.requests[req] = s
+		c.g.mu.Unlock()
+		s.request(req)
+	}
+	if c.next != nil {
+		return c.next.OnStreamRequest(id, req)
+	}
+	return nil
+}
+
+// OnStreamResponse records what went out, with its nonce, to pair it with the client's answer.
+func (c *callbacks) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if s := c.g.session(id); s != nil {
+		s.sent(resp)
+	}
+	if c.next != nil {
+		c.next.OnStreamResponse(ctx, id, req, resp)
+	}
+}
+
+func (c *callbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
+	if c.next != nil {
+		return c.next.OnFetchRequest(ctx, req)
+	}
+	return nil
+}
+
+func (c *callbacks) OnFetchResponse(req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if c.next != nil {
+		c.next.OnFetchResponse(req, resp)
+	}
+}
+
+func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	if c.next != nil {
+		return c.next.OnDeltaStreamOpen(ctx, id, typeURL)
+	}
+	return nil
+}
+
+func (c *callbacks) OnDeltaStreamClosed(id int64, node *core.Node) {
+	if c.next != nil {
+		c.next.OnDeltaStreamClosed(id, node)
+	}
+}
+
+func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	if c.next != nil {
+		return c.next.OnStreamDeltaRequest(id, req)
+	}
+	return nil
+}
+
+func (c *callbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	if c.next != nil {
+		c.next.OnStreamDeltaResponse(id, req, resp)
+	}
+}

@@ -1,0 +1,208 @@
+// Package guard puts kds-host's NACK handling in front of any go-control-plane v0.14 xDS server:
+// it wraps the server's own cache (SnapshotCache, LinearCache, MuxCache, any cache.Cache) and
+// composes with the server's own callbacks, so that a client's NACK never makes the server send
+// the refused version again and again, and a resource waits for what it references.
+//
+// Adopting it is three lines:
+//
+//	g, err := guard.New(snapshotCache, guard.Options{})
+//	defer g.Close()
+//	srv := server.NewServer(ctx, g, g.Callbacks(myCallbacks))
+//
+// How the wrapping works: the server asks the guard for watches, as it would ask its cache. For
+// each client stream and type, the guard keeps one watch of its own on the wrapped cache for
+// every resource of the type (a wildcard request, whatever names the client asked for), and
+// answers the server's watch with what this client should see of it: the names it subscribed,
+// each at the version the cache serves, except
+//   - a version the client refused (NACKed): the client keeps the version it last accepted (sent
+//     again, or left out if it has none), until the retry policy resends it or its content
+//     changes;
+//   - a resource that references what the client has not accepted (Options.Holds: a route whose
+//     cluster the client refused, a listener whose route configuration it has not got): the
+//     client keeps the version it has, until what it references is accepted (make-before-break).
+//
+// On a NACK the guard records which resources were refused: by name where the client's message
+// names them (grpc-go's `resource "NAME": ...`, Envoy's `... NAME: ...`), else every resource the
+// response brought new. It asks the retry policy (kds-host's RetryForcer: the built-in one, or a
+// plugin) for a schedule, off the stream's goroutine, and resends what the schedule names; the
+// xDS callbacks never wait. A client's NACK is about content (neither Envoy nor grpc-go has a
+// transient cause), so refusals count as INVALID: the built-in policy resends a refused version
+// three times with backoff, then parks it until its content changes.
+//
+// Supported: go-control-plane v0.14's state-of-the-world server (ADS and the per-type
+// services). The delta server passes through the guard unguarded (CreateDeltaWatch is the
+// wrapped cache's). Clients: Envoy and grpc-go's xDS client, or any xDS client.
+package guard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// Options tune a Guard. The zero value guards with the built-in retry policy and owner holds on.
+type Options struct {
+	// RetryPolicy returns the RetryForcer in force, asked at every decision (a plugin that can
+	// be reloaded or swapped); nil: the built-in policy. On any failure the built-in policy
+	// decides.
+	RetryPolicy func() shared.RetryForcer
+	// PolicyTimeout is the deadline of one policy call (default 200ms).
+	PolicyTimeout time.Duration
+	// NoHolds turns owner holds off: a resource is sent whether or not the client has what it
+	// references.
+	NoHolds bool
+	// Owners says what a resource references (default: EnvoyReferences).
+	Owners func(typeURL string, r Resource) []Ref
+	// Logger logs refusals and decisions (default: none).
+	Logger hclog.Logger
+}
+
+// Guard is a cache.Cache that guards the wrapped one. Use Callbacks as the server's callbacks.
+type Guard struct {
+	inner cache.Cache
+	opts  Options
+	sched *retry.Scheduler
+	obs   event.Observer // the scheduler's
+	log   hclog.Logger
+	items *itemCache
+
+	mu       sync.Mutex
+	streams  map[int64]*session
+	requests map[*discovery.DiscoveryRequest]*session // bound by OnStreamRequest, taken by CreateWatch
+}
+
+// New wraps inner.
+func New(inner cache.Cache, opts Options) (*Guard, error) {
+	if inner == nil {
+		return nil, errors.New("guard: a cache to wrap is required")
+	}
+	if opts.Owners == nil {
+		opts.Owners = EnvoyReferences
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	builtin := retrypolicy.New()
+	current := opts.RetryPolicy
+	if current == nil {
+		current = func() shared.RetryForcer { return builtin }
+	}
+	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
+		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{}}
+	sched, err := retry.NewScheduler(retry.Config{
+		Policy: retry.Standard(current, builtin, retry.StandardConfig{Timeout: opts.PolicyTimeout}),
+		Sessions: func(id int64) retry.Session {
+			if s := g.session(id); s != nil {
+				return s
+			}
+			return nil // not a typed nil
+		},
+		Hooks: retry.Hooks{
+			Parked: func(client string, parked []retry.ParkedName) {
+				for _, p := range parked {
+					g.log.Info("resource parked until its content changes", "client", client, "type", p.Kind, "name", p.Name, "reason", p.Reason)
+				}
+			},
+			GaveUp: func(client, reason string) { g.log.Warn("retry policy gave up", "client", client, "reason", reason) },
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.sched, g.obs = sched, sched.Observer()
+	return g, nil
+}
+
+// Close stops every stream's work and the retry decisions in flight.
+func (g *Guard) Close() {
+	g.sched.Close()
+	g.mu.Lock()
+	streams := make([]*session, 0, len(g.streams))
+	for _, s := range g.streams {
+		streams = append(streams, s)
+	}
+	g.mu.Unlock()
+	for _, s := range streams {
+		g.closeStream(s.id)
+	}
+}
+
+func (g *Guard) owners(typeURL string, r Resource) []Ref {
+	if g.opts.NoHolds {
+		return nil
+	}
+	return g.opts.Owners(typeURL, r)
+}
+
+func (g *Guard) session(id int64) *session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.streams[id]
+}
+
+// CreateWatch implements cache.ConfigWatcher for the state-of-the-world server.
+func (g *Guard) CreateWatch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
+	g.mu.Lock()
+	s, ok := g.requests[req]
+	delete(g.requests, req)
+	g.mu.Unlock()
+	if !ok {
+		// A server that does not call the guard's callbacks: nothing to guard with.
+		return nil, errors.New("guard: request not seen by the guard's callbacks (pass Guard.Callbacks to the server)")
+	}
+	return s.watch(req, sub, out)
+}
+
+// CreateDeltaWatch implements cache.ConfigWatcher: the delta server is not guarded yet, it is
+// served by the wrapped cache as is.
+func (g *Guard) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
+	return g.inner.CreateDeltaWatch(req, sub, out)
+}
+
+// Fetch implements cache.ConfigFetcher (REST): the wrapped cache's answer.
+func (g *Guard) Fetch(ctx context.Context, req *discovery.DiscoveryRequest) (cache.Response, error) {
+	return g.inner.Fetch(ctx, req)
+}
+
+// openStream starts a stream's session.
+func (g *Guard) openStream(id int64) {
+	s := newSession(g, id)
+	g.mu.Lock()
+	g.streams[id] = s
+	g.mu.Unlock()
+	go s.run()
+}
+
+// closeStream stops a stream's session and cancels its watches of the wrapped cache.
+func (g *Guard) closeStream(id int64) {
+	g.mu.Lock()
+	s := g.streams[id]
+	delete(g.streams, id)
+	for req, b := range g.requests {
+		if b == s {
+			delete(g.requests, req)
+		}
+	}
+	g.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
+}
+
+// wildcard is the request the guard makes of the wrapped cache for a type: every resource,
+// newer than version.
+func wildcard(req *discovery.DiscoveryRequest, version string) (*discovery.DiscoveryRequest, cache.Subscription) {
+	return &discovery.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(), VersionInfo: version},
+		stream.NewSotwSubscription(nil, true)
+}

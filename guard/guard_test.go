@@ -1,0 +1,229 @@
+package guard_test
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	. "github.com/onsi/gomega"
+	"go.uber.org/goleak"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kds-host/kds-host/guard"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sotw is a go-control-plane SotW ADS server on loopback over a SnapshotCache, guarded or not,
+// and one raw ADS stream to it.
+type sotw struct {
+	t      *testing.T
+	snap   cache.SnapshotCache
+	guard  *guard.Guard
+	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	in     chan *discovery.DiscoveryResponse
+	v      int
+}
+
+func newSotw(t *testing.T, guarded bool) *sotw {
+	t.Helper()
+	h := &sotw{t: t, snap: cache.NewSnapshotCache(true, cache.IDHash{}, nil)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var c cache.Cache = h.snap
+	var cb server.Callbacks
+	if guarded {
+		g, err := guard.New(h.snap, guard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.guard, c, cb = g, g, g.Callbacks(nil)
+	}
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, c, cb))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	h.stream, err = discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.in = make(chan *discovery.DiscoveryResponse, 1000)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			r, err := h.stream.Recv()
+			if err != nil {
+				return
+			}
+			h.in <- r
+		}
+	}()
+	t.Cleanup(func() {
+		scancel()
+		<-done
+		conn.Close()
+		gs.Stop()
+		cancel()
+		if h.guard != nil {
+			h.guard.Close()
+		}
+	})
+	return h
+}
+
+func edsCluster(name string, lb cluster.Cluster_LbPolicy) types.Resource {
+	return &cluster.Cluster{Name: name, ConnectTimeout: durationpb.New(time.Second), LbPolicy: lb,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS}}
+}
+
+func (h *sotw) set(clusters ...types.Resource) {
+	h.t.Helper()
+	h.v++
+	s, err := cache.NewSnapshot(strconv.Itoa(h.v), map[resource.Type][]types.Resource{resource.ClusterType: clusters})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.snap.SetSnapshot(context.Background(), "client", s); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *sotw) send(req *discovery.DiscoveryRequest) {
+	h.t.Helper()
+	req.TypeUrl = resource.ClusterType
+	if req.Node == nil {
+		req.Node = nodeOf("client")
+	}
+	if err := h.stream.Send(req); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// next is the next response, within a second.
+func (h *sotw) next() *discovery.DiscoveryResponse {
+	h.t.Helper()
+	select {
+	case r := <-h.in:
+		return r
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("no response")
+		return nil
+	}
+}
+
+func names(r *discovery.DiscoveryResponse) []string {
+	var out []string
+	for _, a := range r.GetResources() {
+		var c cluster.Cluster
+		if err := a.UnmarshalTo(&c); err == nil {
+			out = append(out, c.GetName())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// nackB answers r as grpc-go does when it refuses cluster "b".
+func (h *sotw) nackB(r *discovery.DiscoveryResponse, ackedVersion string) {
+	h.send(&discovery.DiscoveryRequest{VersionInfo: ackedVersion, ResponseNonce: r.GetNonce(),
+		ErrorDetail: &rpcstatus.Status{Code: 3, Message: `error parsing "ClusterResource" response: resource "b": unsupported lb policy MAGLEV`}})
+}
+
+func (h *sotw) ack(r *discovery.DiscoveryResponse) {
+	h.send(&discovery.DiscoveryRequest{VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+}
+
+// A client that refuses a cluster, as grpc-go does (it names it in its message): the stock server
+// sends the refused cluster again after every NACK, as fast as the client answers; the guard sends
+// the client what it can take, tries the refused version again the policy's attempts, then parks
+// it, and a change of another cluster still reaches the client.
+func TestARefusedClusterIsTriedThePolicysAttemptsThenWithheld(t *testing.T) {
+	t.Run("stock", func(t *testing.T) {
+		g := NewWithT(t)
+		h := newSotw(t, false)
+		h.set(edsCluster("a", cluster.Cluster_ROUND_ROBIN), edsCluster("b", cluster.Cluster_MAGLEV))
+		h.send(&discovery.DiscoveryRequest{})
+		nacks := 0
+		for r := h.next(); nacks < 50; r = h.next() {
+			g.Expect(names(r)).To(ContainElement("b"))
+			h.nackB(r, "")
+			nacks++
+		}
+		// The point of the baseline: 50 NACKs and the server still sends "b".
+		g.Expect(nacks).To(Equal(50))
+	})
+	t.Run("guarded", func(t *testing.T) {
+		g := NewWithT(t)
+		h := newSotw(t, true)
+		h.set(edsCluster("a", cluster.Cluster_ROUND_ROBIN), edsCluster("b", cluster.Cluster_MAGLEV))
+		h.send(&discovery.DiscoveryRequest{})
+		r := h.next()
+		g.Expect(names(r)).To(Equal([]string{"a", "b"}))
+		h.nackB(r, "")
+		nacks, acked := 1, ""
+		deadline := time.After(3 * time.Second) // backoff 100ms, 200ms, ... with full jitter: three tries fit well within
+		for done := false; !done; {
+			select {
+			case r := <-h.in:
+				if slices.Contains(names(r), "b") {
+					h.nackB(r, acked)
+					nacks++
+				} else {
+					g.Expect(names(r)).To(Equal([]string{"a"}), "what the client can take")
+					acked = r.GetVersionInfo()
+					h.ack(r)
+				}
+			case <-deadline:
+				done = true
+			}
+		}
+		g.Expect(nacks).To(Equal(3), "the built-in policy's invalidAttempts")
+		clients := h.guard.Clients()
+		g.Expect(clients).To(HaveLen(1))
+		var withheld []guard.Withheld
+		for _, ti := range clients[0].Types {
+			withheld = append(withheld, ti.Withheld...)
+		}
+		g.Expect(withheld).To(ConsistOf(HaveField("Name", "b")))
+		g.Expect(withheld[0].Reason).To(ContainSubstring("unsupported lb policy MAGLEV"))
+
+		// Another cluster's change reaches the client; "b" stays out.
+		h.set(edsCluster("a", cluster.Cluster_LEAST_REQUEST), edsCluster("b", cluster.Cluster_MAGLEV))
+		r = h.next()
+		g.Expect(names(r)).To(Equal([]string{"a"}))
+		var a cluster.Cluster
+		g.Expect(r.GetResources()[0].UnmarshalTo(&a)).To(Succeed())
+		g.Expect(a.GetLbPolicy()).To(Equal(cluster.Cluster_LEAST_REQUEST))
+		h.ack(r)
+
+		// New content of "b" is sent, and accepted.
+		h.set(edsCluster("a", cluster.Cluster_LEAST_REQUEST), edsCluster("b", cluster.Cluster_ROUND_ROBIN))
+		r = h.next()
+		g.Expect(names(r)).To(Equal([]string{"a", "b"}))
+		h.ack(r)
+		g.Consistently(h.in, 300*time.Millisecond).ShouldNot(Receive())
+	})
+}
+
+func nodeOf(id string) *core.Node { return &core.Node{Id: id} }

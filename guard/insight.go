@@ -1,0 +1,113 @@
+package guard
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ClientInsight is what the guard knows of one client stream, the shape of kds-host's
+// /api/zones entries.
+type ClientInsight struct {
+	Stream int64          `json:"stream"`
+	Node   string         `json:"node"`
+	Types  []*TypeInsight `json:"types"`
+}
+
+// TypeInsight is one type on one client stream.
+type TypeInsight struct {
+	TypeURL   string     `json:"typeUrl"`
+	Responses int64      `json:"responses"`
+	ACKs      int64      `json:"acks"`
+	NACKs     int64      `json:"nacks"`
+	Resent    int64      `json:"resent"`
+	LastError string     `json:"lastError,omitempty"`
+	Withheld  []Withheld `json:"withheld,omitempty"`
+}
+
+// Withheld is a resource version the client does not get now, and why.
+type Withheld struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Reason  string `json:"reason"`
+}
+
+// Clients returns every open client stream's insight, by stream.
+func (g *Guard) Clients() []ClientInsight {
+	g.mu.Lock()
+	streams := make([]*session, 0, len(g.streams))
+	for _, s := range g.streams {
+		streams = append(streams, s)
+	}
+	g.mu.Unlock()
+	out := make([]ClientInsight, 0, len(streams))
+	for _, s := range streams {
+		s.mu.Lock()
+		ci := ClientInsight{Stream: s.id, Node: s.node}
+		for _, ti := range s.insight {
+			c := *ti
+			c.Withheld = slices.Clone(ti.Withheld)
+			ci.Types = append(ci.Types, &c)
+		}
+		s.mu.Unlock()
+		slices.SortFunc(ci.Types, func(a, b *TypeInsight) int { return strings.Compare(a.TypeURL, b.TypeURL) })
+		out = append(out, ci)
+	}
+	slices.SortFunc(out, func(a, b ClientInsight) int { return int(a.Stream - b.Stream) })
+	return out
+}
+
+// Handler serves Clients as JSON ({"items": [...], "total": N}), to mount in the server's own
+// admin listener (it reveals node ids and refusal messages: keep it where the operators are).
+func (g *Guard) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			http.Error(w, "only GET", http.StatusMethodNotAllowed)
+			return
+		}
+		items := g.Clients()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"items": items, "total": len(items)})
+	})
+}
+
+var (
+	nacksDesc     = prometheus.NewDesc("kds_xds_nacks_total", "NACKs received from clients, by type, over the open streams.", []string{"type_url"}, nil)
+	responsesDesc = prometheus.NewDesc("kds_xds_responses_total", "Responses sent to clients, by type, over the open streams.", []string{"type_url"}, nil)
+	withheldDesc  = prometheus.NewDesc("kds_xds_withheld_resources", "Resource versions clients do not get now (refused, or waiting for what they reference), by type.", []string{"type_url"}, nil)
+	clientsDesc   = prometheus.NewDesc("kds_xds_clients", "Open client streams.", nil, nil)
+)
+
+// Collector exports the guard's counts to Prometheus.
+func (g *Guard) Collector() prometheus.Collector { return collector{g} }
+
+type collector struct{ g *Guard }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nacksDesc
+	ch <- responsesDesc
+	ch <- withheldDesc
+	ch <- clientsDesc
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	nacks, resps, withheld := map[string]int64{}, map[string]int64{}, map[string]int{}
+	clients := c.g.Clients()
+	for _, ci := range clients {
+		for _, t := range ci.Types {
+			nacks[t.TypeURL] += t.NACKs
+			resps[t.TypeURL] += t.Responses
+			withheld[t.TypeURL] += len(t.Withheld)
+		}
+	}
+	for t, n := range nacks {
+		ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(n), t)
+		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(resps[t]), t)
+		ch <- prometheus.MustNewConstMetric(withheldDesc, prometheus.GaugeValue, float64(withheld[t]), t)
+	}
+	ch <- prometheus.MustNewConstMetric(clientsDesc, prometheus.GaugeValue, float64(len(clients)))
+}

@@ -1,0 +1,74 @@
+package guard
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// Resource is one xDS resource, decoded (an Envoy Listener, Cluster, ...).
+type Resource = proto.Message
+
+// Ref names a resource another one references: its type URL and name.
+type Ref struct {
+	TypeURL string `json:"typeUrl"`
+	Name    string `json:"name"`
+}
+
+// item is one resource version as the wrapped cache serves it: its name, a version that changes
+// exactly when its content does (a hash of its encoding), the encoding itself (shared by every
+// response that carries it) and what it references.
+type item struct {
+	name    string
+	version string
+	any     *anypb.Any
+	refs    []Ref
+}
+
+// itemCache decodes each resource content once, whatever the streams and responses that carry
+// it: by the hash of its encoding. It keeps the contents of the last two generations only, so
+// that what no response carries any more is freed.
+type itemCache struct {
+	mu        sync.Mutex
+	cur, prev map[string]*item // by type URL + hash
+	limit     int
+}
+
+func newItemCache() *itemCache {
+	return &itemCache{cur: map[string]*item{}, prev: map[string]*item{}, limit: 1 << 16}
+}
+
+// of returns the item of a resource of typeURL encoded as a.
+func (c *itemCache) of(typeURL string, a *anypb.Any, owners func(string, Resource) []Ref) (*item, error) {
+	sum := sha256.Sum256(a.GetValue())
+	version := hex.EncodeToString(sum[:12])
+	key := typeURL + "/" + version
+	c.mu.Lock()
+	it := c.cur[key]
+	if it == nil {
+		if it = c.prev[key]; it != nil {
+			c.cur[key] = it
+		}
+	}
+	c.mu.Unlock()
+	if it != nil {
+		return it, nil
+	}
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		return nil, err
+	}
+	it = &item{name: cache.GetResourceName(m), version: version, any: a, refs: owners(typeURL, m)}
+	c.mu.Lock()
+	if len(c.cur) >= c.limit {
+		c.prev, c.cur = c.cur, map[string]*item{}
+	}
+	c.cur[key] = it
+	c.mu.Unlock()
+	return it, nil
+}

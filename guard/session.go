@@ -1,0 +1,559 @@
+package guard
+
+// One client stream's session: what the wrapped cache serves of each type, what the client
+// holds (what it ACKed, what it refused), the responses in flight, the retry state, and the
+// goroutine that talks to the wrapped cache and the server.
+//
+// Invariants (under mu):
+//   - acked[name] is the version the client last accepted of name, with its content (what the
+//     client keeps while a newer version is refused or withheld).
+//   - A response is made only for an open watch (w), at most one per watch, and only when what
+//     the client should see (view) differs from what it was last sent, or a name is forced.
+//   - Nothing is sent on a channel under mu: responses wait in outq for the session's goroutine.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/serial"
+)
+
+type session struct {
+	g  *Guard
+	id int64
+
+	// The work queue the retry scheduler steps the stream's retry state through.
+	serial.Queue
+	retry retry.Stream
+
+	mu      sync.Mutex
+	node    string
+	opened  bool // the scheduler was told of the stream
+	types   map[string]*typeState
+	outq    []queued
+	bound   map[string]*discovery.DiscoveryRequest // under Guard.mu: the last request of each type bound for CreateWatch
+	insight map[string]*TypeInsight
+
+	innerOut chan cache.Response // every watch of the wrapped cache answers here
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// typeState is what a session knows of one type.
+type typeState struct {
+	typeURL string
+
+	// The wrapped cache's side: every resource of the type, from the guard's own watch.
+	innerCancel  func()
+	innerVersion string
+	served       map[string]*item
+	have         bool // the wrapped cache answered once
+
+	// The server's side.
+	w *watch // the open watch, nil once answered
+
+	// The client's side.
+	acked   map[string]*item
+	refused map[string]refusal
+	forced  map[string]bool
+	flight  []*flight // responses made and not answered, oldest first
+	lastKey string    // what the last response carried: name@version, sorted
+	seq     uint64
+}
+
+// refusal is a version the client refused, and why.
+type refusal struct {
+	version, reason string
+}
+
+type watch struct {
+	req      *discovery.DiscoveryRequest
+	sub      cache.Subscription
+	out      chan cache.Response
+	canceled chan struct{}
+}
+
+// flight is one response made for the client and not answered yet.
+type flight struct {
+	resp  *discovery.DiscoveryResponse
+	items []*item
+	nonce string // set when the server sends it
+}
+
+type queued struct {
+	w    *watch
+	resp cache.Response
+}
+
+// maxFlight bounds the unanswered responses a session remembers per type.
+const maxFlight = 16
+
+func newSession(g *Guard, id int64) *session {
+	return &session{g: g, id: id, types: map[string]*typeState{}, bound: map[string]*discovery.DiscoveryRequest{},
+		insight: map[string]*TypeInsight{}, innerOut: make(chan cache.Response, 64), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (s *session) typeOf(typeURL string) *typeState {
+	ts := s.types[typeURL]
+	if ts == nil {
+		ts = &typeState{typeURL: typeURL, served: map[string]*item{}, acked: map[string]*item{},
+			refused: map[string]refusal{}, forced: map[string]bool{}}
+		s.types[typeURL] = ts
+		s.insight[typeURL] = &TypeInsight{TypeURL: typeURL}
+	}
+	return ts
+}
+
+// Retry is the stream's retry state (retry.Session).
+func (s *session) Retry() *retry.Stream { return &s.retry }
+
+// Resend makes the named resources (type URL -> names) be sent again although the client
+// refused their version (retry.Session): a retry round.
+func (s *session) Resend(names map[string][]string) {
+	s.mu.Lock()
+	for typeURL, ns := range names {
+		ts := s.types[typeURL]
+		if ts == nil {
+			continue
+		}
+		for _, n := range ns {
+			ts.forced[n] = true
+		}
+		s.insight[typeURL].Resent += int64(len(ns))
+		s.evaluateLocked(ts)
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the session's goroutine: it takes the wrapped cache's answers and hands the responses
+// made to the server, in order, until the stream closes.
+func (s *session) run() {
+	defer close(s.done)
+	for {
+		select {
+		case r := <-s.innerOut:
+			s.fromInner(r)
+		case <-s.wake:
+		case <-s.stop:
+			return
+		}
+		for {
+			s.mu.Lock()
+			if len(s.outq) == 0 {
+				s.mu.Unlock()
+				break
+			}
+			q := s.outq[0]
+			s.outq = s.outq[1:]
+			s.mu.Unlock()
+			select {
+			case q.w.out <- q.resp:
+			case <-q.w.canceled: // the server moved on: a later watch gets what is new
+			case <-s.stop:
+				return
+			}
+		}
+	}
+}
+
+// close stops the session's goroutine and its watches of the wrapped cache.
+func (s *session) close() {
+	s.retry.Close()
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	var cancels []func()
+	for _, ts := range s.types {
+		if ts.innerCancel != nil {
+			cancels = append(cancels, ts.innerCancel)
+			ts.innerCancel = nil
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range cancels {
+		c()
+	}
+}
+
+// fromInner takes the wrapped cache's answer for a type: every resource it serves now. It
+// watches again for the next version, and answers the client's watch if its view changed.
+func (s *session) fromInner(r cache.Response) {
+	resp, err := r.GetDiscoveryResponse()
+	if err != nil {
+		s.g.log.Error("the wrapped cache's response cannot be encoded", "error", err)
+		return
+	}
+	typeURL := r.GetRequest().GetTypeUrl()
+	served := make(map[string]*item, len(resp.GetResources()))
+	for _, a := range resp.GetResources() {
+		it, err := s.g.items.of(typeURL, a, s.g.owners)
+		if err != nil {
+			s.g.log.Error("a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
+			continue
+		}
+		served[it.name] = it
+	}
+	s.mu.Lock()
+	ts := s.typeOf(typeURL)
+	ts.served, ts.innerVersion, ts.have = served, resp.GetVersionInfo(), true
+	old := ts.innerCancel
+	req := r.GetRequest()
+	s.mu.Unlock()
+	if old != nil {
+		old()
+	}
+	s.watchInner(typeURL, req, resp.GetVersionInfo())
+	s.mu.Lock()
+	s.evaluateLocked(ts)
+	s.mu.Unlock()
+}
+
+// watchInner opens the guard's watch of the wrapped cache for every resource of a type newer
+// than version.
+func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, version string) {
+	req, sub := wildcard(like, version)
+	cancel, err := s.g.inner.CreateWatch(req, sub, s.innerOut)
+	if err != nil {
+		s.g.log.Error("the wrapped cache refused a watch", "type", typeURL, "error", err)
+		return
+	}
+	s.mu.Lock()
+	select {
+	case <-s.stop:
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		return
+	default:
+	}
+	s.types[typeURL].innerCancel = cancel
+	s.mu.Unlock()
+}
+
+// watch is the server's watch for a type: the client's request, answered when there is
+// something new for it.
+func (s *session) watch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
+	w := &watch{req: req, sub: sub, out: out, canceled: make(chan struct{})}
+	s.mu.Lock()
+	ts := s.typeOf(req.GetTypeUrl())
+	ts.w = w
+	first := ts.innerCancel == nil && !ts.have
+	if !first {
+		s.evaluateLocked(ts)
+	}
+	s.mu.Unlock()
+	if first {
+		s.watchInner(req.GetTypeUrl(), req, "")
+	}
+	s.poke()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(w.canceled)
+			s.mu.Lock()
+			if ts.w == w {
+				ts.w = nil
+			}
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// evaluateLocked answers the type's open watch when what the client should see differs from
+// what it was last sent. Call with s.mu.
+func (s *session) evaluateLocked(ts *typeState) {
+	w := ts.w
+	if w == nil || !ts.have {
+		return
+	}
+	var names []string
+	if w.sub.IsWildcard() {
+		names = make([]string, 0, len(ts.served))
+		for n := range ts.served {
+			names = append(names, n)
+		}
+	} else {
+		for n := range w.sub.SubscribedResources() {
+			if _, ok := ts.served[n]; ok {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	var items []*item
+	var key strings.Builder
+	forced := false
+	ins := s.insight[ts.typeURL]
+	ins.Withheld = ins.Withheld[:0]
+	for _, n := range names {
+		it := ts.served[n]
+		if why := s.withholdLocked(ts, it); why != "" {
+			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Version: it.version, Reason: why})
+			it = ts.acked[n] // the client keeps what it has, if anything
+			if it == nil {
+				continue
+			}
+		} else if ts.forced[n] {
+			forced = true
+		}
+		items = append(items, it)
+		key.WriteString(n)
+		key.WriteByte('@')
+		key.WriteString(it.version)
+		key.WriteByte(',')
+	}
+	if key.String() == ts.lastKey && !forced && ts.seq > 0 {
+		return // nothing new: the watch stays open
+	}
+	for _, it := range items {
+		delete(ts.forced, it.name)
+	}
+	ts.lastKey = key.String()
+	ts.seq++
+	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.innerVersion, ts.seq), TypeUrl: ts.typeURL,
+		Resources: make([]*anypb.Any, len(items))}
+	for i, it := range items {
+		resp.Resources[i] = it.any
+	}
+	ts.flight = append(ts.flight, &flight{resp: resp, items: items})
+	if len(ts.flight) > maxFlight {
+		ts.flight = ts.flight[1:]
+	}
+	ts.w = nil
+	s.outq = append(s.outq, queued{w: w, resp: &response{req: w.req, resp: resp}})
+}
+
+// withholdLocked says why the client should not get it now, or "".
+func (s *session) withholdLocked(ts *typeState, it *item) string {
+	if r, ok := ts.refused[it.name]; ok && r.version == it.version && !ts.forced[it.name] {
+		return "refused by the client: " + r.reason
+	}
+	if s.g.opts.NoHolds {
+		return ""
+	}
+	for _, ref := range it.refs {
+		rts := s.types[ref.TypeURL]
+		if rts == nil || !s.subscribedLocked(rts, ref.Name) {
+			continue // the client does not ask for it (yet): nothing to wait for
+		}
+		if _, ok := rts.acked[ref.Name]; !ok {
+			return fmt.Sprintf("waiting for the client to accept %s %q", shortType(ref.TypeURL), ref.Name)
+		}
+	}
+	return ""
+}
+
+// subscribedLocked reports whether the client asks for name of the type.
+func (s *session) subscribedLocked(ts *typeState, name string) bool {
+	if ts.w != nil {
+		if ts.w.sub.IsWildcard() {
+			return true
+		}
+		_, ok := ts.w.sub.SubscribedResources()[name]
+		return ok
+	}
+	_, ok := ts.acked[name]
+	return ok || len(ts.flight) > 0 && slices.ContainsFunc(ts.flight[len(ts.flight)-1].items, func(it *item) bool { return it.name == name })
+}
+
+func shortType(typeURL string) string {
+	if i := strings.LastIndexByte(typeURL, '.'); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
+}
+
+// sent records that the server sends resp (with its nonce), and tells the retry scheduler what
+// it brings new.
+func (s *session) sent(resp *discovery.DiscoveryResponse) {
+	s.mu.Lock()
+	ts := s.types[resp.GetTypeUrl()]
+	var f *flight
+	if ts != nil {
+		for _, x := range ts.flight {
+			if x.resp == resp {
+				f = x
+			}
+		}
+	}
+	if f == nil {
+		s.mu.Unlock()
+		return
+	}
+	f.nonce = resp.GetNonce()
+	ins := s.insight[ts.typeURL]
+	ins.Responses++
+	fresh := newVersions(ts, f.items)
+	zone, opened := s.node, s.opened
+	s.mu.Unlock()
+	if opened {
+		s.g.obs.Sent(event.Sent{StreamID: s.id, Zone: zone, Kind: ts.typeURL, Versions: event.VersionsOf(fresh)})
+	}
+}
+
+// newVersions are the names of items at a version the client has not accepted.
+func newVersions(ts *typeState, items []*item) map[string]string {
+	fresh := map[string]string{}
+	for _, it := range items {
+		if a := ts.acked[it.name]; a == nil || a.version != it.version {
+			fresh[it.name] = it.version
+		}
+	}
+	return fresh
+}
+
+// request applies what a client's request says of the last response of its type: an ACK, or a
+// NACK and what it refused.
+func (s *session) request(req *discovery.DiscoveryRequest) {
+	s.mu.Lock()
+	if s.node == "" {
+		s.node = req.GetNode().GetId()
+	}
+	open := !s.opened
+	s.opened = true
+	zone := s.node
+	var ack *event.ACK
+	var nack *event.NACK
+	if nonce := req.GetResponseNonce(); nonce != "" {
+		ts := s.typeOf(req.GetTypeUrl())
+		for i, f := range ts.flight {
+			if f.nonce != nonce {
+				continue
+			}
+			ts.flight = ts.flight[i+1:]
+			ack, nack = s.answerLocked(ts, f, req)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if open {
+		s.g.obs.StreamOpened(s.id, zone)
+	}
+	if ack != nil {
+		s.g.obs.ACK(*ack)
+	}
+	if nack != nil {
+		s.g.obs.NACK(*nack)
+		s.g.log.Debug("client refused resources", "client", zone, "type", nack.Kind, "refused", len(nack.Rejected), "detail", nack.Detail)
+	}
+	// What the client holds changed: what waited for it may go now.
+	s.mu.Lock()
+	for _, ts := range s.types {
+		s.evaluateLocked(ts)
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// answerLocked applies the client's answer to response f, and returns the event for the retry
+// scheduler. Call with s.mu.
+func (s *session) answerLocked(ts *typeState, f *flight, req *discovery.DiscoveryRequest) (*event.ACK, *event.NACK) {
+	ins := s.insight[ts.typeURL]
+	fresh := newVersions(ts, f.items)
+	byName := map[string]*item{}
+	for _, it := range f.items {
+		byName[it.name] = it
+	}
+	detail := req.GetErrorDetail()
+	if detail == nil {
+		ins.ACKs++
+		ins.LastError = ""
+		s.acceptLocked(ts, f.items, nil)
+		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: event.VersionsOf(fresh)}, nil
+	}
+	ins.NACKs++
+	msg := detail.GetMessage()
+	ins.LastError = msg
+	names := make([]string, 0, len(f.items))
+	for _, it := range f.items {
+		names = append(names, it.name)
+	}
+	refused := refusedNames(msg, names)
+	if len(refused) == 0 { // the message names none of them: what the response brought new
+		for n := range fresh {
+			refused = append(refused, n)
+		}
+		slices.Sort(refused)
+	}
+	if len(refused) == 0 {
+		refused = names
+	}
+	nack := &event.NACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Detail: msg, Accepted: map[string]string{}}
+	var accepted []*item
+	for _, it := range f.items {
+		if slices.Contains(refused, it.name) {
+			reason := reasonFor(msg, it.name)
+			ts.refused[it.name] = refusal{version: it.version, reason: reason}
+			nack.Rejected = append(nack.Rejected, event.Rejection{Name: it.name, Version: it.version, Cause: event.CauseInvalid, Reason: reason})
+			continue
+		}
+		accepted = append(accepted, it)
+		if v, ok := fresh[it.name]; ok {
+			nack.Accepted[it.name] = v
+		}
+	}
+	// grpc-go and Envoy take the valid resources of a response they NACK.
+	s.acceptLocked(ts, accepted, refused)
+	return nil, nack
+}
+
+// acceptLocked records that the client holds items now. Of a type whose response is the
+// client's whole state (fullState), it holds nothing else, but for the names it refused in the
+// same answer (kept: it keeps the version it had). Call with s.mu.
+func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
+	if fullState(ts.typeURL) {
+		next := make(map[string]*item, len(items)+len(kept))
+		for _, n := range kept {
+			if it := ts.acked[n]; it != nil {
+				next[n] = it
+			}
+		}
+		ts.acked = next
+	}
+	for _, it := range items {
+		ts.acked[it.name] = it
+		if r, ok := ts.refused[it.name]; ok && r.version == it.version {
+			delete(ts.refused, it.name)
+		}
+	}
+}
+
+// fullState reports whether a SotW response of the type is the client's whole state of it
+// (Listeners, Clusters): a name left out is removed.
+func fullState(typeURL string) bool {
+	return typeURL == resource.ListenerType || typeURL == resource.ClusterType
+}
+
+// response is a response the guard made: the server sends it as is.
+type response struct {
+	req  *discovery.DiscoveryRequest
+	resp *discovery.DiscoveryResponse
+}
+
+func (r *response) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) { return r.resp, nil }
+func (r *response) GetRequest() *discovery.DiscoveryRequest                     { return r.req }
+func (r *response) GetVersion() (string, error)                                 { return r.resp.GetVersionInfo(), nil }
+func (r *response) GetResponseVersion() string                                  { return r.resp.GetVersionInfo() }
+func (r *response) GetReturnedResources() map[string]string                     { return nil }
+func (r *response) GetContext() context.Context                                 { return context.Background() }
