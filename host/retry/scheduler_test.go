@@ -94,7 +94,7 @@ type session struct {
 	r     *resender
 }
 
-func (s *session) Retry() *retry.Stream                { return &s.retry }
+func (s *session) Retry() *retry.Stream             { return &s.retry }
 func (s *session) Resend(names map[string][]string) { s.r.Resend(s.id, names) }
 
 // sessions is the registry of open sessions, as kds.Cache keeps it.
