@@ -1,0 +1,432 @@
+// Command xds-server is a small Envoy-types xDS server on kds-host's guard: it serves the Envoy
+// v3 resources of one file (re-read when it changes) to every client, SotW and delta, with the
+// guard's NACK handling in front of go-control-plane's SnapshotCache, or (--guard=false) through
+// the stock go-control-plane path, so one binary shows both sides. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	gcplog "github.com/envoyproxy/go-control-plane/pkg/log"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+
+	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// envPrefix names a flag's environment twin: KDS_XDS_SERVER_ + the flag upper-cased, - as _.
+const envPrefix = "KDS_XDS_SERVER_"
+
+// stopTimeout bounds the graceful stop of the gRPC server before it is stopped hard.
+const stopTimeout = 5 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Environ()); err != nil {
+		fmt.Fprintln(os.Stderr, "xds-server:", err)
+		os.Exit(1)
+	}
+}
+
+// run runs the server until ctx ends. args are the command-line arguments (without the program
+// name), env the environment (os.Environ's form) the flags' twins are read from.
+func run(ctx context.Context, args, env []string) error {
+	return runWith(ctx, args, env, hooks{})
+}
+
+// hooks let a test see inside a run.
+type hooks struct {
+	logOut io.Writer                   // logs (default stderr)
+	ready  func(xdsAddr, admin string) // called once both listeners serve
+}
+
+type config struct {
+	xdsAddr, adminAddr string
+	resources          string
+	plugins            []string
+	pluginConfigs      []string
+	ownerHolds         bool
+	guard              bool
+	logLevel           string
+}
+
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func newFlags(cfg *config) *pflag.FlagSet {
+	f := pflag.NewFlagSet("xds-server", pflag.ContinueOnError)
+	f.SortFlags = false
+	f.SetOutput(io.Discard) // run reports errors and prints --help itself
+	f.Usage = func() {}
+	f.StringVar(&cfg.xdsAddr, "xds-addr", "127.0.0.1:18000", "xDS gRPC listener: ADS (SotW and delta) and the LDS, RDS, CDS, EDS and SDS services. "+
+		"Plaintext, no authentication: anyone who reaches it gets every resource. Loopback by default; "+
+		"on any other address, put it behind your own network policy")
+	f.StringVar(&cfg.resources, "resources", "", "YAML or JSON file whose resources: list holds Envoy v3 resources "+
+		"(protobuf JSON of an Any, with its \"@type\"), served to every node; re-read when it changes (required)")
+	f.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:19000", "admin HTTP listener: /metrics, /healthz, /clients (node ids and refusal messages). "+
+		"Plaintext, no authentication: loopback by default; keep it where the operators are")
+	f.StringSliceVar(&cfg.plugins, "plugin", nil, "retry plugin binary, PATH or PATH@sha256:HEX to pin its checksum, or builtin (repeatable); "+
+		"the guard asks it at every decision. Without it: the guard's built-in policy")
+	f.StringSliceVar(&cfg.pluginConfigs, "plugin-config", nil, "policy document for the plugins: FILE (every --plugin, or the built-in policy without --plugin), "+
+		"or NAME=FILE for plugin NAME (its Describe name, its binary's file name, or builtin), as kds-host (repeatable)")
+	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references (false: guard.Options.NoHolds)")
+	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
+	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	f.VisitAll(func(fl *pflag.Flag) {
+		fl.Usage += fmt.Sprintf(" [env %s]", envName(fl.Name))
+	})
+	return f
+}
+
+// parse reads args, then the environment twins of the flags args did not set.
+func parse(args, env []string) (config, *pflag.FlagSet, error) {
+	var cfg config
+	f := newFlags(&cfg)
+	if err := f.Parse(args); err != nil {
+		return cfg, f, err
+	}
+	if f.NArg() > 0 {
+		return cfg, f, fmt.Errorf("unexpected arguments: %q", f.Args())
+	}
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	var err error
+	f.VisitAll(func(fl *pflag.Flag) {
+		v, ok := vars[envName(fl.Name)]
+		if !ok || fl.Changed || err != nil {
+			return
+		}
+		if e := f.Set(fl.Name, v); e != nil {
+			err = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, e)
+		}
+	})
+	if err != nil {
+		return cfg, f, err
+	}
+	if cfg.resources == "" {
+		return cfg, f, fmt.Errorf("--resources FILE is required (or %s)", envName("resources"))
+	}
+	return cfg, f, nil
+}
+
+func usage(w io.Writer, f *pflag.FlagSet) {
+	fmt.Fprintf(w, `xds-server: serves the Envoy v3 resources of one file to every xDS client, through kds-host's guard.
+
+Usage: xds-server --resources FILE [flags]
+
+Both listeners are plaintext and unauthenticated: they listen on loopback by default. Anyone who
+reaches --xds-addr gets every resource; anyone who reaches --admin-addr sees node ids and
+refusal messages. On any other address, put them behind your own network policy.
+
+Flags (each also read from its environment variable, shown in brackets; a flag wins):
+%s`, f.FlagUsages())
+}
+
+func runWith(ctx context.Context, args, env []string, h hooks) error {
+	cfg, f, err := parse(args, env)
+	if errors.Is(err, pflag.ErrHelp) {
+		usage(os.Stdout, f)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	out := h.logOut
+	if out == nil {
+		out = os.Stderr
+	}
+	level := hclog.LevelFromString(cfg.logLevel)
+	if level == hclog.NoLevel {
+		return fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", cfg.logLevel)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "xds-server", Level: level, Output: out})
+
+	// The resources, before anything listens: a bad file at start is an error.
+	snapshots := cache.NewSnapshotCache(true, allNodes{}, cacheLogger(log.Named("cache")))
+	src := &source{file: cfg.resources, cache: snapshots, log: log}
+	if err := src.load(ctx); err != nil {
+		return fmt.Errorf("--resources %s: %w", cfg.resources, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	var (
+		xdsCache  cache.Cache = snapshots
+		callbacks server.Callbacks
+		clients   http.Handler
+	)
+	if cfg.guard {
+		opts := guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard")}
+		rt, err := startPlugins(cfg, log)
+		if err != nil {
+			return err
+		}
+		if rt != nil {
+			defer rt.Close()
+			opts.RetryPolicy = func() shared.RetryForcer { return rt.RetryForcer() }
+			reg.MustRegister(rt.Collectors()...)
+		}
+		g, err := guard.New(snapshots, opts)
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		xdsCache, callbacks, clients = g, g.Callbacks(nil), g.Handler()
+		reg.MustRegister(g.Collector())
+	} else {
+		if len(cfg.plugins) > 0 || len(cfg.pluginConfigs) > 0 {
+			log.Warn("--guard=false: --plugin and --plugin-config are not used (the stock path has no retry policy)")
+		}
+		if f.Changed("owner-holds") {
+			log.Warn("--guard=false: --owner-holds is not used")
+		}
+		c := newStockCounters(log.Named("stock"))
+		reg.MustRegister(c)
+		callbacks = c
+		clients = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "the guard is off (--guard=false): no client insight; /metrics counts responses and NACKs", http.StatusNotFound)
+		})
+	}
+
+	// The admin listener.
+	var serving atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !serving.Load() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	mux.Handle("/clients", clients)
+	adminLn, err := net.Listen("tcp", cfg.adminAddr)
+	if err != nil {
+		return fmt.Errorf("--admin-addr: %w", err)
+	}
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	// The xDS listener.
+	xdsLn, err := net.Listen("tcp", cfg.xdsAddr)
+	if err != nil {
+		adminLn.Close()
+		return fmt.Errorf("--xds-addr: %w", err)
+	}
+	xdsCtx, stopXDS := context.WithCancel(context.Background())
+	defer stopXDS()
+	srv := server.NewServer(xdsCtx, xdsCache, callbacks)
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, srv)
+	listenerservice.RegisterListenerDiscoveryServiceServer(gs, srv)
+	routeservice.RegisterRouteDiscoveryServiceServer(gs, srv)
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, srv)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, srv)
+	secretservice.RegisterSecretDiscoveryServiceServer(gs, srv)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(xdsLn); err != nil {
+			errs <- fmt.Errorf("xDS listener: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("admin listener: %w", err)
+		}
+	}()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	go func() {
+		defer wg.Done()
+		src.watch(watchCtx)
+	}()
+	serving.Store(true)
+	log.Info("serving", "xds", xdsLn.Addr().String(), "admin", adminLn.Addr().String(), "guard", cfg.guard,
+		"owner_holds", cfg.ownerHolds, "resources", cfg.resources)
+	if h.ready != nil {
+		h.ready(xdsLn.Addr().String(), adminLn.Addr().String())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case runErr = <-errs:
+		log.Error("stopping", "error", runErr)
+	}
+	serving.Store(false)
+	stopWatch()
+	// Ending the server's context ends its streams; then the gRPC server stops gracefully, or
+	// hard after stopTimeout.
+	stopXDS()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopTimeout):
+		log.Warn("graceful stop timed out; stopping", "timeout", stopTimeout)
+		gs.Stop()
+		<-stopped
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := admin.Shutdown(shutCtx); err != nil {
+		admin.Close()
+	}
+	wg.Wait()
+	log.Info("stopped")
+	return runErr // the deferred g.Close and rt.Close close the guard and the plugins
+}
+
+// startPlugins starts the plugin runtime for --plugin and --plugin-config, or returns nil for
+// neither (the guard's built-in policy).
+func startPlugins(cfg config, log hclog.Logger) (*plugins.Runtime, error) {
+	if len(cfg.plugins) == 0 && len(cfg.pluginConfigs) == 0 {
+		return nil, nil
+	}
+	var p plugins.Plugins
+	for _, v := range cfg.plugins {
+		s, err := plugins.ParseSpec(v)
+		if err != nil {
+			return nil, fmt.Errorf("--plugin: %w", err)
+		}
+		p.List = append(p.List, s)
+	}
+	for _, v := range cfg.pluginConfigs {
+		if _, err := os.Stat(v); err != nil && strings.Contains(v, "=") {
+			// NAME=FILE, as kds-host's --plugin-config.
+			name, doc, err := plugins.ReadDocumentFlag(v)
+			if err != nil {
+				return nil, fmt.Errorf("--plugin-config: %w", err)
+			}
+			if _, dup := p.Documents[name]; dup {
+				return nil, fmt.Errorf("--plugin-config: two documents for plugin %q", name)
+			}
+			if p.Documents == nil {
+				p.Documents = map[string]plugins.Document{}
+			}
+			p.Documents[name] = doc
+			continue
+		}
+		// FILE: the document of every --plugin, or of the built-in policy.
+		data, err := os.ReadFile(v)
+		if err != nil {
+			return nil, fmt.Errorf("--plugin-config: %w", err)
+		}
+		if len(p.List) == 0 {
+			p.List = append(p.List, plugins.Spec{Path: plugins.Builtin})
+		}
+		for i := range p.List {
+			if p.List[i].Document != nil {
+				return nil, fmt.Errorf("--plugin-config %s: plugin %s has a document already", v, p.List[i].Path)
+			}
+			p.List[i].Document = &plugins.Document{Source: v, Data: data}
+		}
+	}
+	rt, err := plugins.New(plugins.Config{Plugins: p, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("plugins: %w", err)
+	}
+	return rt, nil
+}
+
+// cacheLogger logs go-control-plane's cache messages through hclog.
+func cacheLogger(l hclog.Logger) gcplog.Logger {
+	return gcplog.LoggerFuncs{
+		DebugFunc: func(format string, args ...any) { l.Debug(fmt.Sprintf(format, args...)) },
+		InfoFunc:  func(format string, args ...any) { l.Debug(fmt.Sprintf(format, args...)) },
+		WarnFunc:  func(format string, args ...any) { l.Warn(fmt.Sprintf(format, args...)) },
+		ErrorFunc: func(format string, args ...any) { l.Error(fmt.Sprintf(format, args...)) },
+	}
+}
+
+var (
+	nacksDesc     = prometheus.NewDesc("kds_xds_nacks_total", "NACKs received from clients, by type.", []string{"type_url"}, nil)
+	responsesDesc = prometheus.NewDesc("kds_xds_responses_total", "Responses sent to clients, by type.", []string{"type_url"}, nil)
+)
+
+// stockCounters are the server callbacks of --guard=false: they count the guard's two series,
+// responses and NACKs by type (state of the world, as the guard does), so both modes export them.
+type stockCounters struct {
+	server.CallbackFuncs
+	log              hclog.Logger
+	mu               sync.Mutex
+	nacks, responses map[string]int64
+}
+
+func newStockCounters(log hclog.Logger) *stockCounters {
+	c := &stockCounters{log: log, nacks: map[string]int64{}, responses: map[string]int64{}}
+	c.StreamRequestFunc = func(id int64, req *discovery.DiscoveryRequest) error {
+		if req.GetErrorDetail() != nil && req.GetResponseNonce() != "" {
+			c.mu.Lock()
+			c.nacks[req.GetTypeUrl()]++
+			c.mu.Unlock()
+			c.log.Warn("NACK", "stream", id, "node", req.GetNode().GetId(), "type", req.GetTypeUrl(),
+				"version", req.GetVersionInfo(), "nonce", req.GetResponseNonce(), "error", req.GetErrorDetail().GetMessage())
+		}
+		return nil
+	}
+	c.StreamResponseFunc = func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+		c.mu.Lock()
+		c.responses[resp.GetTypeUrl()]++
+		c.mu.Unlock()
+	}
+	c.StreamOpenFunc = func(_ context.Context, id int64, typeURL string) error {
+		c.log.Debug("stream open", "stream", id, "type", typeURL)
+		return nil
+	}
+	c.StreamClosedFunc = func(id int64, node *core.Node) {
+		c.log.Debug("stream closed", "stream", id, "node", node.GetId())
+	}
+	return c
+}
+
+func (c *stockCounters) Describe(ch chan<- *prometheus.Desc) {
+	ch <- nacksDesc
+	ch <- responsesDesc
+}
+
+func (c *stockCounters) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, n := range c.nacks {
+		ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(n), t)
+	}
+	for t, n := range c.responses {
+		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(n), t)
+	}
+}
