@@ -77,6 +77,8 @@ type Guard struct {
 	log   hclog.Logger
 	items *itemCache
 
+	totals totals
+
 	mu       sync.Mutex
 	streams  map[int64]*session
 	requests map[*discovery.DiscoveryRequest]*session // bound by OnStreamRequest, taken by CreateWatch

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -33,6 +34,21 @@ type Withheld struct {
 	Name    string `json:"name"`
 	Version string `json:"version"`
 	Reason  string `json:"reason"`
+}
+
+// totals are the guard's counts since it started, by type URL (the insight's are per open stream).
+type totals struct {
+	mu               sync.Mutex
+	nacks, responses map[string]int64
+}
+
+func (t *totals) add(m *map[string]int64, typeURL string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if *m == nil {
+		*m = map[string]int64{}
+	}
+	(*m)[typeURL]++
 }
 
 // Clients returns every open client stream's insight, by stream.
@@ -76,8 +92,8 @@ func (g *Guard) Handler() http.Handler {
 }
 
 var (
-	nacksDesc     = prometheus.NewDesc("kds_xds_nacks_total", "NACKs received from clients, by type, over the open streams.", []string{"type_url"}, nil)
-	responsesDesc = prometheus.NewDesc("kds_xds_responses_total", "Responses sent to clients, by type, over the open streams.", []string{"type_url"}, nil)
+	nacksDesc     = prometheus.NewDesc("kds_xds_nacks_total", "NACKs received from clients, by type.", []string{"type_url"}, nil)
+	responsesDesc = prometheus.NewDesc("kds_xds_responses_total", "Responses sent to clients, by type.", []string{"type_url"}, nil)
 	withheldDesc  = prometheus.NewDesc("kds_xds_withheld_resources", "Resource versions clients do not get now (refused, or waiting for what they reference), by type.", []string{"type_url"}, nil)
 	clientsDesc   = prometheus.NewDesc("kds_xds_clients", "Open client streams.", nil, nil)
 )
@@ -95,19 +111,24 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	nacks, resps, withheld := map[string]int64{}, map[string]int64{}, map[string]int{}
+	t := &c.g.totals
+	t.mu.Lock()
+	for typeURL, n := range t.nacks {
+		ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(n), typeURL)
+	}
+	for typeURL, n := range t.responses {
+		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(n), typeURL)
+	}
+	t.mu.Unlock()
+	withheld := map[string]int{}
 	clients := c.g.Clients()
 	for _, ci := range clients {
-		for _, t := range ci.Types {
-			nacks[t.TypeURL] += t.NACKs
-			resps[t.TypeURL] += t.Responses
-			withheld[t.TypeURL] += len(t.Withheld)
+		for _, ti := range ci.Types {
+			withheld[ti.TypeURL] += len(ti.Withheld)
 		}
 	}
-	for t, n := range nacks {
-		ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(n), t)
-		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(resps[t]), t)
-		ch <- prometheus.MustNewConstMetric(withheldDesc, prometheus.GaugeValue, float64(withheld[t]), t)
+	for typeURL, n := range withheld {
+		ch <- prometheus.MustNewConstMetric(withheldDesc, prometheus.GaugeValue, float64(n), typeURL)
 	}
 	ch <- prometheus.MustNewConstMetric(clientsDesc, prometheus.GaugeValue, float64(len(clients)))
 }

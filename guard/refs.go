@@ -12,13 +12,15 @@ import (
 // client to have accepted before it may go (make-before-break):
 //   - a Listener: the route configuration its HTTP connection manager names (RDS), whether an
 //     API listener (proxyless gRPC) or a filter chain's;
-//   - a RouteConfiguration: the clusters its routes send to (one, or weighted);
+//   - a RouteConfiguration: the clusters its routes send to (one, or weighted), and, through
+//     each, the cluster's own references: a route waits until the client has the cluster and
+//     its endpoints;
+//   - an EDS Cluster: its load assignment (eds_cluster_config.service_name, else its name);
 //   - other types: nothing.
 //
-// A reference the client does not ask for is not waited for: a client that asks for a cluster
-// only once a route names it (grpc-go) gets the route. An EDS cluster's load assignment is not
-// waited for either: clients ask for it once they have the cluster, and warm the cluster
-// themselves until it comes.
+// A reference the client does not ask for is not waited for, unless the guard can make the
+// client ask for it (a route's new cluster, see WarmUpHeader): a client asks for a cluster's
+// load assignment only once it has the cluster, so a new cluster is sent at once.
 func EnvoyReferences(typeURL string, r Resource) []Ref {
 	switch m := r.(type) {
 	case *listener.Listener:
@@ -63,7 +65,14 @@ func EnvoyReferences(typeURL string, r Resource) []Ref {
 		}
 		return out
 	case *cluster.Cluster:
-		return nil
+		if m.GetType() != cluster.Cluster_EDS {
+			return nil
+		}
+		name := m.GetEdsClusterConfig().GetServiceName()
+		if name == "" {
+			name = m.GetName()
+		}
+		return []Ref{{TypeURL: resource.EndpointType, Name: name}}
 	}
 	return nil
 }

@@ -61,7 +61,8 @@ type typeState struct {
 	have         bool // the wrapped cache answered once
 
 	// The server's side.
-	w *watch // the open watch, nil once answered
+	w   *watch             // the open watch, nil once answered
+	sub cache.Subscription // what the client asked for last
 
 	// The client's side.
 	acked   map[string]*item
@@ -70,6 +71,15 @@ type typeState struct {
 	flight  []*flight // responses made and not answered, oldest first
 	lastKey string    // what the last response carried: name@version, sorted
 	seq     uint64
+	warm    map[string]warmed // route configurations made to warm clusters up, by name
+}
+
+// warmed is a route configuration the client holds, with routes added that make it ask for
+// clusters (warmLocked).
+type warmed struct {
+	from     *item
+	clusters string
+	it       *item
 }
 
 // refusal is a version the client refused, and why.
@@ -109,7 +119,7 @@ func (s *session) typeOf(typeURL string) *typeState {
 	ts := s.types[typeURL]
 	if ts == nil {
 		ts = &typeState{typeURL: typeURL, served: map[string]*item{}, acked: map[string]*item{},
-			refused: map[string]refusal{}, forced: map[string]bool{}}
+			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}}
 		s.types[typeURL] = ts
 		s.insight[typeURL] = &TypeInsight{TypeURL: typeURL}
 	}
@@ -257,7 +267,7 @@ func (s *session) watch(req *discovery.DiscoveryRequest, sub cache.Subscription,
 	w := &watch{req: req, sub: sub, out: out, canceled: make(chan struct{})}
 	s.mu.Lock()
 	ts := s.typeOf(req.GetTypeUrl())
-	ts.w = w
+	ts.w, ts.sub = w, sub
 	first := ts.innerCancel == nil && !ts.have
 	if !first {
 		s.evaluateLocked(ts)
@@ -300,6 +310,22 @@ func (s *session) evaluateLocked(ts *typeState) {
 			}
 		}
 	}
+	// Names the client holds and the cache no longer serves are removed, but not while something
+	// else the client holds references them (break after make: an old route's cluster stays
+	// until the client has the route that no longer names it).
+	var kept map[string]string
+	for n := range ts.acked {
+		if _, ok := ts.served[n]; ok || !s.subscribedLocked(ts, n) {
+			continue
+		}
+		if by := s.referencedByLocked(ts.typeURL, n); by != "" {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[n] = "removed, kept while the client holds " + by + ", which references it"
+			names = append(names, n)
+		}
+	}
 	slices.Sort(names)
 	var items []*item
 	var key strings.Builder
@@ -308,11 +334,19 @@ func (s *session) evaluateLocked(ts *typeState) {
 	ins.Withheld = ins.Withheld[:0]
 	for _, n := range names {
 		it := ts.served[n]
-		if why := s.withholdLocked(ts, it); why != "" {
+		if why, ok := kept[n]; ok {
+			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Reason: why})
+			it = ts.acked[n]
+		} else if a := ts.acked[n]; a != nil && a.version == it.version {
+			// The client has this very version: nothing to hold back.
+		} else if why, warm := s.withholdLocked(ts, it); why != "" {
 			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Version: it.version, Reason: why})
 			it = ts.acked[n] // the client keeps what it has, if anything
 			if it == nil {
 				continue
+			}
+			if len(warm) > 0 {
+				it = s.warmLocked(ts, it, warm)
 			}
 		} else if ts.forced[n] {
 			forced = true
@@ -344,37 +378,99 @@ func (s *session) evaluateLocked(ts *typeState) {
 	s.outq = append(s.outq, queued{w: w, resp: &response{req: w.req, resp: resp}})
 }
 
-// withholdLocked says why the client should not get it now, or "".
-func (s *session) withholdLocked(ts *typeState, it *item) string {
+// withholdLocked says why the client should not get it now, or "". warm are the clusters a
+// route configuration waits for that the client does not ask for yet: a client that asks for
+// clusters by name, once a route names them (grpc-go), is made to ask for them with the route
+// configuration it holds (warmLocked), so that it can accept them before the new version of the
+// route sends traffic to them (make-before-break).
+func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []string) {
 	if r, ok := ts.refused[it.name]; ok && r.version == it.version && !ts.forced[it.name] {
-		return "refused by the client: " + r.reason
+		return "refused by the client: " + r.reason, nil
 	}
 	if s.g.opts.NoHolds {
-		return ""
+		return "", nil
 	}
+	var waiting []string
 	for _, ref := range it.refs {
 		rts := s.types[ref.TypeURL]
-		if rts == nil || !s.subscribedLocked(rts, ref.Name) {
-			continue // the client does not ask for it (yet): nothing to wait for
+		if rts != nil {
+			if a, ok := rts.acked[ref.Name]; ok {
+				// A route's cluster: and what the cluster references in turn (its endpoints),
+				// when served.
+				if ts.typeURL == resource.RouteType {
+					if w := s.pendingRefsLocked(a); w != "" {
+						waiting = append(waiting, w)
+					}
+				}
+				continue
+			}
 		}
-		if _, ok := rts.acked[ref.Name]; !ok {
-			return fmt.Sprintf("waiting for the client to accept %s %q", shortType(ref.TypeURL), ref.Name)
+		what := fmt.Sprintf("%s %q", shortType(ref.TypeURL), ref.Name)
+		if rts != nil {
+			if r, ok := rts.refused[ref.Name]; ok {
+				what += " (it refused it: " + r.reason + ")"
+			}
+		}
+		switch {
+		case rts != nil && s.subscribedLocked(rts, ref.Name):
+			waiting = append(waiting, what)
+		case rts != nil && ts.typeURL == resource.RouteType && ref.TypeURL == resource.ClusterType && ts.acked[it.name] != nil:
+			waiting = append(waiting, what)
+			warm = append(warm, ref.Name)
+		default:
+			// The client does not ask for it, and nothing it holds can make it: not waited for.
+		}
+	}
+	if len(waiting) == 0 {
+		return "", nil
+	}
+	return "waiting for the client to accept " + strings.Join(waiting, ", "), warm
+}
+
+// referencedByLocked names a resource the client holds that references name of typeURL, or "".
+// Call with s.mu.
+func (s *session) referencedByLocked(typeURL, name string) string {
+	want := Ref{TypeURL: typeURL, Name: name}
+	for _, ts := range s.types {
+		for _, a := range ts.acked {
+			if slices.Contains(a.refs, want) {
+				return fmt.Sprintf("%s %q", shortType(ts.typeURL), a.name)
+			}
 		}
 	}
 	return ""
 }
 
+// pendingRefsLocked names what a (accepted) resource references that the server serves and the
+// client has not accepted yet, or "". The client asks for those once it has the resource (a
+// cluster's endpoints), so it is waited for whether or not it asked yet. Call with s.mu.
+func (s *session) pendingRefsLocked(a *item) string {
+	var out []string
+	for _, ref := range a.refs {
+		rts := s.types[ref.TypeURL]
+		if rts == nil {
+			continue // the client has not asked for any of the type: nothing to know
+		}
+		if _, ok := rts.acked[ref.Name]; ok {
+			continue
+		}
+		if _, served := rts.served[ref.Name]; served {
+			out = append(out, fmt.Sprintf("%s %q", shortType(ref.TypeURL), ref.Name))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 // subscribedLocked reports whether the client asks for name of the type.
 func (s *session) subscribedLocked(ts *typeState, name string) bool {
-	if ts.w != nil {
-		if ts.w.sub.IsWildcard() {
-			return true
-		}
-		_, ok := ts.w.sub.SubscribedResources()[name]
-		return ok
+	if ts.sub == nil {
+		return false
 	}
-	_, ok := ts.acked[name]
-	return ok || len(ts.flight) > 0 && slices.ContainsFunc(ts.flight[len(ts.flight)-1].items, func(it *item) bool { return it.name == name })
+	if ts.sub.IsWildcard() {
+		return true
+	}
+	_, ok := ts.sub.SubscribedResources()[name]
+	return ok
 }
 
 func shortType(typeURL string) string {
@@ -404,6 +500,7 @@ func (s *session) sent(resp *discovery.DiscoveryResponse) {
 	f.nonce = resp.GetNonce()
 	ins := s.insight[ts.typeURL]
 	ins.Responses++
+	s.g.totals.add(&s.g.totals.responses, ts.typeURL)
 	fresh := newVersions(ts, f.items)
 	zone, opened := s.node, s.opened
 	s.mu.Unlock()
@@ -483,6 +580,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, req *discovery.Discover
 		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: event.VersionsOf(fresh)}, nil
 	}
 	ins.NACKs++
+	s.g.totals.add(&s.g.totals.nacks, ts.typeURL)
 	msg := detail.GetMessage()
 	ins.LastError = msg
 	names := make([]string, 0, len(f.items))

@@ -18,6 +18,9 @@ type Options struct {
 	// (default 50 ms).
 	Switches int
 	Step     time.Duration
+	// AtEnd, if set, runs once the observation is over, while the client is still connected
+	// (to read the server's view of it).
+	AtEnd func()
 }
 
 func (o Options) withDefaults() Options {
@@ -163,6 +166,9 @@ func (r *run) end() {
 	}
 	if m, ok := r.srv.(nackMessager); ok {
 		r.res.NACKMessages = m.NACKMessages()
+	}
+	if r.opt.AtEnd != nil {
+		r.opt.AtEnd()
 	}
 }
 

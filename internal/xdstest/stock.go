@@ -128,12 +128,22 @@ type Stock struct {
 	grpc    *grpc.Server
 	cancel  context.CancelFunc
 	log     *countingLogger
+	unwrap  func()
 	mu      sync.Mutex
 	version int
 }
 
 // NewStock starts a stock server.
-func NewStock() (*Stock, error) {
+func NewStock() (*Stock, error) { return NewWrapped(nil) }
+
+// Wrap puts something between the server and its cache: it returns the cache and the callbacks
+// to serve with (built on the stock ones it is given), and what to call when the server stops.
+type Wrap func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Callbacks, func())
+
+// NewWrapped starts the stock server with wrap (nil: none) between the server and its cache,
+// the same SnapshotCache and the same counting callbacks: the guard runs here exactly as an
+// outside server would adopt it.
+func NewWrapped(wrap Wrap) (*Stock, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -143,7 +153,12 @@ func NewStock() (*Stock, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	cb := s.Counter.Callbacks()
-	xds := server.NewServer(ctx, s.Cache, &cb)
+	var c cache.Cache = s.Cache
+	var callbacks server.Callbacks = &cb
+	if wrap != nil {
+		c, callbacks, s.unwrap = wrap(c, callbacks)
+	}
+	xds := server.NewServer(ctx, c, callbacks)
 	s.grpc = grpc.NewServer()
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
 	s.addr = lis.Addr().String()
@@ -184,6 +199,9 @@ func (s *Stock) NotResponding() int { return s.log.notResponding() }
 func (s *Stock) Close() {
 	s.grpc.Stop()
 	s.cancel()
+	if s.unwrap != nil {
+		s.unwrap()
+	}
 }
 
 type countingLogger struct {

@@ -1,0 +1,167 @@
+package guard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+
+	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/internal/xdstest"
+)
+
+// run runs a scenario of grpc-go's own xDS client against a stock go-control-plane v0.14 SotW
+// ADS server (SnapshotCache), guarded or not, and logs what it counted.
+//
+// For the guarded run it returns the guard's insight as it was at the end, with the client
+// still connected.
+func run(t *testing.T, guarded bool, s func(context.Context, xdstest.Server, xdstest.Options) (*xdstest.Result, error)) (*xdstest.Result, []guard.ClientInsight) {
+	t.Helper()
+	var g *guard.Guard
+	var wrap xdstest.Wrap
+	if guarded {
+		wrap = func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Callbacks, func()) {
+			var err error
+			if g, err = guard.New(inner, guard.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			return g, g.Callbacks(cb), g.Close
+		}
+	}
+	srv, err := xdstest.NewWrapped(wrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var insight []guard.ClientInsight
+	res, err := s(ctx, srv, xdstest.Options{AtEnd: func() {
+		if g != nil {
+			insight = g.Clients()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := map[bool]string{false: "stock", true: "guard"}[guarded]
+	t.Logf("%s, %s: nacks=%v responses=%v delivered=%v (%d) not-responding=%d\n  %s",
+		name, res.Scenario, res.NACKs, res.Responses, res.Delivered, res.DeliveredRPCs, srv.NotResponding(), res.RPCs)
+	for _, r := range res.CSDS {
+		t.Logf("  csds %s %s %s v=%q nack=%q", r.TypeURL, r.Name, r.Status, r.Version, r.NACK)
+	}
+	if !res.Ready {
+		t.Fatalf("%s: the client never got ready: %v", name, res.Notes)
+	}
+	for _, c := range insight {
+		for _, ti := range c.Types {
+			t.Logf("  guard insight: %s responses=%d acks=%d nacks=%d resent=%d withheld=%+v", ti.TypeURL, ti.Responses, ti.ACKs, ti.NACKs, ti.Resent, ti.Withheld)
+		}
+	}
+	return res, insight
+}
+
+func withheld(insight []guard.ClientInsight, typeURL string) []guard.Withheld {
+	var out []guard.Withheld
+	for _, c := range insight {
+		for _, ti := range c.Types {
+			if ti.TypeURL == typeURL {
+				out = append(out, ti.Withheld...)
+			}
+		}
+	}
+	return out
+}
+
+// Scenario 1: a cluster the client refuses (lb_policy MAGLEV). Stock resends it after every NACK
+// (a NACK storm); guarded, it is sent the policy's attempts (3, the built-in policy's
+// invalidAttempts), then withheld with the client's reason. RPCs keep flowing either way, and
+// another cluster's endpoint move reaches the client.
+func TestScenario1ARefusedCluster(t *testing.T) {
+	t.Parallel()
+	stock, _ := run(t, false, xdstest.Scenario1RefusedCluster)
+	if n := stock.NACKs[xdstest.ClusterType]; n <= 100 {
+		t.Errorf("stock: CDS NACKs = %d, want a storm (> 100)", n)
+	}
+	res, g := run(t, true, xdstest.Scenario1RefusedCluster)
+	if n := res.NACKs[xdstest.ClusterType]; n < 1 || n > 3 {
+		t.Errorf("guard: CDS NACKs = %d, want 1 to 3 (the policy's attempts)", n)
+	}
+	if res.RPCs.Failed != 0 || res.RPCs.RPCs == 0 {
+		t.Errorf("guard: RPCs %s, want none failed", res.RPCs)
+	}
+	if !res.Delivered {
+		t.Errorf("guard: the good cluster's endpoint move was not delivered: %s", res.RPCs)
+	}
+	w := withheld(g, xdstest.ClusterType)
+	if len(w) != 1 || w[0].Name != "bad" {
+		t.Fatalf("guard: withheld clusters %+v, want bad", w)
+	}
+	t.Logf("guard: withheld %s: %s", w[0].Name, w[0].Reason)
+}
+
+// Scenario 2: 20 route switches, each to a new valid cluster with its endpoints. Guarded, each
+// new route waits until the client has the cluster and its endpoints (make-before-break): no RPC
+// fails because of the server. grpc-go itself may fail an RPC mid-switch ("unknown cluster
+// selected for RPC"); those are counted apart.
+func TestScenario2RouteSwitches(t *testing.T) {
+	t.Parallel()
+	stock, _ := run(t, false, xdstest.Scenario2RouteSwitches)
+	t.Logf("stock: failure kinds %v", stock.RPCs.Kinds())
+	res, _ := run(t, true, xdstest.Scenario2RouteSwitches)
+	kinds := res.RPCs.Kinds()
+	t.Logf("guard: failure kinds %v", kinds)
+	if n := res.RPCs.Failed - kinds[xdstest.KindMidSwitch]; n != 0 {
+		t.Errorf("guard: %d RPCs failed because of the server: %s", n, res.RPCs)
+	}
+	if !res.Delivered {
+		t.Errorf("guard: the last cluster's backend served no RPC: %s", res.RPCs)
+	}
+	for typeURL, n := range res.NACKs {
+		if n != 0 {
+			t.Errorf("guard: %d NACKs of %s, want none", n, typeURL)
+		}
+	}
+}
+
+// Scenario 3: the route switched to a cluster the client refuses. Stock: most RPCs fail as long
+// as the route stands. Guarded: the route is withheld until the client accepts its cluster, which
+// it never does: 0 RPCs fail, and the route's reason names the cluster and why it was refused.
+func TestScenario3ARouteToARefusedCluster(t *testing.T) {
+	t.Parallel()
+	stock, _ := run(t, false, xdstest.Scenario3RefusedRoute)
+	if stock.RPCs.Failed*2 <= stock.RPCs.RPCs {
+		t.Errorf("stock: RPCs %s, want most to fail", stock.RPCs)
+	}
+	res, g := run(t, true, xdstest.Scenario3RefusedRoute)
+	if res.RPCs.Failed != 0 || res.RPCs.RPCs == 0 {
+		t.Errorf("guard: RPCs %s, want none failed", res.RPCs)
+	}
+	if n := res.NACKs[xdstest.ClusterType]; n > 3 {
+		t.Errorf("guard: CDS NACKs = %d, want at most 3", n)
+	}
+	w := withheld(g, xdstest.RouteType)
+	if len(w) != 1 {
+		t.Fatalf("guard: withheld routes %+v, want the route", w)
+	}
+	t.Logf("guard: withheld %s: %s", w[0].Name, w[0].Reason)
+}
+
+// Scenario 4: an endpoint move on a cluster, with another cluster in the snapshot that the client
+// does not ask for. Stock never delivers it ("ADS mode: not responding"); guarded it is.
+func TestScenario4AnEndpointMoveBesideAnUnrequestedCluster(t *testing.T) {
+	t.Parallel()
+	stock, _ := run(t, false, xdstest.Scenario4UnrequestedCluster)
+	if stock.Delivered {
+		t.Errorf("stock delivered the move: the baseline changed")
+	}
+	res, _ := run(t, true, xdstest.Scenario4UnrequestedCluster)
+	if !res.Delivered {
+		t.Errorf("guard: the move was not delivered: %s", res.RPCs)
+	}
+	if res.RPCs.Failed != 0 {
+		t.Errorf("guard: RPCs %s, want none failed", res.RPCs)
+	}
+}
