@@ -57,6 +57,9 @@ type Options struct {
 	// be reloaded or swapped); nil: the built-in policy. On any failure the built-in policy
 	// decides.
 	RetryPolicy func() shared.RetryForcer
+	// Fallback is the policy that decides when RetryPolicy fails or misses its deadline (nil: the
+	// built-in policy with its defaults).
+	Fallback shared.RetryForcer
 	// PolicyTimeout is the deadline of one policy call (default 200ms).
 	PolicyTimeout time.Duration
 	// NoHolds turns owner holds off: a resource is sent whether or not the client has what it
@@ -95,7 +98,10 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	builtin := retrypolicy.New()
+	var builtin shared.RetryForcer = retrypolicy.New()
+	if opts.Fallback != nil {
+		builtin = opts.Fallback
+	}
 	current := opts.RetryPolicy
 	if current == nil {
 		current = func() shared.RetryForcer { return builtin }

@@ -195,6 +195,7 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		if rt != nil {
 			defer rt.Close()
 			opts.RetryPolicy = func() shared.RetryForcer { return rt.RetryForcer() }
+			opts.Fallback = rt.Fallback()
 			reg.MustRegister(rt.Collectors()...)
 		}
 		g, err := guard.New(snapshots, opts)

@@ -10,8 +10,13 @@ package main
 
 import (
 	"context"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+
 	"flag"
 	"fmt"
+	"github.com/kds-host/kds-host/guard"
 	"os"
 	"sort"
 	"strings"
@@ -25,6 +30,24 @@ import (
 var targets = map[string]func() (xdstest.Server, func(), error){
 	"stock": func() (xdstest.Server, func(), error) {
 		s, err := xdstest.NewStock()
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
+	},
+	"guard": func() (xdstest.Server, func(), error) {
+		var gerr error
+		s, err := xdstest.NewWrapped(func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Callbacks, func()) {
+			g, err := guard.New(inner, guard.Options{})
+			if err != nil {
+				gerr = err
+				return inner, cb, nil
+			}
+			return g, g.Callbacks(cb), g.Close
+		})
+		if err == nil {
+			err = gerr
+		}
 		if err != nil {
 			return nil, nil, err
 		}
