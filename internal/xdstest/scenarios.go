@@ -53,6 +53,10 @@ type Result struct {
 	Responses map[string]int
 	// NACKsPerSecond is all NACKs over Observed, per second.
 	NACKsPerSecond float64
+	// ServerCPU is the CPU this process used over Observed (the server under test, the backends
+	// and the harness: the backends and the harness cost the same whatever the server); ClientCPU
+	// the client process's.
+	ServerCPU, ClientCPU time.Duration
 	// Delivered: after an endpoint move (scenarios 1, 4) or the last route switch (scenario 2),
 	// RPCs reached the backend the move or switch points to; DeliveredRPCs is how many did.
 	Delivered     bool
@@ -77,6 +81,8 @@ type run struct {
 	res    *Result
 	n0, r0 map[string]int
 	start  time.Time
+	cpu0   time.Duration // this process's CPU at begin
+	ccpu0  time.Duration // the client's
 	ver    int
 	prefix string
 }
@@ -118,6 +124,7 @@ func (r *run) begin() error {
 	}
 	r.n0, r.r0 = r.serverCounts()
 	r.start = time.Now()
+	r.cpu0, r.ccpu0 = processCPU(), r.c.CPU()
 	return nil
 }
 
@@ -154,6 +161,7 @@ func (r *run) end() {
 		total += r.res.NACKs[t]
 	}
 	r.res.NACKsPerSecond = float64(total) / r.res.Observed.Seconds()
+	r.res.ServerCPU, r.res.ClientCPU = processCPU()-r.cpu0, r.c.CPU()-r.ccpu0
 	if c, err := r.c.StopLoop(); err == nil {
 		r.res.RPCs.Add(c)
 	}

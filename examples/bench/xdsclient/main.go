@@ -2,7 +2,10 @@
 // SotW ADS management server on loopback) against a server under test and prints a table of the
 // counts.
 //
-//	go run ./examples/bench/xdsclient [-target stock] [-window 1s] [-v]
+//	go run ./examples/bench/xdsclient [-target stock|guard] [-window 1s] [-v]
+//
+// CPU columns are cores (CPU seconds per second observed): "server" is this process (the server
+// under test, the backends and the harness), "client" the grpc-go client process.
 //
 // A target is one line of targets: a name and a function that starts a fresh xdstest.Server (each
 // scenario gets its own server) and returns it with its close function.
@@ -67,7 +70,7 @@ func main() {
 		os.Exit(2)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "target %s\tscenario\tready\tobserved\tRPCs\tok\tfailed\tNACKs\tNACK/s\tresp LDS/RDS/CDS/EDS\tdelivered\tfailure kinds\t\n", *target)
+	fmt.Fprintf(tw, "target %s\tscenario\tready\tobserved\tRPCs\tok\tfailed\tNACKs\tNACK/s\tresp LDS/RDS/CDS/EDS\tdelivered\tfailure kinds\tserver CPU\tclient CPU\t\n", *target)
 	var details []string
 	failed := false
 	for _, sc := range xdstest.Scenarios {
@@ -93,10 +96,11 @@ func main() {
 		if sc.Name != "3 route to refused cluster" {
 			delivered = fmt.Sprintf("%v (%d RPCs)", res.Delivered, res.DeliveredRPCs)
 		}
-		fmt.Fprintf(tw, "\t%s\t%v\t%v\t%d\t%d\t%d\t%d\t%.0f\t%d/%d/%d/%d\t%s\t%s\t\n", res.Scenario, res.Ready,
+		fmt.Fprintf(tw, "\t%s\t%v\t%v\t%d\t%d\t%d\t%d\t%.0f\t%d/%d/%d/%d\t%s\t%s\t%.2f\t%.2f\t\n", res.Scenario, res.Ready,
 			res.Observed.Round(time.Millisecond), res.RPCs.RPCs, res.RPCs.OK, res.RPCs.Failed, nacks, res.NACKsPerSecond,
 			res.Responses[xdstest.ListenerType], res.Responses[xdstest.RouteType], res.Responses[xdstest.ClusterType],
-			res.Responses[xdstest.EndpointType], delivered, kinds(res.RPCs.Kinds()))
+			res.Responses[xdstest.EndpointType], delivered, kinds(res.RPCs.Kinds()),
+			res.ServerCPU.Seconds()/res.Observed.Seconds(), res.ClientCPU.Seconds()/res.Observed.Seconds())
 		if *verbose {
 			var b strings.Builder
 			fmt.Fprintf(&b, "== %s\n  RPCs: %s\n", res.Scenario, res.RPCs)

@@ -1,0 +1,78 @@
+package guard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/kds-host/kds-host/guard"
+)
+
+// Adopting the guard in an existing go-control-plane server: wrap its cache, and give the server
+// the guard's callbacks (composed with its own, here none).
+func Example() {
+	snapshots := cache.NewSnapshotCache(true, cache.IDHash{}, nil) // the server's own cache
+
+	g, err := guard.New(snapshots, guard.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Close()
+	xds := server.NewServer(context.Background(), g, g.Callbacks(nil))
+
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xds)
+	// ... gs.Serve(listener), and snapshots.SetSnapshot(...) as before: nothing else changes.
+	fmt.Println("clients:", len(g.Clients()))
+	// Output: clients: 0
+}
+
+// The guard composes with the server's own callbacks, and its insight mounts in the server's
+// own admin listener: a JSON handler and a Prometheus collector.
+func Example_insight() {
+	snapshots := cache.NewSnapshotCache(true, cache.IDHash{}, nil)
+	g, err := guard.New(snapshots, guard.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Close()
+	mine := server.CallbackFuncs{
+		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
+			if req.GetNode().GetId() == "" {
+				return fmt.Errorf("stream %d: a node id is required", id)
+			}
+			return nil
+		},
+	}
+	_ = server.NewServer(context.Background(), g, g.Callbacks(&mine))
+
+	// What the callbacks see, as the server would call them.
+	cb := g.Callbacks(&mine)
+	fmt.Println(cb.OnStreamRequest(1, &discovery.DiscoveryRequest{Node: &core.Node{}}))
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(g.Collector())
+	families, _ := reg.Gather()
+	for _, f := range families {
+		fmt.Println(f.GetName(), f.GetMetric()[0].GetGauge().GetValue())
+	}
+
+	rec := httptest.NewRecorder()
+	g.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/clients", nil))
+	body, _ := io.ReadAll(rec.Body)
+	fmt.Println(rec.Code, strings.TrimSpace(string(body)))
+	// Output:
+	// stream 1: a node id is required
+	// kds_xds_clients 0
+	// 200 {"items":[],"total":0}
+}
