@@ -209,8 +209,13 @@ func (g *Guard) closeStream(id int64) {
 }
 
 // wildcard is the request the guard makes of the wrapped cache for a type: every resource,
-// newer than version.
-func wildcard(req *discovery.DiscoveryRequest, version string) (*discovery.DiscoveryRequest, cache.Subscription) {
-	return &discovery.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(), VersionInfo: version},
-		stream.NewSotwSubscription(nil, true)
+// newer than version. returned is what the cache's last answer returned (its
+// ReturnedResources): a cache that compares it with what it serves (SnapshotCache does) would
+// otherwise answer again at once, forever.
+func wildcard(req *discovery.DiscoveryRequest, version string, returned map[string]string) (*discovery.DiscoveryRequest, cache.Subscription) {
+	sub := stream.NewSotwSubscription(nil, true)
+	if returned != nil {
+		sub.SetReturnedResources(returned)
+	}
+	return &discovery.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(), VersionInfo: version}, &sub
 }

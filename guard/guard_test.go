@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
@@ -227,3 +229,43 @@ func TestARefusedClusterIsTriedThePolicysAttemptsThenWithheld(t *testing.T) {
 }
 
 func nodeOf(id string) *core.Node { return &core.Node{Id: id} }
+
+// countingCache counts the watches made of the cache it wraps.
+type countingCache struct {
+	cache.Cache
+	watches atomic.Int64
+}
+
+func (c *countingCache) CreateWatch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
+	c.watches.Add(1)
+	return c.Cache.CreateWatch(req, sub, out)
+}
+
+// The guard's own watch of the wrapped cache waits for the next version: a SnapshotCache that
+// compares what a watch says it was returned with what it serves must not be made to answer again
+// and again (before the fix: a watch a few microseconds, a core of CPU, with nothing changing).
+func TestTheGuardWatchesTheWrappedCacheOnceAVersion(t *testing.T) {
+	g := NewWithT(t)
+	h := newSotw(t, false)
+	counting := &countingCache{Cache: h.snap}
+	gd, err := guard.New(counting, guard.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	cb := gd.Callbacks(nil)
+	g.Expect(cb.OnStreamOpen(context.Background(), 1, resource.ClusterType)).To(Succeed())
+	defer cb.OnStreamClosed(1, nil)
+	h.set(edsCluster("a", cluster.Cluster_ROUND_ROBIN))
+	req := &discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType}
+	g.Expect(cb.OnStreamRequest(1, req)).To(Succeed())
+	out := make(chan cache.Response, 1)
+	cancel, err := gd.CreateWatch(req, stream.NewSotwSubscription(nil, true), out)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer cancel()
+	g.Eventually(out).Should(Receive())
+	time.Sleep(200 * time.Millisecond)
+	g.Expect(counting.watches.Load()).To(BeNumerically("<=", 2), "one watch for the first version, one waiting for the next")
+	h.set(edsCluster("a", cluster.Cluster_LEAST_REQUEST))
+	g.Eventually(counting.watches.Load).Should(BeNumerically("==", 3))
+	time.Sleep(200 * time.Millisecond)
+	g.Expect(counting.watches.Load()).To(BeNumerically("==", 3))
+}

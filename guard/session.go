@@ -232,7 +232,7 @@ func (s *session) fromInner(r cache.Response) {
 	if old != nil {
 		old()
 	}
-	s.watchInner(typeURL, req, resp.GetVersionInfo())
+	s.watchInner(typeURL, req, resp.GetVersionInfo(), r.GetReturnedResources())
 	s.mu.Lock()
 	s.evaluateLocked(ts)
 	s.mu.Unlock()
@@ -240,8 +240,8 @@ func (s *session) fromInner(r cache.Response) {
 
 // watchInner opens the guard's watch of the wrapped cache for every resource of a type newer
 // than version.
-func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, version string) {
-	req, sub := wildcard(like, version)
+func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, version string, returned map[string]string) {
+	req, sub := wildcard(like, version, returned)
 	cancel, err := s.g.inner.CreateWatch(req, sub, s.innerOut)
 	if err != nil {
 		s.g.log.Error("the wrapped cache refused a watch", "type", typeURL, "error", err)
@@ -274,7 +274,7 @@ func (s *session) watch(req *discovery.DiscoveryRequest, sub cache.Subscription,
 	}
 	s.mu.Unlock()
 	if first {
-		s.watchInner(req.GetTypeUrl(), req, "")
+		s.watchInner(req.GetTypeUrl(), req, "", nil)
 	}
 	s.poke()
 	var once sync.Once
