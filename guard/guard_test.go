@@ -269,3 +269,65 @@ func TestTheGuardWatchesTheWrappedCacheOnceAVersion(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	g.Expect(counting.watches.Load()).To(BeNumerically("==", 3))
 }
+
+// The guard wraps any cache.Cache: a MuxCache of LinearCaches, as a server with one cache per
+// type has it, behaves as a SnapshotCache does.
+func TestTheGuardWrapsLinearCachesInAMuxCache(t *testing.T) {
+	g := NewWithT(t)
+	clusters := cache.NewLinearCache(resource.ClusterType)
+	mux := &cache.MuxCache{
+		Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
+		ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
+		Caches:        map[string]cache.Cache{resource.ClusterType: clusters},
+	}
+	gd, err := guard.New(mux, guard.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, gd, gd.Callbacks(nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(clusters.UpdateResource("a", edsCluster("a", cluster.Cluster_ROUND_ROBIN))).To(Succeed())
+	g.Expect(clusters.UpdateResource("b", edsCluster("b", cluster.Cluster_MAGLEV))).To(Succeed())
+	g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType})).To(Succeed())
+	r, err := st.Recv()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(r)).To(Equal([]string{"a", "b"}))
+	g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(),
+		ErrorDetail: &rpcstatus.Status{Code: 3, Message: `error parsing "ClusterResource" response: resource "b": unsupported`}})).To(Succeed())
+	for { // a retry round may send b again first
+		r, err = st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		if !slices.Contains(names(r), "b") {
+			break
+		}
+		g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(),
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: `resource "b": unsupported`}})).To(Succeed())
+	}
+	g.Expect(names(r)).To(Equal([]string{"a"}), "what the client can take")
+	g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()})).To(Succeed())
+
+	g.Expect(clusters.UpdateResource("a", edsCluster("a", cluster.Cluster_LEAST_REQUEST))).To(Succeed())
+	for {
+		r, err = st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		if !slices.Contains(names(r), "b") { // a retry round may resend b meanwhile
+			break
+		}
+		g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(),
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: `resource "b": unsupported`}})).To(Succeed())
+	}
+	var a cluster.Cluster
+	g.Expect(r.GetResources()[0].UnmarshalTo(&a)).To(Succeed())
+	g.Expect(a.GetLbPolicy()).To(Equal(cluster.Cluster_LEAST_REQUEST))
+}
