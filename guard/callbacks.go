@@ -21,7 +21,7 @@ type callbacks struct {
 }
 
 func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	c.g.openStream(id)
+	c.g.openStream(id, false)
 	if c.next != nil {
 		return c.next.OnStreamOpen(ctx, id, typeURL)
 	}
@@ -41,12 +41,12 @@ func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 	if s := c.g.session(id); s != nil {
 		c.g.mu.Lock()
 		if old := s.bound[req.GetTypeUrl()]; old != nil {
-			delete(c.g.requests, old) // a stale request the server skipped: its watch never came
+			unbind(c.g, old) // a stale request the server skipped: its watch never came
 		}
 		s.bound[req.GetTypeUrl()] = req
 		c.g.requests[req] = s
 		c.g.mu.Unlock()
-		s.request(req)
+		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	}
 	if c.next != nil {
 		return c.next.OnStreamRequest(id, req)
@@ -57,7 +57,7 @@ func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 // OnStreamResponse records what went out, with its nonce, to pair it with the client's answer.
 func (c *callbacks) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
 	if s := c.g.session(id); s != nil {
-		s.sent(resp)
+		s.sent(resp.GetTypeUrl(), resp.GetNonce(), func(f *flight) bool { return f.resp == resp })
 	}
 	if c.next != nil {
 		c.next.OnStreamResponse(ctx, id, req, resp)
@@ -78,6 +78,7 @@ func (c *callbacks) OnFetchResponse(req *discovery.DiscoveryRequest, resp *disco
 }
 
 func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.g.openStream(deltaID(id), true)
 	if c.next != nil {
 		return c.next.OnDeltaStreamOpen(ctx, id, typeURL)
 	}
@@ -85,12 +86,24 @@ func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL str
 }
 
 func (c *callbacks) OnDeltaStreamClosed(id int64, node *core.Node) {
+	c.g.closeStream(deltaID(id))
 	if c.next != nil {
 		c.next.OnDeltaStreamClosed(id, node)
 	}
 }
 
+// OnStreamDeltaRequest is OnStreamRequest for a delta stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	if s := c.g.session(deltaID(id)); s != nil {
+		c.g.mu.Lock()
+		if old := s.bound[req.GetTypeUrl()]; old != nil {
+			unbind(c.g, old)
+		}
+		s.bound[req.GetTypeUrl()] = req
+		c.g.deltaRequests[req] = s
+		c.g.mu.Unlock()
+		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	}
 	if c.next != nil {
 		return c.next.OnStreamDeltaRequest(id, req)
 	}
@@ -98,6 +111,9 @@ func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	if s := c.g.session(deltaID(id)); s != nil {
+		s.deltaSent(resp)
+	}
 	if c.next != nil {
 		c.next.OnStreamDeltaResponse(id, req, resp)
 	}

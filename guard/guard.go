@@ -29,9 +29,11 @@
 // transient cause), so refusals count as INVALID: the built-in policy resends a refused version
 // three times with backoff, then parks it until its content changes.
 //
-// Supported: go-control-plane v0.14's state-of-the-world server (ADS and the per-type
-// services). The delta server passes through the guard unguarded (CreateDeltaWatch is the
-// wrapped cache's). Clients: Envoy and grpc-go's xDS client, or any xDS client.
+// Supported: go-control-plane v0.14's two servers, state of the world and delta, ADS and the
+// per-type services: a delta client gets what changed of the same view, a refused name going
+// back to what it kept. The wrapped cache is always watched the state-of-the-world way (every
+// resource of a type), whichever server the client talks to. Clients: Envoy and grpc-go's xDS
+// client, or any xDS client.
 package guard
 
 import (
@@ -82,9 +84,10 @@ type Guard struct {
 
 	totals totals
 
-	mu       sync.Mutex
-	streams  map[int64]*session
-	requests map[*discovery.DiscoveryRequest]*session // bound by OnStreamRequest, taken by CreateWatch
+	mu            sync.Mutex
+	streams       map[int64]*session                            // by the guard's id (deltaID for delta streams)
+	requests      map[*discovery.DiscoveryRequest]*session      // bound by OnStreamRequest, taken by CreateWatch
+	deltaRequests map[*discovery.DeltaDiscoveryRequest]*session // bound by OnStreamDeltaRequest, taken by CreateDeltaWatch
 }
 
 // New wraps inner.
@@ -107,7 +110,8 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 		current = func() shared.RetryForcer { return builtin }
 	}
 	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
-		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{}}
+		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
+		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
 	sched, err := retry.NewScheduler(retry.Config{
 		Policy: retry.Standard(current, builtin, retry.StandardConfig{Timeout: opts.PolicyTimeout}),
 		Sessions: func(id int64) retry.Session {
@@ -169,13 +173,7 @@ func (g *Guard) CreateWatch(req *discovery.DiscoveryRequest, sub cache.Subscript
 		// A server that does not call the guard's callbacks: nothing to guard with.
 		return nil, errors.New("guard: request not seen by the guard's callbacks (pass Guard.Callbacks to the server)")
 	}
-	return s.watch(req, sub, out)
-}
-
-// CreateDeltaWatch implements cache.ConfigWatcher: the delta server is not guarded yet, it is
-// served by the wrapped cache as is.
-func (g *Guard) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
-	return g.inner.CreateDeltaWatch(req, sub, out)
+	return s.watch(&watch{req: req, out: out, sub: sub}, req.GetTypeUrl(), req.GetNode())
 }
 
 // Fetch implements cache.ConfigFetcher (REST): the wrapped cache's answer.
@@ -183,9 +181,9 @@ func (g *Guard) Fetch(ctx context.Context, req *discovery.DiscoveryRequest) (cac
 	return g.inner.Fetch(ctx, req)
 }
 
-// openStream starts a stream's session.
-func (g *Guard) openStream(id int64) {
-	s := newSession(g, id)
+// openStream starts a stream's session (id: the guard's, see deltaID).
+func (g *Guard) openStream(id int64, delta bool) {
+	s := newSession(g, id, delta)
 	g.mu.Lock()
 	g.streams[id] = s
 	g.mu.Unlock()
@@ -197,14 +195,24 @@ func (g *Guard) closeStream(id int64) {
 	g.mu.Lock()
 	s := g.streams[id]
 	delete(g.streams, id)
-	for req, b := range g.requests {
-		if b == s {
-			delete(g.requests, req)
+	if s != nil {
+		for _, req := range s.bound {
+			unbind(g, req) // bound, but its watch never came
 		}
 	}
 	g.mu.Unlock()
 	if s != nil {
 		s.close()
+	}
+}
+
+// unbind forgets a request bound for its watch. Call with g.mu.
+func unbind(g *Guard, req any) {
+	switch r := req.(type) {
+	case *discovery.DiscoveryRequest:
+		delete(g.requests, r)
+	case *discovery.DeltaDiscoveryRequest:
+		delete(g.deltaRequests, r)
 	}
 }
 

@@ -13,7 +13,10 @@ import (
 // ClientInsight is what the guard knows of one client stream, the shape of kds-host's
 // /api/zones entries.
 type ClientInsight struct {
+	// Stream is the server's stream id; the state-of-the-world and the delta server number
+	// their streams apart, so Delta says which.
 	Stream int64          `json:"stream"`
+	Delta  bool           `json:"delta,omitempty"`
 	Node   string         `json:"node"`
 	Types  []*TypeInsight `json:"types"`
 }
@@ -62,7 +65,10 @@ func (g *Guard) Clients() []ClientInsight {
 	out := make([]ClientInsight, 0, len(streams))
 	for _, s := range streams {
 		s.mu.Lock()
-		ci := ClientInsight{Stream: s.id, Node: s.node}
+		ci := ClientInsight{Stream: s.id, Delta: s.delta, Node: s.node}
+		if s.delta {
+			ci.Stream = -s.id // deltaID
+		}
 		for _, ti := range s.insight {
 			c := *ti
 			c.Withheld = slices.Clone(ti.Withheld)
@@ -72,7 +78,12 @@ func (g *Guard) Clients() []ClientInsight {
 		slices.SortFunc(ci.Types, func(a, b *TypeInsight) int { return strings.Compare(a.TypeURL, b.TypeURL) })
 		out = append(out, ci)
 	}
-	slices.SortFunc(out, func(a, b ClientInsight) int { return int(a.Stream - b.Stream) })
+	slices.SortFunc(out, func(a, b ClientInsight) int {
+		if a.Delta != b.Delta {
+			return map[bool]int{false: -1, true: 1}[a.Delta]
+		}
+		return int(a.Stream - b.Stream)
+	})
 	return out
 }
 

@@ -18,9 +18,11 @@ import (
 	"strings"
 	"sync"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/host/event"
@@ -29,8 +31,9 @@ import (
 )
 
 type session struct {
-	g  *Guard
-	id int64
+	g     *Guard
+	id    int64 // the guard's: the server's stream id, negated for a delta stream
+	delta bool  // a delta stream: responses are what changed since the last one
 
 	// The work queue the retry scheduler steps the stream's retry state through.
 	serial.Queue
@@ -41,7 +44,7 @@ type session struct {
 	opened  bool // the scheduler was told of the stream
 	types   map[string]*typeState
 	outq    []queued
-	bound   map[string]*discovery.DiscoveryRequest // under Guard.mu: the last request of each type bound for CreateWatch
+	bound   map[string]any // under Guard.mu: the last request of each type bound for CreateWatch or CreateDeltaWatch
 	insight map[string]*TypeInsight
 
 	innerOut chan cache.Response // every watch of the wrapped cache answers here
@@ -56,6 +59,7 @@ type typeState struct {
 
 	// The wrapped cache's side: every resource of the type, from the guard's own watch.
 	innerCancel  func()
+	innerFirst   *discovery.DiscoveryRequest // the client's first request, until the first watch of the wrapped cache is made
 	innerVersion string
 	served       map[string]*item
 	have         bool // the wrapped cache answered once
@@ -71,7 +75,11 @@ type typeState struct {
 	flight  []*flight // responses made and not answered, oldest first
 	lastKey string    // what the last response carried: name@version, sorted
 	seq     uint64
-	warm    map[string]warmed // route configurations made to warm clusters up, by name
+	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
+	// differs from it. A refused name goes back to what the client kept.
+	sentView map[string]*item
+	seeded   bool              // delta: sentView was seeded with what the client said it holds
+	warm     map[string]warmed // route configurations made to warm clusters up, by name
 }
 
 // warmed is a route configuration the client holds, with routes added that make it ask for
@@ -87,30 +95,39 @@ type refusal struct {
 	version, reason string
 }
 
+// watch is the server's watch of one type: SotW (req, out) or delta (deltaReq, deltaOut).
 type watch struct {
 	req      *discovery.DiscoveryRequest
-	sub      cache.Subscription
 	out      chan cache.Response
+	deltaReq *discovery.DeltaDiscoveryRequest
+	deltaOut chan cache.DeltaResponse
+	sub      cache.Subscription
 	canceled chan struct{}
 }
 
 // flight is one response made for the client and not answered yet.
 type flight struct {
-	resp  *discovery.DiscoveryResponse
-	items []*item
-	nonce string // set when the server sends it
+	resp    *discovery.DiscoveryResponse      // SotW
+	delta   *discovery.DeltaDiscoveryResponse // delta
+	items   []*item
+	removed []string         // delta: the names it removes
+	undo    map[string]*item // delta: what sentView had of its names before it
+	nonce   string           // set when the server sends it
 }
 
 type queued struct {
-	w    *watch
-	resp cache.Response
+	w     *watch
+	ts    *typeState
+	f     *flight
+	resp  cache.Response
+	delta cache.DeltaResponse
 }
 
 // maxFlight bounds the unanswered responses a session remembers per type.
 const maxFlight = 16
 
-func newSession(g *Guard, id int64) *session {
-	return &session{g: g, id: id, types: map[string]*typeState{}, bound: map[string]*discovery.DiscoveryRequest{},
+func newSession(g *Guard, id int64, delta bool) *session {
+	return &session{g: g, id: id, delta: delta, types: map[string]*typeState{}, bound: map[string]any{},
 		insight: map[string]*TypeInsight{}, innerOut: make(chan cache.Response, 64), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -119,7 +136,7 @@ func (s *session) typeOf(typeURL string) *typeState {
 	ts := s.types[typeURL]
 	if ts == nil {
 		ts = &typeState{typeURL: typeURL, served: map[string]*item{}, acked: map[string]*item{},
-			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}}
+			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}, sentView: map[string]*item{}}
 		s.types[typeURL] = ts
 		s.insight[typeURL] = &TypeInsight{TypeURL: typeURL}
 	}
@@ -164,6 +181,7 @@ func (s *session) run() {
 		case r := <-s.innerOut:
 			s.fromInner(r)
 		case <-s.wake:
+			s.watchFirst()
 		case <-s.stop:
 			return
 		}
@@ -176,14 +194,34 @@ func (s *session) run() {
 			q := s.outq[0]
 			s.outq = s.outq[1:]
 			s.mu.Unlock()
+			if q.delta != nil {
+				select {
+				case q.w.deltaOut <- q.delta:
+				case <-q.w.canceled:
+					s.undo(q) // the server moved on: the next watch gets what this one did not
+				case <-s.stop:
+					return
+				}
+				continue
+			}
 			select {
 			case q.w.out <- q.resp:
-			case <-q.w.canceled: // the server moved on: a later watch gets what is new
+			case <-q.w.canceled:
+				s.undo(q) // the server moved on: the next watch gets what this one did not
 			case <-s.stop:
 				return
 			}
 		}
 	}
+}
+
+// undo undoes a response the server's watch was canceled before taking, and answers the type's
+// next watch, if there is one already.
+func (s *session) undo(q queued) {
+	s.mu.Lock()
+	s.undoLocked(q.ts, q.f)
+	s.evaluateLocked(q.ts)
+	s.mu.Unlock()
 }
 
 // close stops the session's goroutine and its watches of the wrapped cache.
@@ -202,6 +240,24 @@ func (s *session) close() {
 	s.mu.Unlock()
 	for _, c := range cancels {
 		c()
+	}
+}
+
+// watchFirst makes the first watch of the wrapped cache of each type a client asked for. Only
+// the session's goroutine watches the wrapped cache (here and in fromInner), so a type has one
+// watch at a time, whatever order its answers come in.
+func (s *session) watchFirst() {
+	s.mu.Lock()
+	var first []*discovery.DiscoveryRequest
+	for _, ts := range s.types {
+		if ts.innerFirst != nil {
+			first = append(first, ts.innerFirst)
+			ts.innerFirst = nil
+		}
+	}
+	s.mu.Unlock()
+	for _, req := range first {
+		s.watchInner(req.GetTypeUrl(), req, "", nil)
 	}
 }
 
@@ -263,19 +319,18 @@ func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, v
 
 // watch is the server's watch for a type: the client's request, answered when there is
 // something new for it.
-func (s *session) watch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
-	w := &watch{req: req, sub: sub, out: out, canceled: make(chan struct{})}
+func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), error) {
+	w.canceled = make(chan struct{})
 	s.mu.Lock()
-	ts := s.typeOf(req.GetTypeUrl())
-	ts.w, ts.sub = w, sub
-	first := ts.innerCancel == nil && !ts.have
-	if !first {
+	ts := s.typeOf(typeURL)
+	ts.w, ts.sub = w, w.sub
+	if ts.innerCancel == nil && !ts.have {
+		// The session's goroutine makes the first watch of the wrapped cache.
+		ts.innerFirst = &discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL}
+	} else {
 		s.evaluateLocked(ts)
 	}
 	s.mu.Unlock()
-	if first {
-		s.watchInner(req.GetTypeUrl(), req, "", nil)
-	}
 	s.poke()
 	var once sync.Once
 	return func() {
@@ -285,6 +340,7 @@ func (s *session) watch(req *discovery.DiscoveryRequest, sub cache.Subscription,
 			if ts.w == w {
 				ts.w = nil
 			}
+			s.unsentLocked(ts, w)
 			s.mu.Unlock()
 		})
 	}, nil
@@ -297,6 +353,48 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if w == nil || !ts.have {
 		return
 	}
+	items, forced := s.viewLocked(ts)
+	if s.delta {
+		s.respondDeltaLocked(ts, w, items)
+		return
+	}
+	var key strings.Builder
+	for _, it := range items {
+		key.WriteString(it.name)
+		key.WriteByte('@')
+		key.WriteString(it.version)
+		key.WriteByte(',')
+	}
+	if key.String() == ts.lastKey && !forced && ts.seq > 0 {
+		return // nothing new: the watch stays open
+	}
+	for _, it := range items {
+		delete(ts.forced, it.name)
+	}
+	ts.lastKey = key.String()
+	ts.seq++
+	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.innerVersion, ts.seq), TypeUrl: ts.typeURL,
+		Resources: make([]*anypb.Any, len(items))}
+	for i, it := range items {
+		resp.Resources[i] = it.any
+	}
+	f := &flight{resp: resp, items: items}
+	s.addFlightLocked(ts, f)
+	ts.w = nil
+	s.outq = append(s.outq, queued{w: w, ts: ts, f: f, resp: &response{req: w.req, resp: resp}})
+}
+
+func (s *session) addFlightLocked(ts *typeState, f *flight) {
+	ts.flight = append(ts.flight, f)
+	if len(ts.flight) > maxFlight {
+		ts.flight = ts.flight[1:]
+	}
+}
+
+// viewLocked is what the client should hold of the type now, by name (sorted), and whether a
+// name in it is forced (a retry round sends it although nothing changed). Call with s.mu.
+func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
+	w := ts.w
 	var names []string
 	if w.sub.IsWildcard() {
 		names = make([]string, 0, len(ts.served))
@@ -327,9 +425,6 @@ func (s *session) evaluateLocked(ts *typeState) {
 		}
 	}
 	slices.Sort(names)
-	var items []*item
-	var key strings.Builder
-	forced := false
 	ins := s.insight[ts.typeURL]
 	ins.Withheld = ins.Withheld[:0]
 	for _, n := range names {
@@ -352,30 +447,8 @@ func (s *session) evaluateLocked(ts *typeState) {
 			forced = true
 		}
 		items = append(items, it)
-		key.WriteString(n)
-		key.WriteByte('@')
-		key.WriteString(it.version)
-		key.WriteByte(',')
 	}
-	if key.String() == ts.lastKey && !forced && ts.seq > 0 {
-		return // nothing new: the watch stays open
-	}
-	for _, it := range items {
-		delete(ts.forced, it.name)
-	}
-	ts.lastKey = key.String()
-	ts.seq++
-	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.innerVersion, ts.seq), TypeUrl: ts.typeURL,
-		Resources: make([]*anypb.Any, len(items))}
-	for i, it := range items {
-		resp.Resources[i] = it.any
-	}
-	ts.flight = append(ts.flight, &flight{resp: resp, items: items})
-	if len(ts.flight) > maxFlight {
-		ts.flight = ts.flight[1:]
-	}
-	ts.w = nil
-	s.outq = append(s.outq, queued{w: w, resp: &response{req: w.req, resp: resp}})
+	return items, forced
 }
 
 // withholdLocked says why the client should not get it now, or "". warm are the clusters a
@@ -482,13 +555,13 @@ func shortType(typeURL string) string {
 
 // sent records that the server sends resp (with its nonce), and tells the retry scheduler what
 // it brings new.
-func (s *session) sent(resp *discovery.DiscoveryResponse) {
+func (s *session) sent(typeURL, nonce string, is func(*flight) bool) {
 	s.mu.Lock()
-	ts := s.types[resp.GetTypeUrl()]
+	ts := s.types[typeURL]
 	var f *flight
 	if ts != nil {
 		for _, x := range ts.flight {
-			if x.resp == resp {
+			if is(x) {
 				f = x
 			}
 		}
@@ -497,7 +570,7 @@ func (s *session) sent(resp *discovery.DiscoveryResponse) {
 		s.mu.Unlock()
 		return
 	}
-	f.nonce = resp.GetNonce()
+	f.nonce = nonce
 	ins := s.insight[ts.typeURL]
 	ins.Responses++
 	s.g.totals.add(&s.g.totals.responses, ts.typeURL)
@@ -522,24 +595,24 @@ func newVersions(ts *typeState, items []*item) map[string]string {
 
 // request applies what a client's request says of the last response of its type: an ACK, or a
 // NACK and what it refused.
-func (s *session) request(req *discovery.DiscoveryRequest) {
+func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcstatus.Status) {
 	s.mu.Lock()
 	if s.node == "" {
-		s.node = req.GetNode().GetId()
+		s.node = node.GetId()
 	}
 	open := !s.opened
 	s.opened = true
 	zone := s.node
 	var ack *event.ACK
 	var nack *event.NACK
-	if nonce := req.GetResponseNonce(); nonce != "" {
-		ts := s.typeOf(req.GetTypeUrl())
+	if nonce != "" {
+		ts := s.typeOf(typeURL)
 		for i, f := range ts.flight {
 			if f.nonce != nonce {
 				continue
 			}
 			ts.flight = ts.flight[i+1:]
-			ack, nack = s.answerLocked(ts, f, req)
+			ack, nack = s.answerLocked(ts, f, detail)
 			break
 		}
 	}
@@ -565,19 +638,21 @@ func (s *session) request(req *discovery.DiscoveryRequest) {
 
 // answerLocked applies the client's answer to response f, and returns the event for the retry
 // scheduler. Call with s.mu.
-func (s *session) answerLocked(ts *typeState, f *flight, req *discovery.DiscoveryRequest) (*event.ACK, *event.NACK) {
+func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Status) (*event.ACK, *event.NACK) {
 	ins := s.insight[ts.typeURL]
 	fresh := newVersions(ts, f.items)
 	byName := map[string]*item{}
 	for _, it := range f.items {
 		byName[it.name] = it
 	}
-	detail := req.GetErrorDetail()
 	if detail == nil {
 		ins.ACKs++
 		ins.LastError = ""
 		s.acceptLocked(ts, f.items, nil)
-		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: event.VersionsOf(fresh)}, nil
+		for _, n := range f.removed {
+			delete(ts.acked, n)
+		}
+		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: event.VersionsOf(fresh), Removed: f.removed}, nil
 	}
 	ins.NACKs++
 	s.g.totals.add(&s.g.totals.nacks, ts.typeURL)
@@ -613,6 +688,16 @@ func (s *session) answerLocked(ts *typeState, f *flight, req *discovery.Discover
 	}
 	// grpc-go and Envoy take the valid resources of a response they NACK.
 	s.acceptLocked(ts, accepted, refused)
+	if s.delta {
+		for _, n := range refused {
+			s.keptLocked(ts, n) // the client keeps what it had: the next response is made against that
+		}
+		for _, n := range f.removed {
+			if !slices.Contains(refused, n) {
+				delete(ts.acked, n)
+			}
+		}
+	}
 	return nil, nack
 }
 
@@ -620,7 +705,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, req *discovery.Discover
 // client's whole state (fullState), it holds nothing else, but for the names it refused in the
 // same answer (kept: it keeps the version it had). Call with s.mu.
 func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
-	if fullState(ts.typeURL) {
+	if s.fullStateLocked(ts.typeURL) {
 		next := make(map[string]*item, len(items)+len(kept))
 		for _, n := range kept {
 			if it := ts.acked[n]; it != nil {
@@ -639,6 +724,10 @@ func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
 
 // fullState reports whether a SotW response of the type is the client's whole state of it
 // (Listeners, Clusters): a name left out is removed.
+func (s *session) fullStateLocked(typeURL string) bool {
+	return !s.delta && fullState(typeURL)
+}
+
 func fullState(typeURL string) bool {
 	return typeURL == resource.ListenerType || typeURL == resource.ClusterType
 }

@@ -406,6 +406,21 @@ func newStockCounters(log hclog.Logger) *stockCounters {
 		c.responses[resp.GetTypeUrl()]++
 		c.mu.Unlock()
 	}
+	c.StreamDeltaRequestFunc = func(id int64, req *discovery.DeltaDiscoveryRequest) error {
+		if req.GetErrorDetail() != nil && req.GetResponseNonce() != "" {
+			c.mu.Lock()
+			c.nacks[req.GetTypeUrl()]++
+			c.mu.Unlock()
+			c.log.Warn("NACK", "delta stream", id, "node", req.GetNode().GetId(), "type", req.GetTypeUrl(),
+				"nonce", req.GetResponseNonce(), "error", req.GetErrorDetail().GetMessage())
+		}
+		return nil
+	}
+	c.StreamDeltaResponseFunc = func(_ int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+		c.mu.Lock()
+		c.responses[resp.GetTypeUrl()]++
+		c.mu.Unlock()
+	}
 	c.StreamOpenFunc = func(_ context.Context, id int64, typeURL string) error {
 		c.log.Debug("stream open", "stream", id, "type", typeURL)
 		return nil
