@@ -65,6 +65,32 @@ type Cache struct {
 	zonePeak shrink.Peak
 }
 
+// ZoneView is what one zone may see of the snapshot, as its filter last decided: published into
+// the zone's session (Cache.Publish) and read by the cache under the session's lock, with no lock
+// of the filter's. It is read-only.
+type ZoneView interface {
+	// Visible reports whether the zone may see e.
+	Visible(e *Entry) bool
+	// None reports that the zone may see nothing at all yet (its first check has not answered).
+	None() bool
+	// Seq orders the views of one zone: a later one has a larger Seq.
+	Seq() uint64
+}
+
+// ViewPublisher is a Filter that publishes each zone's ZoneView into its session instead of being
+// asked under the session's lock (owner holds): the cache reads the session's view.
+type ViewPublisher interface {
+	Filter
+	PublishesViews()
+}
+
+// Publish puts v in the zone's current session, unless the session has a later view already.
+func (c *Cache) Publish(zone string, v ZoneView) {
+	if st := c.Current(zone); st != nil {
+		st.publish(v)
+	}
+}
+
 // filterBox holds a Filter for an atomic pointer.
 type filterBox struct{ Filter }
 
@@ -385,6 +411,18 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	var visible func(*Entry) bool // nil: everything
 	switch f := c.filter.Load().Filter.(type) {
 	case nil:
+	case ViewPublisher:
+		v := st.view.Load()
+		if v == nil || v.ZoneView.None() {
+			if len(ks.delivered) == 0 {
+				// Nothing to send or remove (a zone whose first owner check has not answered):
+				// the walk waits for the Refresh that the check makes, its dirty names kept.
+				return
+			}
+			visible = func(*Entry) bool { return false }
+		} else {
+			visible = v.ZoneView.Visible
+		}
 	case ZoneFilter:
 		v, none, release := f.View(st.zone)
 		defer release()

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -53,6 +54,10 @@ type Session struct {
 	inflight   []*inflight // responses handed to the server and not answered yet, oldest first
 	reRequests tokenBucket
 	digest     Digest // of what the zone ACKed
+
+	// view is what the zone may see, as its filter last published it (Cache.Publish): read
+	// without any lock of the filter's.
+	view atomic.Pointer[viewBox]
 
 	wake chan struct{} // capacity 1: the queue grew
 	stop chan struct{} // closed when the stream closes
@@ -437,6 +442,22 @@ func (s *Session) byNonce(nonce string) *inflight {
 		}
 	}
 	return nil
+}
+
+// viewBox holds a ZoneView for an atomic pointer.
+type viewBox struct{ ZoneView }
+
+// publish installs v unless the session has a later view of its zone already.
+func (s *Session) publish(v ZoneView) {
+	for {
+		cur := s.view.Load()
+		if cur != nil && cur.ZoneView.Seq() >= v.Seq() {
+			return
+		}
+		if s.view.CompareAndSwap(cur, &viewBox{v}) {
+			return
+		}
+	}
 }
 
 // Retry is the stream's retry state (retry.Scheduler steps it through Do).

@@ -65,10 +65,10 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 	if full {
 		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
-		z.base, z.table, z.own, z.ownWaiting, z.ownOwners, z.ownHeld = snap, o.table, nil, nil, nil, 0
+		z.base, z.table, z.own, z.ownWaiting, z.ownOwners, z.ownHeld = snap, o.table, ownLayers{}, nil, nil, 0
 	} else {
-		if z.own == nil {
-			z.own, z.ownWaiting, z.ownOwners = Verdicts{}, map[string]map[resource.Key]bool{}, map[resource.Key][]string{}
+		if z.ownWaiting == nil {
+			z.ownWaiting, z.ownOwners = map[string]map[resource.Key]bool{}, map[resource.Key][]string{}
 		}
 		for _, k := range o.gone {
 			z.setOwn(k, Verdict{}, nil) // no version: never visible until checked again
@@ -85,7 +85,11 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	for _, a := range arrivals {
 		h.reconsider(z, a)
 	}
+	h.views++
+	pub := z.publishLocked(h.views)
 	h.mu.Unlock()
+	// Outside Holds.mu: the session's view is the cache's, and the cache never waits for Holds.
+	h.cfg.Refresher.Publish(zone, pub)
 	if len(shown) > 0 {
 		h.cfg.Refresher.Refresh(zone, shown)
 	}

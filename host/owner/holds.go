@@ -13,7 +13,9 @@
 //
 // By concern: decision.go is the pure decision (Plan, Decision); verdicts.go the verdicts Holds
 // keeps per zone; queue.go the zones waiting for a check and the workers; check.go one check;
-// shared.go the answers zones share; describe.go the policy's Describe declaration;
+// shared.go the answers zones share; published.go the own verdicts' layers and the view of a
+// zone's verdicts published into its session (kds.ZoneView); describe.go the policy's Describe
+// declaration;
 // dependents.go the snapshot's entries by owner; this file Holds itself and the stream events
 // it hears. Each file states the invariants of what it owns (docs/architecture.md has the
 // whole).
@@ -61,9 +63,11 @@ type Inventory interface {
 	Connected() []string
 }
 
-// Refresher re-evaluates a zone's watches after its view changed, for the named entries (kind ->
-// xDS names) that became visible (kds.Cache.Refresh).
+// Refresher is where a zone's view goes (kds.Cache): Publish puts the view of its verdicts in the
+// zone's session, for the cache to read with no lock of Holds; Refresh re-evaluates the zone's
+// watches for the named entries (kind -> xDS names) that became visible.
 type Refresher interface {
+	Publish(zone string, v kds.ZoneView)
 	Refresh(zone string, names map[string][]string)
 }
 
@@ -105,6 +109,7 @@ type Holds struct {
 	scheduled map[string]bool // zones queued or being checked
 	wake      chan struct{}
 
+	views      uint64 // views published so far (Published.Seq)
 	described  described
 	shared     map[shareKey]*outcome // answers zones share, for h.snap only
 	dependents dependents            // h.snap's entries by owner, once needed (dependents.go)
@@ -146,14 +151,21 @@ func (h *Holds) Visible(zone string, e *kds.Entry) bool {
 	return visible(e)
 }
 
-var _ kds.ZoneFilter = (*Holds)(nil)
+var (
+	_ kds.ZoneFilter    = (*Holds)(nil)
+	_ kds.ViewPublisher = (*Holds)(nil)
+)
+
+// PublishesViews implements kds.ViewPublisher: the cache reads each zone's view of its verdicts
+// from the zone's session (published after every check), not through View under its lock.
+func (h *Holds) PublishesViews() {}
 
 // View implements kds.ZoneFilter: Visible for one zone, under one read lock until release. A
 // zone not checked yet sees nothing.
 func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
 	z := h.zones[zone]
-	none = z == nil || (z.base == nil && z.table == nil && len(z.own) == 0)
+	none = z == nil || (z.base == nil && z.table == nil && z.own.len() == 0)
 	return func(e *kds.Entry) bool {
 		if z == nil {
 			return false
@@ -218,7 +230,11 @@ func (h *Holds) Observer() event.Observer {
 				h.zones[zone] = z
 			}
 			z.stream, z.open, z.full = id, true, true // back within its grace: its verdicts still hold
+			pub := z.pub
 			h.mu.Unlock()
+			if pub != nil {
+				h.cfg.Refresher.Publish(zone, pub) // the new session sees what the last one did until checked
+			}
 			h.enqueue(zone)
 		},
 		ACK: func(a event.ACK) { h.arrived(a.Zone, a.Kind, a.Versions, a.Removed) },
@@ -320,14 +336,14 @@ func (h *Holds) Withheld(zone string) []Withheld {
 	defer h.mu.RUnlock()
 	var out []Withheld
 	if z := h.zones[zone]; z != nil {
-		for _, v := range z.own {
+		z.own.each(func(_ resource.Key, v Verdict) {
 			if v.Withheld != nil {
 				out = append(out, *v.Withheld)
 			}
-		}
+		})
 		if z.table != nil {
 			for k, v := range z.table.held {
-				if _, over := z.own[k]; !over {
+				if _, over := z.own.get(k); !over {
 					out = append(out, *v.Withheld)
 				}
 			}

@@ -104,6 +104,7 @@ func (*emptyZones) InventoryKeys(string, []string, []resource.Key) []resource.Ke
 func (*emptyZones) InventoryDigest(string) kds.Digest     { return kds.Digest{} }
 func (*emptyZones) Connected() []string                   { return nil }
 func (e *emptyZones) Refresh(string, map[string][]string) { e.refreshes.Add(1) }
+func (e *emptyZones) Publish(string, kds.ZoneView)        {}
 
 func newTestHolds(t *testing.T, snap *kds.Snapshot, p shared.OwnerCheck) *Holds {
 	t.Helper()

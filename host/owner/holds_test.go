@@ -30,6 +30,26 @@ type world struct {
 	snap      *kds.Snapshot
 	inventory map[string]map[string]map[string]string // zone -> kind -> name -> version
 	refreshed map[string][]string                     // zone -> "kind name" refreshed
+	views     map[string]kds.ZoneView                 // zone -> the view published to its session
+}
+
+// Publish keeps the zone's latest view, as a kds.Session does.
+func (w *world) Publish(zone string, v kds.ZoneView) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.views == nil {
+		w.views = map[string]kds.ZoneView{}
+	}
+	if cur := w.views[zone]; cur == nil || cur.Seq() < v.Seq() {
+		w.views[zone] = v
+	}
+}
+
+// view is the zone's published view (nil: none yet).
+func (w *world) view(zone string) kds.ZoneView {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.views[zone]
 }
 
 func (w *world) Snapshot() *kds.Snapshot {

@@ -371,12 +371,18 @@ func (r *modelRun) check() {
 		want := plan.Decide(nil, resp, nil)
 		verdicts := want.Verdicts()
 		visible, _, release := r.holds.View(zone)
+		// What the zone's session reads: the view Holds published after its last check.
+		published := r.global.view(zone)
 		for _, kind := range snap.Kinds() {
 			for _, name := range snap.Names(kind) {
 				e := snap.Kind(kind)[name]
 				v := verdicts[e.Key]
-				if wantVisible := v.Accepted() && v.Version == e.Version; visible(e) != wantVisible {
+				wantVisible := v.Accepted() && v.Version == e.Version
+				if visible(e) != wantVisible {
 					r.t.Errorf("%s sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, visible(e), wantVisible, v.Withheld)
+				}
+				if got := published != nil && published.Visible(e); got != wantVisible {
+					r.t.Errorf("%s's session sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, got, wantVisible, v.Withheld)
 				}
 			}
 		}

@@ -43,7 +43,7 @@ type view struct {
 // shownTo is what the decision makes visible to z (Decision.Shown), computed once for the zones
 // that shared the decision from the same view. The answer is read-only.
 func (o *outcome) shownTo(z *zoneHolds) map[string][]string {
-	if o.ready == nil || len(z.own) > 0 {
+	if o.ready == nil || z.own.len() > 0 {
 		return shown(o.d.Accepted, z)
 	}
 	o.mu.Lock()

@@ -37,7 +37,8 @@ type zoneHolds struct {
 	stream int64
 	open   bool
 
-	own Verdicts
+	own ownLayers  // published.go
+	pub *Published // the view of its verdicts its session reads, as of its last check
 	// ownWaiting indexes own's held verdicts by the owners they depend on (heldUnder).
 	ownWaiting map[string]map[resource.Key]bool
 	ownOwners  map[resource.Key][]string // the owners each of own's held verdicts is indexed under
@@ -95,7 +96,7 @@ func heldUnder(v Verdict, e *kds.Entry) []string {
 
 // verdict is the zone's verdict of k, if it has one.
 func (z *zoneHolds) verdict(k resource.Key, name string) (Verdict, bool) {
-	if v, ok := z.own[k]; ok {
+	if v, ok := z.own.get(k); ok {
 		return v, true
 	}
 	if z.table != nil {
@@ -158,13 +159,13 @@ func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *kds.Entry) {
 		}
 	}
 	delete(z.ownOwners, k)
-	if old, had := z.own[k]; had && old.Withheld != nil {
+	if old, had := z.own.get(k); had && old.Withheld != nil {
 		z.ownHeld--
 	}
 	if v.Withheld != nil {
 		z.ownHeld++
 	}
-	z.own[k] = v
+	z.own.set(k, v)
 	under := heldUnder(v, e)
 	if len(under) == 0 {
 		return

@@ -45,7 +45,7 @@ func servedPolicies(t *testing.T) (*kds.Snapshot, func(resource.Key) string) {
 
 // layered is a zone whose verdicts are own, then a table of table (nil: none), then snap.
 func layered(own, table Verdicts, snap *kds.Snapshot) *zoneHolds {
-	z := &zoneHolds{own: own, base: snap}
+	z := &zoneHolds{own: ownOf(own), base: snap}
 	if table != nil {
 		z.table = newTable(table, snap)
 	}
@@ -149,7 +149,7 @@ func TestOwnWaitingIndex(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{own: Verdicts{}, ownWaiting: map[string]map[resource.Key]bool{}, ownOwners: map[resource.Key][]string{}, base: snap}
+			z := &zoneHolds{ownWaiting: map[string]map[resource.Key]bool{}, ownOwners: map[resource.Key][]string{}, base: snap}
 			tc.set(z)
 			got := set{}
 			for o, keys := range z.ownWaiting {
@@ -165,11 +165,11 @@ func TestOwnWaitingIndex(t *testing.T) {
 
 			// A table of the same verdicts is indexed the same.
 			held := Verdicts{}
-			for k, v := range z.own {
+			z.own.each(func(k resource.Key, v Verdict) {
 				if v.Withheld != nil {
 					held[k] = v
 				}
-			}
+			})
 			table := set{}
 			for o, keys := range newTable(held, snap).waiting {
 				table[o] = slices.SortedFunc(slices.Values(keys), compareKeys)
