@@ -39,13 +39,7 @@ func (c *callbacks) OnStreamClosed(id int64, node *core.Node) {
 // of its type) and binds the request to its stream for CreateWatch. It returns at once.
 func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
 	if s := c.g.session(id); s != nil {
-		c.g.mu.Lock()
-		if old := s.bound[req.GetTypeUrl()]; old != nil {
-			unbind(c.g, old) // a stale request the server skipped: its watch never came
-		}
-		s.bound[req.GetTypeUrl()] = req
-		c.g.requests[req] = s
-		c.g.mu.Unlock()
+		bind(c.g, c.g.requests, s, req.GetTypeUrl(), req)
 		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	}
 	if c.next != nil {
@@ -95,13 +89,7 @@ func (c *callbacks) OnDeltaStreamClosed(id int64, node *core.Node) {
 // OnStreamDeltaRequest is OnStreamRequest for a delta stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	if s := c.g.session(deltaID(id)); s != nil {
-		c.g.mu.Lock()
-		if old := s.bound[req.GetTypeUrl()]; old != nil {
-			unbind(c.g, old)
-		}
-		s.bound[req.GetTypeUrl()] = req
-		c.g.deltaRequests[req] = s
-		c.g.mu.Unlock()
+		bind(c.g, c.g.deltaRequests, s, req.GetTypeUrl(), req)
 		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	}
 	if c.next != nil {

@@ -4,7 +4,6 @@ package guard
 // was sent and keeps (sentView), made from the same view as a state-of-the-world response.
 
 import (
-	"errors"
 	"slices"
 	"strings"
 
@@ -18,12 +17,9 @@ func deltaID(id int64) int64 { return -id }
 
 // CreateDeltaWatch implements cache.ConfigWatcher for the delta server.
 func (g *Guard) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
-	g.mu.Lock()
-	s, ok := g.deltaRequests[req]
-	delete(g.deltaRequests, req)
-	g.mu.Unlock()
-	if !ok {
-		return nil, errors.New("guard: delta request not seen by the guard's callbacks (pass Guard.Callbacks to the server)")
+	s, err := take(g, g.deltaRequests, req)
+	if err != nil {
+		return nil, err
 	}
 	return s.watch(&watch{deltaReq: req, deltaOut: out, sub: sub}, req.GetTypeUrl(), req.GetNode())
 }

@@ -165,13 +165,9 @@ func (g *Guard) session(id int64) *session {
 
 // CreateWatch implements cache.ConfigWatcher for the state-of-the-world server.
 func (g *Guard) CreateWatch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
-	g.mu.Lock()
-	s, ok := g.requests[req]
-	delete(g.requests, req)
-	g.mu.Unlock()
-	if !ok {
-		// A server that does not call the guard's callbacks: nothing to guard with.
-		return nil, errors.New("guard: request not seen by the guard's callbacks (pass Guard.Callbacks to the server)")
+	s, err := take(g, g.requests, req)
+	if err != nil {
+		return nil, err
 	}
 	return s.watch(&watch{req: req, out: out, sub: sub}, req.GetTypeUrl(), req.GetNode())
 }
@@ -204,6 +200,31 @@ func (g *Guard) closeStream(id int64) {
 	if s != nil {
 		s.close()
 	}
+}
+
+// take finds the session a request was bound to by the callbacks, for its watch.
+func take[R any](g *Guard, bound map[*R]*session, req *R) (*session, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := bound[req]
+	delete(bound, req)
+	if !ok {
+		// A server that does not call the guard's callbacks: nothing to guard with.
+		return nil, errors.New("guard: request not seen by the guard's callbacks (pass Guard.Callbacks to the server)")
+	}
+	return s, nil
+}
+
+// bind binds a request to its session, for take, and forgets the session's previous request of
+// the type (a stale one the server skipped: its watch never came).
+func bind[R any](g *Guard, bound map[*R]*session, s *session, typeURL string, req *R) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old := s.bound[typeURL]; old != nil {
+		unbind(g, old)
+	}
+	s.bound[typeURL] = req
+	bound[req] = s
 }
 
 // unbind forgets a request bound for its watch. Call with g.mu.

@@ -123,15 +123,7 @@ func (p *Published) verdict(k resource.Key, name string) (Verdict, bool) {
 	if v, ok := layersGet(p.own, k); ok {
 		return v, true
 	}
-	if p.table != nil {
-		if v, ok := p.table.held[k]; ok {
-			return v, true
-		}
-	}
-	if e := p.base.Kind(k.Kind)[name]; e != nil {
-		return Verdict{Version: e.Version}, true
-	}
-	return Verdict{}, false
+	return below(p.table, p.base, k, name)
 }
 
 // publishLocked makes the zone's view of its verdicts now, numbered seq (Holds numbers every

@@ -99,12 +99,18 @@ func (z *zoneHolds) verdict(k resource.Key, name string) (Verdict, bool) {
 	if v, ok := z.own.get(k); ok {
 		return v, true
 	}
-	if z.table != nil {
-		if v, ok := z.table.held[k]; ok {
+	return below(z.table, z.base, k, name)
+}
+
+// below is the verdict of k under a zone's own verdicts: its table's, else the base snapshot's
+// version (accepted).
+func below(t *table, base *kds.Snapshot, k resource.Key, name string) (Verdict, bool) {
+	if t != nil {
+		if v, ok := t.held[k]; ok {
 			return v, true
 		}
 	}
-	if e := z.base.Kind(k.Kind)[name]; e != nil {
+	if e := base.Kind(k.Kind)[name]; e != nil {
 		return Verdict{Version: e.Version}, true
 	}
 	return Verdict{}, false
