@@ -22,7 +22,13 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines. The checks run on worker goroutines: under -race on a
+// busy 2-core machine one may take longer than gomega's default second, so Eventually waits up
+// to ten (it returns as soon as the condition holds).
+func TestMain(m *testing.M) {
+	SetDefaultEventuallyTimeout(10 * time.Second)
+	goleak.VerifyTestMain(m)
+}
 
 // world is the global as Holds sees it: a snapshot, the zones' inventories, the refreshes.
 type world struct {
