@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 )
 
 // Backend is a real gRPC server on 127.0.0.1:0 serving grpc.testing.TestService; UnaryCall answers
@@ -23,12 +22,12 @@ type testService struct {
 	name string
 }
 
-func (s *testService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
-	return &testpb.Empty{}, nil
+func (s *testService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	return &testgrpc.Empty{}, nil
 }
 
-func (s *testService) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{ServerId: s.name}, nil
+func (s *testService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: s.name}, nil
 }
 
 // StartBackend starts a backend named name.

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	v3statusgrpc "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	v3statuspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -252,7 +251,7 @@ func QueryCSDS(ctx context.Context, addr string) ([]ResourceStatus, error) {
 		return nil, err
 	}
 	defer cc.Close()
-	resp, err := v3statusgrpc.NewClientStatusDiscoveryServiceClient(cc).FetchClientStatus(ctx, &v3statuspb.ClientStatusRequest{})
+	resp, err := v3statusgrpc.NewClientStatusDiscoveryServiceClient(cc).FetchClientStatus(ctx, &v3statusgrpc.ClientStatusRequest{})
 	if err != nil {
 		return nil, err
 	}

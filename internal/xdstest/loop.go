@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 )
 
@@ -126,7 +125,7 @@ func StartLoop(cc grpc.ClientConnInterface, interval, deadline time.Duration) *L
 			case <-t.C:
 			}
 			rctx, rcancel := context.WithTimeout(ctx, deadline)
-			resp, err := client.UnaryCall(rctx, &testpb.SimpleRequest{FillServerId: true})
+			resp, err := client.UnaryCall(rctx, &testgrpc.SimpleRequest{FillServerId: true})
 			rcancel()
 			if ctx.Err() != nil {
 				return // stopped mid-RPC: not counted

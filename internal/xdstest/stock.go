@@ -13,8 +13,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
-
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
 // Server is an xDS management server under test: it serves ADS (SotW) on Addr, plaintext, for
@@ -160,7 +158,7 @@ func NewWrapped(wrap Wrap) (*Stock, error) {
 	}
 	xds := server.NewServer(ctx, c, callbacks)
 	s.grpc = grpc.NewServer()
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
+	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
 	s.addr = lis.Addr().String()
 	go s.grpc.Serve(lis)
 	return s, nil
