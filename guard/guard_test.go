@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -330,4 +331,52 @@ func TestTheGuardWrapsLinearCachesInAMuxCache(t *testing.T) {
 	var a cluster.Cluster
 	g.Expect(r.GetResources()[0].UnmarshalTo(&a)).To(Succeed())
 	g.Expect(a.GetLbPolicy()).To(Equal(cluster.Cluster_LEAST_REQUEST))
+}
+
+// A client cannot make the guard watch the wrapped cache without bound: a stream may ask for
+// maxTypes types at most, and a NACK's message is read and kept bounded.
+func TestAStreamsTypesAndNACKMessagesAreBounded(t *testing.T) {
+	g := NewWithT(t)
+	gd, err := guard.New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), guard.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	cb := gd.Callbacks(nil)
+	g.Expect(cb.OnStreamOpen(context.Background(), 1, "")).To(Succeed())
+	defer cb.OnStreamClosed(1, nil)
+	out := make(chan cache.Response, 100)
+	var refused error
+	for i := range 40 {
+		req := &discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: "type.googleapis.com/made.up.T" + strconv.Itoa(i)}
+		g.Expect(cb.OnStreamRequest(1, req)).To(Succeed())
+		cancel, err := gd.CreateWatch(req, stream.NewSotwSubscription(nil, true), out)
+		if err != nil {
+			refused = err
+			break
+		}
+		defer cancel()
+	}
+	g.Expect(refused).To(MatchError(ContainSubstring("32 types at most")))
+
+	// A NACK of a response that was never sent changes nothing, and creates no type.
+	huge := strings.Repeat("x", 1<<20)
+	g.Expect(cb.OnStreamRequest(1, &discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/other", ResponseNonce: "7",
+		ErrorDetail: &rpcstatus.Status{Message: huge}})).To(Succeed())
+	for _, ti := range gd.Clients()[0].Types {
+		g.Expect(ti.TypeURL).NotTo(Equal("type.googleapis.com/other"))
+		g.Expect(len(ti.LastError)).To(BeNumerically("<=", 4<<10+3))
+	}
+}
+
+func TestAHugeNACKMessageIsKeptBounded(t *testing.T) {
+	g := NewWithT(t)
+	h := newSotw(t, true)
+	h.set(edsCluster("a", cluster.Cluster_ROUND_ROBIN))
+	h.send(&discovery.DiscoveryRequest{})
+	r := h.next()
+	h.send(&discovery.DiscoveryRequest{ResponseNonce: r.GetNonce(),
+		ErrorDetail: &rpcstatus.Status{Code: 3, Message: `resource "a": ` + strings.Repeat("x", 1<<20)}})
+	g.Eventually(func() int64 { return h.guard.Clients()[0].Types[0].NACKs }).Should(Equal(int64(1)))
+	ti := h.guard.Clients()[0].Types[0]
+	g.Expect(len(ti.LastError)).To(BeNumerically("<=", 4<<10+3))
+	g.Expect(ti.LastError).To(HavePrefix(`resource "a": xxx`))
 }

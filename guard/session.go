@@ -123,12 +123,22 @@ type queued struct {
 	delta cache.DeltaResponse
 }
 
-// maxFlight bounds the unanswered responses a session remembers per type.
-const maxFlight = 16
+// Bounds of what one client stream may cost the guard.
+const (
+	// maxFlight bounds the unanswered responses a session remembers per type.
+	maxFlight = 16
+	// maxTypes bounds the types one stream may ask for (xDS has about ten); innerOut holds an
+	// answer of the wrapped cache for each, so that its synchronous answers never block.
+	maxTypes = 32
+	// maxNACKMessage bounds the part of a NACK's message read for the names it refuses, and
+	// maxLastError the part kept for the insight.
+	maxNACKMessage = 64 << 10
+	maxLastError   = 4 << 10
+)
 
 func newSession(g *Guard, id int64, delta bool) *session {
 	return &session{g: g, id: id, delta: delta, types: map[string]*typeState{}, bound: map[string]any{},
-		insight: map[string]*TypeInsight{}, innerOut: make(chan cache.Response, 64), wake: make(chan struct{}, 1),
+		insight: map[string]*TypeInsight{}, innerOut: make(chan cache.Response, 2*maxTypes), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -322,6 +332,10 @@ func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, v
 func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), error) {
 	w.canceled = make(chan struct{})
 	s.mu.Lock()
+	if _, known := s.types[typeURL]; !known && len(s.types) >= maxTypes {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("guard: a stream may ask for %d types at most; %q is one more", maxTypes, typeURL)
+	}
 	ts := s.typeOf(typeURL)
 	ts.w, ts.sub = w, w.sub
 	if ts.innerCancel == nil && !ts.have {
@@ -605,8 +619,7 @@ func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcsta
 	zone := s.node
 	var ack *event.ACK
 	var nack *event.NACK
-	if nonce != "" {
-		ts := s.typeOf(typeURL)
+	if ts := s.types[typeURL]; ts != nil && nonce != "" {
 		for i, f := range ts.flight {
 			if f.nonce != nonce {
 				continue
@@ -657,7 +670,13 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 	ins.NACKs++
 	s.g.totals.add(&s.g.totals.nacks, ts.typeURL)
 	msg := detail.GetMessage()
+	if len(msg) > maxNACKMessage {
+		msg = msg[:maxNACKMessage] // read and kept bounded, whatever the client sends
+	}
 	ins.LastError = msg
+	if len(ins.LastError) > maxLastError {
+		ins.LastError = ins.LastError[:maxLastError] + "..."
+	}
 	names := make([]string, 0, len(f.items))
 	for _, it := range f.items {
 		names = append(names, it.name)
