@@ -3,7 +3,9 @@
 // composes with the server's own callbacks, so that a client's NACK never makes the server send
 // the refused version again and again, and a resource waits for what it references.
 //
-// Adopting it is three lines:
+// It supports go-control-plane v0.14.0, the version this module builds and tests against: the
+// guard relies on its cache.Cache, Subscription and server callback contracts. Adopting it is
+// three lines:
 //
 //	g, err := guard.New(snapshotCache, guard.Options{})
 //	defer g.Close()
@@ -17,9 +19,14 @@
 //   - a version the client refused (NACKed): the client keeps the version it last accepted (sent
 //     again, or left out if it has none), until the retry policy resends it or its content
 //     changes;
-//   - a resource that references what the client has not accepted (Options.Holds: a route whose
-//     cluster the client refused, a listener whose route configuration it has not got): the
-//     client keeps the version it has, until what it references is accepted (make-before-break).
+//   - a resource that references what the client has not accepted (Options.Owners, by default
+//     EnvoyReferences: a route whose cluster the client refused, a listener whose route
+//     configuration it has not got): the client keeps the version it has, until what it
+//     references is accepted (make-before-break; Options.NoHolds turns this off);
+//   - a resource the cache no longer serves that something the client holds still references:
+//     kept until the client holds what no longer references it.
+//
+// The guard does not ask OwnerCheck plugins: its holds come from Options.Owners.
 //
 // On a NACK the guard records which resources were refused: by name where the client's message
 // names them (grpc-go's `resource "NAME": ...`, Envoy's `... NAME: ...`), else every resource the
