@@ -12,6 +12,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -379,4 +380,46 @@ func TestAHugeNACKMessageIsKeptBounded(t *testing.T) {
 	ti := h.guard.Clients()[0].Types[0]
 	g.Expect(len(ti.LastError)).To(BeNumerically("<=", 4<<10+3))
 	g.Expect(ti.LastError).To(HavePrefix(`resource "a": xxx`))
+}
+
+// The per-type SotW services (here CDS's StreamClusters) are guarded as ADS is.
+func TestThePerTypeServicesAreGuarded(t *testing.T) {
+	g := NewWithT(t)
+	snap := cache.NewSnapshotCache(false, cache.IDHash{}, nil)
+	gd, err := guard.New(snap, guard.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gs := grpc.NewServer()
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, server.NewServer(ctx, gd, gd.Callbacks(nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close()
+	st, err := clusterservice.NewClusterDiscoveryServiceClient(conn).StreamClusters(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	s, err := cache.NewSnapshot("1", map[resource.Type][]types.Resource{resource.ClusterType: {
+		edsCluster("a", cluster.Cluster_ROUND_ROBIN), edsCluster("b", cluster.Cluster_MAGLEV)}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(snap.SetSnapshot(ctx, "client", s)).To(Succeed())
+	g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client")})).To(Succeed())
+	r, err := st.Recv()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(r)).To(Equal([]string{"a", "b"}))
+	nacks := 0
+	for slices.Contains(names(r), "b") && nacks < 10 {
+		g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), ResponseNonce: r.GetNonce(),
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: `resource "b": unsupported`}})).To(Succeed())
+		nacks++
+		r, err = st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(names(r)).To(Equal([]string{"a"}), "what the client can take")
+	g.Expect(nacks).To(BeNumerically("<=", 3), "the policy's attempts, not a storm")
+	g.Expect(gd.Clients()).To(ConsistOf(HaveField("Types", ConsistOf(HaveField("TypeURL", resource.ClusterType)))))
 }
