@@ -25,8 +25,8 @@
 //     references is accepted (make-before-break; Options.NoHolds turns this off);
 //   - a resource the cache no longer serves that something the client holds still references:
 //     kept until the client holds what no longer references it.
-//
-// The guard does not ask OwnerCheck plugins: its holds come from Options.Owners.
+//   - with Options.OwnerCheck, a version the kds-host OwnerCheck plugin has not accepted for
+//     this client (WAIT or REJECT, with the plugin's reason).
 //
 // On a NACK the guard records which resources were refused: by name where the client's message
 // names them (grpc-go's `resource "NAME": ...`, Envoy's `... NAME: ...`), else every resource the
@@ -71,9 +71,18 @@ type Options struct {
 	Fallback shared.RetryForcer
 	// PolicyTimeout is the deadline of one policy call (default 200ms).
 	PolicyTimeout time.Duration
-	// NoHolds turns owner holds off: a resource is sent whether or not the client has what it
-	// references.
+	// NoHolds turns the guard's own holds off (Owners, the warm-up routes, kept removals): a
+	// resource is sent whether or not the client has what it references. OwnerCheck still
+	// applies.
 	NoHolds bool
+	// OwnerCheck, if set, returns the kds-host OwnerCheck plugin in force, asked before a resource
+	// version goes to a client: ACCEPT sends it, WAIT and REJECT keep the version the client has,
+	// with the plugin's reason. A candidate is a kds.v1.Resource whose kind is its type URL and
+	// whose owners are what Owners says it references among what the client asks for; the
+	// inventory is what the client ACKed. On an error or past OwnerCheckTimeout (default 1s) the
+	// guard sends what it asked about (fail-open).
+	OwnerCheck        func() shared.OwnerCheck
+	OwnerCheckTimeout time.Duration
 	// Owners says what a resource references (default: EnvoyReferences).
 	Owners func(typeURL string, r Resource) []Ref
 	// Logger logs refusals and decisions (default: none).
@@ -157,12 +166,10 @@ func (g *Guard) Close() {
 	}
 }
 
-func (g *Guard) owners(typeURL string, r Resource) []Ref {
-	if g.opts.NoHolds {
-		return nil
-	}
-	return g.opts.Owners(typeURL, r)
-}
+func (g *Guard) owners(typeURL string, r Resource) []Ref { return g.opts.Owners(typeURL, r) }
+
+// errWrongCount is an OwnerCheck answer without one prediction per candidate.
+var errWrongCount = errors.New("the owner check answered another number of predictions than it was asked")
 
 func (g *Guard) session(id int64) *session {
 	g.mu.Lock()

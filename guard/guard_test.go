@@ -44,12 +44,21 @@ type sotw struct {
 
 func newSotw(t *testing.T, guarded bool) *sotw {
 	t.Helper()
+	if guarded {
+		return newSotwWith(t, &guard.Options{})
+	}
+	return newSotwWith(t, nil)
+}
+
+// newSotwWith is newSotw guarded with opts (nil: stock).
+func newSotwWith(t *testing.T, opts *guard.Options) *sotw {
+	t.Helper()
 	h := &sotw{t: t, snap: cache.NewSnapshotCache(true, cache.IDHash{}, nil)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var c cache.Cache = h.snap
 	var cb server.Callbacks
-	if guarded {
-		g, err := guard.New(h.snap, guard.Options{})
+	if opts != nil {
+		g, err := guard.New(h.snap, *opts)
 		if err != nil {
 			t.Fatal(err)
 		}

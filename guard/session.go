@@ -47,6 +47,11 @@ type session struct {
 	bound   map[string]any // under Guard.mu: the last request of each type bound for CreateWatch or CreateDeltaWatch
 	insight map[string]*TypeInsight
 
+	owner ownerState // ownercheck.go
+
+	ctx      context.Context // canceled when the stream closes: the owner checks in flight
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup      // the owner checks in flight
 	innerOut chan cache.Response // every watch of the wrapped cache answers here
 	wake     chan struct{}
 	stop     chan struct{}
@@ -137,7 +142,8 @@ const (
 )
 
 func newSession(g *Guard, id int64, delta bool) *session {
-	return &session{g: g, id: id, delta: delta, types: map[string]*typeState{}, bound: map[string]any{},
+	ctx, cancel := context.WithCancel(context.Background())
+	return &session{g: g, id: id, delta: delta, ctx: ctx, cancel: cancel, types: map[string]*typeState{}, bound: map[string]any{},
 		insight: map[string]*TypeInsight{}, innerOut: make(chan cache.Response, 2*maxTypes), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -237,8 +243,10 @@ func (s *session) undo(q queued) {
 // close stops the session's goroutine and its watches of the wrapped cache.
 func (s *session) close() {
 	s.retry.Close()
+	s.cancel()
 	close(s.stop)
 	<-s.done
+	s.wg.Wait()
 	s.mu.Lock()
 	var cancels []func()
 	for _, ts := range s.types {
@@ -367,7 +375,11 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if w == nil || !ts.have {
 		return
 	}
+	defer s.checkOwnersLocked() // what the view found without an owner verdict
 	items, forced := s.viewLocked(ts)
+	if ts.seq == 0 && slices.ContainsFunc(s.insight[ts.typeURL].Withheld, func(w Withheld) bool { return w.Reason == ownerPending }) {
+		return // the type's first response waits for the first owner check
+	}
 	if s.delta {
 		s.respondDeltaLocked(ts, w, items)
 		return
@@ -427,7 +439,7 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 	// until the client has the route that no longer names it).
 	var kept map[string]string
 	for n := range ts.acked {
-		if _, ok := ts.served[n]; ok || !s.subscribedLocked(ts, n) {
+		if _, ok := ts.served[n]; ok || !s.subscribedLocked(ts, n) || s.g.opts.NoHolds {
 			continue
 		}
 		if by := s.referencedByLocked(ts.typeURL, n); by != "" {
@@ -475,7 +487,7 @@ func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []st
 		return "refused by the client: " + r.reason, nil
 	}
 	if s.g.opts.NoHolds {
-		return "", nil
+		return s.ownerWithholdLocked(ts, it), nil
 	}
 	var waiting []string
 	for _, ref := range it.refs {
@@ -509,7 +521,7 @@ func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []st
 		}
 	}
 	if len(waiting) == 0 {
-		return "", nil
+		return s.ownerWithholdLocked(ts, it), nil
 	}
 	return "waiting for the client to accept " + strings.Join(waiting, ", "), warm
 }
@@ -665,6 +677,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		for _, n := range f.removed {
 			delete(ts.acked, n)
 		}
+		s.ownerArrivedLocked()
 		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: event.VersionsOf(fresh), Removed: f.removed}, nil
 	}
 	ins.NACKs++
@@ -707,6 +720,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 	}
 	// grpc-go and Envoy take the valid resources of a response they NACK.
 	s.acceptLocked(ts, accepted, refused)
+	s.ownerArrivedLocked()
 	if s.delta {
 		for _, n := range refused {
 			s.keptLocked(ts, n) // the client keeps what it had: the next response is made against that

@@ -97,7 +97,7 @@ func newFlags(cfg *config) *pflag.FlagSet {
 		"the guard asks it at every decision. Without it: the guard's built-in policy")
 	f.StringSliceVar(&cfg.pluginConfigs, "plugin-config", nil, "policy document for the plugins: FILE (every --plugin, or the built-in policy without --plugin), "+
 		"or NAME=FILE for plugin NAME (its Describe name, its binary's file name, or builtin), as kds-host (repeatable)")
-	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references (false: guard.Options.NoHolds)")
+	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references, and ask the owner check (the --plugin runtime's) before a version goes out (false: neither)")
 	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	f.VisitAll(func(fl *pflag.Flag) {
@@ -196,6 +196,9 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 			defer rt.Close()
 			opts.RetryPolicy = func() shared.RetryForcer { return rt.RetryForcer() }
 			opts.Fallback = rt.Fallback()
+			if cfg.ownerHolds {
+				opts.OwnerCheck = rt.OwnerCheck // the owner-check plugin loaded, else the built-in one
+			}
 			reg.MustRegister(rt.Collectors()...)
 		}
 		g, err := guard.New(snapshots, opts)

@@ -37,13 +37,13 @@ func TestRealPlugins(t *testing.T) {
 		flag   func(*testing.T) string // the --plugin value
 		policy string                  // its policy document ("": none)
 		retry  bool                    // a RetryForcer: a NACK gets its decision
+		owner  bool                    // an OwnerCheck: what is sent was asked about first
 	}{
 		{"retry-forcer", func(t *testing.T) string { return pinned(t, testbin.Build(t, "./plugins/retry-forcer")) },
-			"policy: fixed\ndelay: 50ms\n", true},
-		// The guard does not ask OwnerCheck plugins yet: its holds come from the Envoy references
-		// (guard.EnvoyReferences). This only checks that the binary loads and is reported up.
-		{"owner-check", func(t *testing.T) string { return testbin.Build(t, "./plugins/owner-check") }, "", false},
-		{"node-retry", func(t *testing.T) string { return testbin.NodePlugin(t) }, "delay: 50ms\nmaxAttempts: 0\n", true},
+			"policy: fixed\ndelay: 50ms\n", true, false},
+		// The guard asks the owner check before it sends a version (guard.Options.OwnerCheck).
+		{"owner-check", func(t *testing.T) string { return testbin.Build(t, "./plugins/owner-check") }, "", false, true},
+		{"node-retry", func(t *testing.T) string { return testbin.NodePlugin(t) }, "delay: 50ms\nmaxAttempts: 0\n", true, false},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
@@ -63,10 +63,6 @@ func TestRealPlugins(t *testing.T) {
 			if code, body := s.get(t, "/metrics"); code != 200 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(up)+`$`).MatchString(body) {
 				t.Fatalf("/metrics lacks %s:\n%s", up, body)
 			}
-			if !p.retry {
-				return
-			}
-
 			calls := func() int {
 				_, body := s.get(t, "/metrics")
 				n := 0
@@ -78,6 +74,19 @@ func TestRealPlugins(t *testing.T) {
 				return n
 			}
 			before := calls()
+			if p.owner {
+				a := dial(t, s.xds)
+				a.send(t, &discovery.DiscoveryRequest{})
+				if r := a.recv(t); clusters(t, r)["greeter-cluster"] == nil {
+					t.Fatalf("no greeter-cluster in %v", r)
+				}
+				if n := calls(); n <= before {
+					t.Fatalf("kds_plugin_calls_total{plugin=%q}: %d before the request, %d after the response: the owner check was not asked", p.name, before, n)
+				}
+			}
+			if !p.retry {
+				return
+			}
 
 			a := dial(t, s.xds)
 			a.send(t, &discovery.DiscoveryRequest{})
