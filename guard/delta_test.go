@@ -2,7 +2,6 @@ package guard_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -14,8 +13,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	. "github.com/onsi/gomega"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kds-host/kds-host/guard"
 )
@@ -35,25 +32,12 @@ func deltaClient(t *testing.T, h *sotw, guarded bool) (discovery.AggregatedDisco
 		}
 		c, cb = g, g.Callbacks(nil)
 	}
-	gs := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, c, cb))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(ln)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, c, cb)).DeltaAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cancel()
-		conn.Close()
-		gs.Stop()
 		if g != nil {
 			g.Close()
 		}

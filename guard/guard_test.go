@@ -64,18 +64,9 @@ func newSotwWith(t *testing.T, opts *guard.Options) *sotw {
 		}
 		h.guard, c, cb = g, g, g.Callbacks(nil)
 	}
-	gs := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, c, cb))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(ln)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := serve(t, ctx, c, cb)
 	sctx, scancel := context.WithCancel(ctx)
+	var err error
 	h.stream, err = discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
 	if err != nil {
 		t.Fatal(err)
@@ -95,14 +86,36 @@ func newSotwWith(t *testing.T, opts *guard.Options) *sotw {
 	t.Cleanup(func() {
 		scancel()
 		<-done
-		conn.Close()
-		gs.Stop()
 		cancel()
 		if h.guard != nil {
 			h.guard.Close()
 		}
 	})
 	return h
+}
+
+// serve serves a go-control-plane server over c with cb (ADS and the per-type services) on
+// loopback until the test ends, and returns a connection to it.
+func serve(t *testing.T, ctx context.Context, c cache.Cache, cb server.Callbacks) *grpc.ClientConn {
+	t.Helper()
+	srv := server.NewServer(ctx, c, cb)
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, srv)
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, srv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		gs.Stop()
+	})
+	return conn
 }
 
 func edsCluster(name string, lb cluster.Cluster_LbPolicy) types.Resource {
@@ -296,16 +309,7 @@ func TestTheGuardWrapsLinearCachesInAMuxCache(t *testing.T) {
 	defer gd.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	gs := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, gd, gd.Callbacks(nil)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	g.Expect(err).NotTo(HaveOccurred())
-	go gs.Serve(ln)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, gd, gd.Callbacks(nil))).StreamAggregatedResources(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	g.Expect(clusters.UpdateResource("a", edsCluster("a", cluster.Cluster_ROUND_ROBIN))).To(Succeed())
@@ -400,16 +404,7 @@ func TestThePerTypeServicesAreGuarded(t *testing.T) {
 	defer gd.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	gs := grpc.NewServer()
-	clusterservice.RegisterClusterDiscoveryServiceServer(gs, server.NewServer(ctx, gd, gd.Callbacks(nil)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	g.Expect(err).NotTo(HaveOccurred())
-	go gs.Serve(ln)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	st, err := clusterservice.NewClusterDiscoveryServiceClient(conn).StreamClusters(ctx)
+	st, err := clusterservice.NewClusterDiscoveryServiceClient(serve(t, ctx, gd, gd.Callbacks(nil))).StreamClusters(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	s, err := cache.NewSnapshot("1", map[resource.Type][]types.Resource{resource.ClusterType: {
