@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,9 +28,22 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/internal/xdstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain removes the grpc-go client binary the scenarios built, and checks for leaked
+// goroutines.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	xdstest.RemoveBuiltClient()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // sotw is a go-control-plane SotW ADS server on loopback over a SnapshotCache, guarded or not,
 // and one raw ADS stream to it.

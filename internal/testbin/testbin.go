@@ -2,6 +2,7 @@
 package testbin
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,30 +22,40 @@ var (
 // live in a folder removed by Cleanup.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	out, err := BuildPkg(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// BuildPkg is Build for a program that is not a test (a bench that runs a helper process): it
+// returns the error instead of failing a test.
+func BuildPkg(pkg string) (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if p, ok := built[pkg]; ok {
-		return p
+		return p, nil
 	}
 	if dir == "" {
 		d, err := os.MkdirTemp("", "kds-host-testbin-")
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		dir = d
 	}
 	root, err := ModuleRoot()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}
 	built[pkg] = out
-	return out
+	return out, nil
 }
 
 // Cleanup removes the built binaries; call it from TestMain after m.Run.

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,8 @@ import (
 	v3statusgrpc "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kds-host/kds-host/internal/testbin"
 )
 
 // ChildCommand is one command line to the child (./cmd/xdsclient).
@@ -52,41 +53,18 @@ func Bootstrap(addr, nodeID string) []byte {
 	return b
 }
 
-var built struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // clientBinary returns the child program: $XDSTEST_CLIENT_BIN, or ./cmd/xdsclient built once per
-// process into a temporary directory (go build, from the current directory, which must be inside
-// the module).
+// process (testbin.BuildPkg, from the module root: the go command must find the module).
 func clientBinary() (string, error) {
 	if p := os.Getenv("XDSTEST_CLIENT_BIN"); p != "" {
 		return p, nil
 	}
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "xdstest-client-")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.path = filepath.Join(dir, "xdsclient")
-		out, err := exec.Command("go", "build", "-o", built.path, "github.com/kds-host/kds-host/internal/xdstest/cmd/xdsclient").CombinedOutput()
-		if err != nil {
-			built.err = fmt.Errorf("xdstest: go build of the client: %v\n%s", err, out)
-		}
-	})
-	return built.path, built.err
+	return testbin.BuildPkg("./internal/xdstest/cmd/xdsclient")
 }
 
 // RemoveBuiltClient removes the child program built by this process, if any (call it from
-// TestMain after the tests, or at the end of a program).
-func RemoveBuiltClient() {
-	if built.path != "" {
-		os.RemoveAll(filepath.Dir(built.path))
-	}
-}
+// TestMain after the tests, or at the end of a program): testbin.Cleanup.
+func RemoveBuiltClient() { testbin.Cleanup() }
 
 // Client is a grpc-go xDS client of one management server, in its own process, dialing Target.
 type Client struct {

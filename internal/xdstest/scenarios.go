@@ -74,17 +74,18 @@ type nackMessager interface{ NACKMessages() []string }
 
 // run is one scenario's bookkeeping: a client of srv, its counts, and the server's counts.
 type run struct {
-	ctx    context.Context
-	srv    Server
-	opt    Options
-	c      *Client
-	res    *Result
-	n0, r0 map[string]int
-	start  time.Time
-	cpu0   time.Duration // this process's CPU at begin
-	ccpu0  time.Duration // the client's
-	ver    int
-	prefix string
+	ctx      context.Context
+	srv      Server
+	opt      Options
+	c        *Client
+	res      *Result
+	n0, r0   map[string]int
+	start    time.Time
+	cpu0     time.Duration // this process's CPU at begin
+	ccpu0    time.Duration // the client's
+	ver      int
+	prefix   string
+	backends []*Backend // stopped by close
 }
 
 func newRun(ctx context.Context, srv Server, opt Options, name, prefix string) *run {
@@ -184,6 +185,26 @@ func (r *run) close() {
 	if r.c != nil {
 		r.c.Close()
 	}
+	StopBackends(r.backends)
+}
+
+// startBackends starts n backends named after the scenario's prefix; close stops them.
+func (r *run) startBackends(n int) ([]*Backend, error) {
+	bs, err := StartBackends(r.prefix+"-b", n)
+	r.backends = bs
+	return bs, err
+}
+
+// serve serves initial, starts the client, waits until backend serves its RPCs, and begins
+// counting.
+func (r *run) serve(initial Resources, backend *Backend) error {
+	if err := r.set(initial); err != nil {
+		return err
+	}
+	if err := r.startClient(backend.Name); err != nil {
+		return err
+	}
+	return r.begin()
 }
 
 // NeverHeader is the header of the routes the RPC loop never takes (its RPCs never carry it).
@@ -197,23 +218,16 @@ const NeverHeader = "x-xdstest-never"
 func Scenario1RefusedCluster(ctx context.Context, srv Server, opt Options) (*Result, error) {
 	r := newRun(ctx, srv, opt, "1 refused cluster", "s1")
 	defer r.close()
-	bs, err := StartBackends("s1-b", 2)
+	bs, err := r.startBackends(2)
 	if err != nil {
 		return nil, err
 	}
-	defer StopBackends(bs)
 	state := func(b *Backend) Resources {
 		return State(RouteConfig(RouteName, Route{Cluster: "bad", Header: NeverHeader}, Route{Cluster: "good"}),
 			[]*cluster.Cluster{Cluster("good"), Cluster("bad", Maglev())},
 			Endpoints("good", b.Addr))
 	}
-	if err := r.set(state(bs[0])); err != nil {
-		return nil, err
-	}
-	if err := r.startClient(bs[0].Name); err != nil {
-		return nil, err
-	}
-	if err := r.begin(); err != nil {
+	if err := r.serve(state(bs[0]), bs[0]); err != nil {
 		return nil, err
 	}
 	if _, err := r.window(); err != nil {
@@ -240,22 +254,15 @@ func Scenario1RefusedCluster(ctx context.Context, srv Server, opt Options) (*Res
 func Scenario2RouteSwitches(ctx context.Context, srv Server, opt Options) (*Result, error) {
 	r := newRun(ctx, srv, opt, "2 route switches", "s2")
 	defer r.close()
-	bs, err := StartBackends("s2-b", 3)
+	bs, err := r.startBackends(3)
 	if err != nil {
 		return nil, err
 	}
-	defer StopBackends(bs)
 	state := func(i int) Resources {
 		name := fmt.Sprintf("c%d", i)
 		return State(RouteTo(RouteName, name), []*cluster.Cluster{Cluster(name)}, Endpoints(name, bs[i%len(bs)].Addr))
 	}
-	if err := r.set(state(0)); err != nil {
-		return nil, err
-	}
-	if err := r.startClient(bs[0].Name); err != nil {
-		return nil, err
-	}
-	if err := r.begin(); err != nil {
+	if err := r.serve(state(0), bs[0]); err != nil {
 		return nil, err
 	}
 	n := r.opt.Switches
@@ -291,18 +298,11 @@ func Scenario2RouteSwitches(ctx context.Context, srv Server, opt Options) (*Resu
 func Scenario3RefusedRoute(ctx context.Context, srv Server, opt Options) (*Result, error) {
 	r := newRun(ctx, srv, opt, "3 route to refused cluster", "s3")
 	defer r.close()
-	bs, err := StartBackends("s3-b", 1)
+	bs, err := r.startBackends(1)
 	if err != nil {
 		return nil, err
 	}
-	defer StopBackends(bs)
-	if err := r.set(State(RouteTo(RouteName, "good"), []*cluster.Cluster{Cluster("good")}, Endpoints("good", bs[0].Addr))); err != nil {
-		return nil, err
-	}
-	if err := r.startClient(bs[0].Name); err != nil {
-		return nil, err
-	}
-	if err := r.begin(); err != nil {
+	if err := r.serve(State(RouteTo(RouteName, "good"), []*cluster.Cluster{Cluster("good")}, Endpoints("good", bs[0].Addr)), bs[0]); err != nil {
 		return nil, err
 	}
 	if err := r.set(State(RouteTo(RouteName, "bad"), []*cluster.Cluster{Cluster("bad", Maglev())}, Endpoints("bad", bs[0].Addr))); err != nil {
@@ -322,18 +322,11 @@ func Scenario3RefusedRoute(ctx context.Context, srv Server, opt Options) (*Resul
 func Scenario4UnrequestedCluster(ctx context.Context, srv Server, opt Options) (*Result, error) {
 	r := newRun(ctx, srv, opt, "4 unrequested cluster", "s4")
 	defer r.close()
-	bs, err := StartBackends("s4-b", 2)
+	bs, err := r.startBackends(2)
 	if err != nil {
 		return nil, err
 	}
-	defer StopBackends(bs)
-	if err := r.set(State(RouteTo(RouteName, "A"), []*cluster.Cluster{Cluster("A")}, Endpoints("A", bs[0].Addr))); err != nil {
-		return nil, err
-	}
-	if err := r.startClient(bs[0].Name); err != nil {
-		return nil, err
-	}
-	if err := r.begin(); err != nil {
+	if err := r.serve(State(RouteTo(RouteName, "A"), []*cluster.Cluster{Cluster("A")}, Endpoints("A", bs[0].Addr)), bs[0]); err != nil {
 		return nil, err
 	}
 	if err := r.set(State(RouteTo(RouteName, "A"), []*cluster.Cluster{Cluster("A"), Cluster("B")},
