@@ -9,31 +9,41 @@ const maxReason = 512
 
 // refusedNames are the names (of those a response carried) that a NACK's message names as
 // refused: quoted, as grpc-go writes them (`resource "NAME": ...`), or followed by a colon, as
-// Envoy does (`Error adding/updating cluster(s) NAME: ...`). None: the message names none.
+// Envoy does (`Error adding/updating cluster(s) NAME: ...`). None: the message names none. The
+// message is read once, whatever the number of names.
 func refusedNames(msg string, names []string) []string {
+	named := namedIn(msg)
 	var out []string
 	for _, n := range names {
-		if n != "" && (strings.Contains(msg, `"`+n+`"`) || namedWithColon(msg, n)) {
+		if n != "" && named[n] {
 			out = append(out, n)
 		}
 	}
 	return out
 }
 
-// namedWithColon reports whether msg has name followed by ':' and preceded by the start, a
-// space, a comma or a parenthesis (so "c1" is not found in "c10:").
-func namedWithColon(msg, name string) bool {
-	for i := 0; ; {
-		j := strings.Index(msg[i:], name+":")
+// namedIn is what msg names: every quoted string, and every word (between spaces, commas,
+// parentheses or line ends) that a colon ends, without that colon.
+func namedIn(msg string) map[string]bool {
+	named := map[string]bool{}
+	for rest := msg; ; {
+		i := strings.IndexByte(rest, '"')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i+1:], '"')
 		if j < 0 {
-			return false
+			break
 		}
-		j += i
-		if j == 0 || strings.ContainsRune(" ,(\n", rune(msg[j-1])) {
-			return true
-		}
-		i = j + 1
+		named[rest[i+1:i+1+j]] = true
+		rest = rest[i+1+j+1:]
 	}
+	for _, w := range strings.FieldsFunc(msg, func(r rune) bool { return strings.ContainsRune(" ,(\n", r) }) {
+		if name, ok := strings.CutSuffix(w, ":"); ok && name != "" {
+			named[name] = true
+		}
+	}
+	return named
 }
 
 // reasonFor is what msg says of name: grpc-go's text for that resource, else the whole message,

@@ -42,6 +42,7 @@ type session struct {
 	mu      sync.Mutex
 	node    string
 	opened  bool // the scheduler was told of the stream
+	review  bool // what the client holds changed: every type is evaluated again (reviewIfAsked)
 	types   map[string]*typeState
 	outq    []queued
 	bound   map[string]any // under Guard.mu: the last request of each type bound for CreateWatch or CreateDeltaWatch
@@ -198,6 +199,7 @@ func (s *session) run() {
 			s.fromInner(r)
 		case <-s.wake:
 			s.watchFirst()
+			s.reviewIfAsked()
 		case <-s.stop:
 			return
 		}
@@ -652,13 +654,27 @@ func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcsta
 		s.g.obs.NACK(*nack)
 		s.g.log.Debug("client refused resources", "client", zone, "type", nack.Kind, "refused", len(nack.Rejected), "detail", nack.Detail)
 	}
-	// What the client holds changed: what waited for it may go now.
+	if ack != nil || nack != nil {
+		// What the client holds changed: what waited for it may go now. The session's
+		// goroutine looks, not the xDS callback.
+		s.mu.Lock()
+		s.review = true
+		s.mu.Unlock()
+		s.poke()
+	}
+}
+
+// reviewIfAsked evaluates every type again when what the client holds changed (review).
+func (s *session) reviewIfAsked() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.review {
+		return
+	}
+	s.review = false
 	for _, ts := range s.types {
 		s.evaluateLocked(ts)
 	}
-	s.mu.Unlock()
-	s.poke()
 }
 
 // answerLocked applies the client's answer to response f, and returns the event for the retry
@@ -666,10 +682,6 @@ func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcsta
 func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Status) (*event.ACK, *event.NACK) {
 	ins := s.insight[ts.typeURL]
 	fresh := newVersions(ts, f.items)
-	byName := map[string]*item{}
-	for _, it := range f.items {
-		byName[it.name] = it
-	}
 	if detail == nil {
 		ins.ACKs++
 		ins.LastError = ""
@@ -705,9 +717,13 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		refused = names
 	}
 	nack := &event.NACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Detail: msg, Accepted: map[string]string{}}
+	isRefused := make(map[string]bool, len(refused))
+	for _, n := range refused {
+		isRefused[n] = true
+	}
 	var accepted []*item
 	for _, it := range f.items {
-		if slices.Contains(refused, it.name) {
+		if isRefused[it.name] {
 			reason := reasonFor(msg, it.name)
 			ts.refused[it.name] = refusal{version: it.version, reason: reason}
 			nack.Rejected = append(nack.Rejected, event.Rejection{Name: it.name, Version: it.version, Cause: event.CauseInvalid, Reason: reason})
@@ -726,7 +742,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 			s.keptLocked(ts, n) // the client keeps what it had: the next response is made against that
 		}
 		for _, n := range f.removed {
-			if !slices.Contains(refused, n) {
+			if !isRefused[n] {
 				delete(ts.acked, n)
 			}
 		}
