@@ -25,14 +25,6 @@ type Filter interface {
 	Visible(zone string, e *Entry) bool
 }
 
-// ZoneFilter is a Filter that can answer a whole walk of a zone's entries at once: View returns
-// Visible for one zone, whether the zone may see nothing at all yet (none), and a release to call
-// when the walk is done (a filter takes its lock once per walk, not once per entry).
-type ZoneFilter interface {
-	Filter
-	View(zone string) (visible func(*Entry) bool, none bool, release func())
-}
-
 // Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
 // current Snapshot, as seen through the zone's Filter, and lets the retry scheduler force names
 // to be sent again.
@@ -423,15 +415,6 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		} else {
 			visible = v.ZoneView.Visible
 		}
-	case ZoneFilter:
-		v, none, release := f.View(st.zone)
-		defer release()
-		if none && len(ks.delivered) == 0 {
-			// Nothing to send or remove (a zone whose first owner check has not answered): the
-			// walk waits for the Refresh that the check makes, its dirty names kept.
-			return
-		}
-		visible = v
 	default:
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}

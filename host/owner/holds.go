@@ -151,17 +151,15 @@ func (h *Holds) Visible(zone string, e *kds.Entry) bool {
 	return visible(e)
 }
 
-var (
-	_ kds.ZoneFilter    = (*Holds)(nil)
-	_ kds.ViewPublisher = (*Holds)(nil)
-)
+var _ kds.ViewPublisher = (*Holds)(nil)
 
 // PublishesViews implements kds.ViewPublisher: the cache reads each zone's view of its verdicts
 // from the zone's session (published after every check), not through View under its lock.
 func (h *Holds) PublishesViews() {}
 
-// View implements kds.ZoneFilter: Visible for one zone, under one read lock until release. A
-// zone not checked yet sees nothing.
+// View is Visible for one zone, under one read lock until release (the cache reads the published
+// view instead; Visible, the kds.Filter method, and the tests read this one). A zone not checked
+// yet sees nothing.
 func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
 	z := h.zones[zone]
