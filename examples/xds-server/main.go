@@ -384,7 +384,8 @@ var (
 )
 
 // stockCounters are the server callbacks of --guard=false: they count the guard's two series,
-// responses and NACKs by type (state of the world, as the guard does), so both modes export them.
+// responses and NACKs by type (state of the world and delta, as the guard does), so both modes
+// export them.
 type stockCounters struct {
 	server.CallbackFuncs
 	log              hclog.Logger
@@ -392,37 +393,39 @@ type stockCounters struct {
 	nacks, responses map[string]int64
 }
 
+// answered counts a NACK (a request answering a response with an error detail) and logs it;
+// stream is negative for a delta stream.
+func (c *stockCounters) answered(stream int64, node, typeURL, nonce, msg string, nack bool) {
+	if !nack || nonce == "" {
+		return
+	}
+	c.mu.Lock()
+	c.nacks[typeURL]++
+	c.mu.Unlock()
+	c.log.Warn("NACK", "stream", stream, "node", node, "type", typeURL, "nonce", nonce, "error", msg)
+}
+
+func (c *stockCounters) sent(typeURL string) {
+	c.mu.Lock()
+	c.responses[typeURL]++
+	c.mu.Unlock()
+}
+
 func newStockCounters(log hclog.Logger) *stockCounters {
 	c := &stockCounters{log: log, nacks: map[string]int64{}, responses: map[string]int64{}}
 	c.StreamRequestFunc = func(id int64, req *discovery.DiscoveryRequest) error {
-		if req.GetErrorDetail() != nil && req.GetResponseNonce() != "" {
-			c.mu.Lock()
-			c.nacks[req.GetTypeUrl()]++
-			c.mu.Unlock()
-			c.log.Warn("NACK", "stream", id, "node", req.GetNode().GetId(), "type", req.GetTypeUrl(),
-				"version", req.GetVersionInfo(), "nonce", req.GetResponseNonce(), "error", req.GetErrorDetail().GetMessage())
-		}
+		c.answered(id, req.GetNode().GetId(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 		return nil
 	}
 	c.StreamResponseFunc = func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-		c.mu.Lock()
-		c.responses[resp.GetTypeUrl()]++
-		c.mu.Unlock()
+		c.sent(resp.GetTypeUrl())
 	}
 	c.StreamDeltaRequestFunc = func(id int64, req *discovery.DeltaDiscoveryRequest) error {
-		if req.GetErrorDetail() != nil && req.GetResponseNonce() != "" {
-			c.mu.Lock()
-			c.nacks[req.GetTypeUrl()]++
-			c.mu.Unlock()
-			c.log.Warn("NACK", "delta stream", id, "node", req.GetNode().GetId(), "type", req.GetTypeUrl(),
-				"nonce", req.GetResponseNonce(), "error", req.GetErrorDetail().GetMessage())
-		}
+		c.answered(-id, req.GetNode().GetId(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 		return nil
 	}
 	c.StreamDeltaResponseFunc = func(_ int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-		c.mu.Lock()
-		c.responses[resp.GetTypeUrl()]++
-		c.mu.Unlock()
+		c.sent(resp.GetTypeUrl())
 	}
 	c.StreamOpenFunc = func(_ context.Context, id int64, typeURL string) error {
 		c.log.Debug("stream open", "stream", id, "type", typeURL)
