@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/nack"
 	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/serial"
 )
@@ -136,10 +137,9 @@ const (
 	// maxTypes bounds the types one stream may ask for (xDS has about ten); innerOut holds an
 	// answer of the wrapped cache for each, so that its synchronous answers never block.
 	maxTypes = 32
-	// maxNACKMessage bounds the part of a NACK's message read for the names it refuses, and
-	// maxLastError the part kept for the insight.
-	maxNACKMessage = 64 << 10
-	maxLastError   = 4 << 10
+	// maxLastError bounds the part of a NACK's message kept for the insight (nack.Read reads
+	// 64 KiB of it at most).
+	maxLastError = 4 << 10
 )
 
 func newSession(g *Guard, id int64, delta bool) *session {
@@ -694,44 +694,30 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 	}
 	ins.NACKs++
 	s.g.totals.add(&s.g.totals.nacks, ts.typeURL)
-	msg := detail.GetMessage()
-	if len(msg) > maxNACKMessage {
-		msg = msg[:maxNACKMessage] // read and kept bounded, whatever the client sends
+	carried := make([]nack.Carried, len(f.items))
+	for i, it := range f.items {
+		_, isNew := fresh[it.name]
+		carried[i] = nack.Carried{Name: it.name, Version: it.version, New: isNew}
 	}
+	// A plain client's NACK is about content (neither Envoy nor grpc-go has a transient cause).
+	rejected, msg := nack.Read(detail, carried, maxLastError, event.CauseInvalid)
 	ins.LastError = msg
-	if len(ins.LastError) > maxLastError {
-		ins.LastError = ins.LastError[:maxLastError] + "..."
-	}
-	names := make([]string, 0, len(f.items))
-	for _, it := range f.items {
-		names = append(names, it.name)
-	}
-	refused := refusedNames(msg, names)
-	if len(refused) == 0 { // the message names none of them: what the response brought new
-		for n := range fresh {
-			refused = append(refused, n)
-		}
-		slices.Sort(refused)
-	}
-	if len(refused) == 0 {
-		refused = names
-	}
-	nack := &event.NACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Detail: msg, Accepted: map[string]string{}}
-	isRefused := make(map[string]bool, len(refused))
-	for _, n := range refused {
-		isRefused[n] = true
+	nk := &event.NACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Detail: msg, Accepted: map[string]string{}, Rejected: rejected}
+	isRefused := make(map[string]bool, len(rejected))
+	refused := make([]string, 0, len(rejected))
+	for _, rj := range rejected {
+		isRefused[rj.Name] = true
+		refused = append(refused, rj.Name)
+		ts.refused[rj.Name] = refusal{version: rj.Version, reason: rj.Reason}
 	}
 	var accepted []*item
 	for _, it := range f.items {
 		if isRefused[it.name] {
-			reason := reasonFor(msg, it.name)
-			ts.refused[it.name] = refusal{version: it.version, reason: reason}
-			nack.Rejected = append(nack.Rejected, event.Rejection{Name: it.name, Version: it.version, Cause: event.CauseInvalid, Reason: reason})
 			continue
 		}
 		accepted = append(accepted, it)
 		if v, ok := fresh[it.name]; ok {
-			nack.Accepted[it.name] = v
+			nk.Accepted[it.name] = v
 		}
 	}
 	// grpc-go and Envoy take the valid resources of a response they NACK.
@@ -747,7 +733,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 			}
 		}
 	}
-	return nil, nack
+	return nil, nk
 }
 
 // acceptLocked records that the client holds items now. Of a type whose response is the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/nack"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
@@ -124,7 +125,7 @@ func (h *harness) nack(r *discovery.DeltaDiscoveryResponse, names ...string) {
 	for _, n := range names {
 		list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: n, Reason: "no"})
 	}
-	detail, err := kds.NACKDetail(list, "rejected")
+	detail, err := nack.Detail(list, "rejected")
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/host/nack"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
@@ -156,7 +157,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 						list.Rejections = append(list.Rejections, &kdsv1.Rejection{Name: n, Reason: "no"})
 					}
 				}
-				detail, err := NACKDetail(list, "rejected")
+				detail, err := nack.Detail(list, "rejected")
 				g.Expect(err).NotTo(HaveOccurred())
 				req.ErrorDetail = detail
 			}

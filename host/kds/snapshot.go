@@ -5,12 +5,13 @@ package kds
 
 import (
 	"fmt"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"maps"
 	"slices"
 	"sort"
 	"sync"
 	"weak"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"

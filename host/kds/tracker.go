@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/resource"
-	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+	"github.com/kds-host/kds-host/host/nack"
 )
 
 // Tracker is the delta server's Callbacks: it opens and closes each stream's Session, admits
@@ -197,32 +194,20 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
 }
 
-// nackOf reads a NACK: the zone's structured rejection list when error_detail carries one, or
-// else every resource of the response as rejected with the error message.
+// nackOf reads a NACK of the response answered (nack.Read): the zone's structured rejection
+// list when error_detail carries one, or else what its message names, or else what the response
+// brought new.
 func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status, maxText int) event.NACK {
-	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Detail: truncate(detail.GetMessage(), maxText), Accepted: map[string]string{}}
-	list := RejectionListOf(detail)
-	if list == nil {
-		for _, res := range answered.resp.Resources { // sorted by name
-			n.Rejected = append(n.Rejected, event.Rejection{Name: res.Name, Version: res.Version, Reason: n.Detail})
-		}
-		return n
+	carried := make([]nack.Carried, len(answered.resp.Resources))
+	for i, res := range answered.resp.Resources { // sorted by name
+		prior := answered.prior(res.Name)
+		carried[i] = nack.Carried{Name: res.Name, Version: res.Version, New: !prior.ok || prior.version != res.Version}
 	}
-	rejected := map[string]bool{}
-	for _, r := range list.GetRejections() {
-		version, sent := answered.version(r.GetName())
-		if !sent {
-			continue // not in the response it answers: nothing to resend
-		}
-		rj := event.Rejection{Name: r.GetName(), Version: version, Reason: truncate(r.GetReason(), maxText/4), Cause: causeOf(r.GetCause())}
-		if mo := r.GetMissingOwner(); mo != nil {
-			rj.MissingOwner = resource.Key{Kind: mo.GetKind(), Mesh: mo.GetMesh(), Name: mo.GetName()}.String()
-			if rj.Cause == event.CauseUnspecified {
-				rj.Cause = event.CauseMissingOwner // a zone that names the owner but predates causes
-			}
-		}
-		n.Rejected = append(n.Rejected, rj)
-		rejected[r.GetName()] = true
+	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Accepted: map[string]string{}}
+	n.Rejected, n.Detail = nack.Read(detail, carried, maxText, event.CauseUnspecified)
+	rejected := make(map[string]bool, len(n.Rejected))
+	for _, r := range n.Rejected {
+		rejected[r.Name] = true
 	}
 	for _, res := range answered.resp.Resources {
 		if !rejected[res.Name] {
@@ -243,35 +228,9 @@ func (t *Tracker) admissible(s *Session, node string) (string, error) {
 		return "", status.Errorf(codes.InvalidArgument, "node.id is %d bytes long; a zone name has at most %d", len(node), t.limits.MaxNodeIDLength)
 	case s.info.zone != "" && node != s.info.zone:
 		return "", status.Errorf(codes.PermissionDenied, "node.id %q is not the zone %q this stream's credentials name: start the zone with the token of its own name (kds-host token zone --name %s)",
-			truncate(node, 64), s.info.zone, truncate(node, 64))
+			nack.Truncate(node, 64), s.info.zone, nack.Truncate(node, 64))
 	}
 	return node, nil
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary, and says so.
-func truncate(s string, n int) string {
-	if len(s) <= n || n <= 0 {
-		return s
-	}
-	const more = "... (truncated)"
-	cut := max(0, n-len(more))
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + more
-}
-
-// causeOf reads a wire cause; an unknown value counts as unspecified.
-func causeOf(c kdsv1.Cause) event.Cause {
-	switch c {
-	case kdsv1.Cause_CAUSE_TRANSIENT:
-		return event.CauseTransient
-	case kdsv1.Cause_CAUSE_MISSING_OWNER:
-		return event.CauseMissingOwner
-	case kdsv1.Cause_CAUSE_INVALID:
-		return event.CauseInvalid
-	}
-	return event.CauseUnspecified
 }
 
 // RateLimit is a token bucket: Rate tokens a second, at most Burst saved up.
@@ -303,25 +262,4 @@ func (b *tokenBucket) allow(now time.Time, l RateLimit) bool {
 	}
 	b.tokens--
 	return true
-}
-
-// RejectionListOf finds the structured rejection list in a NACK's error_detail, or returns nil.
-func RejectionListOf(detail *rpcstatus.Status) *kdsv1.RejectionList {
-	for _, d := range detail.GetDetails() {
-		list := &kdsv1.RejectionList{}
-		if d.MessageIs(list) && d.UnmarshalTo(list) == nil {
-			return list
-		}
-	}
-	return nil
-}
-
-// NACKDetail builds the error_detail a zone sends: a message a person reads, and the structured
-// rejection list the global acts on.
-func NACKDetail(list *kdsv1.RejectionList, message string) (*rpcstatus.Status, error) {
-	a, err := anypb.New(list)
-	if err != nil {
-		return nil, err
-	}
-	return &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: message, Details: []*anypb.Any{a}}, nil
 }

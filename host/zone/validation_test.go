@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/nack"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
@@ -43,7 +44,7 @@ func TestTheZoneNACKsAnInvalidSpecAsInvalid(t *testing.T) {
 	out := c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshTimeout", Nonce: "2", Resources: resources})
 
 	g.Expect(out.reply.GetErrorDetail()).NotTo(BeNil(), "a NACK")
-	rejections := kds.RejectionListOf(out.reply.GetErrorDetail()).GetRejections()
+	rejections := nack.RejectionListOf(out.reply.GetErrorDetail()).GetRejections()
 	g.Expect(rejections).To(HaveLen(len(bad)))
 	for _, rj := range rejections {
 		g.Expect(rj.GetCause()).To(Equal(kdsv1.Cause_CAUSE_INVALID), rj.GetName())

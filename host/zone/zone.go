@@ -34,6 +34,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/nack"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -684,7 +685,7 @@ func nackDetail(list *kdsv1.RejectionList, msg string) *rpcstatus.Status {
 		r.Name, r.Reason = valid(r.Name), valid(r.Reason)
 	}
 	msg = valid(msg)
-	detail, err := kds.NACKDetail(list, msg)
+	detail, err := nack.Detail(list, msg)
 	if err != nil {
 		return &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg + " (the rejection list could not be encoded: " + valid(err.Error()) + ")"}
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/nack"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -51,7 +52,7 @@ func TestAFailedRemovalIsNACKed(t *testing.T) {
 	st.Close() // every transaction fails from now on
 	req = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "2", RemovedResources: []string{"default"}}).reply
 	g.Expect(req.GetErrorDetail()).NotTo(BeNil(), "a removal the database refused is a NACK")
-	list := kds.RejectionListOf(req.GetErrorDetail())
+	list := nack.RejectionListOf(req.GetErrorDetail())
 	g.Expect(list.GetRejections()).To(HaveLen(1))
 	g.Expect(list.GetRejections()[0].GetName()).To(Equal("default"))
 	g.Expect(list.GetRejections()[0].GetReason()).To(ContainSubstring("removal failed"))
@@ -66,7 +67,7 @@ func TestARejectionThatCannotBeEncodedAsIsStillANACK(t *testing.T) {
 	bad.Name = "de\xfffault" // not UTF-8: a protobuf string cannot hold it as it is
 	req := c.apply(context.Background(), &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "1", Resources: []*discovery.Resource{bad}}).reply
 	g.Expect(req.GetErrorDetail()).NotTo(BeNil())
-	list := kds.RejectionListOf(req.GetErrorDetail())
+	list := nack.RejectionListOf(req.GetErrorDetail())
 	g.Expect(list.GetRejections()).To(HaveLen(1))
 	g.Expect(list.GetRejections()[0].GetName()).To(Equal("de\ufffdfault"))
 }
@@ -112,7 +113,7 @@ func TestTheZoneGivesEachRefusalItsCause(t *testing.T) {
 	}
 	causes := func(out applied) map[string]kdsv1.Cause {
 		m := map[string]kdsv1.Cause{}
-		for _, rj := range kds.RejectionListOf(out.reply.GetErrorDetail()).GetRejections() {
+		for _, rj := range nack.RejectionListOf(out.reply.GetErrorDetail()).GetRejections() {
 			m[rj.GetName()] = rj.GetCause()
 		}
 		return m
@@ -122,7 +123,7 @@ func TestTheZoneGivesEachRefusalItsCause(t *testing.T) {
 		entry(resource.Resource{Kind: "MeshTimeout", Mesh: "default", Name: "orphan", Spec: json.RawMessage(`{}`)}),
 	}})
 	g.Expect(causes(out)).To(Equal(map[string]kdsv1.Cause{"default/orphan": kdsv1.Cause_CAUSE_MISSING_OWNER}))
-	g.Expect(kds.RejectionListOf(out.reply.GetErrorDetail()).GetRejections()[0].GetMissingOwner().GetName()).To(Equal("default"))
+	g.Expect(nack.RejectionListOf(out.reply.GetErrorDetail()).GetRejections()[0].GetMissingOwner().GetName()).To(Equal("default"))
 
 	out = c.apply(ctx, &discovery.DeltaDiscoveryResponse{TypeUrl: "Mesh", Nonce: "2", Resources: []*discovery.Resource{
 		entry(resource.Resource{Kind: "Mesh", Name: "default", Spec: json.RawMessage(`{}`)}),
@@ -142,7 +143,7 @@ func TestTheZoneGivesEachRefusalItsCause(t *testing.T) {
 		entry(resource.Resource{Kind: "MeshRetry", Mesh: "default", Name: "r", Spec: json.RawMessage(`{}`)}),
 	}})
 	g.Expect(out.reply.GetErrorDetail().GetMessage()).To(ContainSubstring("admission webhook for MeshRetry is not ready"))
-	g.Expect(kds.RejectionListOf(out.reply.GetErrorDetail())).To(BeNil())
+	g.Expect(nack.RejectionListOf(out.reply.GetErrorDetail())).To(BeNil())
 }
 
 // FuzzDecode: any resource a global may send (the bytes inside its Any, under any name) is
