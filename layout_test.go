@@ -28,11 +28,14 @@ var allowed = []struct {
 	{"shared/launch/...", []string{"shared", "shared/launch/...", "proto/..."}},
 	{"plugins/retry-forcer/...", []string{"plugins/retry-forcer/...", "shared/...", "proto/..."}},
 	{"plugins/owner-check/...", []string{"plugins/owner-check/...", "shared/...", "proto/..."}},
-	{"host/...", []string{"host/...", "shared/...", "proto/...", "plugins/..."}},
-	// The guard is what any go-control-plane server adopts: kds-host's retry (the Machine, its
-	// scheduler, the session work queue and the events they hear) and the built-in policy, never
-	// kds-host's own cache, stores or control plane.
-	{"guard/...", []string{"guard/...", "host/event", "host/retry", "host/serial", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
+	// The host's global serves its zones through the guard package, as an outside server would.
+	{"host/...", []string{"host/...", "guard", "shared/...", "proto/...", "plugins/..."}},
+	// The guard is what any go-control-plane server adopts, kds-host's global included: kds-host's
+	// retry (the Machine, its scheduler, the session work queue and the events they hear), its NACK
+	// reading, its cache and owner holds, and the built-in policy; never kds-host's stores, API or
+	// control plane.
+	{"guard/...", []string{"guard/...", "host/event", "host/retry", "host/serial", "host/nack", "host/kds", "host/owner", "host/resource", "host/shrink",
+		"shared/...", "proto/...", "plugins/retry-forcer/..."}},
 	// The xDS test harness drives a real client against any server: it needs nothing of ours but
 	// the helper that builds the client's binary.
 	{"internal/xdstest/...", []string{"internal/xdstest/...", "internal/testbin"}},

@@ -117,6 +117,27 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
+		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
+		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
+	sched, err := newScheduler(opts, retry.StandardConfig{Timeout: opts.PolicyTimeout}, loggingHooks(opts.Logger, retry.Hooks{}),
+		func(id int64) retry.Session {
+			if s := g.session(id); s != nil {
+				return s
+			}
+			return nil // not a typed nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	g.sched, g.obs = sched, sched.Observer()
+	return g, nil
+}
+
+// newScheduler is the retry scheduler of a Guard or a Cache: the policy in force
+// (opts.RetryPolicy, else the built-in one) checked, bounded and backed by opts.Fallback (else
+// the built-in policy).
+func newScheduler(opts Options, cfg retry.StandardConfig, hooks retry.Hooks, sessions func(int64) retry.Session) (*retry.Scheduler, error) {
 	var builtin shared.RetryForcer = retrypolicy.New()
 	if opts.Fallback != nil {
 		builtin = opts.Fallback
@@ -125,31 +146,27 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 	if current == nil {
 		current = func() shared.RetryForcer { return builtin }
 	}
-	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
-		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
-		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
-	sched, err := retry.NewScheduler(retry.Config{
-		Policy: retry.Standard(current, builtin, retry.StandardConfig{Timeout: opts.PolicyTimeout}),
-		Sessions: func(id int64) retry.Session {
-			if s := g.session(id); s != nil {
-				return s
-			}
-			return nil // not a typed nil
-		},
-		Hooks: retry.Hooks{
-			Parked: func(client string, parked []retry.ParkedName) {
-				for _, p := range parked {
-					g.log.Info("resource parked until its content changes", "client", client, "type", p.Kind, "name", p.Name, "reason", p.Reason)
-				}
-			},
-			GaveUp: func(client, reason string) { g.log.Warn("retry policy gave up", "client", client, "reason", reason) },
-		},
-	})
-	if err != nil {
-		return nil, err
+	return retry.NewScheduler(retry.Config{Policy: retry.Standard(current, builtin, cfg), Sessions: sessions, Hooks: hooks})
+}
+
+// loggingHooks log what the retry policy parks and gives up on, then call next's hooks.
+func loggingHooks(log hclog.Logger, next retry.Hooks) retry.Hooks {
+	h := next
+	h.Parked = func(client string, parked []retry.ParkedName) {
+		for _, p := range parked {
+			log.Info("resource parked until its content changes", "client", client, "type", p.Kind, "name", p.Name, "reason", p.Reason)
+		}
+		if next.Parked != nil {
+			next.Parked(client, parked)
+		}
 	}
-	g.sched, g.obs = sched, sched.Observer()
-	return g, nil
+	h.GaveUp = func(client, reason string) {
+		log.Warn("retry policy gave up", "client", client, "reason", reason)
+		if next.GaveUp != nil {
+			next.GaveUp(client, reason)
+		}
+	}
+	return h
 }
 
 // Close stops every stream's work and the retry decisions in flight.

@@ -89,14 +89,19 @@ func (g *Guard) Clients() []ClientInsight {
 
 // Handler serves Clients as JSON ({"items": [...], "total": N}), to mount in the server's own
 // admin listener (it reveals node ids and refusal messages: keep it where the operators are).
-func (g *Guard) Handler() http.Handler {
+func (g *Guard) Handler() http.Handler { return insightHandler(g.Clients) }
+
+// Handler serves Clients as JSON, as Guard.Handler does.
+func (c *Cache) Handler() http.Handler { return insightHandler(c.Clients) }
+
+func insightHandler(clients func() []ClientInsight) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
 			http.Error(w, "only GET", http.StatusMethodNotAllowed)
 			return
 		}
-		items := g.Clients()
+		items := clients()
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"items": items, "total": len(items)})
 	})
@@ -110,9 +115,15 @@ var (
 )
 
 // Collector exports the guard's counts to Prometheus.
-func (g *Guard) Collector() prometheus.Collector { return collector{g} }
+func (g *Guard) Collector() prometheus.Collector { return collector{g.Clients, &g.totals} }
 
-type collector struct{ g *Guard }
+// Collector exports the cache's counts to Prometheus, as Guard.Collector does.
+func (c *Cache) Collector() prometheus.Collector { return collector{c.Clients, &c.totals} }
+
+type collector struct {
+	clients func() []ClientInsight
+	totals  *totals
+}
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nacksDesc
@@ -122,7 +133,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	t := &c.g.totals
+	t := c.totals
 	t.mu.Lock()
 	for typeURL, n := range t.nacks {
 		ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(n), typeURL)
@@ -132,7 +143,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	t.mu.Unlock()
 	withheld := map[string]int{}
-	clients := c.g.Clients()
+	clients := c.clients()
 	for _, ci := range clients {
 		for _, ti := range ci.Types {
 			withheld[ti.TypeURL] += len(ti.Withheld)

@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -185,27 +184,5 @@ func (g *Global) logObserver() event.Observer {
 			}
 			log.Warn("KDS stream refused", "reason", r.Reason, "detail", r.Detail)
 		},
-	}
-}
-
-// expireZones frees, every so often, the state of zones whose last stream closed more than
-// ZoneGrace ago: their table entry, owner verdicts and metrics series.
-func (g *Global) expireZones(ctx context.Context) {
-	every := max(g.cfg.ZoneGrace/4, 10*time.Millisecond)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		for _, zone := range g.Zones.Expire(time.Now().Add(-g.cfg.ZoneGrace)) {
-			if g.Holds != nil {
-				g.Holds.Forget(zone)
-			}
-			g.zoneMetrics.forget(zone)
-			g.timeline.forget(zone)
-		}
 	}
 }

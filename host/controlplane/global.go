@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/event"
@@ -119,6 +120,7 @@ type GlobalConfig struct {
 type Global struct {
 	cfg     GlobalConfig
 	log     hclog.Logger
+	kds     *guard.Cache // the cache, the zone table, the retry scheduler and the owner holds below
 	Cache   *kds.Cache
 	Zones   *kds.Zones
 	Retry   *retry.Scheduler // nil when emulating
@@ -170,72 +172,41 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 			return nil, fmt.Errorf("read the store's id: %w", err)
 		}
 	}
-	g.Cache = kds.NewCache(cfg.Registry.Names())
-	g.Zones = kds.NewZones(g.Cache)
 	if g.cfg.OwnerCheck == nil {
 		builtin := ownerpredict.New()
 		g.cfg.OwnerCheck = func() shared.OwnerCheck { return builtin }
 		g.cfg.OwnerCheckGeneration = func() uint64 { return 0 }
 	}
+	if cfg.Emulate == "" && cfg.Builtin == nil {
+		return nil, errors.New("a built-in retry policy is required")
+	}
 	g.zoneMetrics = newZoneMetrics()
 	g.metrics.MustRegister(g.zoneMetrics)
 	km := newKDSMetrics(g.metrics, g.zoneMetrics)
+	rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
 	g.timeline = newTimeline()
-	observers := []event.Observer{g.Zones.Observer(), km.observer(), g.logObserver(), g.timeline.observer()}
-	switch cfg.Emulate {
-	case "":
-		if cfg.Builtin == nil {
-			return nil, errors.New("a built-in retry policy is required")
-		}
-		current := cfg.RetryPolicy
-		if current == nil {
-			current = func() shared.RetryForcer { return cfg.Builtin }
-		}
-		rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
-		sched, err := retry.NewScheduler(retry.Config{
-			Policy: retry.Standard(current, cfg.Builtin, retry.StandardConfig{
-				Timeout: cfg.PolicyTimeout, Bounds: cfg.RetryBounds, OnFallback: rm.fallback,
-			}),
-			Sessions: func(id int64) retry.Session {
-				if s := g.Cache.Session(id); s != nil {
-					return s
-				}
-				return nil // not a typed nil
-			},
-			Hooks: g.timeline.hooks(rm.hooks()),
-		})
-		if err != nil {
-			return nil, err
-		}
-		g.Retry = sched
-		observers = append(observers, sched.Observer())
-	case retry.EmulatePerType, retry.EmulatePerStream:
-		if cfg.NACKBackoff <= 0 {
-			cfg.NACKBackoff = 5 * time.Second
-		}
-		b := &retry.Blocking{PerStream: cfg.Emulate == retry.EmulatePerStream, Backoff: cfg.NACKBackoff, Resender: g.Cache}
-		observers = append(observers, b.Observer())
-		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
-	default:
-		return nil, fmt.Errorf("emulate %q: want %s or %s", cfg.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
-	}
+	// The global serves its zones from the guard package's Cache, the way any go-control-plane
+	// server that sets its own resources does; what is kds-host's own (its metrics, log, timeline
+	// and limits) it adds through KDSOptions.
+	opts := guard.Options{RetryPolicy: cfg.RetryPolicy, Fallback: cfg.Builtin, PolicyTimeout: cfg.PolicyTimeout}
+	kopts := guard.KDSOptions{Limits: cfg.Limits, Bounds: cfg.RetryBounds, OnFallback: rm.fallback, RetryHooks: g.timeline.hooks(rm.hooks()),
+		Observers: []event.Observer{km.observer(), g.logObserver(), g.timeline.observer()}, Emulate: cfg.Emulate, NACKBackoff: cfg.NACKBackoff,
+		PlainNACKsMayPass: true, ClientGrace: g.cfg.ZoneGrace, Forget: func(zone string) {
+			g.zoneMetrics.forget(zone)
+			g.timeline.forget(zone)
+		}}
 	if cfg.OwnerHolds {
-		om := newOwnerMetrics(g.metrics, g.zoneMetrics)
-		holds, err := owner.New(owner.Config{
-			Policy: g.cfg.OwnerCheck, Timeout: cfg.OwnerCheckTimeout,
-			Source: g.Cache, Inventory: g.Zones, Refresher: g.Cache, Hooks: om.hooks(),
-			Generation: g.cfg.OwnerCheckGeneration,
-		})
-		if err != nil {
-			return nil, err
-		}
-		g.Holds = holds
-		g.Cache.SetFilter(holds)
-		observers = append(observers, holds.Observer())
+		opts.OwnerCheck, opts.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
+		kopts.OwnerHooks, kopts.OwnerGeneration = newOwnerMetrics(g.metrics, g.zoneMetrics).hooks(), g.cfg.OwnerCheckGeneration
 	}
-	g.tracker = kds.NewTracker(g.Cache, observers...)
-	g.tracker.SetLimits(cfg.Limits)
-	g.metrics.MustRegister(newWithheldCollector(g))
+	if g.kds, err = guard.NewCache(cfg.Registry.Names(), opts, kopts); err != nil {
+		return nil, err
+	}
+	g.Cache, g.Zones, g.Retry, g.Holds, g.tracker = g.kds.Cache, g.kds.Zones(), g.kds.Retry(), g.kds.Holds(), g.kds.Tracker()
+	if cfg.Emulate != "" {
+		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
+	}
+	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector())
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
 	g.API.Handle("GET /api/timeline", http.HandlerFunc(g.serveTimeline))
@@ -263,11 +234,8 @@ func (g *Global) DiagAddr() string { return g.diagLn.Addr().String() }
 
 // Close releases the listeners and workers of a global that was never Run.
 func (g *Global) Close() {
-	if g.Holds != nil {
-		g.Holds.Close()
-	}
-	if g.Retry != nil {
-		g.Retry.Close()
+	if g.kds != nil {
+		g.kds.Close()
 	}
 	for _, ln := range []net.Listener{g.kdsLn, g.apiLn, g.diagLn} {
 		if ln != nil {
@@ -280,13 +248,7 @@ func (g *Global) Close() {
 func (g *Global) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer g.Cache.Close()
-	if g.Retry != nil {
-		defer g.Retry.Close()
-	}
-	if g.Holds != nil {
-		defer g.Holds.Close()
-	}
+	defer g.kds.Close()
 
 	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
@@ -320,7 +282,6 @@ func (g *Global) Run(ctx context.Context) error {
 		}
 		return apiServer.Serve(g.apiLn)
 	})
-	run("zone expiry", func() error { g.expireZones(ctx); return nil })
 	run("replica heartbeat", func() error { g.replicas.run(ctx, g.Zones); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
@@ -359,10 +320,7 @@ func (g *Global) isReady() bool {
 func (g *Global) sync(ctx context.Context) error {
 	var lastRev int64 = -1
 	publish := func(snap *kds.Snapshot) {
-		g.Cache.SetSnapshot(snap)
-		if g.Holds != nil {
-			g.Holds.Changed(snap)
-		}
+		g.kds.SetSnapshot(snap)
 	}
 	rebuild := func() error {
 		// The revision first: a write between the two is in the List and is listed again as a

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/kds-host/kds-host/host/event"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
@@ -35,7 +36,7 @@ func FuzzNACK(f *testing.F) {
 		if proto.Unmarshal(b, detail) != nil {
 			return
 		}
-		n := nackOf(1, "zone-1", answered, detail, maxText)
+		n := nackOf(1, "zone-1", answered, detail, maxText, event.CauseUnspecified)
 		if len(n.Detail) > maxText {
 			t.Fatalf("detail of %d bytes kept", len(n.Detail))
 		}

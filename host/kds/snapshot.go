@@ -211,6 +211,24 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 	return s, nil
 }
 
+// SnapshotOf is a snapshot of entries made elsewhere (any xDS type): by kind (the entry's
+// Key.Kind) and name. An entry whose kind and name were given before replaces it.
+func SnapshotOf(entries []*Entry) *Snapshot {
+	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
+	for _, e := range entries {
+		byName := s.kinds[e.Key.Kind]
+		if byName == nil {
+			byName = map[string]*Entry{}
+			s.kinds[e.Key.Kind] = byName
+		}
+		if _, ok := byName[e.Name]; !ok {
+			s.size++
+		}
+		byName[e.Name] = e
+	}
+	return s
+}
+
 // NewEntry encodes one resource for the wire.
 func NewEntry(r *resource.Resource) (*Entry, error) {
 	p, err := r.ToProto()

@@ -22,6 +22,7 @@ type Tracker struct {
 	cache     *Cache
 	observers event.Observers
 	limits    Limits
+	plain     event.Cause // of a refusal read from a NACK without a structured list
 }
 
 // Limits bound what one zone, or every zone together, may cost the global. Zero fields take the
@@ -78,6 +79,12 @@ func (t *Tracker) SetLimits(l Limits) {
 	t.limits = l.withDefaults()
 	t.cache.budget.setLimit(t.limits.MaxInFlightBytes)
 }
+
+// SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
+// (default: unspecified, which the retry policy backs off and resends, as a zone that cannot say
+// why may refuse for a passing reason; an Envoy or grpc-go client's NACK is about content:
+// event.CauseInvalid). Call it before serving.
+func (t *Tracker) SetPlainCause(c event.Cause) { t.plain = c }
 
 // refuse counts a refused stream.
 func (t *Tracker) refuse(reason string, err error) {
@@ -154,7 +161,7 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	case req.GetErrorDetail() == nil:
 		s.answerLocked(answered, nil)
 	default:
-		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage)
+		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage, t.plain)
 		s.answerLocked(answered, &nack)
 	}
 	s.mu.Unlock()
@@ -197,14 +204,14 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 // nackOf reads a NACK of the response answered (nack.Read): the zone's structured rejection
 // list when error_detail carries one, or else what its message names, or else what the response
 // brought new.
-func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status, maxText int) event.NACK {
+func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status, maxText int, plain event.Cause) event.NACK {
 	carried := make([]nack.Carried, len(answered.resp.Resources))
 	for i, res := range answered.resp.Resources { // sorted by name
 		prior := answered.prior(res.Name)
 		carried[i] = nack.Carried{Name: res.Name, Version: res.Version, New: !prior.ok || prior.version != res.Version}
 	}
 	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Accepted: map[string]string{}}
-	n.Rejected, n.Detail = nack.Read(detail, carried, maxText, event.CauseUnspecified)
+	n.Rejected, n.Detail = nack.Read(detail, carried, maxText, plain)
 	rejected := make(map[string]bool, len(n.Rejected))
 	for _, r := range n.Rejected {
 		rejected[r.Name] = true

@@ -1,0 +1,112 @@
+package guard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	. "github.com/onsi/gomega"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// kds-host's cache with owner holds for Envoy types: the reference owner-check library, with
+// EnvoyReferences as the owners, keeps a route switched to a cluster the client refuses from a
+// delta client (the route names a cluster the client does not hold), with the plugin's reason,
+// and sends it once the client has accepted the cluster.
+func TestKDSCacheHoldsARouteUntilTheClientHasItsCluster(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := guard.NewCache([]string{resource.ClusterType, resource.RouteType},
+		guard.Options{Owners: guard.EnvoyReferences, OwnerCheck: func() shared.OwnerCheck { return ownerpredict.New() }}, guard.KDSOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	set := func(rc *route.RouteConfiguration, clusters ...types.Resource) {
+		g.Expect(c.SetResources(map[string][]types.Resource{resource.RouteType: {rc}, resource.ClusterType: clusters})).To(Succeed())
+	}
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, c, c.Callbacks(nil))).DeltaAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	set(routeTo("c1"), staticCluster("c1", cluster.Cluster_ROUND_ROBIN))
+	for _, typeURL := range []string{resource.ClusterType, resource.RouteType} {
+		g.Expect(st.Send(&discovery.DeltaDiscoveryRequest{Node: nodeOf("client"), TypeUrl: typeURL, ResourceNamesSubscribe: []string{"*"}})).To(Succeed())
+	}
+	in := make(chan *discovery.DeltaDiscoveryResponse, 100)
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				return
+			}
+			in <- r
+		}
+	}()
+	var routes [][]string // the clusters of each route configuration the client got
+	// run answers as an Envoy-like client (refusing clusters with lb_policy MAGLEV) until quiet.
+	run := func() {
+		for r := recvDelta(t, in, time.Second); r != nil; r = recvDelta(t, in, time.Second) {
+			req := &discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()}
+			for _, res := range r.GetResources() {
+				switch r.GetTypeUrl() {
+				case resource.ClusterType:
+					var cl cluster.Cluster
+					g.Expect(res.GetResource().UnmarshalTo(&cl)).To(Succeed())
+					if cl.GetLbPolicy() == cluster.Cluster_MAGLEV {
+						req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: `resource "` + cl.GetName() + `": unsupported lb policy MAGLEV`}
+					}
+				case resource.RouteType:
+					var rc route.RouteConfiguration
+					g.Expect(res.GetResource().UnmarshalTo(&rc)).To(Succeed())
+					plain, _ := routesTo(&rc)
+					routes = append(routes, plain)
+				}
+			}
+			g.Expect(st.Send(req)).To(Succeed())
+		}
+	}
+	run()
+	g.Expect(routes).To(Equal([][]string{{"c1"}}))
+
+	set(routeTo("c2"), staticCluster("c1", cluster.Cluster_ROUND_ROBIN), staticCluster("c2", cluster.Cluster_MAGLEV))
+	run()
+	g.Expect(routes).To(Equal([][]string{{"c1"}}), "no route to the refused cluster reached the client")
+	var w []guard.Withheld
+	for _, ti := range c.Clients()[0].Types {
+		if ti.TypeURL == resource.RouteType {
+			w = ti.Withheld
+		}
+	}
+	g.Expect(w).To(ConsistOf(And(HaveField("Name", "r"), HaveField("Reason", And(HavePrefix("WAIT"), ContainSubstring("c2"))))))
+
+	set(routeTo("c2"), staticCluster("c1", cluster.Cluster_ROUND_ROBIN), staticCluster("c2", cluster.Cluster_ROUND_ROBIN))
+	run()
+	g.Expect(routes).To(Equal([][]string{{"c1"}, {"c2"}}), "the route goes once the client has its cluster")
+}
+
+// SetResources refuses what it cannot serve, and changes nothing then.
+func TestKDSCacheRefusesWhatItCannotServe(t *testing.T) {
+	g := NewWithT(t)
+	_, err := guard.NewCache(nil, guard.Options{}, guard.KDSOptions{})
+	g.Expect(err).To(MatchError(ContainSubstring("needs the types")))
+	_, err = guard.NewCache([]string{resource.ClusterType, resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
+	g.Expect(err).To(MatchError(ContainSubstring("given twice")))
+
+	c, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {staticCluster("a", cluster.Cluster_ROUND_ROBIN)}})).To(Succeed())
+	g.Expect(c.SetResources(map[string][]types.Resource{resource.RouteType: {routeTo("a")}})).To(MatchError(ContainSubstring("not one of the cache's")))
+	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {staticCluster("", cluster.Cluster_ROUND_ROBIN)}})).To(MatchError(ContainSubstring("without a name")))
+	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {
+		staticCluster("a", cluster.Cluster_ROUND_ROBIN), staticCluster("a", cluster.Cluster_MAGLEV)}})).To(MatchError(ContainSubstring(`"a" given twice`)))
+	g.Expect(c.Snapshot().Kind(resource.ClusterType)).To(HaveKey("a"), "what was served stays")
+}
