@@ -342,7 +342,7 @@ func (c *Cache) counter() event.Observer {
 // Clients returns every connected client's insight, by node id (one stream each: a client's
 // newer stream replaces its older one).
 func (c *Cache) Clients() []ClientInsight {
-	var out []ClientInsight
+	out := []ClientInsight{}
 	for _, z := range c.zones.Insights() {
 		if !z.Connected {
 			continue

@@ -8,9 +8,12 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -75,4 +78,24 @@ func Example_insight() {
 	// stream 1: a node id is required
 	// kds_xds_clients 0
 	// 200 {"items":[],"total":0}
+}
+
+// A server that keeps its resources itself serves them from kds-host's cache instead of a
+// go-control-plane one: delta clients only; the same options and insight.
+func ExampleNewCache() {
+	c, err := guard.NewCache([]string{resource.ClusterType, resource.EndpointType}, guard.Options{}, guard.KDSOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	xds := server.NewServer(context.Background(), c, c.Callbacks(nil))
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xds)
+
+	// Every resource of every type, each time: a client is sent what changed.
+	err = c.SetResources(map[string][]types.Resource{
+		resource.ClusterType: {&cluster.Cluster{Name: "backend"}},
+	})
+	fmt.Println(err, len(c.Snapshot().Kind(resource.ClusterType)), len(c.Clients()))
+	// Output: <nil> 1 0
 }
