@@ -36,6 +36,14 @@
 // transient cause), so refusals count as INVALID: the built-in policy resends a refused version
 // three times with backoff, then parks it until its content changes.
 //
+// Or it serves from kds-host's own cache (NewCache), for a server that sets its resources itself
+// (SetResources): the cache kds-host's global serves its zones from, through the same
+// constructor. A write costs only the streams that hold what changed, one encoding of a version
+// is shared by every stream, and each stream's one sender never blocks on the server's channel
+// whatever its types (go-control-plane issue 875). It serves the delta server only, and holds
+// back only what the owner check says (Options.OwnerCheck, with Options.Owners as the owners).
+// Both modes share the options, the NACK reading, the retry decisions and the insight.
+//
 // Supported: go-control-plane v0.14's two servers, state of the world and delta, ADS and the
 // per-type services: a delta client gets what changed of the same view, a refused name going
 // back to what it kept. The wrapped cache is always watched the state-of-the-world way (every
