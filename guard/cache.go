@@ -60,6 +60,7 @@ type Cache struct {
 	owners  func(typeURL string, r Resource) []Ref
 	types   []string
 	totals  totals
+	setMu   sync.Mutex                       // one SetResources at a time
 	built   map[string]map[string]*kds.Entry // SetResources' last entries, by type and name, reused while unchanged
 
 	grace  time.Duration
@@ -69,12 +70,6 @@ type Cache struct {
 	closed sync.Once
 }
 
-// Of Options, NewCache reads the retry policy's (RetryPolicy, Fallback, PolicyTimeout), the owner
-// check's (OwnerCheck, OwnerCheckTimeout: kds-host's owner holds, the check asked per client with
-// the resources as kds.v1.Resource candidates whose kind is the type URL and whose owners are
-// what Owners says they reference, none by default), and Logger. NoHolds does not apply: the
-// guard's own holds (references, warm-up routes, kept removals) are the wrapping Guard's.
-//
 // KDSOptions tune NewCache beyond Options: kds-host's own global sets them (its metrics, its zone
 // limits, its emulation of old behaviours); a server that adopts the package leaves them zero.
 type KDSOptions struct {
@@ -111,6 +106,12 @@ type KDSOptions struct {
 // NewCache returns kds-host's cache for types, in the order a client should get them when they
 // are ready together (what others reference first: clusters before their endpoints, listeners
 // before their routes).
+//
+// Of Options, it reads the retry policy's (RetryPolicy, Fallback, PolicyTimeout), the owner
+// check's (OwnerCheck, OwnerCheckTimeout: kds-host's owner holds, the check asked per client with
+// the resources as kds.v1.Resource candidates whose kind is the type URL and whose owners are
+// what Owners says they reference, none by default), and Logger. NoHolds does not apply: the
+// guard's own holds (references, warm-up routes, kept removals) are the wrapping Guard's.
 func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err error) {
 	if len(types) == 0 {
 		return nil, errors.New("guard: NewCache needs the types it serves")
@@ -281,6 +282,8 @@ func (cb *cacheCallbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDi
 // resource's version is a digest of its content, so a client is sent only what changed. A type
 // the cache was not made for, or a resource without a name, is refused, and nothing changes.
 func (c *Cache) SetResources(resources map[string][]types.Resource) error {
+	c.setMu.Lock()
+	defer c.setMu.Unlock()
 	built := make(map[string]map[string]*kds.Entry, len(resources))
 	var entries []*kds.Entry
 	for _, typeURL := range slices.Sorted(maps.Keys(resources)) {
