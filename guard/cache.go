@@ -221,6 +221,7 @@ func (c *Cache) expire() {
 		case <-tick.C:
 		}
 		for _, client := range c.zones.Expire(time.Now().Add(-c.grace)) {
+			c.ForgetZone(client)
 			if c.holds != nil {
 				c.holds.Forget(client)
 			}
@@ -330,8 +331,9 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
 	for _, ref := range c.owners(typeURL, r) {
 		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
 	}
+	wire := &discovery.Resource{Name: name, Version: version, Resource: a}
 	return &kds.Entry{Key: resource.Key{Kind: typeURL, Name: name}, Name: name, Version: version, Resource: env, Any: a,
-		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
+		Wire: wire, Size: proto.Size(wire) + kds.WireOverhead}, nil
 }
 
 // counter counts NACKs and responses by type for the collector.

@@ -40,12 +40,13 @@ func (e *Error) Error() string {
 
 // Titles of the errors the API answers with.
 const (
-	titleInvalid  = "Resource is not valid"
-	titleNotFound = "Not found"
-	titleConflict = "Conflict"
-	titleReadOnly = "Method not allowed"
-	titleTooLarge = "Request body too large"
-	titleInternal = "Internal server error"
+	titleInvalid     = "Resource is not valid"
+	titleNotFound    = "Not found"
+	titleConflict    = "Conflict"
+	titleReadOnly    = "Method not allowed"
+	titleTooLarge    = "Request body too large"
+	titleInternal    = "Internal server error"
+	titleUnavailable = "Store unavailable"
 )
 
 // fieldError is an Error with status 400 that names one field.

@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 )
@@ -29,6 +30,12 @@ type Config struct {
 	// Version and Mode are reported by GET /. An empty Mode is "zone" when ReadOnly, else "global".
 	Version string
 	Mode    string
+	// StoreTimeout bounds the store's work for one request (default 5s): past it the request
+	// answers 503 with Retry-After, instead of waiting on a locked table or a store that is down.
+	StoreTimeout time.Duration
+	// MaxResourceWireBytes, if set, refuses a resource whose KDS encoding is larger (the global's
+	// --kds-max-message: a resource goes to zones in one response at least).
+	MaxResourceWireBytes int
 }
 
 // Server serves the API. Other parts of the control plane add their routes with Handle.
@@ -39,6 +46,8 @@ type Server struct {
 	log      hclog.Logger
 	version  string
 	mode     string
+	maxWire  int
+	timeout  time.Duration
 	mux      *http.ServeMux
 }
 
@@ -93,10 +102,15 @@ func New(cfg Config) *Server {
 		log:      cfg.Logger,
 		version:  cfg.Version,
 		mode:     cfg.Mode,
+		maxWire:  cfg.MaxResourceWireBytes,
+		timeout:  cfg.StoreTimeout,
 		mux:      http.NewServeMux(),
 	}
 	if s.reg == nil {
 		s.reg = resource.Default()
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultStoreTimeout
 	}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
@@ -131,8 +145,31 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Handler returns the handler serving every route.
-func (s *Server) Handler() http.Handler { return s.mux }
+// DefaultStoreTimeout bounds the store's work for one request unless configured.
+const DefaultStoreTimeout = 5 * time.Second
+
+// Handler returns the handler serving every route; each request's context carries the store
+// deadline.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeoutCause(r.Context(), s.timeout, errStoreTimeout)
+		defer cancel()
+		s.mux.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// errStoreTimeout is the cause of a request's deadline.
+var errStoreTimeout = errors.New("the store did not answer in time")
+
+// unavailable is the answer to a request whose store work failed because the store did not
+// answer within the deadline (down, or a table locked), or nil for another failure.
+func (s *Server) unavailable(err error) *Error {
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errStoreTimeout) {
+		return nil
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Title: titleUnavailable,
+		Details: fmt.Sprintf("the store did not answer within %s (down, or busy): retry later", s.timeout)}
+}
 
 // Handle adds a route (a net/http ServeMux pattern) to the API, e.g. "GET /api/zones".
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
@@ -281,6 +318,10 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key resource.Key) {
 		s.writeError(w, r, fromValidation(err))
 		return
 	}
+	if apiErr := s.fitsKDS(&res); apiErr != nil {
+		s.writeError(w, r, apiErr)
+		return
+	}
 	stored, outcome, err := s.write(ctx, res)
 	if err != nil {
 		s.writeStoreError(w, r, key, res.Generation, err)
@@ -340,8 +381,28 @@ type BatchResponse struct {
 	Failed  int         `json:"failed"`
 }
 
-// MaxBatch is how many resources one POST /api/apply may carry.
-const MaxBatch = 1000
+// MaxBatch is how many resources one POST /api/apply may carry, and MaxBatchBytes how many bytes
+// its body may have (each resource of it at most MaxBodyBytes, as a PUT).
+const (
+	MaxBatch      = 1000
+	MaxBatchBytes = 64 << 20
+)
+
+// fitsKDS refuses a resource whose KDS encoding is larger than one KDS response may be.
+func (s *Server) fitsKDS(res *resource.Resource) *Error {
+	if s.maxWire <= 0 {
+		return nil
+	}
+	e, err := kds.NewEntry(res)
+	if err != nil {
+		return &Error{Status: http.StatusBadRequest, Title: titleInvalid, Details: fmt.Sprintf("%s cannot be encoded for zones: %v", res.Key(), err)}
+	}
+	if e.Size > s.maxWire {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Title: titleTooLarge,
+			Details: fmt.Sprintf("%s: %d bytes encoded for zones; one KDS response is at most %d bytes (--kds-max-message)", res.Key(), e.Size, s.maxWire)}
+	}
+	return nil
+}
 
 // apply serves POST /api/apply: every resource of the batch is decoded and validated as a PUT
 // would, and those that pass are written in one store transaction (each on its own: a refused
@@ -353,9 +414,14 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req BatchRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 256<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBatchBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			s.writeError(w, r, &Error{Status: http.StatusRequestEntityTooLarge, Title: titleTooLarge,
+				Details: fmt.Sprintf("body: larger than %d bytes; split the batch", MaxBatchBytes)})
+			return
+		}
 		s.writeError(w, r, &Error{Status: http.StatusBadRequest, Title: titleInvalid, Details: "the body must be {\"items\": [resource, ...]}: " + err.Error()})
 		return
 	}
@@ -368,7 +434,14 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	var items []store.WriteItem
 	var at []int // items[j] is resp.Items[at[j]]
 	for i, doc := range req.Items {
-		res, apiErr := DecodeResource(doc)
+		var res resource.Resource
+		var apiErr *Error
+		if len(doc) > MaxBodyBytes { // the limit of one resource, as a PUT's body
+			apiErr = &Error{Status: http.StatusRequestEntityTooLarge, Title: titleTooLarge,
+				Details: fmt.Sprintf("item %d: %d bytes; one resource is at most %d bytes, as a PUT's body", i, len(doc), MaxBodyBytes)}
+		} else {
+			res, apiErr = DecodeResource(doc)
+		}
 		if apiErr == nil {
 			if _, ok := s.reg.Get(res.Kind); !ok {
 				apiErr = fieldError("type", "unknown kind %q (known: %s)", res.Kind, s.reg.KnownNames())
@@ -378,6 +451,9 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 			if err := s.reg.Validate(&res); err != nil {
 				apiErr = fromValidation(err)
 			}
+		}
+		if apiErr == nil {
+			apiErr = s.fitsKDS(&res)
 		}
 		var onCreate []resource.Resource
 		if apiErr == nil && res.Kind == resource.MeshKind {
@@ -494,14 +570,24 @@ func (s *Server) storeError(key resource.Key, generation int64, err error) *Erro
 		return &Error{Status: http.StatusConflict, Title: titleConflict,
 			Details: fmt.Sprintf("generation: %d does not match the stored %s: get it again and reapply, or leave generation out", generation, key)}
 	}
+	if e := s.unavailable(err); e != nil {
+		return e
+	}
 	return &Error{Status: http.StatusInternalServerError, Title: titleInternal, Details: fmt.Sprintf("put %s: %v", key, err)}
 }
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if e := s.unavailable(err); e != nil {
+		s.writeError(w, r, e)
+		return
+	}
 	s.writeError(w, r, &Error{Status: http.StatusInternalServerError, Title: titleInternal, Details: err.Error()})
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, e *Error) {
+	if e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	if e.Status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "error", e.Details)
 	} else {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -515,4 +516,60 @@ func TestMeshDefaultsOfUnservedKindsAreSkipped(t *testing.T) {
 	all, err := st.List(t.Context(), "", "")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(all).To(HaveLen(3))
+}
+
+// Every write path holds the same per-resource limit: a batch item larger than a PUT's body is
+// refused by name with 413 and the others are applied (before, POST /api/apply stored a 20 MiB
+// resource that PUT refused and sent it to every zone).
+func TestABatchItemLargerThanAResourceIsRefusedByItself(t *testing.T) {
+	g := NewWithT(t)
+	c := newAPI(t, api.Config{Store: newMemStore()})
+	big := `{"type":"Mesh","name":"big","labels":{"x":"y"},"spec":{"pad":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}}`
+	a := c.do(http.MethodPost, "/api/apply", `{"items":[{"type":"Mesh","name":"small"},`+big+`]}`)
+	g.Expect(a.status).To(Equal(http.StatusOK))
+	var resp api.BatchResponse
+	g.Expect(json.Unmarshal(a.body, &resp)).To(Succeed())
+	g.Expect(resp.Applied).To(Equal(1))
+	g.Expect(resp.Items[1].Error).To(And(Not(BeNil()), HaveField("Details", ContainSubstring("item 1: "))))
+	g.Expect(c.total("/meshes")).To(Equal(1))
+}
+
+// A resource larger than one KDS response (--kds-max-message) is refused at the API with the
+// limit named, by PUT and by a batch alike.
+func TestAResourceLargerThanAKDSMessageIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	c := newAPI(t, api.Config{Store: newMemStore(), MaxResourceWireBytes: 1000})
+	var labels []string
+	for i := range 30 {
+		labels = append(labels, fmt.Sprintf(`"label-%02d":%q`, i, strings.Repeat("v", 60)))
+	}
+	doc := `{"type":"Mesh","name":"m","labels":{` + strings.Join(labels, ",") + `}}`
+	a := c.do(http.MethodPut, "/meshes/m", doc)
+	g.Expect(a.status).To(Equal(http.StatusRequestEntityTooLarge))
+	g.Expect(a.err().Details).To(ContainSubstring("--kds-max-message"))
+	a = c.do(http.MethodPost, "/api/apply", `{"items":[`+doc+`]}`)
+	var resp api.BatchResponse
+	g.Expect(json.Unmarshal(a.body, &resp)).To(Succeed())
+	g.Expect(resp.Items[0].Error).To(HaveField("Details", ContainSubstring("--kds-max-message")))
+	g.Expect(c.do(http.MethodPut, "/meshes/m", `{"type":"Mesh","name":"m"}`).status).To(Equal(http.StatusCreated))
+}
+
+// blockingStore is a store whose reads wait until their context ends (a locked table, a store
+// that does not answer).
+type blockingStore struct{ *memStore }
+
+func (blockingStore) Get(ctx context.Context, _ resource.Key) (resource.Resource, error) {
+	<-ctx.Done()
+	return resource.Resource{}, ctx.Err()
+}
+
+// A request whose store work does not finish within the store deadline answers 503 with
+// Retry-After instead of waiting (before: over 8 s on a locked table, with no deadline).
+func TestAStoreThatDoesNotAnswerGets503WithRetryAfter(t *testing.T) {
+	g := NewWithT(t)
+	c := newAPI(t, api.Config{Store: blockingStore{newMemStore()}, StoreTimeout: 50 * time.Millisecond})
+	a := c.do(http.MethodGet, "/meshes/default", "")
+	g.Expect(a.status).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(a.header.Get("Retry-After")).To(Equal("1"))
+	g.Expect(a.err().Details).To(ContainSubstring("did not answer within 50ms"))
 }

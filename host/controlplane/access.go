@@ -51,9 +51,6 @@ func (g *Global) user(r *http.Request) (auth.Claims, error) {
 	hint := "this API needs a token: on the global's machine the CLI reads the admin token from " +
 		"<data-dir>/" + auth.AdminTokenFile + " by itself (give --data-dir if the global runs with another); " +
 		"elsewhere pass --token-file FILE or KDS_TOKEN; an admin mints more with `kds-host token user --name NAME --group read-only`"
-	if g.cfg.AdminTokenFile != "" {
-		hint += " (this global's admin token is " + g.cfg.AdminTokenFile + ")"
-	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return auth.Claims{}, &api.Error{Status: http.StatusUnauthorized, Title: "Unauthorized", Details: hint}

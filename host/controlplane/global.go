@@ -77,8 +77,6 @@ type GlobalConfig struct {
 	// client certificate naming it). Off (--kds-auth none), any client may claim any zone.
 	KDSAuth     bool
 	ClientCerts bool
-	// AdminTokenFile is where the admin token was written, for the 401 hint.
-	AdminTokenFile string
 	// APITLS serves the API over TLS; nil serves plain HTTP.
 	APITLS *tls.Config
 	// StoreID is the store's id, sent to each zone at the start of its stream: a zone notices
@@ -133,6 +131,7 @@ type Global struct {
 	zoneMetrics          *zoneMetrics // the counters with a zone label, freed with the zone
 	replicas             *replicas    // this replica's zones in the store, and the others' (replicas.go)
 	timeline             *timeline    // each zone's latest NACKs, rounds and give-ups (timeline.go)
+	unservable           *unservable  // stored resources the snapshot cannot encode (unservable.go)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -206,10 +205,17 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if cfg.Emulate != "" {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}
-	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector())
-	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global"})
+	g.unservable = newUnservable(g.log.Named("sync"))
+	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable)
+	maxMessage := cfg.Limits.MaxMessage
+	if maxMessage <= 0 {
+		maxMessage = kds.DefaultLimits().MaxMessage
+	}
+	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global",
+		MaxResourceWireBytes: maxMessage})
 	g.API.Handle("GET /api/zones", http.HandlerFunc(g.serveZones))
 	g.API.Handle("GET /api/timeline", http.HandlerFunc(g.serveTimeline))
+	g.API.Handle("GET /api/unservable", http.HandlerFunc(g.serveUnservable))
 	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
 	g.API.Handle("POST /api/tokens/zone", g.serveToken(auth.KindZone))
 	g.API.Handle("POST /api/tokens/user", g.serveToken(auth.KindUser))
@@ -259,7 +265,12 @@ func (g *Global) Run(ctx context.Context) error {
 	}
 	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, scfg)
 	apiServer := newHTTPServer(g.apiHandler())
-	diagServer := newHTTPServer(diagHandler(g.metrics, g.isReady, g.cfg.Profiles))
+	diagServer := newHTTPServer(diagHandler(g.metrics, func(ctx context.Context) error {
+		if !g.isReady() {
+			return errors.New("the first snapshot is not built yet")
+		}
+		return storeReady(ctx, g.cfg.Store)
+	}, g.cfg.Profiles))
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -340,6 +351,7 @@ func (g *Global) sync(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		g.unservable.set(g.builder.Unservable())
 		publish(snap)
 		lastRev = rev
 		return nil
@@ -358,6 +370,7 @@ func (g *Global) sync(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		g.unservable.set(g.builder.Unservable())
 		if snap != prev {
 			publish(snap)
 		}

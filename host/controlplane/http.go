@@ -2,10 +2,12 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"time"
 
+	"github.com/kds-host/kds-host/host/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -21,9 +23,9 @@ func newHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// diagHandler serves /healthz (the process is up), /readyz (it serves its data) and /metrics,
-// and with pprof the Go profiles under /debug/pprof/.
-func diagHandler(reg *prometheus.Registry, ready func() bool, profiles bool) http.Handler {
+// diagHandler serves /healthz (the process is up), /readyz (it serves its data: ready says why
+// not, given a deadline) and /metrics, and with pprof the Go profiles under /debug/pprof/.
+func diagHandler(reg *prometheus.Registry, ready func(context.Context) error, profiles bool) http.Handler {
 	mux := http.NewServeMux()
 	if profiles {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -35,15 +37,28 @@ func diagHandler(reg *prometheus.Registry, ready func() bool, profiles bool) htt
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
+}
+
+// readyTimeout bounds /readyz's store ping.
+const readyTimeout = 2 * time.Second
+
+// storeReady pings the store (its revision) within ctx's deadline.
+func storeReady(ctx context.Context, st store.Store) error {
+	if _, err := st.Revision(ctx); err != nil {
+		return fmt.Errorf("the store does not answer: %w", err)
+	}
+	return nil
 }
 
 func shutdown(servers ...*http.Server) {

@@ -114,10 +114,8 @@ func contentType(ext string) string {
 func (g *Global) statusPage(h http.Handler) http.Handler {
 	cfg := StatusPageConfig{Mode: pageGlobal, Auth: g.cfg.Keys != nil}
 	if cfg.Auth {
+		// No path: this answer needs no token (the global's machine knows its --data-dir).
 		cfg.TokenHint = "a user token (read-only is enough): on the global's machine the admin token is <data-dir>/admin.token"
-		if g.cfg.AdminTokenFile != "" {
-			cfg.TokenHint = "a user token (read-only is enough); this global's admin token is in " + g.cfg.AdminTokenFile
-		}
 		cfg.TokenHint += "; an admin mints more with `kds-host token user --name NAME --group read-only`"
 	}
 	return withStatusPage(cfg, h)

@@ -86,7 +86,12 @@ func (z *Zone) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	apiServer := newHTTPServer(withStatusPage(StatusPageConfig{Mode: pageZone}, z.API.Handler())) // a read-only page at /gui (status.go)
-	diagServer := newHTTPServer(diagHandler(z.metrics, func() bool { return z.Client.Stats().Connected }, false))
+	diagServer := newHTTPServer(diagHandler(z.metrics, func(ctx context.Context) error {
+		if !z.Client.Stats().Connected {
+			return errors.New("not connected to the global")
+		}
+		return storeReady(ctx, z.cfg.Store)
+	}, false))
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)

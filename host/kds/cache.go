@@ -44,14 +44,16 @@ type Filter interface {
 type Cache struct {
 	kinds []string // kind order: owners first; responses that are ready together go in this order
 
-	budget  *budget // bytes of the responses in flight, across streams
-	snap    atomic.Pointer[Snapshot]
-	version atomic.Int64
-	filter  atomic.Pointer[filterBox]
+	budget     *budget      // bytes of the responses in flight, across streams
+	maxMessage atomic.Int64 // bytes of one response at most (Limits.MaxMessage)
+	snap       atomic.Pointer[Snapshot]
+	version    atomic.Int64
+	filter     atomic.Pointer[filterBox]
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
 	byZone   map[string]*Session                           // each zone's current (admitted) session
+	budgets  map[string]*tokenBucket                       // each zone's re-request budget, across its streams, until ForgetZone
 	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
 	peak     shrink.Peak                                   // of streams
 	zonePeak shrink.Peak
@@ -89,9 +91,11 @@ type filterBox struct{ Filter }
 // NewCache returns a cache for the given kinds, in owner-first order.
 func NewCache(kinds []string) *Cache {
 	c := &Cache{kinds: kinds, budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
+		budgets:  map[string]*tokenBucket{},
 		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}}
 	c.snap.Store(&Snapshot{})
 	c.filter.Store(&filterBox{})
+	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
 	return c
 }
 
@@ -254,10 +258,25 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 		return nil, status.Errorf(codes.ResourceExhausted, "the global serves %d zones already, its limit (--max-zones)", len(c.byZone))
 	}
 	c.byZone[zone] = st
+	b := c.budgets[zone]
+	if b == nil {
+		b = &tokenBucket{}
+		c.budgets[zone] = b
+	}
 	st.mu.Lock()
-	st.zone = zone
+	st.zone, st.reRequests = zone, b
 	st.mu.Unlock()
 	return old, nil
+}
+
+// ForgetZone frees what the cache keeps of a zone across its streams (its re-request budget),
+// once the zone's grace after its last stream is over.
+func (c *Cache) ForgetZone(zone string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, connected := c.byZone[zone]; !connected {
+		delete(c.budgets, zone)
+	}
 }
 
 // closeStream frees a stream's session and stops its sender. The delta server cancels every
@@ -420,6 +439,18 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
 	var sentForced []string
+	// The response stays under the message limit: what does not fit is left dirty, for the
+	// kind's next watch (the zone answers this response first). One resource always goes.
+	limit, size := int(c.maxMessage.Load()), 0
+	var rest []string
+	fits := func(name string, n int) bool {
+		if len(rest) > 0 || (size+n > limit && len(resp.Resources)+len(resp.RemovedResources) > 0) {
+			rest = append(rest, name)
+			return false
+		}
+		size += n
+		return true
+	}
 	look := func(name string) {
 		d, isKnown := ks.delivered[name]
 		e, served := entries[name]
@@ -433,15 +464,21 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 				delete(ks.forced, name) // not served to this zone: nothing to resend
 			}
 		case served:
+			if !fits(name, e.wireSize()) {
+				return
+			}
 			resp.Resources = append(resp.Resources, e.Wire)
 			if ks.forced[name] {
 				sentForced = append(sentForced, name)
 			}
 		default:
-			delete(ks.forced, name) // no longer served: nothing to resend
 			if isKnown {
+				if !fits(name, len(name)+WireOverhead) {
+					return
+				}
 				resp.RemovedResources = append(resp.RemovedResources, name)
 			}
+			delete(ks.forced, name) // no longer served: nothing to resend
 		}
 	}
 	if ks.full {
@@ -461,6 +498,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	}
 	ks.full = false
 	clear(ks.dirty)
+	for _, n := range rest {
+		ks.dirty[n] = true
+	}
 	if len(resp.Resources)+len(resp.RemovedResources) == 0 {
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +14,10 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
@@ -28,6 +33,9 @@ type harness struct {
 	zones  *kds.Zones
 	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	in     chan *discovery.DeltaDiscoveryResponse // what the one reader goroutine received
+	ended  chan error                             // the stream's end, once the reader saw it
+	conn   *grpc.ClientConn
+	ctx    context.Context
 	b      kds.SnapshotBuilder
 }
 
@@ -51,32 +59,52 @@ func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *kds.Trac
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	h.stream, err = discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.in = make(chan *discovery.DeltaDiscoveryResponse, 100)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		for {
-			r, err := h.stream.Recv()
-			if err != nil {
-				return
-			}
-			h.in <- r
-		}
-	}()
+	h.conn, h.ctx = conn, ctx
+	h.open(t)
 	t.Cleanup(func() {
-		scancel()
-		<-readerDone
 		conn.Close()
 		cancel()
 		srv.Stop()
 		h.cache.Close()
 	})
 	return h
+}
+
+// open opens h's stream on its connection, with its reader; both end with the test.
+func (h *harness) open(t *testing.T) {
+	sctx, scancel := context.WithCancel(h.ctx)
+	var err error
+	h.stream, err = discovery.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.in = make(chan *discovery.DeltaDiscoveryResponse, 100)
+	h.ended = make(chan error, 1)
+	readerDone := make(chan struct{})
+	in, ended, stream := h.in, h.ended, h.stream
+	go func() {
+		defer close(readerDone)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			in <- r
+		}
+	}()
+	t.Cleanup(func() {
+		scancel()
+		<-readerDone
+	})
+}
+
+// reconnect is a second stream to the same server, over the same connection (the zone comes
+// back: the server replaces its first stream).
+func (h *harness) reconnect(t *testing.T) *harness {
+	h2 := *h
+	h2.open(t)
+	return &h2
 }
 
 func (h *harness) set(rs []resource.Resource) {
@@ -264,4 +292,88 @@ func TestARequestWithoutATypeURLIsRefused(t *testing.T) {
 	err := tr.OnStreamDeltaRequest(1, &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}})
 	g.Expect(err).To(MatchError(ContainSubstring("type_url is required")))
 	tr.OnDeltaStreamClosed(1, nil)
+}
+
+// A kind larger than one message goes in as many responses as it takes, each under the limit and
+// each sent once the zone answered the one before; a resource larger than the limit goes alone.
+// Removals are bounded the same way.
+func TestAKindLargerThanAMessageGoesInSeveralResponses(t *testing.T) {
+	g := NewWithT(t)
+	const limit = 64 << 10
+	h := newHarness(t, []string{"MeshTimeout"}, func(h *harness) *kds.Tracker {
+		tr := kds.NewTracker(h.cache, h.zones.Observer())
+		tr.SetLimits(kds.Limits{MaxMessage: limit})
+		return tr
+	})
+	big := func(name string, n int) resource.Resource {
+		return policy("MeshTimeout", "default", name, fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", n)))
+	}
+	var rs []resource.Resource
+	for i := range 17 {
+		rs = append(rs, big(fmt.Sprintf("p%02d", i), 20<<10))
+	}
+	rs = append(rs, big("huge", 100<<10))
+	h.set(rs)
+	h.subscribe("MeshTimeout")
+	got := map[string]bool{}
+	responses := 0
+	for len(got) < len(rs) {
+		r := h.recv()
+		responses++
+		g.Expect(proto.Size(r) <= limit || len(r.Resources) == 1).To(BeTrue(), "response %d: %d bytes, %d resources", responses, proto.Size(r), len(r.Resources))
+		for _, res := range r.Resources {
+			g.Expect(got).NotTo(HaveKey(res.Name), "sent twice")
+			got[res.Name] = true
+		}
+		select {
+		case extra := <-h.in:
+			t.Fatalf("a second response (%d resources) before the first was answered", len(extra.Resources))
+		case <-time.After(50 * time.Millisecond):
+		}
+		h.ack(r)
+	}
+	g.Expect(responses).To(BeNumerically(">=", 6), "17 x 20 KiB and one of 100 KiB under 64 KiB")
+
+	h.set(nil)
+	removed := map[string]bool{}
+	for len(removed) < len(rs) {
+		r := h.recv()
+		for _, n := range r.RemovedResources {
+			removed[n] = true
+		}
+		h.ack(r)
+	}
+}
+
+// A stream may subscribe to only so many names the global does not hold: beyond the limit its
+// request is refused with ResourceExhausted and counted, and nothing of it is kept. Before, 6
+// million made-up names grew the global's heap to 831 MB.
+func TestNamesTheGlobalDoesNotHoldAreBoundedPerStream(t *testing.T) {
+	g := NewWithT(t)
+	var refusals []event.Refusal
+	var mu sync.Mutex
+	h := newHarness(t, []string{"MeshTimeout"}, func(h *harness) *kds.Tracker {
+		tr := kds.NewTracker(h.cache, h.zones.Observer(), event.Observer{Refused: func(r event.Refusal) {
+			mu.Lock()
+			refusals = append(refusals, r)
+			mu.Unlock()
+		}})
+		tr.SetLimits(kds.Limits{MaxUnknownNames: 3})
+		return tr
+	})
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "held", `{}`)})
+	send := func(names ...string) {
+		g.Expect(h.stream.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "zone-1"}, TypeUrl: "MeshTimeout", ResourceNamesSubscribe: names})).To(Succeed())
+	}
+	send("default/held", "made-up-1", "made-up-2", "made-up-2") // one held, two not (one twice)
+	g.Expect(h.recv().Resources).To(HaveLen(1))
+	send("made-up-3")
+	send("made-up-4", "made-up-5")
+	var err error
+	g.Eventually(h.ended, 10*time.Second).Should(Receive(&err))
+	g.Expect(status.Code(err)).To(Equal(codes.ResourceExhausted))
+	g.Expect(err.Error()).To(ContainSubstring("5 names the global does not hold; at most 3"))
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(refusals).To(ConsistOf(HaveField("Reason", "limit")))
 }

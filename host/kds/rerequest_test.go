@@ -106,3 +106,33 @@ func TestReRequestsAreRateLimitedPerStream(t *testing.T) {
 	g.Expect(got).To(BeNumerically(">=", 1))
 	g.Expect(got).To(BeNumerically("<=", 3))
 }
+
+// The re-request budget counts names, not requests, and is the zone's across its streams: a
+// zone that reconnects does not find it full again (before, 30 reconnects got 49 answers a
+// second against a limit of 20).
+func TestTheReRequestBudgetCountsNamesAndOutlivesAStream(t *testing.T) {
+	g := NewWithT(t)
+	rec := &reRequests{}
+	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(kds.RateLimit{Rate: 1e-6, Burst: 4}, rec))
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{}`), policy("MeshTimeout", "default", "b", `{}`), policy("MeshTimeout", "default", "c", `{}`)})
+	h.subscribe("MeshTimeout")
+	h.ack(h.recv())
+	again := func(names ...string) {
+		g.Expect(h.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResourceNamesSubscribe: names})).To(Succeed())
+	}
+	again("default/a", "default/b", "default/c") // 3 of 4
+	again("default/a", "default/b")              // 2 more: refused
+	again("default/a")                           // the last one
+	g.Eventually(func() int { yes, no := rec.answered(); return yes + no }, 10*time.Second).Should(Equal(3))
+	yes, no := rec.answered()
+	g.Expect([]int{yes, no}).To(Equal([]int{2, 1}))
+
+	// A new stream of the same zone finds the budget spent.
+	h2 := h.reconnect(t)
+	h2.subscribe("MeshTimeout")
+	h2.ack(h2.recv())
+	g.Expect(h2.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResourceNamesSubscribe: []string{"default/a"}})).To(Succeed())
+	g.Eventually(func() int { yes, no := rec.answered(); return yes + no }, 10*time.Second).Should(Equal(4))
+	yes, no = rec.answered()
+	g.Expect([]int{yes, no}).To(Equal([]int{2, 2}))
+}

@@ -55,7 +55,8 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 		grpc.MaxRecvMsgSize(64 << 20),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Zones ping every 10s at most (zone.Keepalive, gRPC's minimum): allowed with room.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))

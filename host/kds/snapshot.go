@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"weak"
 
@@ -30,6 +31,20 @@ type Entry struct {
 	// Wire is the entry as a delta response carries it, shared by every response that sends
 	// this version: read-only.
 	Wire *discovery.Resource
+	// Size is Wire's encoded size in a response (0: measured when needed).
+	Size int
+}
+
+// WireOverhead is what one resource or removed name adds to a response beyond its own bytes
+// (its field tag and length), at most.
+const WireOverhead = 16
+
+// wireSize is the bytes e adds to a delta response.
+func (e *Entry) wireSize() int {
+	if e.Size > 0 {
+		return e.Size
+	}
+	return proto.Size(e.Wire) + WireOverhead
 }
 
 // Snapshot is an immutable view of every resource to serve, by kind and xDS name.
@@ -93,9 +108,40 @@ func (s *Snapshot) Kind(kind string) map[string]*Entry {
 // SnapshotBuilder turns store contents into Snapshots, reusing the encoded entry of a resource
 // whose content did not change since the previous build. Build starts from a full list; Update
 // applies changes to the last snapshot built. It is not safe for concurrent use.
+//
+// A resource that cannot be encoded (a spec written by another version, a manual fix gone wrong)
+// does not stop the others: it is left out, or, when an earlier version of it was served, that
+// version stays (its zones keep what they have), and it is listed by Unservable until a later
+// version of it encodes or it is deleted.
 type SnapshotBuilder struct {
 	prev map[resource.Key]builtEntry // what the last snapshot holds
 	last *Snapshot
+	bad  map[resource.Key]Unservable
+}
+
+// Unservable is a stored resource the global cannot encode for zones.
+type Unservable struct {
+	Key        resource.Key `json:"key"`
+	Generation int64        `json:"generation"`
+	Error      string       `json:"error"`
+}
+
+// Unservable lists the resources the last snapshot could not encode, sorted by key.
+func (b *SnapshotBuilder) Unservable() []Unservable {
+	out := make([]Unservable, 0, len(b.bad))
+	for _, u := range b.bad {
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b Unservable) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out
+}
+
+// refuse records that r cannot be encoded.
+func (b *SnapshotBuilder) refuse(r *resource.Resource, err error) {
+	if b.bad == nil {
+		b.bad = map[resource.Key]Unservable{}
+	}
+	b.bad[r.Key()] = Unservable{Key: r.Key(), Generation: r.Generation, Error: err.Error()}
 }
 
 type builtEntry struct {
@@ -104,10 +150,12 @@ type builtEntry struct {
 	entry *Entry
 }
 
-// Build returns a snapshot of rs.
+// Build returns a snapshot of rs. It fails on nothing: a resource that cannot be encoded is left
+// out (or keeps its earlier version) and listed by Unservable.
 func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 	next := make(map[resource.Key]builtEntry, len(rs))
 	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
+	b.bad = nil
 	for i := range rs {
 		r := &rs[i]
 		key := r.Key()
@@ -115,9 +163,13 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 		if !ok || be.gen != r.Generation || be.spec != string(r.Spec) {
 			e, err := NewEntry(r)
 			if err != nil {
-				return nil, err
+				b.refuse(r, err)
+				if !ok {
+					continue // never served: left out
+				}
+			} else {
+				be = builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}
 			}
-			be = builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}
 		}
 		next[key] = be
 		byName := s.kinds[key.Kind]
@@ -137,8 +189,9 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 // of the same key) and deleted taken out. Only the kinds it touches get new maps; the others
 // are shared with the last snapshot, so its cost follows the size of the change, not of the
 // snapshot (plus one copy of each touched kind's map). A change that changes nothing (same
-// generation and spec, or a delete of an absent key) returns the last snapshot itself. When a
-// resource cannot be encoded, nothing is applied.
+// generation and spec, or a delete of an absent key) returns the last snapshot itself. A resource
+// that cannot be encoded is not applied (its earlier version, if any, stays) and is listed by
+// Unservable; the rest is.
 func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key) (*Snapshot, error) {
 	prev := b.last
 	if prev == nil {
@@ -157,12 +210,15 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 		}
 		e, err := NewEntry(r)
 		if err != nil {
-			return nil, err
+			b.refuse(r, err) // the version served before, if any, stays
+			continue
 		}
+		delete(b.bad, key)
 		puts = append(puts, put{key: key, be: builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}})
 	}
 	var dels []resource.Key
 	for _, k := range deleted {
+		delete(b.bad, k)
 		if _, ok := b.prev[k]; ok {
 			dels = append(dels, k)
 		}
@@ -240,8 +296,10 @@ func NewEntry(r *resource.Resource) (*Entry, error) {
 		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
 	}
 	name, version := r.Key().XDSName(), resource.Version(p)
-	return &Entry{Key: r.Key(), Name: name, Version: version, Resource: p, Any: a,
-		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}, nil
+	e := &Entry{Key: r.Key(), Name: name, Version: version, Resource: p, Any: a,
+		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
+	e.Size = e.wireSize()
+	return e, nil
 }
 
 // Decode reads a resource out of an Any from a KDS response. The Any's type URL is the request's

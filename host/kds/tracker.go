@@ -3,6 +3,7 @@ package kds
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,11 +43,21 @@ type Limits struct {
 	// time instead of every zone's whole state encoded at once. A response larger than the limit
 	// is sent alone; one waits 5 s at most for room.
 	MaxInFlightBytes int64
+	// MaxUnknownNames bounds the names one stream subscribes to that the global does not hold
+	// (default 10,000): beyond it the request is refused (ResourceExhausted) and counted, so
+	// made-up names cannot grow the global's memory.
+	MaxUnknownNames int
+	// MaxMessage bounds one response, in bytes (default 16 MiB, well under a zone's 64 MiB
+	// receive limit): a kind whose resources take more goes in as many responses as it takes,
+	// each sent once the zone answered the one before. A single resource larger than the limit
+	// goes alone (the API refuses such a resource: api.Config.MaxResourceWireBytes).
+	MaxMessage int
 }
 
 // DefaultLimits are the limits unless configured.
 func DefaultLimits() Limits {
-	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit(), MaxInFlightBytes: 64 << 20}
+	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit(), MaxInFlightBytes: 64 << 20,
+		MaxMessage: 16 << 20, MaxUnknownNames: 10_000}
 }
 
 func (l Limits) withDefaults() Limits {
@@ -63,6 +74,12 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxInFlightBytes <= 0 {
 		l.MaxInFlightBytes = d.MaxInFlightBytes
 	}
+	if l.MaxMessage <= 0 {
+		l.MaxMessage = d.MaxMessage
+	}
+	if l.MaxUnknownNames <= 0 {
+		l.MaxUnknownNames = d.MaxUnknownNames
+	}
 	if l.ReRequests.Rate <= 0 || l.ReRequests.Burst <= 0 {
 		l.ReRequests = d.ReRequests
 	}
@@ -78,6 +95,7 @@ func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
 func (t *Tracker) SetLimits(l Limits) {
 	t.limits = l.withDefaults()
 	t.cache.budget.setLimit(t.limits.MaxInFlightBytes)
+	t.cache.maxMessage.Store(int64(t.limits.MaxMessage))
 }
 
 // SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
@@ -138,6 +156,11 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 		return status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
 	}
 
+	if err := s.subscribeUnknown(kind, req, t.limits.MaxUnknownNames); err != nil {
+		t.observers.Refused(event.Refusal{Reason: "limit", Zone: zone, Detail: status.Convert(err).Message()})
+		return err
+	}
+
 	s.mu.Lock()
 	ks := s.kind(kind)
 	first := !ks.requested
@@ -151,7 +174,7 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	// as the stream's rate limit allows.
 	var again []string
 	reRequest := !first && req.GetResponseNonce() == "" && len(req.GetResourceNamesSubscribe()) > 0
-	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests)
+	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests, len(req.GetResourceNamesSubscribe()))
 	if answer {
 		again = req.GetResourceNamesSubscribe()
 	}
@@ -246,27 +269,32 @@ type RateLimit struct {
 	Burst int
 }
 
-// DefaultReRequestLimit is how often a stream's re-requests are answered unless configured:
-// 20 a second, 40 at once.
+// DefaultReRequestLimit is how many names a zone's re-requests may ask for again unless
+// configured: 20 a second, 40 at once.
 func DefaultReRequestLimit() RateLimit { return RateLimit{Rate: 20, Burst: 40} }
 
-// tokenBucket is one stream's RateLimit state. The zero value is a full bucket.
+// tokenBucket is one zone's RateLimit state, shared by its streams (a zone that reconnects
+// finds it as it left it). The zero value is a full bucket.
 type tokenBucket struct {
+	mu      sync.Mutex
 	started bool
 	tokens  float64
 	last    time.Time
 }
 
-// allow takes a token if there is one.
-func (b *tokenBucket) allow(now time.Time, l RateLimit) bool {
+// allow takes n tokens (a request's names; at most a full bucket) if there are that many.
+func (b *tokenBucket) allow(now time.Time, l RateLimit, n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if !b.started {
 		b.started, b.tokens, b.last = true, float64(l.Burst), now
 	}
 	b.tokens = min(float64(l.Burst), b.tokens+now.Sub(b.last).Seconds()*l.Rate)
 	b.last = now
-	if b.tokens < 1 {
+	cost := float64(min(max(n, 1), l.Burst))
+	if b.tokens < cost {
 		return false
 	}
-	b.tokens--
+	b.tokens -= cost
 	return true
 }

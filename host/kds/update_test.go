@@ -74,13 +74,37 @@ func TestUpdateSharesTheKindsItDoesNotTouch(t *testing.T) {
 	g.Expect(s4.Len()).To(Equal(4))
 	g.Expect(sameMap(s4.Kind("Mesh"), s1.Kind("Mesh"))).To(BeTrue())
 
-	// A resource that cannot be encoded fails the update, and nothing of it is applied.
-	_, err = b.Update([]resource.Resource{policy("MeshTimeout", "default", "d", `{}`), policy("MeshTimeout", "default", "bad", `[1]`)}, nil)
-	g.Expect(err).To(HaveOccurred())
-	s5, err := b.Update(nil, []resource.Key{{Kind: "MeshTimeout", Mesh: "default", Name: "c"}})
+	// A resource that cannot be encoded is skipped and listed; the rest of the update applies.
+	s5, err := b.Update([]resource.Resource{policy("MeshTimeout", "default", "d", `{}`), policy("MeshTimeout", "default", "bad", `[1]`)}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s5.Kind("MeshTimeout")).To(HaveKey("default/d"))
+	g.Expect(s5.Kind("MeshTimeout")).NotTo(HaveKey("default/bad"))
+	g.Expect(b.Unservable()).To(ConsistOf(And(HaveField("Key.Name", "bad"), HaveField("Error", Not(BeEmpty())))))
+	// A served resource whose new version cannot be encoded keeps its served version.
+	served := s5.Kind("MeshTimeout")["default/d"]
+	badD := policy("MeshTimeout", "default", "d", `"no"`)
+	badD.Generation = 2
+	s6, err := b.Update([]resource.Resource{badD}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s6.Kind("MeshTimeout")["default/d"]).To(BeIdenticalTo(served))
+	g.Expect(b.Unservable()).To(HaveLen(2))
+	// Fixed or deleted, it is no longer listed.
+	fixed := policy("MeshTimeout", "default", "bad", `{"fixed":true}`)
+	fixed.Generation = 2
+	s7, err := b.Update([]resource.Resource{fixed}, []resource.Key{{Kind: "MeshTimeout", Mesh: "default", Name: "d"}, {Kind: "MeshTimeout", Mesh: "default", Name: "c"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s7.Kind("MeshTimeout")).To(HaveKey("default/bad"))
+	g.Expect(b.Unservable()).To(BeEmpty())
+	s5, err = b.Update(nil, []resource.Key{{Kind: "MeshTimeout", Mesh: "default", Name: "bad"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s5.Len()).To(Equal(3))
-	g.Expect(s5.Kind("MeshTimeout")).NotTo(HaveKey("default/d"))
+
+	// A full build skips what it cannot encode, and lists it.
+	var withBad kds.SnapshotBuilder
+	sb, err := withBad.Build([]resource.Resource{meshResource("default"), policy("MeshTimeout", "default", "bad", `[1]`)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sb.Len()).To(Equal(1))
+	g.Expect(withBad.Unservable()).To(HaveLen(1))
 
 	// The result is what a full build of the same resources gives.
 	var full kds.SnapshotBuilder

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,6 +108,9 @@ func (reg *Registry) Validate(r *Resource) error {
 			return invalid("mesh", "%q is not a valid mesh name", r.Mesh)
 		}
 	}
+	if err := validLabels(r.Labels); err != nil {
+		return err
+	}
 	for i, o := range r.Owners {
 		if _, ok := reg.Get(o.Kind); !ok {
 			return invalid(fmt.Sprintf("owners[%d].kind", i), "unknown kind %q", o.Kind)
@@ -137,6 +142,48 @@ func (reg *Registry) Validate(r *Resource) error {
 	}
 	r.Spec = compact
 	return nil
+}
+
+// Labels follow Kubernetes' rules (as Kuma's do): a key is an optional DNS subdomain prefix of at
+// most 253 characters and a slash, then a name of at most 63 characters of letters, digits, '-',
+// '_' and '.', starting and ending with a letter or digit; a value is empty or such a name.
+var (
+	labelNameRE   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelPrefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// MaxLabels bounds the labels of one resource.
+const MaxLabels = 64
+
+func validLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return invalid("labels", "%d labels; at most %d", len(labels), MaxLabels)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) { // the first bad one, the same each time
+		field := fmt.Sprintf("labels[%q]", short(k))
+		name := k
+		if prefix, n, ok := strings.Cut(k, "/"); ok {
+			if len(prefix) > 253 || !labelPrefixRE.MatchString(prefix) {
+				return invalid(field, "the key's prefix must be a DNS subdomain (lower-case letters, digits, '-' and '.'), at most 253 characters")
+			}
+			name = n
+		}
+		if !labelNameRE.MatchString(name) {
+			return invalid(field, "the key's name must be 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+		}
+		if v := labels[k]; v != "" && !labelNameRE.MatchString(v) {
+			return invalid(field, "the value must be empty or 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (%d bytes given)", len(v))
+		}
+	}
+	return nil
+}
+
+// short is s cut to 64 bytes for an error message.
+func short(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return s[:64] + "..."
 }
 
 // ToProto returns the wire form of a validated resource.

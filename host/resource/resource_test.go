@@ -3,8 +3,10 @@ package resource_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -177,4 +179,37 @@ func TestExamplesAreValid(t *testing.T) {
 		g.Expect(json.Unmarshal(j, &r)).To(Succeed(), f)
 		g.Expect(reg.Validate(&r)).To(Succeed(), f)
 	}
+}
+
+// Label keys and values follow Kubernetes' rules; the error names the label. Before, a 1 MB
+// value or a key of HTML was stored and sent to every zone.
+func TestLabelsAreValidatedAsKubernetesDoes(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	for _, ok := range []map[string]string{
+		{"kuma.io/origin": "global", "app": "", "a.b-c_d": "x.Y-z_1", "k8s.io/x": strings.Repeat("v", 63)},
+	} {
+		r := resource.Resource{Kind: "Mesh", Name: "m", Labels: ok}
+		g.Expect(reg.Validate(&r)).To(Succeed())
+	}
+	for label, field := range map[[2]string]string{
+		{"<script>", "x"}:                   `labels["<script>"]`,
+		{"app", strings.Repeat("v", 1<<20)}: `labels["app"]`,
+		{"app", "-x"}:                       `labels["app"]`,
+		{"Bad_Prefix/x", "v"}:               `labels["Bad_Prefix/x"]`,
+		{strings.Repeat("k", 64), "v"}:      `labels["` + strings.Repeat("k", 64) + `"]`,
+		{"kuma.io/", "v"}:                   `labels["kuma.io/"]`,
+	} {
+		r := resource.Resource{Kind: "Mesh", Name: "m", Labels: map[string]string{label[0]: label[1]}}
+		err := reg.Validate(&r)
+		var ve *resource.ValidationError
+		g.Expect(errors.As(err, &ve)).To(BeTrue(), label[0])
+		g.Expect(ve.Field).To(Equal(field))
+	}
+	many := map[string]string{}
+	for i := range resource.MaxLabels + 1 {
+		many[fmt.Sprintf("l%d", i)] = ""
+	}
+	r := resource.Resource{Kind: "Mesh", Name: "m", Labels: many}
+	g.Expect(reg.Validate(&r)).To(MatchError(ContainSubstring("at most 64")))
 }

@@ -80,12 +80,28 @@ type Config struct {
 	DialTimeout time.Duration
 	// BackoffMin and BackoffMax bound the reconnect backoff (defaults 100ms and 5s).
 	BackoffMin, BackoffMax time.Duration
+	// MaxReceiveMessage bounds one KDS response the zone accepts, in bytes (default 64 MiB).
+	MaxReceiveMessage int
+	// ProbeInterval and ProbeTimeout: while connected, the zone asks the global's health check
+	// every ProbeInterval (default 5s) and ends the stream when no answer comes within
+	// ProbeTimeout (default 4s), so a connection that died silently, or a global that stopped
+	// answering, is noticed within ProbeInterval + ProbeTimeout (gRPC's own keepalive cannot
+	// ping more often than every 10s).
+	ProbeInterval, ProbeTimeout time.Duration
 	// Applied, when set, is called after a response's transaction committed with the keys of
 	// the resources it stored (removals and refused resources are not listed), before the ACK
 	// or NACK is sent. It runs on the stream's goroutine and must return quickly. It is for
 	// measurements (examples/bench); nil does nothing.
 	Applied func(kind string, stored []resource.Key)
 }
+
+// The zone's transport keepalive, under its health probe (Config.ProbeInterval): an HTTP/2 ping
+// after Keepalive without traffic (gRPC's minimum), the connection given up when no answer
+// comes within KeepaliveTimeout. The global accepts pings every 5s.
+const (
+	Keepalive        = 10 * time.Second
+	KeepaliveTimeout = 4 * time.Second
+)
 
 // Client keeps one zone connected to its global.
 type Client struct {
@@ -212,6 +228,15 @@ func New(cfg Config) (*Client, error) {
 	if c.cfg.BackoffMin <= 0 {
 		c.cfg.BackoffMin = 100 * time.Millisecond
 	}
+	if c.cfg.MaxReceiveMessage <= 0 {
+		c.cfg.MaxReceiveMessage = 64 << 20
+	}
+	if c.cfg.ProbeInterval <= 0 {
+		c.cfg.ProbeInterval = 5 * time.Second
+	}
+	if c.cfg.ProbeTimeout <= 0 {
+		c.cfg.ProbeTimeout = 4 * time.Second
+	}
 	if c.cfg.BackoffMax <= 0 {
 		c.cfg.BackoffMax = 5 * time.Second
 	}
@@ -308,6 +333,31 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
+// probe asks the global's health check every ProbeInterval until ctx ends, and returns an error
+// when an answer does not come within ProbeTimeout or says the global does not serve.
+func (c *Client) probe(ctx context.Context, h healthpb.HealthClient) error {
+	tick := time.NewTicker(c.cfg.ProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeTimeout)
+		resp, err := h.Check(pctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return fmt.Errorf("the global did not answer its health check within %s (the connection died, or the global is stuck): %w", c.cfg.ProbeTimeout, err)
+		case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+			return fmt.Errorf("the global's health check says %s", resp.GetStatus())
+		}
+	}
+}
+
 // endpoints is every address to try, in order: each configured global's, a host name's
 // resolved addresses each (a name that does not resolve is dialled as it is, and fails then).
 func (c *Client) endpoints(ctx context.Context) []endpoint {
@@ -357,8 +407,8 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 	}
 	target, opts := ep.target, []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxReceiveMessage)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: Keepalive, Timeout: KeepaliveTimeout, PermitWithoutStream: true}),
 	}
 	if ep.ip != "" {
 		// Dial the resolved address; TLS still checks the certificate against the name.
@@ -423,10 +473,16 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 	// One goroutine receives; this one applies, answers, and asks again for what it refused once
 	// the cause clears. The stream's context ends the receiver when the session returns.
 	responses := make(chan *discovery.DeltaDiscoveryResponse)
-	received := make(chan error, 1)
+	received := make(chan error, 2) // the receiver's end and the probe's, each once
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	wg.Go(func() {
+		// The health probe: a global that does not answer ends the session (received).
+		if err := c.probe(ctx, healthpb.NewHealthClient(conn)); err != nil {
+			received <- err
+		}
+	})
 	wg.Go(func() {
 		for {
 			resp, err := stream.Recv()

@@ -54,6 +54,7 @@ type runFlags struct {
 	verifyKeys        []string
 	zoneGrace         time.Duration
 	limits            kds.Limits
+	maxReceive        int
 	maxStreamsPerConn uint32
 	apiTLSCert        string
 	apiTLSKey         string
@@ -95,8 +96,8 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringSliceVar(&flags.admissionOutages, "admission-outage", nil, "zone, fault injection: KIND=DURATION rejects every write of KIND for DURATION after start, like an admission webhook that is not ready (repeatable)")
 	f.StringSliceVar(&flags.admissionDeny, "admission-deny-label", nil, "zone, fault injection: KEY=VALUE makes the zone's admission refuse, as INVALID, every resource with that label, as a webhook with a rule the global does not know would (repeatable)")
 	f.BoolVar(&flags.plainXDS, "plain-xds", false, "zone: behave as a plain xDS client, as Kuma's zone does: NACK with a message only (no structured rejections or causes) and never ask again for what was refused; the global's retry timer alone brings it back")
-	f.Float64Var(&flags.reRequestRate, "rerequest-rate", 20, "global: re-requests a zone stream may make per second (names it refused, asked for again once their cause cleared); more are not answered and are counted in kds_rerequests_total")
-	f.IntVar(&flags.reRequestBurst, "rerequest-burst", 40, "global: re-requests a zone stream may make at once, above --rerequest-rate")
+	f.Float64Var(&flags.reRequestRate, "rerequest-rate", 20, "global: names a zone may ask for again per second, across its streams (names it refused, asked for again once their cause cleared); a re-request beyond it is not answered and is counted in kds_rerequests_total")
+	f.IntVar(&flags.reRequestBurst, "rerequest-burst", 40, "global: names a zone may ask for again at once, above --rerequest-rate (a re-request of more names costs this much)")
 	f.StringVar(&flags.kdsAuth, "kds-auth", "token", "global: how zones prove their name on KDS: token (a zone token, or with --kds-tls-client-ca a client certificate naming the zone) or none (anyone may claim any zone: loopback experiments only)")
 	f.StringVar(&flags.clientCA, "kds-tls-client-ca", "", "global: CA file whose client certificates prove a zone's name (its first DNS SAN), as an alternative to a zone token")
 	f.StringVar(&flags.signingKey, "token-signing-key", "", "global: Ed25519 key (PEM) that signs zone and user tokens (default: one made at first start under --data-dir/keys, mode 0600)")
@@ -106,6 +107,9 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", kds.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
 	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", kds.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
 	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", kds.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones, across zones; a full sync of many zones goes a few zones at a time within it (a response waits 5s at most for room)")
+	f.IntVar(&flags.limits.MaxMessage, "kds-max-message", kds.DefaultLimits().MaxMessage, "global: bytes of one KDS response at most; a kind larger goes in several responses, and the API refuses a resource larger than this (keep it under the zones' --kds-max-receive-message)")
+	f.IntVar(&flags.limits.MaxUnknownNames, "kds-max-unknown-names", kds.DefaultLimits().MaxUnknownNames, "global: names one zone stream may subscribe to that the global does not hold; a request beyond it is refused (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
+	f.IntVar(&flags.maxReceive, "kds-max-receive-message", 64<<20, "zone: bytes of one KDS response the zone accepts (the global's --kds-max-message must stay under it)")
 	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open")
 	f.StringVar(&flags.apiTLSCert, "api-tls-cert", "", "global: serve the HTTP API over TLS with this certificate (with --api-tls-key)")
 	f.StringVar(&flags.apiTLSKey, "api-tls-key", "", "global: the HTTP API's TLS key")
@@ -288,9 +292,12 @@ func (flags *runFlags) setUpAuth(log hclog.Logger, cfg *controlplane.GlobalConfi
 		return fmt.Errorf("token keys (--token-signing-key, --token-verification-key): %w", err)
 	}
 	cfg.Keys = keys
-	if cfg.AdminTokenFile, err = auth.EnsureAdminToken(keys, flags.dataDir, time.Now()); err != nil {
+	adminToken, err := auth.EnsureAdminToken(keys, flags.dataDir, time.Now())
+	if err != nil {
 		return err
 	}
+	// Said here, to whoever runs the global, and never in an answer that needs no token.
+	log.Info("the admin token is in this file (mode 0600); the CLI on this machine reads it by itself", "file", adminToken)
 	if (flags.apiTLSCert == "") != (flags.apiTLSKey == "") {
 		return fmt.Errorf("--api-tls-cert and --api-tls-key go together")
 	}
@@ -351,7 +358,7 @@ func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resou
 		Registry: reg, Logger: log, Version: version,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:15681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:15680"),
-		KDS: zone.Config{
+		KDS: zone.Config{MaxReceiveMessage: flags.maxReceive,
 			Zone: flags.zoneName, GlobalAddress: flags.globalAddress,
 			TLSCAFile: flags.tlsCA, TLSSkipVerify: flags.tlsSkipVerify,
 			TokenFile: flags.zoneTokenFile, ClientCertFile: flags.clientCert, ClientKeyFile: flags.clientKey,

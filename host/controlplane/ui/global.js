@@ -54,9 +54,10 @@ function start(cfg) {
 }
 
 async function refresh() {
-  const [zones, timeline, plugins] = await Promise.all([
+  const [zones, timeline, unservable, plugins] = await Promise.all([
     getJSON('/api/zones', true),
     getJSON('/api/timeline', true),
+    getJSON('/api/unservable', true),
     plugins404 ? null : getJSON('/api/plugins', true).catch((err) => {
       if (err.status !== 404) throw err;
       plugins404 = true;
@@ -65,7 +66,19 @@ async function refresh() {
   ]);
   setServerNow(timeline.now);
   renderZones(zones.items || [], timeline);
+  renderUnservable(unservable.items || []);
   renderPlugins(plugins);
+}
+
+// ---- stored resources the global cannot serve
+
+function renderUnservable(items) {
+  $('unservable-section').hidden = items.length === 0;
+  const rows = items.map((u) => ({
+    props: {class: 'unservable'},
+    cells: [el('strong', {text: `${u.key.kind} ${u.key.mesh ? u.key.mesh + '/' : ''}${u.key.name}`}), String(u.generation), u.error],
+  }));
+  $('unservable').replaceChildren(table(['resource', 'generation', 'error'], rows, {class: 'unservable'}));
 }
 
 // ---- zones
