@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,4 +94,31 @@ func TestReadyzFailsWhileTheStoreIsDown(t *testing.T) {
 	st.down.Store(false)
 	code, _ = readyz()
 	g.Expect(code).To(Equal(http.StatusOK))
+}
+
+// A kind larger than one gRPC message reaches a fresh zone: 17 MeshTimeouts of ~4 MB each (each
+// under the API's limit) make 68 MB, more than the zone's 64 MiB receive limit; they go in
+// responses of at most --kds-max-message (16 MiB) and the zone holds every one. Before, the zone
+// refused the one 72 MB response, reconnected every few seconds and held none of the kind.
+func TestAKindLargerThanAMessageReachesAFreshZone(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	reg := resource.Default()
+	st := openSQLite(t)
+	put(t, st, reg, mesh("default"))
+	const n = 17
+	for i := range n {
+		big := strings.Repeat(string(rune('a'+i)), 4_000_000)
+		put(t, st, reg, resource.Resource{Kind: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("big-%02d", i),
+			Spec: json.RawMessage(fmt.Sprintf(`{"targetRef":{"kind":"MeshSubset","tags":{"pad":%q}},"default":{"connectionTimeout":"1s"}}`, big))})
+	}
+	gl := startGlobal(t, st, reg)
+	zst := openSQLite(t)
+	startZone(t, "zone-1", gl.KDSAddr(), zst, reg)
+	g.Eventually(count(zst, "MeshTimeout", "default"), 60*time.Second, 100*time.Millisecond).Should(Equal(n))
+	rs, err := zst.List(ctx, "MeshTimeout", "default")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, r := range rs {
+		g.Expect(len(r.Spec)).To(BeNumerically(">", 4_000_000))
+	}
 }
