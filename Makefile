@@ -11,7 +11,7 @@ FUZZTIME ?= 20s
 
 NODE_RETRY := examples/plugins/node-retry
 
-.PHONY: all build tools proto lint test-deps test bench fuzz run repro repro-compare replicas clean example-plugins
+.PHONY: all build tools proto lint test-deps test bench fuzz run repro repro-compare replicas chaos clean example-plugins
 
 all: build
 
@@ -74,6 +74,11 @@ repro: build ## the Kuma retry stall and its fix, with two control planes on loo
 
 repro-compare: build ## every retry mode side by side: convergence time, NACKs, rounds; a timeline SVG per scenario under bench-results/repro/
 	./examples/repro/compare.sh $(REPRO_ARGS)
+
+CHAOS_TIME ?= 30s
+CHAOS_SEED ?= 1
+chaos: build ## a soak under random faults: two replicas on a throwaway PostgreSQL, zones behind fault proxies, steady writes; checks nothing acknowledged is lost (CHAOS_TIME=10m for the long one)
+	$(GO) run ./examples/chaos -time $(CHAOS_TIME) -seed $(CHAOS_SEED) -bin $(BIN) $(CHAOS_ARGS)
 
 replicas: build ## three global replicas on a throwaway PostgreSQL, two zones, a replica killed under a zone (examples/replicas)
 	./examples/replicas/replicas.sh --no-build $(REPLICAS_ARGS)

@@ -262,6 +262,11 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.startOn(ctx, port)
+}
+
+// startOn runs postgres on port and waits until it accepts connections.
+func (s *Server) startOn(ctx context.Context, port int) error {
 	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("pgtest: %w", err)
@@ -357,6 +362,39 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Halt stops a started server at once, as a crash would (pg_ctl stop -m immediate), keeping its
+// data; Resume starts it again on the same port. For fault injection (examples/chaos).
+func (s *Server) Halt() error {
+	if s.external || s.dir == "" {
+		return errors.New("pgtest: only a server this package started can be halted")
+	}
+	s.kill()
+	select {
+	case <-s.exited:
+		return nil
+	default:
+		return fmt.Errorf("pgtest: postgres in %s did not stop", s.dir)
+	}
+}
+
+// Resume starts a halted server again on its port, within StartTimeout.
+func (s *Server) Resume(ctx context.Context) error {
+	if s.external || s.dir == "" {
+		return errors.New("pgtest: only a server this package started can be resumed")
+	}
+	u, err := url.Parse(s.adminDSN)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("pgtest: the server's port: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	return s.startOn(ctx, port)
 }
 
 // AdminDSN is a DSN to the server's "postgres" database with the server's superuser (or, for
