@@ -143,7 +143,9 @@ func (s *soak) start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
-	if s.pg, err = pgtest.StartServer(ctx); err != nil {
+	// Durable: PostgreSQL acknowledges a commit once it is in its log, as in production, so that a
+	// crash of the server (a fault) cannot take back what a replica acknowledged.
+	if s.pg, err = pgtest.StartDurableServer(ctx); err != nil {
 		return err
 	}
 	dsn, _, err := s.pg.CreateDatabase(ctx)

@@ -74,6 +74,7 @@ type Server struct {
 	bin     string // directory of the binaries
 	dir     string // temporary directory: data/, the socket, postgres.log
 	cred    *syscall.Credential
+	durable bool // synchronous_commit on: a commit survives the server's crash (Halt)
 	proc    *os.Process
 	exited  chan struct{} // closed when the postgres process has exited
 	waitErr error         // the process's exit status, set before exited is closed
@@ -85,7 +86,14 @@ func Skipped() bool { return os.Getenv(EnvSkip) == "1" }
 
 // StartServer starts a server (or connects to the one EnvDSN names) and waits until it accepts
 // connections. It fails with ErrNoBinaries when there is nothing to start.
-func StartServer(ctx context.Context) (*Server, error) {
+func StartServer(ctx context.Context) (*Server, error) { return startServer(ctx, false) }
+
+// StartDurableServer is StartServer for a server whose commits survive its crash (Halt):
+// synchronous_commit stays on (StartServer turns it off, for speed, so a crash may lose the
+// last commits it acknowledged). For fault injection that checks nothing acknowledged is lost.
+func StartDurableServer(ctx context.Context) (*Server, error) { return startServer(ctx, true) }
+
+func startServer(ctx context.Context, durable bool) (*Server, error) {
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		return external(ctx, dsn)
 	}
@@ -96,7 +104,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 
-	s := &Server{bin: bin}
+	s := &Server{bin: bin, durable: durable}
 	if os.Geteuid() == 0 {
 		if s.cred, err = postgresUser(); err != nil {
 			return nil, err
@@ -272,12 +280,19 @@ func (s *Server) startOn(ctx context.Context, port int) error {
 		return fmt.Errorf("pgtest: %w", err)
 	}
 	defer logf.Close()
+	// fsync off: the machine does not crash under a test, only the server may (its writes
+	// are in the OS's cache); synchronous_commit off unless durable: a crash may lose the last
+	// acknowledged commits.
+	syncCommit := "synchronous_commit=off"
+	if s.durable {
+		syncCommit = "synchronous_commit=on"
+	}
 	// No CommandContext here: the server outlives ctx, which only bounds the start.
 	cmd := s.command(context.Background(), "postgres", "-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories="+s.dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "fsync=off", "-c", syncCommit, "-c", "full_page_writes=off",
 		"-c", "logging_collector=off", "-c", "max_connections=200",
 		// Shared memory segments in the data directory, not /dev/shm: a killed server
 		// leaves nothing behind outside its directory.
