@@ -4,7 +4,6 @@ package main
 // fault proxies between zones and replicas.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -312,18 +311,3 @@ func (p *proxy) pipe(from, to net.Conn) {
 
 // httpJSON is a client for the replicas' and zones' APIs, with a deadline on every call.
 var httpJSON = &http.Client{Timeout: 10 * time.Second}
-
-// waitAll runs f for each of n in parallel and returns the first error.
-func waitAll(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
-	errs := make(chan error, n)
-	for i := range n {
-		go func() { errs <- f(ctx, i) }()
-	}
-	var first error
-	for range n {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}

@@ -164,7 +164,9 @@ func TestAZoneRefusedForAWhileConnectsOnceAccepted(t *testing.T) {
 func TestAZoneNoticesAGlobalThatStopsAnsweringAndReconnects(t *testing.T) {
 	g := NewWithT(t)
 	f := &fakeGlobal{t: t}
-	f.behave = func(_ int, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error { return f.serve(s) }
+	f.behave = func(_ int, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+		return f.serve(s)
+	}
 	p := newFreezer(t, f.start("127.0.0.1:0"))
 	c, st := runZone(t, p.addr, func(cfg *Config) { cfg.ProbeInterval, cfg.ProbeTimeout = 200*time.Millisecond, 300*time.Millisecond })
 	g.Eventually(holdsMesh(st), 10*time.Second).Should(BeTrue())
