@@ -66,6 +66,7 @@ type applier struct {
 	cmd           *cobra.Command
 	total, failed int
 	pending       []pendingItem
+	pendingBytes  int  // of the pending documents: a batch stays under api.MaxBatchBytes
 	noBatch       bool // the control plane has no POST /api/apply
 }
 
@@ -108,11 +109,21 @@ func (a *applier) applyFile(file string) error {
 			if len(items) > 1 {
 				w = fmt.Sprintf("%s[%d]", where, j)
 			}
+			if len(item) > api.MaxBodyBytes { // the API's limit of one resource, said before sending
+				a.pending = append(a.pending, pendingItem{where: w, err: fmt.Errorf("%d bytes; one resource is at most %d bytes", len(item), api.MaxBodyBytes)})
+				continue
+			}
 			k, name, err := a.check(item)
 			if wholesale(err) {
 				return err
 			}
+			if a.pendingBytes+len(item) > api.MaxBatchBytes/2 { // the batch's JSON stays well under the limit
+				if err := a.flush(); err != nil {
+					return err
+				}
+			}
 			a.pending = append(a.pending, pendingItem{where: w, kind: k, name: name, doc: item, err: err})
+			a.pendingBytes += len(item)
 			if len(a.pending) >= api.MaxBatch {
 				if err := a.flush(); err != nil {
 					return err
@@ -127,7 +138,7 @@ func (a *applier) applyFile(file string) error {
 // takes no batch. A refusal of the whole request (no token, a wrong one) stops everything.
 func (a *applier) flush() error {
 	all := a.pending
-	a.pending = nil
+	a.pending, a.pendingBytes = nil, 0
 	var items []pendingItem // what is sent
 	for _, it := range all {
 		if it.err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -307,4 +308,16 @@ func TestGetShowsAgeAndWide(t *testing.T) {
 		g.Expect(age(now.Add(-d), now)).To(Equal(want))
 	}
 	g.Expect(age(time.Time{}, now)).To(Equal("-"))
+}
+
+// The CLI holds the API's limit of one resource (a PUT's body), names the document it refuses,
+// and applies the others.
+func TestApplyRefusesADocumentLargerThanAResource(t *testing.T) {
+	g := NewWithT(t)
+	cp := newGlobalAPI(t)
+	file := writeFile(t, "big.yaml", "type: Mesh\nname: default\n---\ntype: Mesh\nname: big\nlabels: {pad: \""+strings.Repeat("a", api.MaxBodyBytes)+"\"}\n")
+	r := runCLI(t, "", "apply", "-f", file, "--cp", cp)
+	g.Expect(r.err).To(MatchError("1 of 2 documents were not applied"))
+	g.Expect(r.stdout).To(Equal("mesh \"default\" created\n"))
+	g.Expect(r.stderr).To(And(HavePrefix("error: "+file+":doc#2: "), ContainSubstring(fmt.Sprintf("one resource is at most %d bytes", api.MaxBodyBytes))))
 }
