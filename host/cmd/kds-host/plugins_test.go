@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -525,4 +526,21 @@ func TestPluginsDieWithTheHost(t *testing.T) {
 	for _, pid := range pids {
 		g.Eventually(func() bool { return alive(pid) }, time.Minute, 5*time.Millisecond).Should(BeFalse(), "plugin %d outlived its host", pid)
 	}
+}
+
+// No answer that needs no token says where this machine keeps a secret: the 401 of the API and
+// the status page's /gui/config.json name <data-dir>/admin.token, not the data dir's path (which
+// they did). The log of the global, its operator's, does.
+func TestUnauthenticatedAnswersRevealNoPath(t *testing.T) {
+	g := NewWithT(t)
+	h := startHost(t)
+	for _, path := range []string{"/meshes", "/api/zones", "/gui/config.json"} {
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + h.apiAddr + path)
+		g.Expect(err).NotTo(HaveOccurred())
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		g.Expect(string(b)).NotTo(ContainSubstring(h.dataDir), path)
+		g.Expect(string(b)).To(ContainSubstring("admin.token"), path)
+	}
+	g.Eventually(h.out.String, 5*time.Second).Should(ContainSubstring(filepath.Join(h.dataDir, auth.AdminTokenFile)))
 }
