@@ -72,6 +72,7 @@ type report struct {
 	converge            []time.Duration // per zone, after the last fault
 	restarts            map[string]int
 	resources           int
+	checked, unsure     int // names whose every write was answered, and the others
 	notConverged        bool
 	convergenceDeadline time.Duration
 }
@@ -549,8 +550,10 @@ func (s *soak) check(healed time.Time) (*report, error) {
 	rep.duplicated = append(rep.duplicated, dups...)
 	for name, k := range s.keys {
 		if k.ambiguous {
+			rep.unsure++
 			continue
 		}
+		rep.checked++
 		got, ok := global[name]
 		switch {
 		case k.present && !ok:
@@ -642,6 +645,7 @@ func (r *report) table() string {
 	fmt.Fprintf(&b, "%-34s %d\n", "writes refused (not applied)", r.refused)
 	fmt.Fprintf(&b, "%-34s %d\n", "writes unanswered (either way)", r.ambiguous)
 	fmt.Fprintf(&b, "%-34s %d\n", "MeshTimeouts in the global", r.resources)
+	fmt.Fprintf(&b, "%-34s %d (and %d with an unanswered write, checked for agreement only)\n", "names checked against their writes", r.checked, r.unsure)
 	fmt.Fprintf(&b, "%-34s %d\n", "acknowledged writes lost", len(r.lost))
 	fmt.Fprintf(&b, "%-34s %d\n", "duplicated", len(r.duplicated))
 	if len(r.converge) > 0 {

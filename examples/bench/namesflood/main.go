@@ -5,6 +5,7 @@
 // the global's live heap and peak RSS beside the same figures before the flood.
 //
 //	go build -o bin/kds-host ./host/cmd/kds-host && go run ./examples/bench/namesflood -bin bin/kds-host
+//	go run ./examples/bench/namesflood -bin bin/kds-host -limit 100000000   # the bound off
 package main
 
 import (
@@ -33,8 +34,9 @@ func main() {
 	bin := flag.String("bin", "bin/kds-host", "the kds-host binary")
 	names := flag.Int("names", 6_000_000, "made-up names to subscribe to in all")
 	batch := flag.Int("batch", 50_000, "names per request")
+	limit := flag.Int("limit", 0, "the global's --kds-max-unknown-names (0: its default); a limit above -names shows the flood without the bound")
 	flag.Parse()
-	if err := run(*bin, *names, *batch); err != nil {
+	if err := run(*bin, *names, *batch, *limit); err != nil {
 		fmt.Fprintln(os.Stderr, "namesflood:", err)
 		os.Exit(1)
 	}
@@ -49,7 +51,7 @@ func port() int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func run(bin string, total, batch int) error {
+func run(bin string, total, batch, limit int) error {
 	dir, err := os.MkdirTemp("", "kds-namesflood-")
 	if err != nil {
 		return err
@@ -58,6 +60,9 @@ func run(bin string, total, batch int) error {
 	kdsAddr, diagAddr := fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port())
 	cmd := exec.Command(bin, "--mode", "global", "--data-dir", dir, "--kds-plaintext", "--kds-auth", "none", "--kds-addr", kdsAddr,
 		"--api-addr", fmt.Sprintf("127.0.0.1:%d", port()), "--diag-addr", diagAddr, "--log-level", "error")
+	if limit > 0 {
+		cmd.Args = append(cmd.Args, "--kds-max-unknown-names", strconv.Itoa(limit))
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -102,6 +107,7 @@ func run(bin string, total, batch int) error {
 			}
 		}()
 		node := &core.Node{Id: "zone-flood"}
+		refusedHere := false
 	stream:
 		for sent < total {
 			req := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: "MeshTimeout", ResourceNamesSubscribe: make([]string, 0, batch)}
@@ -115,11 +121,20 @@ func run(bin string, total, batch int) error {
 			sent += batch
 			select {
 			case err := <-ended:
-				refused++
-				lastRefusal = status.Convert(err).Message()
+				refusedHere, lastRefusal = true, status.Convert(err).Message()
 				break stream
 			case <-time.After(20 * time.Millisecond):
 			}
+		}
+		if !refusedHere { // the send failed: the stream's end says why
+			select {
+			case err := <-ended:
+				refusedHere, lastRefusal = true, status.Convert(err).Message()
+			case <-time.After(time.Second):
+			}
+		}
+		if refusedHere {
+			refused++
 		}
 		cancel()
 	}
