@@ -410,8 +410,10 @@ type ZoneView struct {
 	ReplicaAddress string             `json:"replicaAddress,omitempty"`
 	Heartbeat      *time.Time         `json:"heartbeat,omitempty"`
 	Retry          *retry.StreamState `json:"retry,omitempty"`
-	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT).
-	Withheld []owner.Withheld `json:"withheld,omitempty"`
+	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT); in a page
+	// of GET /api/zones, the first 20, with WithheldTotal counting them all when there are more.
+	Withheld      []owner.Withheld `json:"withheld,omitempty"`
+	WithheldTotal int              `json:"withheldTotal,omitempty"`
 	// Held is Withheld under its old JSON name, for the clients that read "held".
 	//
 	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
@@ -468,9 +470,4 @@ func zoneViews(insights []kds.ZoneInsight, retryOf func(stream int64) *retry.Str
 		out = append(out, zv)
 	}
 	return out
-}
-
-func (g *Global) serveZones(w http.ResponseWriter, _ *http.Request) {
-	views := g.ZoneViews()
-	api.WriteJSON(w, http.StatusOK, map[string]any{"items": views, "total": len(views)})
 }

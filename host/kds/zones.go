@@ -144,42 +144,87 @@ func (z *Zones) Inventory(zone string) []resource.Key { return z.InventoryKeys(z
 func (z *Zones) Insights() []ZoneInsight {
 	z.mu.Lock()
 	out := make([]ZoneInsight, 0, len(z.zones))
-	sessions := make([]*Session, 0, len(z.zones))
-	earlier := make([][]KindInsight, 0, len(z.zones))
+	parts := make([]zoneParts, 0, len(z.zones))
 	for name, s := range z.zones {
 		out = append(out, ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since})
-		sessions = append(sessions, s.session)
-		var e []KindInsight
-		for _, ki := range s.earlier {
-			e = append(e, *ki)
-		}
-		earlier = append(earlier, e)
+		parts = append(parts, s.parts())
 	}
 	z.mu.Unlock()
 	for i := range out { // never under z.mu: a session's lock
-		byKind := map[string]*KindInsight{}
-		if sessions[i] != nil {
-			for _, ki := range sessions[i].Insight() {
-				byKind[ki.Kind] = ki
-			}
-		}
-		for _, e := range earlier[i] {
-			ki := byKind[e.Kind]
-			if ki == nil {
-				ki = &KindInsight{Kind: e.Kind}
-				byKind[e.Kind] = ki
-			}
-			ki.Sent += e.Sent
-			ki.Responses += e.Responses
-			ki.ACKs += e.ACKs
-			ki.NACKs += e.NACKs
-		}
-		for _, ki := range byKind {
-			out[i].Kinds = append(out[i].Kinds, ki)
-		}
-		sort.Slice(out[i].Kinds, func(a, b int) bool { return out[i].Kinds[a].Kind < out[i].Kinds[b].Kind })
+		out[i].Kinds = parts[i].kinds()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	return out
+}
+
+// List returns every zone's state without its kinds, sorted by zone: what a summary of many
+// zones needs, at the cost of the zone table alone.
+func (z *Zones) List() []ZoneInsight {
+	z.mu.Lock()
+	out := make([]ZoneInsight, 0, len(z.zones))
+	for name, s := range z.zones {
+		out = append(out, ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since})
+	}
+	z.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	return out
+}
+
+// Insight is one zone's state, as Insights gives it, and whether the zone is known.
+func (z *Zones) Insight(zone string) (ZoneInsight, bool) {
+	z.mu.Lock()
+	s, ok := z.zones[zone]
+	if !ok {
+		z.mu.Unlock()
+		return ZoneInsight{}, false
+	}
+	zi := ZoneInsight{Zone: zone, Connected: s.connected, Stream: s.stream, Since: s.since}
+	p := s.parts()
+	z.mu.Unlock()
+	zi.Kinds = p.kinds()
+	return zi, true
+}
+
+// zoneParts is what a zone's kinds are made of: its session and its earlier streams' counters,
+// copied under the table's lock.
+type zoneParts struct {
+	session *Session
+	earlier []KindInsight
+}
+
+func (s *zoneState) parts() zoneParts {
+	p := zoneParts{session: s.session}
+	for _, ki := range s.earlier {
+		p.earlier = append(p.earlier, *ki)
+	}
+	return p
+}
+
+// kinds is the zone's kinds, sorted: its session's counters with its earlier streams' added.
+// Call without the table's lock (it takes the session's).
+func (p zoneParts) kinds() []*KindInsight {
+	byKind := map[string]*KindInsight{}
+	if p.session != nil {
+		for _, ki := range p.session.Insight() {
+			byKind[ki.Kind] = ki
+		}
+	}
+	for _, e := range p.earlier {
+		ki := byKind[e.Kind]
+		if ki == nil {
+			ki = &KindInsight{Kind: e.Kind}
+			byKind[e.Kind] = ki
+		}
+		ki.Sent += e.Sent
+		ki.Responses += e.Responses
+		ki.ACKs += e.ACKs
+		ki.NACKs += e.NACKs
+	}
+	out := make([]*KindInsight, 0, len(byKind))
+	for _, ki := range byKind {
+		out = append(out, ki)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Kind < out[b].Kind })
 	return out
 }
 

@@ -351,6 +351,33 @@ func (h *Holds) Withheld(zone string) []Withheld {
 	return out
 }
 
+// Withholds reports whether anything is held back from a zone, without listing it.
+func (h *Holds) Withholds(zone string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	z := h.zones[zone]
+	if z == nil {
+		return false
+	}
+	found := false
+	z.own.each(func(_ resource.Key, v Verdict) {
+		if v.Withheld != nil {
+			found = true
+		}
+	})
+	if found {
+		return true
+	}
+	if z.table != nil {
+		for k := range z.table.held {
+			if _, over := z.own.get(k); !over {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Forget frees the verdicts of a zone that has no open stream (its grace period is over).
 func (h *Holds) Forget(zone string) {
 	h.mu.Lock()

@@ -11,10 +11,12 @@ import (
 	"github.com/kds-host/kds-host/host/controlplane"
 )
 
-// zoneList is the answer of GET /api/zones.
+// zoneList is the answer of GET /api/zones (a global of the release before sends items and
+// total only).
 type zoneList struct {
-	Items []controlplane.ZoneView `json:"items"`
-	Total int                     `json:"total"`
+	Summary *controlplane.ZoneSummary `json:"summary"`
+	Items   []controlplane.ZoneView   `json:"items"`
+	Total   int                       `json:"total"`
 }
 
 func newInspectZonesCmd() *cobra.Command {
@@ -28,7 +30,7 @@ stream (round, next retry, give-up) with the reason the retry policy gave for it
 it whole; a decision of the built-in fallback says so, and why the policy in force did not
 decide). Below the table, the names the retry policy parked: rejected names not resent until
 their content changes (an INVALID spec), with the policy's reason.`,
-	}, "/api/zones", printZones)
+	}, fmt.Sprintf("/api/zones?limit=%d", controlplane.MaxZonesLimit), printZones)
 }
 
 // cut shortens s to n runes for a table cell.
@@ -120,6 +122,9 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 				fmt.Fprintf(cmd.OutOrStdout(), "  %s %s %s: %s\n", z.Zone, h.Kind, h.Name, h.Reason)
 			}
 		}
+	}
+	if len(list.Items) < list.Total {
+		fmt.Fprintf(cmd.ErrOrStderr(), "\nShowing the first %d of %d zones (GET /api/zones pages them: ?offset=, ?state=, ?zone=).\n", len(list.Items), list.Total)
 	}
 	return nil
 }

@@ -8,8 +8,28 @@ let stop = null;
 
 const $ = (id) => document.getElementById(id);
 
+// The zones shown: a filter and a page of GET /api/zones (its summary counts every zone).
+const PAGE = 50;
+const view = {state: '', zone: '', offset: 0};
+
+function zonesPath() {
+  const q = new URLSearchParams({offset: String(view.offset), limit: String(PAGE)});
+  if (view.state) q.set('state', view.state);
+  if (view.zone) q.set('zone', view.zone);
+  return '/api/zones?' + q.toString();
+}
+
+function wireFilter() {
+  $('zones-state').addEventListener('change', () => { view.state = $('zones-state').value; view.offset = 0; refresh(); });
+  $('zones-q').addEventListener('input', () => { view.zone = $('zones-q').value.trim(); view.offset = 0; refresh(); });
+  $('zones-prev').addEventListener('click', () => { view.offset = Math.max(0, view.offset - PAGE); refresh(); });
+  $('zones-next').addEventListener('click', () => { view.offset += PAGE; refresh(); });
+  $('zones-filter').addEventListener('submit', (ev) => ev.preventDefault());
+}
+
 async function main() {
   const cfg = await getJSON('/gui/config.json', false);
+  wireFilter();
   $('signout').addEventListener('click', () => {
     token.clear();
     showLogin(cfg, '');
@@ -55,7 +75,7 @@ function start(cfg) {
 
 async function refresh() {
   const [zones, timeline, unservable, plugins] = await Promise.all([
-    getJSON('/api/zones', true),
+    getJSON(zonesPath(), true),
     getJSON('/api/timeline', true),
     getJSON('/api/unservable', true),
     plugins404 ? null : getJSON('/api/plugins', true).catch((err) => {
@@ -65,6 +85,7 @@ async function refresh() {
     }),
   ]);
   setServerNow(timeline.now);
+  renderCounts(zones);
   renderZones(zones.items || [], timeline);
   renderUnservable(unservable.items || []);
   renderPlugins(plugins);
@@ -82,6 +103,19 @@ function renderUnservable(items) {
 }
 
 // ---- zones
+
+function renderCounts(zones) {
+  const s = zones.summary || {};
+  const parts = [`${s.zones || 0} zones`, `${s.connected || 0} connected`, `${s.disconnected || 0} disconnected`,
+    `${s.failing || 0} failing`, `${s.withholding || 0} withholding`, `${s.givenUp || 0} given up`];
+  $('zones-counts').textContent = parts.join(' · ');
+  const total = zones.total || 0;
+  const first = total ? view.offset + 1 : 0;
+  const last = Math.min(view.offset + PAGE, total);
+  $('zones-page').textContent = `${first}-${last} of ${total}`;
+  $('zones-prev').disabled = view.offset === 0;
+  $('zones-next').disabled = view.offset + PAGE >= total;
+}
 
 function failingKinds(zv) {
   return new Map(((zv.retry && zv.retry.failing) || []).map((k) => [k.kind, k]));
