@@ -151,9 +151,8 @@ func (r *replicas) leave() {
 	}
 }
 
-// merge adds to this replica's zone views where each zone is connected: here, or on the replica
-// whose fresh record of it is the newest stream; zones connected only elsewhere are added.
-func (r *replicas) merge(views []ZoneView, now time.Time) []ZoneView {
+// elsewhere is, by zone, the newest fresh record of a stream another replica serves.
+func (r *replicas) elsewhere(now time.Time) map[string]store.ZoneStream {
 	r.mu.Lock()
 	others := r.others
 	r.mu.Unlock()
@@ -166,6 +165,13 @@ func (r *replicas) merge(views []ZoneView, now time.Time) []ZoneView {
 			newest[z.Zone] = z
 		}
 	}
+	return newest
+}
+
+// merge adds to this replica's zone views where each zone is connected: here, or on the replica
+// whose fresh record of it is the newest stream; zones connected only elsewhere are added.
+func (r *replicas) merge(views []ZoneView, now time.Time) []ZoneView {
+	newest := r.elsewhere(now)
 	for i := range views {
 		v := &views[i]
 		z, elsewhere := newest[v.Zone]

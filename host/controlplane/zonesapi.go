@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/host/store"
 )
 
 // ZoneSummary counts the zones by state, all of them whatever the filter: the first part of
@@ -48,19 +50,20 @@ const (
 // zoneStates are the values of GET /api/zones?state=.
 var zoneStates = []string{"connected", "disconnected", "failing", "withholding", "givenUp"}
 
-// zoneRow is one zone as the summary and the filter see it: cheap to make for every zone.
+// zoneRow is one zone as the summary and the filter see it: cheap to make for every zone (no
+// kinds, no copy of the retry state).
 type zoneRow struct {
-	view                          ZoneView
-	retry                         *retry.StreamState
+	kds.ZoneInsight
+	other                         *store.ZoneStream // the stream another replica serves, when it is there
 	failing, withholding, givenUp bool
 }
 
-func (r zoneRow) is(state string) bool {
+func (r *zoneRow) is(state string) bool {
 	switch state {
 	case "connected":
-		return r.view.Connected
+		return r.Connected
 	case "disconnected":
-		return !r.view.Connected
+		return !r.Connected
 	case "failing":
 		return r.failing
 	case "withholding":
@@ -117,55 +120,65 @@ func containsString(list []string, s string) bool {
 
 // zonesAnswer makes GET /api/zones's answer.
 func (g *Global) zonesAnswer(state, part string, offset, limit int) ZonesAnswer {
-	var light []ZoneView
-	for _, zi := range g.Zones.List() {
-		light = append(light, ZoneView{ZoneInsight: zi})
-	}
-	light = g.replicas.merge(light, time.Now())
+	now := time.Now()
+	rows := g.zoneRows(now)
 	ans := ZonesAnswer{Items: []ZoneView{}, Offset: offset, Limit: limit}
-	var matching []zoneRow
-	for _, v := range light {
-		row := zoneRow{view: v}
-		if v.Connected && v.Heartbeat == nil && g.Retry != nil { // this replica's own stream
-			if s := g.Cache.Session(v.Stream); s != nil {
-				row.retry = s.Retry().State()
+	var matching []int
+	for i := range rows {
+		row := &rows[i]
+		if row.Connected && row.other == nil && g.Retry != nil { // this replica's own stream
+			if s := g.Cache.Session(row.Stream); s != nil {
+				row.failing, row.givenUp = s.Retry().Failing()
 			}
 		}
-		if row.retry != nil {
-			row.failing, row.givenUp = len(row.retry.Failing) > 0, row.retry.GivenUp != ""
-		}
-		row.withholding = g.Holds != nil && g.Holds.Withholds(v.Zone)
+		row.withholding = g.Holds != nil && g.Holds.Withholds(row.Zone)
 		ans.Summary.Zones++
-		for _, c := range []struct {
-			on bool
-			n  *int
-		}{{v.Connected, &ans.Summary.Connected}, {!v.Connected, &ans.Summary.Disconnected}, {row.failing, &ans.Summary.Failing},
-			{row.withholding, &ans.Summary.Withholding}, {row.givenUp, &ans.Summary.GivenUp}} {
-			if c.on {
-				*c.n++
-			}
+		if row.Connected {
+			ans.Summary.Connected++
+		} else {
+			ans.Summary.Disconnected++
 		}
-		if (state == "" || row.is(state)) && strings.Contains(v.Zone, part) {
-			matching = append(matching, row)
+		if row.failing {
+			ans.Summary.Failing++
+		}
+		if row.withholding {
+			ans.Summary.Withholding++
+		}
+		if row.givenUp {
+			ans.Summary.GivenUp++
+		}
+		if (state == "" || row.is(state)) && strings.Contains(row.Zone, part) {
+			matching = append(matching, i)
 		}
 	}
 	ans.Total = len(matching)
 	if offset >= len(matching) {
 		return ans
 	}
-	page := matching[offset:min(offset+limit, len(matching))]
 	var withheld func(zone string) []owner.Withheld
 	if g.Holds != nil {
 		withheld = g.Holds.Withheld
 	}
-	for _, row := range page {
-		zi := row.view.ZoneInsight
-		if full, ok := g.Zones.Insight(zi.Zone); ok && row.view.Heartbeat == nil {
+	for _, i := range matching[offset:min(offset+limit, len(matching))] {
+		row := rows[i]
+		zi := row.ZoneInsight
+		var rs *retry.StreamState
+		if full, ok := g.Zones.Insight(zi.Zone); ok {
 			zi = full
 		}
-		views := zoneViews([]kds.ZoneInsight{zi}, func(int64) *retry.StreamState { return row.retry }, withheld)
-		v := views[0]
-		v.Replica, v.ReplicaAddress, v.Heartbeat = row.view.Replica, row.view.ReplicaAddress, row.view.Heartbeat
+		if row.other == nil {
+			if zi.Connected && g.Retry != nil {
+				if s := g.Cache.Session(zi.Stream); s != nil {
+					rs = s.Retry().State()
+				}
+			}
+		}
+		v := zoneViews([]kds.ZoneInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
+		if row.other != nil {
+			v.Replica, v.ReplicaAddress, v.Heartbeat = row.other.Replica, row.other.Address, &row.other.Heartbeat
+		} else if v.Connected {
+			v.Replica, v.ReplicaAddress = g.replicas.id, g.replicas.address
+		}
 		if n := len(v.Withheld); n > maxWithheldShown {
 			v.WithheldTotal = n
 			v.Withheld = v.Withheld[:maxWithheldShown]
@@ -174,4 +187,31 @@ func (g *Global) zonesAnswer(state, part string, offset, limit int) ZonesAnswer 
 		ans.Items = append(ans.Items, v)
 	}
 	return ans
+}
+
+// zoneRows is every zone, sorted: this replica's zone table, with the zones another replica
+// serves (its heartbeat in the store) marked or added, as replicas.merge does.
+func (g *Global) zoneRows(now time.Time) []zoneRow {
+	list := g.Zones.List()
+	rows := make([]zoneRow, len(list))
+	for i, zi := range list {
+		rows[i].ZoneInsight = zi
+	}
+	elsewhere := g.replicas.elsewhere(now)
+	if len(elsewhere) == 0 {
+		return rows
+	}
+	for i := range rows {
+		if z, ok := elsewhere[rows[i].Zone]; ok {
+			delete(elsewhere, rows[i].Zone)
+			if !rows[i].Connected {
+				rows[i].other = &z // as merge: shown on that replica, the zone table's state kept
+			}
+		}
+	}
+	for _, z := range elsewhere {
+		rows = append(rows, zoneRow{ZoneInsight: kds.ZoneInsight{Zone: z.Zone, Connected: true, Since: z.Since}, other: &z})
+	}
+	slices.SortFunc(rows, func(a, b zoneRow) int { return strings.Compare(a.Zone, b.Zone) })
+	return rows
 }

@@ -21,6 +21,9 @@ type Zones struct {
 	mu    sync.Mutex
 	zones map[string]*zoneState
 	peak  shrink.Peak
+	order []string // the zones' names, sorted, while orderOK (List)
+	// orderOK: order holds every zone's name; a zone added or freed clears it.
+	orderOK bool
 }
 
 type zoneState struct {
@@ -77,6 +80,7 @@ func (z *Zones) streamOpened(id int64, zone string) {
 	if s == nil {
 		s = &zoneState{earlier: map[string]*KindInsight{}}
 		z.zones[zone] = s
+		z.orderOK = false
 	}
 	last := s.session
 	s.stream, s.connected, s.since, s.session = id, true, time.Now(), session
@@ -128,6 +132,7 @@ func (z *Zones) Expire(before time.Time) []string {
 	for name, s := range z.zones {
 		if !s.connected && s.since.Before(before) {
 			delete(z.zones, name)
+			z.orderOK = false
 			out = append(out, name)
 		}
 	}
@@ -158,15 +163,23 @@ func (z *Zones) Insights() []ZoneInsight {
 }
 
 // List returns every zone's state without its kinds, sorted by zone: what a summary of many
-// zones needs, at the cost of the zone table alone.
+// zones needs, at the cost of the zone table alone (the order is kept until a zone comes or goes).
 func (z *Zones) List() []ZoneInsight {
 	z.mu.Lock()
-	out := make([]ZoneInsight, 0, len(z.zones))
-	for name, s := range z.zones {
-		out = append(out, ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since})
+	defer z.mu.Unlock()
+	if !z.orderOK {
+		z.order = z.order[:0]
+		for name := range z.zones {
+			z.order = append(z.order, name)
+		}
+		slices.Sort(z.order)
+		z.orderOK = true
 	}
-	z.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	out := make([]ZoneInsight, len(z.order))
+	for i, name := range z.order {
+		s := z.zones[name]
+		out[i] = ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since}
+	}
 	return out
 }
 

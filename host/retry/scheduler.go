@@ -46,6 +46,17 @@ func (st *Stream) Close() {
 	st.stopTimer()
 }
 
+// Failing reports, without copying the state, whether the stream has names the policy still
+// works on, and whether the policy gave up on it.
+func (st *Stream) Failing() (failing, givenUp bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.m == nil {
+		return false, false
+	}
+	return len(st.m.failing) > 0, st.m.givenUp != ""
+}
+
 // State is the stream's retry state as insights show it, nil before the scheduler opened it.
 func (st *Stream) State() *StreamState {
 	st.mu.Lock()

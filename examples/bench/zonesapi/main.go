@@ -1,0 +1,215 @@
+// Command zonesapi measures GET /api/zones on a real global with many zone streams: it starts
+// kds-host as a global (SQLite, plaintext KDS, no zone authentication) with a Mesh and a few
+// policies, opens -zones delta ADS streams from this one process (100 per connection), each a
+// zone subscribing to every kind and ACKing what it gets, then asks GET /api/zones as the status
+// page does (the default page, a filtered page, a late page) and prints each answer's size and
+// the median time of -polls of it, beside the global's CPU per poll.
+//
+//	go build -o bin/kds-host ./host/cmd/kds-host && go run ./examples/bench/zonesapi -bin bin/kds-host -zones 10000
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func main() {
+	bin := flag.String("bin", "bin/kds-host", "the kds-host binary")
+	zones := flag.Int("zones", 10_000, "zone streams")
+	polls := flag.Int("polls", 20, "GET /api/zones per query measured")
+	flag.StringVar(&profile, "profile", "", "write a 5 s CPU profile of the global, taken while it answers the default page, to this file")
+	flag.Parse()
+	if err := run(*bin, *zones, *polls); err != nil {
+		fmt.Fprintln(os.Stderr, "zonesapi:", err)
+		os.Exit(1)
+	}
+}
+
+var profile string
+
+func port() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// kinds are the kinds a zone subscribes to (the default registry's, as kds-host's zone does).
+var kinds = []string{"Mesh", "MeshTimeout", "MeshRetry", "MeshCircuitBreaker", "MeshHealthCheck", "MeshTrafficPermission", "MeshRateLimit", "MeshHTTPRoute"}
+
+func run(bin string, zones, polls int) error {
+	dir, err := os.MkdirTemp("", "kds-zonesapi-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	kdsAddr, apiAddr, diagAddr := fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port())
+	cmd := exec.Command(bin, "--mode", "global", "--data-dir", dir, "--kds-plaintext", "--kds-auth", "none", "--kds-addr", kdsAddr,
+		"--api-addr", apiAddr, "--diag-addr", diagAddr, "--log-level", "error", "--max-streams-per-connection", "200",
+		"--max-zones", strconv.Itoa(zones+10), "--diag-pprof")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	client := &http.Client{Timeout: 30 * time.Second}
+	for i := 0; ; i++ {
+		if resp, err := client.Get("http://" + diagAddr + "/readyz"); err == nil && resp.StatusCode == 200 {
+			resp.Body.Close()
+			break
+		}
+		if i > 200 {
+			return fmt.Errorf("the global did not become ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	if err != nil {
+		return err
+	}
+	token := strings.TrimSpace(string(tok))
+	do := func(method, path, body string) (int, []byte, error) {
+		req, _ := http.NewRequest(method, "http://"+apiAddr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, err
+	}
+	if code, b, err := do(http.MethodPut, "/meshes/default", `{"type":"Mesh","name":"default"}`); err != nil || code >= 300 {
+		return fmt.Errorf("write the Mesh: %d %s %v", code, b, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var acked atomic.Int64
+	var conns []*grpc.ClientConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range zones {
+		if i%100 == 0 {
+			c, err := grpc.NewClient(kdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+		}
+		st, err := discovery.NewAggregatedDiscoveryServiceClient(conns[len(conns)-1]).DeltaAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		node := &core.Node{Id: fmt.Sprintf("zone-%05d", i)}
+		for _, k := range kinds {
+			if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
+				return err
+			}
+			node = nil
+		}
+		wg.Go(func() {
+			first := true
+			for {
+				r, err := st.Recv()
+				if err != nil {
+					return
+				}
+				if st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()}) != nil {
+					return
+				}
+				if first {
+					first = false
+					acked.Add(1)
+				}
+			}
+		})
+	}
+	for acked.Load() < int64(zones) && time.Since(start) < 5*time.Minute {
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Printf("%d zone streams open, %d of them ACKed their first response, in %s\n\n", zones, acked.Load(), time.Since(start).Round(time.Millisecond))
+
+	fmt.Printf("%-44s %10s %12s %14s\n", "GET", "bytes", "p50", "global CPU/poll")
+	for _, q := range []string{"/api/zones", "/api/zones?state=failing", "/api/zones?zone=zone-0999", fmt.Sprintf("/api/zones?offset=%d", max(0, zones-50)), "/api/zones?limit=1000"} {
+		var took []time.Duration
+		var size int
+		cpu0 := cpuOf(cmd.Process.Pid)
+		for range polls {
+			t0 := time.Now()
+			code, b, err := do(http.MethodGet, q, "")
+			if err != nil || code != 200 {
+				return fmt.Errorf("GET %s: %d %v", q, code, err)
+			}
+			took = append(took, time.Since(t0))
+			size = len(b)
+		}
+		cpu := (cpuOf(cmd.Process.Pid) - cpu0) / time.Duration(polls)
+		slices.Sort(took)
+		fmt.Printf("%-44s %10d %12s %14s\n", q, size, took[len(took)/2].Round(time.Microsecond), cpu.Round(time.Microsecond))
+	}
+	if profile != "" {
+		done := make(chan error, 1)
+		go func() {
+			resp, err := client.Get("http://" + diagAddr + "/debug/pprof/profile?seconds=5")
+			if err != nil {
+				done <- err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(profile, b, 0o644)
+			}
+			done <- err
+		}()
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+			do(http.MethodGet, "/api/zones", "")
+		}
+		if err := <-done; err != nil {
+			return err
+		}
+	}
+	cancel()
+	return nil
+}
+
+// cpuOf is the process's user and system CPU so far (/proc/PID/stat, in clock ticks of 10 ms).
+func cpuOf(pid int) time.Duration {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
