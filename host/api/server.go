@@ -30,8 +30,9 @@ type Config struct {
 	// Version and Mode are reported by GET /. An empty Mode is "zone" when ReadOnly, else "global".
 	Version string
 	Mode    string
-	// StoreTimeout bounds the store's work for one request (default 5s): past it the request
-	// answers 503 with Retry-After, instead of waiting on a locked table or a store that is down.
+	// StoreTimeout bounds the store's work for one request (default 5s; a batch, POST /api/apply,
+	// six times as long: up to 1,000 resources in one transaction): past it the request answers
+	// 503 with Retry-After, instead of waiting on a locked table or a store that is down.
 	StoreTimeout time.Duration
 	// MaxResourceWireBytes, if set, refuses a resource whose KDS encoding is larger (the global's
 	// --kds-max-message: a resource goes to zones in one response at least).
@@ -152,11 +153,18 @@ const DefaultStoreTimeout = 5 * time.Second
 // deadline.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeoutCause(r.Context(), s.timeout, errStoreTimeout)
+		timeout := s.timeout
+		if r.URL.Path == "/api/apply" {
+			timeout *= batchTimeoutFactor
+		}
+		ctx, cancel := context.WithTimeoutCause(r.Context(), timeout, errStoreTimeout)
 		defer cancel()
 		s.mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// batchTimeoutFactor: a batch's store deadline is this many times a request's.
+const batchTimeoutFactor = 6
 
 // errStoreTimeout is the cause of a request's deadline.
 var errStoreTimeout = errors.New("the store did not answer in time")
@@ -168,7 +176,7 @@ func (s *Server) unavailable(err error) *Error {
 		return nil
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Title: titleUnavailable,
-		Details: fmt.Sprintf("the store did not answer within %s (down, or busy): retry later", s.timeout)}
+		Details: fmt.Sprintf("the store did not answer within the request's deadline (%s, a batch %s): it is down or busy; retry later", s.timeout, batchTimeoutFactor*s.timeout)}
 }
 
 // Handle adds a route (a net/http ServeMux pattern) to the API, e.g. "GET /api/zones".

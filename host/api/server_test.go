@@ -571,5 +571,5 @@ func TestAStoreThatDoesNotAnswerGets503WithRetryAfter(t *testing.T) {
 	a := c.do(http.MethodGet, "/meshes/default", "")
 	g.Expect(a.status).To(Equal(http.StatusServiceUnavailable))
 	g.Expect(a.header.Get("Retry-After")).To(Equal("1"))
-	g.Expect(a.err().Details).To(ContainSubstring("did not answer within 50ms"))
+	g.Expect(a.err().Details).To(ContainSubstring("(50ms, a batch 300ms)"))
 }
