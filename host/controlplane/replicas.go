@@ -116,18 +116,12 @@ func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now tim
 		}
 		r.recorded, r.rewrite = current, n != int64(len(current))
 	}
-	all, err := r.rec.ZoneStreams(cctx, now.Add(-staleBeats*r.interval))
+	others, err := r.rec.OtherZoneStreams(cctx, r.id, now.Add(-staleBeats*r.interval))
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("read the zones connected to other replicas", "error", err)
 		}
 		return
-	}
-	others := all[:0]
-	for _, z := range all {
-		if z.Replica != r.id {
-			others = append(others, z)
-		}
 	}
 	r.mu.Lock()
 	r.others = others

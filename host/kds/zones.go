@@ -244,15 +244,13 @@ func (p zoneParts) kinds() []*KindInsight {
 // Streams returns the connected zones with their stream and since when, sorted by zone, without
 // their kinds: what a replica's heartbeat records, at the cost of the zone table alone.
 func (z *Zones) Streams() []ZoneInsight {
-	z.mu.Lock()
-	out := make([]ZoneInsight, 0, len(z.zones))
-	for name, s := range z.zones {
-		if s.connected {
-			out = append(out, ZoneInsight{Zone: name, Connected: true, Stream: s.stream, Since: s.since})
+	all := z.List()
+	out := all[:0]
+	for _, zi := range all {
+		if zi.Connected {
+			out = append(out, zi)
 		}
 	}
-	z.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
 	return out
 }
 

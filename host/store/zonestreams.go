@@ -39,14 +39,15 @@ type Heartbeat struct {
 // no Changes.
 type ZoneStreamRecorder interface {
 	// RecordZoneStreams applies a heartbeat in one transaction: it deletes the Gone zones of
-	// the replica, writes Put, refreshes every record of the replica to Now, and expires what
-	// is older than ExpireBefore. It returns how many records the replica has after it; fewer
+	// the replica, writes Put, refreshes every record of the replica to Now (its one heartbeat
+	// row), and expires what is older than ExpireBefore. It returns how many records the replica has after it; fewer
 	// than the streams it serves means some were expired, and the next heartbeat should Put
 	// them all.
 	RecordZoneStreams(ctx context.Context, hb Heartbeat) (records int64, err error)
 	// ZoneStreams returns the records refreshed at or after freshAfter, sorted by zone and
-	// replica.
+	// replica; OtherZoneStreams those of every replica but one.
 	ZoneStreams(ctx context.Context, freshAfter time.Time) ([]ZoneStream, error)
+	OtherZoneStreams(ctx context.Context, replica string, freshAfter time.Time) ([]ZoneStream, error)
 }
 
 func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, error) {
@@ -75,14 +76,24 @@ func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, 
 			return 0, fmt.Errorf("record zone streams of %s: put %s: %w", hb.Replica, z.Zone, err)
 		}
 	}
-	n, err := rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE zone_streams SET heartbeat_ms = ? WHERE replica = ?`), now, hb.Replica))
-	if err != nil {
+	// One row refreshes every record of the replica (not one write per zone stream).
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO replica_heartbeats (replica, heartbeat_ms) VALUES (?, ?)
+		ON CONFLICT (replica) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms`), hb.Replica, now); err != nil {
 		return 0, fmt.Errorf("record zone streams of %s: refresh: %w", hb.Replica, err)
 	}
 	if !hb.ExpireBefore.IsZero() {
-		if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM zone_streams WHERE heartbeat_ms < ?`), hb.ExpireBefore.UnixMilli()); err != nil {
+		before := hb.ExpireBefore.UnixMilli()
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM zone_streams WHERE heartbeat_ms < ?
+			AND replica NOT IN (SELECT replica FROM replica_heartbeats WHERE heartbeat_ms >= ?)`), before, before); err != nil {
 			return 0, fmt.Errorf("record zone streams of %s: expire: %w", hb.Replica, err)
 		}
+		if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM replica_heartbeats WHERE heartbeat_ms < ?`), before); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: expire: %w", hb.Replica, err)
+		}
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM zone_streams WHERE replica = ?`), hb.Replica).Scan(&n); err != nil {
+		return 0, fmt.Errorf("record zone streams of %s: count: %w", hb.Replica, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("record zone streams of %s: commit: %w", hb.Replica, err)
@@ -91,8 +102,22 @@ func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, 
 }
 
 func (s *sqlStore) ZoneStreams(ctx context.Context, freshAfter time.Time) ([]ZoneStream, error) {
-	rows, err := s.r.QueryContext(ctx, s.d.rebind(`SELECT zone, replica, address, since_ms, heartbeat_ms FROM zone_streams
-		WHERE heartbeat_ms >= ?`), freshAfter.UnixMilli())
+	return s.zoneStreams(ctx, freshAfter, "")
+}
+
+// OtherZoneStreams is ZoneStreams without the records of replica: what a replica's heartbeat
+// reads, at the cost of the others' zones only.
+func (s *sqlStore) OtherZoneStreams(ctx context.Context, replica string, freshAfter time.Time) ([]ZoneStream, error) {
+	return s.zoneStreams(ctx, freshAfter, replica)
+}
+
+func (s *sqlStore) zoneStreams(ctx context.Context, freshAfter time.Time, except string) ([]ZoneStream, error) {
+	// A record's heartbeat is the later of its own and its replica's.
+	fresh := freshAfter.UnixMilli()
+	rows, err := s.r.QueryContext(ctx, s.d.rebind(`SELECT z.zone, z.replica, z.address, z.since_ms,
+			CASE WHEN r.heartbeat_ms > z.heartbeat_ms THEN r.heartbeat_ms ELSE z.heartbeat_ms END
+		FROM zone_streams z LEFT JOIN replica_heartbeats r ON r.replica = z.replica
+		WHERE (z.heartbeat_ms >= ? OR r.heartbeat_ms >= ?) AND z.replica <> ?`), fresh, fresh, except)
 	if err != nil {
 		return nil, fmt.Errorf("zone streams: %w", err)
 	}

@@ -59,6 +59,29 @@ func TestZoneStreams(t *testing.T) {
 		zs, _ = rec.ZoneStreams(ctx, at(11*time.Second))
 		g.Expect(zs).To(BeEmpty(), "stale records are not returned")
 
+		// A replica reads the others' records only.
+		zs, err = rec.OtherZoneStreams(ctx, "r2", time.Time{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(zs).To(BeEmpty())
+		n, err = rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r3", Address: "grpc://c:1", Now: at(11 * time.Second),
+			Put: []ZoneStream{{Zone: "z3", Since: at(11 * time.Second)}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(int64(1)))
+		zs, _ = rec.OtherZoneStreams(ctx, "r2", time.Time{})
+		g.Expect(where(zs)).To(Equal([]string{"z3@r3"}))
+
+		// A record written by a replica of the version before (no heartbeat row: it refreshes its
+		// records themselves) is fresh while its own heartbeat is, and expired after.
+		_, err = s.(*sqlStore).w.ExecContext(ctx, s.(*sqlStore).d.rebind(`INSERT INTO zone_streams (zone, replica, address, since_ms, heartbeat_ms)
+			VALUES (?, ?, ?, ?, ?)`), "z4", "old", "grpc://d:1", at(12*time.Second).UnixMilli(), at(12*time.Second).UnixMilli())
+		g.Expect(err).NotTo(HaveOccurred())
+		zs, _ = rec.ZoneStreams(ctx, at(12*time.Second))
+		g.Expect(where(zs)).To(Equal([]string{"z4@old"}))
+		_, err = rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r2", Now: at(20 * time.Second), ExpireBefore: at(15 * time.Second)})
+		g.Expect(err).NotTo(HaveOccurred())
+		zs, _ = rec.ZoneStreams(ctx, time.Time{})
+		g.Expect(where(zs)).To(Equal([]string{"z1@r2"}), "r3's and the old replica's records expired, r2's refreshed")
+
 		// Records are not resources.
 		g.Expect(revision(t, s)).To(BeZero())
 		g.Expect(s.Changes()).NotTo(Receive())

@@ -37,6 +37,7 @@ func main() {
 	zones := flag.Int("zones", 10_000, "zone streams")
 	polls := flag.Int("polls", 20, "GET /api/zones per query measured")
 	flag.StringVar(&profile, "profile", "", "write a 5 s CPU profile of the global, taken while it answers the default page, to this file")
+	flag.StringVar(&idleProfile, "idleprofile", "", "write a CPU profile of the global's 10 idle seconds (every zone connected) to this file")
 	flag.Parse()
 	if err := run(*bin, *zones, *polls); err != nil {
 		fmt.Fprintln(os.Stderr, "zonesapi:", err)
@@ -44,7 +45,21 @@ func main() {
 	}
 }
 
-var profile string
+var profile, idleProfile string
+
+// fetch writes what url answers to file.
+func fetch(client *http.Client, url, file string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
+}
 
 func port() int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -155,7 +170,17 @@ func run(bin string, zones, polls int) error {
 	for acked.Load() < int64(zones) && time.Since(start) < 5*time.Minute {
 		time.Sleep(100 * time.Millisecond)
 	}
-	fmt.Printf("%d zone streams open, %d of them ACKed their first response, in %s\n\n", zones, acked.Load(), time.Since(start).Round(time.Millisecond))
+	fmt.Printf("%d zone streams open, %d of them ACKed their first response, in %s\n", zones, acked.Load(), time.Since(start).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	idle0 := cpuOf(cmd.Process.Pid)
+	if idleProfile != "" {
+		if err := fetch(client, "http://"+diagAddr+"/debug/pprof/profile?seconds=10", idleProfile); err != nil {
+			return err
+		}
+	} else {
+		time.Sleep(10 * time.Second)
+	}
+	fmt.Printf("the global's idle CPU over 10 s, every zone connected: %.2f %% of a core\n\n", float64(cpuOf(cmd.Process.Pid)-idle0)/float64(10*time.Second)*100)
 
 	fmt.Printf("%-44s %10s %12s %14s\n", "GET", "bytes", "p50", "global CPU/poll")
 	for _, q := range []string{"/api/zones", "/api/zones?state=failing", "/api/zones?zone=zone-0999", fmt.Sprintf("/api/zones?offset=%d", max(0, zones-50)), "/api/zones?limit=1000"} {
