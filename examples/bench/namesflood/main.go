@@ -13,18 +13,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -42,44 +39,18 @@ func main() {
 	}
 }
 
-func port() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func run(bin string, total, batch, limit int) error {
-	dir, err := os.MkdirTemp("", "kds-namesflood-")
+	var flags []string
+	if limit > 0 {
+		flags = append(flags, "--kds-max-unknown-names", strconv.Itoa(limit))
+	}
+	h, err := benchproc.StartHost(bin, flags...)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	kdsAddr, diagAddr := fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port())
-	cmd := exec.Command(bin, "--mode", "global", "--data-dir", dir, "--kds-plaintext", "--kds-auth", "none", "--kds-addr", kdsAddr,
-		"--api-addr", fmt.Sprintf("127.0.0.1:%d", port()), "--diag-addr", diagAddr, "--log-level", "error")
-	if limit > 0 {
-		cmd.Args = append(cmd.Args, "--kds-max-unknown-names", strconv.Itoa(limit))
-	}
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	for i := 0; ; i++ {
-		if resp, err := http.Get("http://" + diagAddr + "/readyz"); err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			break
-		}
-		if i > 200 {
-			return fmt.Errorf("the global did not become ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	heap0, rss0 := measure(diagAddr, cmd.Process.Pid)
+	defer h.Stop()
+	kdsAddr := h.KDSAddr
+	heap0, rss0 := measure(h)
 
 	conn, err := grpc.NewClient(kdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -140,7 +111,7 @@ func run(bin string, total, batch, limit int) error {
 	}
 	took := time.Since(start)
 	time.Sleep(time.Second)
-	heap1, rss1 := measure(diagAddr, cmd.Process.Pid)
+	heap1, rss1 := measure(h)
 	fmt.Printf("%d made-up names in requests of %d over %d streams in %s; %d streams refused (%q)\n\n",
 		sent, batch, streams, took.Round(time.Millisecond), refused, lastRefusal)
 	fmt.Printf("%-22s %12s %12s\n", "global", "live heap", "peak RSS")
@@ -150,8 +121,8 @@ func run(bin string, total, batch, limit int) error {
 }
 
 // measure reads the global's live heap (go_memstats_heap_inuse_bytes) and its peak RSS (VmHWM).
-func measure(diagAddr string, pid int) (heap, rss float64) {
-	if resp, err := http.Get("http://" + diagAddr + "/metrics"); err == nil {
+func measure(h *benchproc.Host) (heap, rss float64) {
+	if resp, err := http.Get("http://" + h.DiagAddr + "/metrics"); err == nil {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
@@ -160,13 +131,5 @@ func measure(diagAddr string, pid int) (heap, rss float64) {
 		}
 		resp.Body.Close()
 	}
-	if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status")); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-				rss = kb * 1024
-			}
-		}
-	}
-	return heap, rss
+	return heap, h.PeakRSS()
 }

@@ -13,21 +13,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -61,46 +59,18 @@ func fetch(client *http.Client, url, file string) error {
 	return os.WriteFile(file, b, 0o644)
 }
 
-func port() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // kinds are the kinds a zone subscribes to (the default registry's, as kds-host's zone does).
 var kinds = []string{"Mesh", "MeshTimeout", "MeshRetry", "MeshCircuitBreaker", "MeshHealthCheck", "MeshTrafficPermission", "MeshRateLimit", "MeshHTTPRoute"}
 
 func run(bin string, zones, polls int) error {
-	dir, err := os.MkdirTemp("", "kds-zonesapi-")
+	h, err := benchproc.StartHost(bin, "--max-streams-per-connection", "200", "--max-zones", strconv.Itoa(zones+10), "--diag-pprof")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	kdsAddr, apiAddr, diagAddr := fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port()), fmt.Sprintf("127.0.0.1:%d", port())
-	cmd := exec.Command(bin, "--mode", "global", "--data-dir", dir, "--kds-plaintext", "--kds-auth", "none", "--kds-addr", kdsAddr,
-		"--api-addr", apiAddr, "--diag-addr", diagAddr, "--log-level", "error", "--max-streams-per-connection", "200",
-		"--max-zones", strconv.Itoa(zones+10), "--diag-pprof")
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer h.Stop()
+	kdsAddr, apiAddr, diagAddr := h.KDSAddr, h.APIAddr, h.DiagAddr
 	client := &http.Client{Timeout: 30 * time.Second}
-	for i := 0; ; i++ {
-		if resp, err := client.Get("http://" + diagAddr + "/readyz"); err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			break
-		}
-		if i > 200 {
-			return fmt.Errorf("the global did not become ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	tok, err := os.ReadFile(filepath.Join(h.DataDir, "admin.token"))
 	if err != nil {
 		return err
 	}
@@ -172,7 +142,7 @@ func run(bin string, zones, polls int) error {
 	}
 	fmt.Printf("%d zone streams open, %d of them ACKed their first response, in %s\n", zones, acked.Load(), time.Since(start).Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
-	idle0 := cpuOf(cmd.Process.Pid)
+	idle0 := h.CPU()
 	if idleProfile != "" {
 		if err := fetch(client, "http://"+diagAddr+"/debug/pprof/profile?seconds=10", idleProfile); err != nil {
 			return err
@@ -180,13 +150,13 @@ func run(bin string, zones, polls int) error {
 	} else {
 		time.Sleep(10 * time.Second)
 	}
-	fmt.Printf("the global's idle CPU over 10 s, every zone connected: %.2f %% of a core\n\n", float64(cpuOf(cmd.Process.Pid)-idle0)/float64(10*time.Second)*100)
+	fmt.Printf("the global's idle CPU over 10 s, every zone connected: %.2f %% of a core\n\n", float64(h.CPU()-idle0)/float64(10*time.Second)*100)
 
 	fmt.Printf("%-44s %10s %12s %14s\n", "GET", "bytes", "p50", "global CPU/poll")
 	for _, q := range []string{"/api/zones", "/api/zones?state=failing", "/api/zones?zone=zone-0999", fmt.Sprintf("/api/zones?offset=%d", max(0, zones-50)), "/api/zones?limit=1000"} {
 		var took []time.Duration
 		var size int
-		cpu0 := cpuOf(cmd.Process.Pid)
+		cpu0 := h.CPU()
 		for range polls {
 			t0 := time.Now()
 			code, b, err := do(http.MethodGet, q, "")
@@ -196,7 +166,7 @@ func run(bin string, zones, polls int) error {
 			took = append(took, time.Since(t0))
 			size = len(b)
 		}
-		cpu := (cpuOf(cmd.Process.Pid) - cpu0) / time.Duration(polls)
+		cpu := (h.CPU() - cpu0) / time.Duration(polls)
 		slices.Sort(took)
 		fmt.Printf("%-44s %10d %12s %14s\n", q, size, took[len(took)/2].Round(time.Microsecond), cpu.Round(time.Microsecond))
 	}
@@ -224,17 +194,4 @@ func run(bin string, zones, polls int) error {
 	}
 	cancel()
 	return nil
-}
-
-// cpuOf is the process's user and system CPU so far (/proc/PID/stat, in clock ticks of 10 ms).
-func cpuOf(pid int) time.Duration {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
