@@ -182,21 +182,22 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 	return c, nil
 }
 
-// Close stops the owner checks, the retry decisions in flight and every stream's sender.
+// Close stops the client expiry, the owner checks, the retry decisions in flight and every
+// stream's sender. A second Close does nothing.
 func (c *Cache) Close() {
 	c.closed.Do(func() {
 		close(c.stop)
-		if c.tracker != nil {
+		if c.tracker != nil { // the expiry runs
 			<-c.done
 		}
+		if c.holds != nil {
+			c.holds.Close()
+		}
+		if c.sched != nil {
+			c.sched.Close()
+		}
+		c.Cache.Close()
 	})
-	if c.holds != nil {
-		c.holds.Close()
-	}
-	if c.sched != nil {
-		c.sched.Close()
-	}
-	c.Cache.Close()
 }
 
 // SetSnapshot replaces what is served (kds-host's global builds its snapshots from its store;
