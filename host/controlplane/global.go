@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -420,22 +421,9 @@ type ZoneView struct {
 	Held []owner.Withheld `json:"held,omitempty"`
 }
 
-// ZoneViews returns every zone's insight.
+// ZoneViews returns every zone's insight, whole: GET /api/zones without a page or a bound.
 func (g *Global) ZoneViews() []ZoneView {
-	var retryOf func(stream int64) *retry.StreamState
-	if g.Retry != nil {
-		retryOf = func(stream int64) *retry.StreamState {
-			if s := g.Cache.Session(stream); s != nil {
-				return s.Retry().State()
-			}
-			return nil
-		}
-	}
-	var withheld func(zone string) []owner.Withheld
-	if g.Holds != nil {
-		withheld = g.Holds.Withheld
-	}
-	return g.replicas.merge(zoneViews(g.Zones.Insights(), retryOf, withheld), time.Now())
+	return g.zonesAnswer("", "", 0, math.MaxInt, math.MaxInt).Items
 }
 
 // zoneViews joins the zone table with the retry state of each connected zone's stream, read from

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"sort"
 	"sync"
 	"time"
 
@@ -160,30 +159,4 @@ func (r *replicas) elsewhere(now time.Time) map[string]store.ZoneStream {
 		}
 	}
 	return newest
-}
-
-// merge adds to this replica's zone views where each zone is connected: here, or on the replica
-// whose fresh record of it is the newest stream; zones connected only elsewhere are added.
-func (r *replicas) merge(views []ZoneView, now time.Time) []ZoneView {
-	newest := r.elsewhere(now)
-	for i := range views {
-		v := &views[i]
-		z, elsewhere := newest[v.Zone]
-		delete(newest, v.Zone)
-		switch {
-		case v.Connected:
-			v.Replica, v.ReplicaAddress = r.id, r.address
-		case elsewhere:
-			v.Replica, v.ReplicaAddress, v.Heartbeat = z.Replica, z.Address, &z.Heartbeat
-		}
-	}
-	if len(newest) == 0 {
-		return views
-	}
-	for _, z := range newest {
-		views = append(views, ZoneView{ZoneInsight: kds.ZoneInsight{Zone: z.Zone, Connected: true, Since: z.Since},
-			Replica: z.Replica, ReplicaAddress: z.Address, Heartbeat: &z.Heartbeat})
-	}
-	sort.Slice(views, func(i, j int) bool { return views[i].Zone < views[j].Zone })
-	return views
 }

@@ -80,7 +80,7 @@ func (r *zoneRow) is(state string) bool {
 func (g *Global) serveZones(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	state, part := q.Get("state"), q.Get("zone")
-	if state != "" && !containsString(zoneStates, state) {
+	if state != "" && !slices.Contains(zoneStates, state) {
 		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Invalid request",
 			Details: fmt.Sprintf("state %q: want one of %s", state, strings.Join(zoneStates, ", "))})
 		return
@@ -95,7 +95,7 @@ func (g *Global) serveZones(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Invalid request", Details: "limit: " + err.Error()})
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, g.zonesAnswer(state, part, offset, limit))
+	api.WriteJSON(w, http.StatusOK, g.zonesAnswer(state, part, offset, limit, maxWithheldShown))
 }
 
 func intParam(s string, def, lo, hi int) (int, error) {
@@ -109,17 +109,9 @@ func intParam(s string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // zonesAnswer makes GET /api/zones's answer.
-func (g *Global) zonesAnswer(state, part string, offset, limit int) ZonesAnswer {
+// An item lists at most maxWithheld withheld resources (withheldTotal counts them all).
+func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int) ZonesAnswer {
 	now := time.Now()
 	rows := g.zoneRows(now)
 	ans := ZonesAnswer{Items: []ZoneView{}, Offset: offset, Limit: limit}
@@ -179,9 +171,9 @@ func (g *Global) zonesAnswer(state, part string, offset, limit int) ZonesAnswer 
 		} else if v.Connected {
 			v.Replica, v.ReplicaAddress = g.replicas.id, g.replicas.address
 		}
-		if n := len(v.Withheld); n > maxWithheldShown {
+		if n := len(v.Withheld); n > maxWithheld {
 			v.WithheldTotal = n
-			v.Withheld = v.Withheld[:maxWithheldShown]
+			v.Withheld = v.Withheld[:maxWithheld]
 			v.Held = v.Withheld
 		}
 		ans.Items = append(ans.Items, v)
@@ -190,7 +182,7 @@ func (g *Global) zonesAnswer(state, part string, offset, limit int) ZonesAnswer 
 }
 
 // zoneRows is every zone, sorted: this replica's zone table, with the zones another replica
-// serves (its heartbeat in the store) marked or added, as replicas.merge does.
+// serves (its heartbeat in the store) marked, or added when this replica does not know them.
 func (g *Global) zoneRows(now time.Time) []zoneRow {
 	list := g.Zones.List()
 	rows := make([]zoneRow, len(list))
@@ -205,7 +197,7 @@ func (g *Global) zoneRows(now time.Time) []zoneRow {
 		if z, ok := elsewhere[rows[i].Zone]; ok {
 			delete(elsewhere, rows[i].Zone)
 			if !rows[i].Connected {
-				rows[i].other = &z // as merge: shown on that replica, the zone table's state kept
+				rows[i].other = &z // shown on that replica; the zone table's state kept
 			}
 		}
 	}
