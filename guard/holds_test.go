@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -114,9 +115,15 @@ func (c *byName) answer(r *discovery.DiscoveryResponse, refused string) {
 }
 
 // run handles responses for d.
-func (c *byName) run(d time.Duration) {
+func (c *byName) run(d time.Duration) { c.runUntil(func() bool { return false }, d) }
+
+// runUntil answers as run does until done holds after an answer, or d passes.
+func (c *byName) runUntil(done func() bool, d time.Duration) {
 	end := time.After(d)
 	for {
+		if done() {
+			return
+		}
 		select {
 		case r := <-c.h.in:
 			c.handle(r)
@@ -148,7 +155,8 @@ func TestARouteWaitsUntilTheClientAcceptedItsNewCluster(t *testing.T) {
 	c := &byName{h: h, acked: map[string]string{}, clusters: map[string]*cluster.Cluster{}}
 	h.setAll(routeTo("c1"), edsCluster("c1", cluster.Cluster_ROUND_ROBIN))
 	h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.RouteType, ResourceNames: []string{"r"}})
-	c.run(500 * time.Millisecond)
+	c.runUntil(func() bool { _, ok := c.clusters["c1"]; return ok }, 10*time.Second)
+	c.run(200 * time.Millisecond) // and whatever follows it
 	g.Expect(c.clusters).To(HaveKey("c1"))
 	g.Expect(c.asked).To(Equal([]string{"c1"}))
 
@@ -174,7 +182,7 @@ func TestARouteWaitsUntilTheClientAcceptedItsNewCluster(t *testing.T) {
 
 	// c2 fixed: accepted, then the route goes.
 	h.setAll(routeTo("c2"), edsCluster("c1", cluster.Cluster_ROUND_ROBIN), edsCluster("c2", cluster.Cluster_ROUND_ROBIN))
-	c.run(time.Second)
+	c.runUntil(func() bool { p, _ := routesTo(c.route); return slices.Equal(p, []string{"c2"}) }, 10*time.Second)
 	g.Expect(c.clusters).To(HaveKey("c2"))
 	plain, warm = routesTo(c.route)
 	g.Expect(plain).To(Equal([]string{"c2"}))
