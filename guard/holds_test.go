@@ -114,24 +114,24 @@ func (c *byName) answer(r *discovery.DiscoveryResponse, refused string) {
 	}
 }
 
-// run handles responses for d.
-func (c *byName) run(d time.Duration) { c.runUntil(func() bool { return false }, d) }
+// run handles responses for d; runUntil until done holds after one, or d passes.
+func (c *byName) run(d time.Duration)                        { c.h.answer(c.handle, never, d) }
+func (c *byName) runUntil(done func() bool, d time.Duration) { c.h.answer(c.handle, done, d) }
 
-// runUntil answers as run does until done holds after an answer, or d passes.
-func (c *byName) runUntil(done func() bool, d time.Duration) {
+// answer hands each response the client gets to handle, until done holds after one, or d passes.
+func (h *sotw) answer(handle func(*discovery.DiscoveryResponse), done func() bool, d time.Duration) {
 	end := time.After(d)
-	for {
-		if done() {
-			return
-		}
+	for !done() {
 		select {
-		case r := <-c.h.in:
-			c.handle(r)
+		case r := <-h.in:
+			handle(r)
 		case <-end:
 			return
 		}
 	}
 }
+
+func never() bool { return false }
 
 func routesTo(rc *route.RouteConfiguration) (plain, warmUp []string) {
 	for _, rt := range rc.GetVirtualHosts()[0].GetRoutes() {

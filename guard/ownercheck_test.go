@@ -41,50 +41,41 @@ func (c *envoyLike) start() {
 	}
 }
 
-func (c *envoyLike) run(d time.Duration) { c.runUntil(func() bool { return false }, d) }
+func (c *envoyLike) run(d time.Duration) { c.h.answer(c.handle, never, d) }
 
-// runUntil answers as run does until done holds after an answer, or d passes.
-func (c *envoyLike) runUntil(done func() bool, d time.Duration) {
-	end := time.After(d)
-	for {
-		if done() {
-			return
-		}
-		select {
-		case r := <-c.h.in:
-			req := &discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}
-			switch r.GetTypeUrl() {
-			case resource.RouteType:
-				req.ResourceNames = []string{"r"}
-				for _, a := range r.GetResources() {
-					var rc route.RouteConfiguration
-					if err := a.UnmarshalTo(&rc); err != nil {
-						c.h.t.Fatal(err)
-					}
-					c.route = &rc
-					c.routes = append(c.routes, &rc)
-				}
-			case resource.ClusterType:
-				for _, a := range r.GetResources() {
-					var cl cluster.Cluster
-					if err := a.UnmarshalTo(&cl); err != nil {
-						c.h.t.Fatal(err)
-					}
-					if cl.GetLbPolicy() == cluster.Cluster_MAGLEV {
-						req.VersionInfo = c.acked[r.GetTypeUrl()]
-						req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: `resource "` + cl.GetName() + `": unsupported lb policy MAGLEV`}
-					}
-				}
-			}
-			if req.ErrorDetail == nil {
-				c.acked[r.GetTypeUrl()] = r.GetVersionInfo()
-			}
-			if err := c.h.stream.Send(req); err != nil {
+func (c *envoyLike) runUntil(done func() bool, d time.Duration) { c.h.answer(c.handle, done, d) }
+
+// handle answers one response: it ACKs, or NACKs a cluster with lb_policy MAGLEV.
+func (c *envoyLike) handle(r *discovery.DiscoveryResponse) {
+	req := &discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}
+	switch r.GetTypeUrl() {
+	case resource.RouteType:
+		req.ResourceNames = []string{"r"}
+		for _, a := range r.GetResources() {
+			var rc route.RouteConfiguration
+			if err := a.UnmarshalTo(&rc); err != nil {
 				c.h.t.Fatal(err)
 			}
-		case <-end:
-			return
+			c.route = &rc
+			c.routes = append(c.routes, &rc)
 		}
+	case resource.ClusterType:
+		for _, a := range r.GetResources() {
+			var cl cluster.Cluster
+			if err := a.UnmarshalTo(&cl); err != nil {
+				c.h.t.Fatal(err)
+			}
+			if cl.GetLbPolicy() == cluster.Cluster_MAGLEV {
+				req.VersionInfo = c.acked[r.GetTypeUrl()]
+				req.ErrorDetail = &rpcstatus.Status{Code: 3, Message: `resource "` + cl.GetName() + `": unsupported lb policy MAGLEV`}
+			}
+		}
+	}
+	if req.ErrorDetail == nil {
+		c.acked[r.GetTypeUrl()] = r.GetVersionInfo()
+	}
+	if err := c.h.stream.Send(req); err != nil {
+		c.h.t.Fatal(err)
 	}
 }
 

@@ -467,6 +467,9 @@ func (s *Session) publish(v ZoneView) {
 // from) that the snapshot does not hold, and refuses the request, changing nothing, when the
 // stream would then subscribe to more than max such names.
 func (s *Session) subscribeUnknown(kind string, req *discovery.DeltaDiscoveryRequest, max int) error {
+	if len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
+		return nil // an ACK or a NACK, most requests: nothing to count, no lock taken
+	}
 	entries := s.cache.snap.Load().Kind(kind)
 	s.mu.Lock()
 	defer s.mu.Unlock()

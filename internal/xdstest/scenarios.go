@@ -150,6 +150,18 @@ func (r *run) window() (Counts, error) {
 	return c, err
 }
 
+// deliveredTo counts one more window, says whether RPCs reached backend in it, and ends the run.
+func (r *run) deliveredTo(backend string) (*Result, error) {
+	c, err := r.window()
+	if err != nil {
+		return nil, err
+	}
+	r.res.DeliveredRPCs = c.ByBackend[backend]
+	r.res.Delivered = r.res.DeliveredRPCs > 0
+	r.end()
+	return r.res, nil
+}
+
 // end stops counting and fills the result.
 func (r *run) end() {
 	n1, r1 := r.serverCounts()
@@ -236,14 +248,7 @@ func Scenario1RefusedCluster(ctx context.Context, srv Server, opt Options) (*Res
 	if err := r.set(state(bs[1])); err != nil {
 		return nil, err
 	}
-	c, err := r.window()
-	if err != nil {
-		return nil, err
-	}
-	r.res.DeliveredRPCs = c.ByBackend[bs[1].Name]
-	r.res.Delivered = r.res.DeliveredRPCs > 0
-	r.end()
-	return r.res, nil
+	return r.deliveredTo(bs[1].Name)
 }
 
 // Scenario2RouteSwitches: the route goes to cluster c0 (backend 0); then, Step apart, Switches
@@ -281,15 +286,7 @@ func Scenario2RouteSwitches(ctx context.Context, srv Server, opt Options) (*Resu
 		return nil, err
 	}
 	r.res.RPCs.Add(c)
-	c, err = r.window()
-	if err != nil {
-		return nil, err
-	}
-	last := bs[n%len(bs)].Name
-	r.res.DeliveredRPCs = c.ByBackend[last]
-	r.res.Delivered = r.res.DeliveredRPCs > 0
-	r.end()
-	return r.res, nil
+	return r.deliveredTo(bs[n%len(bs)].Name)
 }
 
 // Scenario3RefusedRoute: the route goes to a good cluster (backend 0); then it is switched to a new
@@ -333,14 +330,7 @@ func Scenario4UnrequestedCluster(ctx context.Context, srv Server, opt Options) (
 		Endpoints("A", bs[1].Addr), Endpoints("B", bs[0].Addr))); err != nil {
 		return nil, err
 	}
-	c, err := r.window()
-	if err != nil {
-		return nil, err
-	}
-	r.res.DeliveredRPCs = c.ByBackend[bs[1].Name]
-	r.res.Delivered = r.res.DeliveredRPCs > 0
-	r.end()
-	return r.res, nil
+	return r.deliveredTo(bs[1].Name)
 }
 
 // Scenario is one of the four scenarios.
