@@ -182,8 +182,51 @@ func startHost(t *testing.T, args ...string) *hostProcess {
 	return startHostEnv(t, nil, args...)
 }
 
-// startHostEnv is startHost with env added to the test's environment.
+// startHostEnv is startHost with env added to the test's environment. Ports are picked free and
+// then bound by the process: when another test took one meanwhile, it starts again on others.
 func startHostEnv(t *testing.T, env []string, args ...string) *hostProcess {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		h := launchHost(t, env, args...)
+		err := waitReady(h, 20*time.Second)
+		if err != nil && attempt < 3 && strings.Contains(h.out.String(), "address already in use") {
+			continue
+		}
+		NewWithT(t).Expect(err).NotTo(HaveOccurred(), "kds-host did not become ready:\n%s", h.out)
+		tok, err := auth.ReadTokenFile(filepath.Join(h.dataDir, auth.AdminTokenFile))
+		if err != nil {
+			t.Fatalf("the global made no admin token: %v", err)
+		}
+		h.api.Token = tok
+		return h
+	}
+}
+
+// waitReady waits until the host's /readyz answers 200, it exits, or d passes.
+func waitReady(h *hostProcess, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := http.Get("http://" + h.diag + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = errors.New(resp.Status)
+		}
+		select {
+		case <-h.exited:
+			return fmt.Errorf("kds-host exited: %v", h.waitErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// launchHost starts kds-host on free loopback ports, stopped when the test ends.
+func launchHost(t *testing.T, env []string, args ...string) *hostProcess {
 	t.Helper()
 	ports := freePorts(t, 3)
 	h := &hostProcess{out: &syncBuffer{}, kdsAddr: ports[0], apiAddr: ports[1], diag: ports[2], dataDir: t.TempDir(), exited: make(chan struct{})}
@@ -212,22 +255,6 @@ func startHostEnv(t *testing.T, env []string, args ...string) *hostProcess {
 		}
 	})
 	h.api = &api.Client{BaseURL: "http://" + h.apiAddr, HTTPClient: &http.Client{Timeout: 10 * time.Second}}
-	NewWithT(t).Eventually(func() error {
-		resp, err := http.Get("http://" + h.diag + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(resp.Status)
-		}
-		return nil
-	}, 20*time.Second, 20*time.Millisecond).Should(Succeed(), "kds-host did not become ready:\n%s", h.out)
-	tok, err := auth.ReadTokenFile(filepath.Join(h.dataDir, auth.AdminTokenFile))
-	if err != nil {
-		t.Fatalf("the global made no admin token: %v", err)
-	}
-	h.api.Token = tok
 	return h
 }
 
