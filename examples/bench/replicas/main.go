@@ -10,9 +10,12 @@
 //     nothing unchanged, or the program fails;
 //
 //  3. fan-out: a write through A reaching every stream of -zones zones on one replica (the others
-//     stopped), then of -zones zones on each of 3 replicas: p50 of each and their ratio.
+//     stopped), then of -zones zones on each of 3 replicas, -fanout-runs times: p50 of each, and
+//     the CPU per write of each replica, of the zones' process and of PostgreSQL (the postmaster
+//     and its backends, from /proc): the busiest replica's against the single replica's (the
+//     issue's limit 1.15x), PostgreSQL's with three replicas against one.
 //
-//     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 10]
+//     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 40] [-fanout-runs 3]
 //
 // The replicas run as kds-host does by default (zone tokens required, owner holds on, the
 // built-in retry policy), with plaintext KDS on loopback, sharing one token signing key file.
@@ -62,7 +65,8 @@ func main() {
 	writes := flag.Int("writes", 20, "writes through A timed to a zone on B")
 	rounds := flag.Int("rounds", 3, "kill -9 rounds")
 	zones := flag.Int("zones", 300, "zones per replica in the fan-out")
-	fanoutWrites := flag.Int("fanout-writes", 10, "writes timed in each fan-out")
+	fanoutWrites := flag.Int("fanout-writes", 40, "writes timed in each fan-out")
+	fanoutRuns := flag.Int("fanout-runs", 3, "runs of the fan-out's configurations (interleaved); the figures are their medians")
 	// Internal: the replica and fleet processes.
 	replica := flag.String("replica", "", "internal: run a replica with this id")
 	dsn := flag.String("dsn", "", "internal: the replica's store")
@@ -77,7 +81,7 @@ func main() {
 	case *fleet != "":
 		err = runFleet(*fleet)
 	default:
-		err = run(*writes, *rounds, *zones, *fanoutWrites)
+		err = run(*writes, *rounds, *zones, *fanoutWrites, *fanoutRuns)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replicas:", err)
@@ -106,7 +110,10 @@ type bench struct {
 	seq      int
 }
 
-func run(writes, rounds, zones, fanoutWrites int) error {
+func run(writes, rounds, zones, fanoutWrites, fanoutRuns int) error {
+	if writes < 1 || rounds < 0 || zones < 1 || fanoutWrites < 1 || fanoutRuns < 1 {
+		return fmt.Errorf("-writes, -zones, -fanout-writes and -fanout-runs must be at least 1, -rounds at least 0")
+	}
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "kds-bench-replicas-")
 	if err != nil {
@@ -155,7 +162,7 @@ func run(writes, rounds, zones, fanoutWrites int) error {
 	if err := b.failOver(ctx, rounds); err != nil {
 		return fmt.Errorf("fail-over: %w", err)
 	}
-	if err := b.fanOut(zones, fanoutWrites); err != nil {
+	if err := b.fanOut(srv.Pid(), zones, fanoutWrites, fanoutRuns); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
 	}
 	return nil
@@ -291,88 +298,146 @@ func (b *bench) failOver(ctx context.Context, rounds int) error {
 	return nil
 }
 
+// fanOutCase is one fan-out configuration: the replicas up and the zones on each.
+type fanOutCase struct {
+	up []string
+	on map[string]int
+}
+
+// fanOutFigures is one configuration's run: latencies, and CPU per write of each replica, of the
+// zones' process and of PostgreSQL (the postmaster and its backends).
+type fanOutFigures struct {
+	lat      []time.Duration
+	replica  map[string]time.Duration
+	zones    time.Duration
+	postgres time.Duration
+}
+
 // fanOut times a write through A to every stream of zones zones on A alone, then with the
-// streams on other replicas too. CPU is what the replicas' and the zones' processes used over the
-// timed writes, per write (from /proc, 10 ms ticks): with every process on one machine, the
-// machine's cores bound the fan-out of three replicas, not the replicas themselves.
-func (b *bench) fanOut(zones, writes int) error {
-	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each)\n", writes)
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write: replicas\tzones\t\n")
-	var base, full time.Duration
-	for _, c := range []struct {
-		up []string
-		on map[string]int
-	}{
+// streams on other replicas too, runs times (interleaved), and prints each configuration's
+// medians and the ratios. CPU is what each process used over the timed writes, per
+// write (from /proc, 10 ms ticks): with every process on one machine, the machine's cores bound
+// the wall-clock fan-out of three replicas, so CPU is the figure that says whether replicas
+// scale out.
+func (b *bench) fanOut(pg int, zones, writes, runs int) error {
+	cases := []fanOutCase{
 		{[]string{"A"}, map[string]int{"A": zones}},
 		{[]string{"A", "B", "C"}, map[string]int{"A": zones}},
 		{[]string{"A", "B", "C"}, map[string]int{"B": zones}},
 		{[]string{"A", "B", "C"}, map[string]int{"A": zones, "B": zones, "C": zones}},
-	} {
-		for _, id := range []string{"B", "C"} {
-			_, up := b.replicas[id]
-			switch want := slices.Contains(c.up, id); {
-			case up && !want:
-				b.replicas[id].close()
-				delete(b.replicas, id)
-			case !up && want:
-				if err := b.start(id); err != nil {
-					return err
-				}
+	}
+	figs := make([][]fanOutFigures, len(cases))
+	for run := range runs {
+		for i, c := range cases {
+			f, err := b.fanOutOnce(pg, c, writes)
+			if err != nil {
+				return fmt.Errorf("run %d, replicas %s, zones on %s: %w", run+1, strings.Join(c.up, ","), strings.Join(slices.Sorted(maps.Keys(c.on)), ","), err)
+			}
+			figs[i] = append(figs[i], f)
+		}
+	}
+	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each, medians of %d runs)\n", writes, runs)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write: A\tB\tC\tzones\tPostgreSQL\t\n")
+	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration {
+		var ds []time.Duration
+		for _, f := range figs[i] {
+			ds = append(ds, of(f))
+		}
+		return pct(ds, 50)
+	}
+	for i, c := range cases {
+		streams := 0
+		for _, n := range c.on {
+			streams += n
+		}
+		cells := []string{strings.Join(c.up, ","), strings.Join(slices.Sorted(maps.Keys(c.on)), ","), strconv.Itoa(streams),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return pct(f.lat, 50) })),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return pct(f.lat, 90) })),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return slices.Max(f.lat) }))}
+		for _, id := range []string{"A", "B", "C"} {
+			if slices.Contains(c.up, id) {
+				cells = append(cells, benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.replica[id] })))
+			} else {
+				cells = append(cells, "-")
 			}
 		}
-		var on []string
-		streams := 0
-		for _, id := range slices.Sorted(maps.Keys(c.on)) {
-			on = append(on, id)
-			streams += c.on[id]
-		}
-		b.seq++
-		prefix := fmt.Sprintf("fan%d", b.seq)
-		f, err := b.startFleet(c.on, prefix)
-		if err != nil {
-			return err
-		}
-		time.Sleep(500 * time.Millisecond) // the streams' first pushes are over
-		var pids []int
-		for _, p := range b.replicas {
-			pids = append(pids, p.cmd.Process.Pid)
-		}
-		fleet := []int{f.Cmd.Process.Pid}
-		cpu0, fcpu0 := cpuTime(pids), cpuTime(fleet)
-		lat, err := b.timeWrites(f, "A", prefix, writes)
-		cpu, fcpu := cpuTime(pids)-cpu0, cpuTime(fleet)-fcpu0
-		f.close()
-		if err != nil {
-			return err
-		}
-		p50 := pct(lat, 50)
-		switch {
-		case len(c.up) == 1:
-			base = p50
-		case len(c.on) == 3:
-			full = p50
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", strings.Join(c.up, ","), strings.Join(on, ","), streams,
-			benchcp.Ms(p50), benchcp.Ms(pct(lat, 90)), benchcp.Ms(slices.Max(lat)),
-			benchcp.Ms(cpu/time.Duration(writes)), benchcp.Ms(fcpu/time.Duration(writes)))
+		cells = append(cells, benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.zones })),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgres })))
+		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
 	}
 	w.Flush()
-	fmt.Printf("3 x %d vs 1 x %d, p50: %.2fx (%d cores for every process)\n", zones, zones, float64(full)/float64(base), runtime.NumCPU())
+	one, three := 0, len(cases)-1
+	base := med(one, func(f fanOutFigures) time.Duration { return f.replica["A"] })
+	worst, worstID := time.Duration(0), ""
+	for _, id := range []string{"A", "B", "C"} {
+		if d := med(three, func(f fanOutFigures) time.Duration { return f.replica[id] }); d >= worst {
+			worst, worstID = d, id
+		}
+	}
+	ratio := func(a, b time.Duration) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
+	}
+	p1 := med(three, func(f fanOutFigures) time.Duration { return pct(f.lat, 50) })
+	p0 := med(one, func(f fanOutFigures) time.Duration { return pct(f.lat, 50) })
+	fmt.Printf("3 x %d vs 1 x %d: the busiest replica's CPU per write (%s) %.2fx the single replica's (limit 1.15); PostgreSQL's CPU per write %.2fx (limit: the same);\n",
+		zones, zones, worstID, ratio(worst, base),
+		ratio(med(three, func(f fanOutFigures) time.Duration { return f.postgres }), med(one, func(f fanOutFigures) time.Duration { return f.postgres })))
+	fmt.Printf("  wall clock p50 %.2fx, with every process on the same %d cores\n", ratio(p1, p0), runtime.NumCPU())
 	return nil
+}
+
+// fanOutOnce brings up c's replicas, starts its zones, and times writes through A.
+func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, error) {
+	var fig fanOutFigures
+	for _, id := range []string{"B", "C"} {
+		_, up := b.replicas[id]
+		switch want := slices.Contains(c.up, id); {
+		case up && !want:
+			b.replicas[id].close()
+			delete(b.replicas, id)
+		case !up && want:
+			if err := b.start(id); err != nil {
+				return fig, err
+			}
+		}
+	}
+	b.seq++
+	prefix := fmt.Sprintf("fan%d", b.seq)
+	f, err := b.startFleet(c.on, prefix)
+	if err != nil {
+		return fig, err
+	}
+	defer f.close()
+	time.Sleep(500 * time.Millisecond) // the streams' first pushes are over
+	pids := map[string]int{}
+	cpu0 := map[string]time.Duration{}
+	for id, p := range b.replicas {
+		pids[id] = p.cmd.Process.Pid
+		cpu0[id] = cpuTime([]int{pids[id]})
+	}
+	fleet := []int{f.Cmd.Process.Pid}
+	fcpu0, pcpu0 := cpuTime(fleet), treeCPU(pg)
+	if fig.lat, err = b.timeWrites(f, "A", prefix, writes); err != nil {
+		return fig, err
+	}
+	per := func(d time.Duration) time.Duration { return d / time.Duration(writes) }
+	fig.replica = map[string]time.Duration{}
+	for id, pid := range pids {
+		fig.replica[id] = per(cpuTime([]int{pid}) - cpu0[id])
+	}
+	fig.zones, fig.postgres = per(cpuTime(fleet)-fcpu0), per(treeCPU(pg)-pcpu0)
+	return fig, nil
 }
 
 // cpuTime is the user and system time the processes used so far (/proc/PID/stat).
 func cpuTime(pids []int) time.Duration {
 	var ticks int64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command name, which is in parentheses and may hold spaces.
-		_, rest, _ := strings.Cut(string(b), ") ")
-		f := strings.Fields(rest)
+		f := statFields(pid)
 		if len(f) < 13 {
 			continue
 		}
@@ -381,6 +446,47 @@ func cpuTime(pids []int) time.Duration {
 		ticks += u + s
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// treeCPU is the CPU a PostgreSQL server used so far: the postmaster's own, its children's
+// that have exited (cutime, cstime) and its live children's (the backends, the writer, the
+// checkpointer...).
+func treeCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	var ticks int64
+	if f := statFields(pid); len(f) >= 15 {
+		for _, i := range []int{11, 12, 13, 14} {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += v
+		}
+	}
+	d := time.Duration(ticks) * 10 * time.Millisecond
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := statFields(child); len(f) >= 2 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return d + cpuTime(kids)
+}
+
+// statFields are /proc/PID/stat's fields after the command name (which is in parentheses and
+// may hold spaces): [0] is the state, [1] the parent's pid, [11] utime, [12] stime, [13]
+// cutime, [14] cstime. Nil when the process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return strings.Fields(rest)
 }
 
 // timeWrites puts writes new MeshTimeouts through replica via and returns, for each, the time

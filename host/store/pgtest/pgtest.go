@@ -412,6 +412,15 @@ func (s *Server) Resume(ctx context.Context) error {
 	return s.startOn(ctx, port)
 }
 
+// Pid is the postmaster's process id, 0 for a server EnvDSN names or one not running: its
+// backends are its children, so a benchmark can read the server's CPU from /proc.
+func (s *Server) Pid() int {
+	if s.external || s.proc == nil {
+		return 0
+	}
+	return s.proc.Pid
+}
+
 // AdminDSN is a DSN to the server's "postgres" database with the server's superuser (or, for
 // an external server, the EnvDSN itself).
 func (s *Server) AdminDSN() string { return s.adminDSN }
