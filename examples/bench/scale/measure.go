@@ -28,6 +28,8 @@ type figures struct {
 	IdleCPU    float64   `json:"idle_cpu_pct"`    // % of one core, every zone connected, nothing changing
 	PeakRSS    uint64    `json:"peak_rss_bytes"`  // VmHWM at the end of the run
 	LiveHeap   uint64    `json:"live_heap_bytes"` // HeapAlloc after two forced GCs, at the end
+	BaseHeap   uint64    `json:"base_heap_bytes"` // the same before the first zone dialed
+	StreamsPer int       `json:"streams_per_conn"`
 	Updates    []float64 `json:"updates_ms"`
 	CPUProfile string    `json:"cpu_profile,omitempty"`
 }
@@ -38,6 +40,8 @@ func (f figures) summary() string {
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func kib(b float64) string { return fmt.Sprintf("%.1f KiB", b/(1<<10)) }
 
 // measure runs one server in one scenario, and stops everything it started, whatever happens.
 func measure(ctx context.Context, o options, self, bin string, sc scenario, sv server, prof string) (fig figures, err error) {
@@ -100,11 +104,15 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		return d
 	}
 	quiet(ctx, pid, 10*time.Second)
+	if fig.BaseHeap, err = liveHeap(control); err != nil {
+		return fig, err
+	}
 
 	// Full sync.
+	fig.StreamsPer = o.streamsPerConnFor(sc)
 	total := o.warmup + o.updates
 	fargs := []string{"-fleet", kdsAddr, "-fleet-zones", strconv.Itoa(sc.Zones), "-fleet-resources", strconv.Itoa(sc.Resources),
-		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(o.streamsPerConn)}
+		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(fig.StreamsPer)}
 	if tokens != "" {
 		fargs = append(fargs, "-fleet-tokens", tokens)
 	}
@@ -185,21 +193,44 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	}
 
 	// Memory: the live heap (after forced GCs, so last), the peak resident set.
-	hresp, err := client.Get("http://" + control + "/heap")
-	if err != nil {
-		return fig, fmt.Errorf("heap: %w", err)
+	if fig.LiveHeap, err = liveHeap(control); err != nil {
+		return fig, err
 	}
-	var h benchproc.Heap
-	err = json.NewDecoder(hresp.Body).Decode(&h)
-	hresp.Body.Close()
-	if err != nil {
-		return fig, fmt.Errorf("heap: %w", err)
-	}
-	fig.LiveHeap = h.HeapAlloc
 	if _, fig.PeakRSS, err = memOf(pid); err != nil {
 		return fig, err
 	}
 	return fig, nil
+}
+
+// liveHeap asks a server's control endpoint for its heap after forced GCs.
+func liveHeap(control string) (uint64, error) {
+	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + control + "/heap")
+	if err != nil {
+		return 0, fmt.Errorf("heap: %w", err)
+	}
+	defer resp.Body.Close()
+	var h benchproc.Heap
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return 0, fmt.Errorf("heap: %w", err)
+	}
+	return h.HeapAlloc, nil
+}
+
+// heapPerStream is what one zone stream holding everything costs in live heap: the heap with
+// every zone synced, less the heap before the first dialed, over the zones.
+func (f figures) heapPerStream(zones int) float64 {
+	if f.BaseHeap == 0 || f.LiveHeap < f.BaseHeap || zones == 0 { // a report from before base_heap_bytes
+		return 0
+	}
+	return float64(f.LiveHeap-f.BaseHeap) / float64(zones)
+}
+
+// cpuPerStreamWrite is the server's CPU per update per zone stream, in µs.
+func (f figures) cpuPerStreamWrite(zones int) float64 {
+	if zones == 0 {
+		return 0
+	}
+	return f.UpdateCPU * 1e6 / float64(zones)
 }
 
 // quiet waits until the process has used less than 3 ms of CPU over 300 ms (1 %), at most max:
