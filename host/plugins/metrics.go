@@ -21,7 +21,7 @@ type metrics struct {
 }
 
 func newMetrics(status func() []Status) *metrics {
-	return &metrics{
+	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_plugin_calls_total",
 			Help: "Calls to plugins, by plugin name (builtin for the in-process policies) and method."}, []string{"plugin", "method"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_plugin_call_errors_total",
@@ -39,6 +39,11 @@ func newMetrics(status func() []Status) *metrics {
 		up: &upCollector{status: status, desc: prometheus.NewDesc("kds_plugin_up",
 			"1 when the plugin answers calls (running, or builtin), 0 while it is down.", []string{"plugin"}, nil)},
 	}
+	// Every result is exported from the start, at 0: rate and increase miss the first event of
+	// a series that appears with it (deploy/prometheus alerts on reload errors).
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	return m
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
@@ -49,13 +54,20 @@ func (m *metrics) collectors() []prometheus.Collector {
 func (m *metrics) call(plugin, method string, d time.Duration, failed, timedOut bool) {
 	m.calls.WithLabelValues(plugin, method).Inc()
 	m.seconds.WithLabelValues(plugin, method).Observe(d.Seconds())
+	// Errors and timeouts are exported beside the calls, at 0 until the first: an error ratio
+	// has both sides, and the first error counts in a rate (deploy/prometheus).
+	failures, timeouts := m.errors.WithLabelValues(plugin, method), m.timeouts.WithLabelValues(plugin, method)
 	if failed {
-		m.errors.WithLabelValues(plugin, method).Inc()
+		failures.Inc()
 	}
 	if timedOut {
-		m.timeouts.WithLabelValues(plugin, method).Inc()
+		timeouts.Inc()
 	}
 }
+
+// started exports plugin's restarts at 0 from its first start on, so that the first restart
+// counts in a rate or increase.
+func (m *metrics) started(plugin string) { m.restarts.WithLabelValues(plugin) }
 
 // upCollector reports kds_plugin_up from the runtime's status at scrape time, so a swap of two
 // plugins of the same name never shows a stale value.

@@ -61,6 +61,7 @@ type supervisor struct {
 }
 
 func newSupervisor(spec Spec, first *instance, start func(context.Context) (*instance, error), opt *Config, log hclog.Logger, m *metrics) *supervisor {
+	m.started(first.name)
 	return &supervisor{
 		spec: spec, name: first.name, start: start, opt: opt, log: log, metrics: m,
 		wake: make(chan struct{}, 1), cur: first, info: first, state: StateRunning, since: time.Now(),
