@@ -51,7 +51,9 @@ func (e *BoundsError) Error() string {
 
 // CheckSchedule holds resp, the answer to req, to the bounds (zero fields: the defaults). It
 // returns nil or a *BoundsError:
-//   - unless give_up is set, delay is a valid duration, positive and at most MaxDelay;
+//   - unless give_up is set, or hold names every rejected name of req (no round follows, and
+//     the delay is ignored: see ParksAll), delay is a valid duration, positive and at most
+//     MaxDelay;
 //   - reason, and each held name's reason, are at most MaxReason bytes;
 //   - kinds name only kinds of req.failing;
 //   - hold names only rejected names of req.failing (kind and name).
@@ -60,7 +62,7 @@ func (b Bounds) CheckSchedule(req *pluginv1.ScheduleRequest, resp *pluginv1.Sche
 	if resp == nil {
 		return &BoundsError{Field: "the answer", Value: "is empty", Limit: "(a ScheduleResponse is required)"}
 	}
-	if !resp.GetGiveUp() {
+	if !resp.GetGiveUp() && !ParksAll(req, resp) {
 		d := resp.GetDelay()
 		switch {
 		case d == nil:
@@ -98,4 +100,24 @@ func (b Bounds) CheckSchedule(req *pluginv1.ScheduleRequest, resp *pluginv1.Sche
 		}
 	}
 	return nil
+}
+
+// ParksAll reports whether resp's hold names every rejected name of req: nothing of what the
+// request asked about is left to resend, so no round follows and the host ignores the delay.
+func ParksAll(req *pluginv1.ScheduleRequest, resp *pluginv1.ScheduleResponse) bool {
+	if len(resp.GetHold()) == 0 {
+		return false
+	}
+	held := make(map[[2]string]bool, len(resp.GetHold()))
+	for _, h := range resp.GetHold() {
+		held[[2]string{h.GetKind(), h.GetName()}] = true
+	}
+	for _, f := range req.GetFailing() {
+		for _, n := range f.GetRejectedNames() {
+			if !held[[2]string{f.GetKind(), n}] {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -42,6 +42,14 @@ func TestBoundsCheckSchedule(t *testing.T) {
 			"kinds[1]", `"MeshRetry" is not a failing kind`},
 		{"a held name that was not rejected", shared.Bounds{}, &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
 			Hold: []*pluginv1.HeldName{{Kind: "Mesh", Name: "default"}, {Kind: "Mesh", Name: "other"}}}, "hold[1]", `Mesh "other" is not a rejected name`},
+		{"parking every rejected name needs no delay", shared.Bounds{}, &pluginv1.ScheduleResponse{
+			Hold: []*pluginv1.HeldName{{Kind: "Mesh", Name: "default"}, {Kind: "MeshTimeout", Name: "default/a"}}}, "", ""},
+		{"and any delay it gives is ignored", shared.Bounds{}, &pluginv1.ScheduleResponse{Delay: durationpb.New(-time.Second),
+			Hold: []*pluginv1.HeldName{{Kind: "Mesh", Name: "default"}, {Kind: "MeshTimeout", Name: "default/a"}}}, "", ""},
+		{"parking some names still needs a delay", shared.Bounds{}, &pluginv1.ScheduleResponse{
+			Hold: []*pluginv1.HeldName{{Kind: "Mesh", Name: "default"}}}, "delay", "is missing"},
+		{"a held name of another kind is not the rejected name", shared.Bounds{}, &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
+			Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default"}}}, "hold[0]", `MeshTimeout "default" is not a rejected name`},
 		{"a held name's reason too long", shared.Bounds{MaxReason: 4}, &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
 			Hold: []*pluginv1.HeldName{{Kind: "Mesh", Name: "default", Reason: "too long"}}}, "hold[0].reason", "of 8 bytes is over the host's maximum of 4 bytes"},
 	} {

@@ -62,17 +62,20 @@ type failingKind struct {
 	due       bool // NACKed since its last resend
 }
 
-// rejectedName is one refused name: the version refused, why, and how often in a row.
+// rejectedName is one refused name: the version refused, why, and how often.
 type rejectedName struct {
-	version  string
-	cause    event.Cause
-	owner    string // event.Rejection.MissingOwner
-	attempts uint32 // NACKs of this version
+	version       string
+	cause         event.Cause
+	owner         string // event.Rejection.MissingOwner
+	attempts      uint32 // NACKs of this version, whatever their cause
+	causeAttempts uint32 // NACKs of this version in a row with this cause
 }
 
-// parkedName is a refused name the policy parks: not resent until its content changes.
+// parkedName is a refused name the policy parks: not resent until its content changes, or, for a
+// name that missed its owner, until the zone ACKs that owner.
 type parkedName struct {
-	version, reason string
+	rejectedName
+	reason string
 }
 
 // active reports whether the kind has names a round would resend.
@@ -161,8 +164,12 @@ func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
 			rn = &rejectedName{version: rj.Version}
 			fk.rejected[rj.Name] = rn
 		}
+		if rn.attempts == 0 || rn.cause != rj.Cause {
+			rn.causeAttempts = 0
+		}
 		rn.cause, rn.owner = rj.Cause, rj.MissingOwner
 		rn.attempts++
+		rn.causeAttempts++
 	}
 	fk.nacks++
 	fk.detail = n.Detail
@@ -192,24 +199,42 @@ func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 	return r
 }
 
-// release resends at once the names that missed an owner the ACK brought.
+// release resends at once the names that missed an owner the ACK brought, parked ones
+// included: a parked name that missed its owner is rejected again (due for rounds) once resent.
 func (m *Machine) release(a event.ACK, r *Ready) {
 	if a.Versions.Len() == 0 {
 		return
 	}
+	brought := func(rn rejectedName) bool {
+		if rn.cause != event.CauseMissingOwner || rn.owner == "" {
+			return false
+		}
+		ownerKind, ownerName, _ := strings.Cut(rn.owner, "/")
+		_, ok := a.Versions.Get(ownerName)
+		return ok && ownerKind == a.Kind
+	}
 	for _, kind := range sortedKinds(m.failing) {
+		fk := m.failing[kind]
+		wasActive := fk.active()
 		var names []string
-		for name, rn := range m.failing[kind].rejected {
-			if rn.cause != event.CauseMissingOwner || rn.owner == "" {
-				continue
+		for name, rn := range fk.rejected {
+			if brought(*rn) {
+				names = append(names, name)
 			}
-			ownerKind, ownerName, _ := strings.Cut(rn.owner, "/")
-			if _, ok := a.Versions.Get(ownerName); ok && ownerKind == a.Kind {
+		}
+		for name, p := range fk.parked {
+			if brought(p.rejectedName) {
+				rn := p.rejectedName
+				fk.rejected[name] = &rn
+				delete(fk.parked, name)
 				names = append(names, name)
 			}
 		}
 		if len(names) == 0 {
 			continue
+		}
+		if !wasActive {
+			fk.due = false // only released names: they wait for the zone's answer, as after a round
 		}
 		slices.Sort(names)
 		if r.Resend == nil {
@@ -266,6 +291,14 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 			m.settle(&r) // the policy parked everything there was to resend
 			return r
 		}
+		if !resp.GetGiveUp() && resp.GetDelay().AsDuration() <= 0 && len(r.Parked) > 0 {
+			// The answer parked every name it was asked about, so it needs no delay, and names
+			// rejected since are left: ask about those at once. (Each such answer parks a name,
+			// so this ends.)
+			m.reason = d.Reason
+			m.next(&r)
+			return r
+		}
 	}
 	switch {
 	case err != nil, !resp.GetGiveUp() && resp.GetDelay().AsDuration() <= 0:
@@ -306,7 +339,7 @@ func (m *Machine) park(names []*pluginv1.HeldName, r *Ready) {
 			reason = "the policy parks it until its content changes"
 		}
 		delete(fk.rejected, h.GetName())
-		fk.parked[h.GetName()] = parkedName{version: rn.version, reason: reason}
+		fk.parked[h.GetName()] = parkedName{rejectedName: *rn, reason: reason}
 		r.Parked = append(r.Parked, ParkedName{Kind: h.GetKind(), Name: h.GetName(), Reason: reason})
 	}
 }
@@ -410,7 +443,7 @@ func (m *Machine) request() *pluginv1.ScheduleRequest {
 		}
 		for _, n := range names {
 			rn := fk.rejected[n]
-			f.Rejected = append(f.Rejected, &pluginv1.RejectedName{Name: n, Cause: wireCause(rn.cause), MissingOwner: ownerKey(rn.owner), Attempts: rn.attempts})
+			f.Rejected = append(f.Rejected, &pluginv1.RejectedName{Name: n, Cause: wireCause(rn.cause), MissingOwner: ownerKey(rn.owner), Attempts: rn.attempts, CauseAttempts: rn.causeAttempts})
 		}
 		req.Failing = append(req.Failing, f)
 	}

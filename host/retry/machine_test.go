@@ -104,6 +104,15 @@ func resends(names map[string][]string, thenAsk bool) func(Gomega, retry.Ready, 
 	}
 }
 
+// attempts expects an Ask whose only rejected name has these attempts and cause_attempts.
+func attempts(all, cause uint32) func(Gomega, retry.Ready, retry.StreamState) {
+	return func(g Gomega, r retry.Ready, _ retry.StreamState) {
+		g.Expect(r.Ask).NotTo(BeNil(), "an Ask")
+		rn := r.Ask.GetFailing()[0].GetRejected()[0]
+		g.Expect([]uint32{rn.GetAttempts(), rn.GetCauseAttempts()}).To(Equal([]uint32{all, cause}), "attempts, cause_attempts")
+	}
+}
+
 func nothing(g Gomega, r retry.Ready, _ retry.StreamState) {
 	g.Expect(r).To(Equal(retry.Ready{Token: r.Token}))
 }
@@ -256,6 +265,56 @@ func TestMachineTransitions(t *testing.T) {
 				g.Expect(f.GetRejected()[0].GetMissingOwner().GetName()).To(Equal("default"))
 				g.Expect(f.GetRejected()[0].GetAttempts()).To(Equal(uint32(2)))
 			}},
+		}, nil},
+		{"attempts count every NACK of a version, cause_attempts those in a row with its cause", []step{
+			{"TRANSIENT", nackCause("Mesh", "default", event.CauseTransient, ""), asks(0, "Mesh")},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}}, false)},
+			{"TRANSIENT again", nackCause("Mesh", "default", event.CauseTransient, ""), attempts(2, 2)},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}}, false)},
+			{"INVALID now", nackCause("Mesh", "default", event.CauseInvalid, ""), attempts(3, 1)},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}}, false)},
+			{"INVALID again", nackCause("Mesh", "default", event.CauseInvalid, ""), attempts(4, 2)},
+			{"decision", delay(time.Second), arms(time.Second)},
+			{"new content sent", sentAt("Mesh", "default", "v2"), func(Gomega, retry.Ready, retry.StreamState) {}},
+			{"its NACK starts both over", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+				return m.NACK(event.NACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Detail: "rejected",
+					Rejected: []event.Rejection{{Name: "default", Version: "v2", Cause: event.CauseInvalid}}}, now)
+			}, attempts(1, 1)},
+		}, nil},
+		{"an answer that parks every name it was asked about needs no delay", []step{
+			{"NACK", nackCause("MeshTimeout", "default/bad", event.CauseInvalid, ""), asks(0, "MeshTimeout")},
+			{"NACK while asking", nackCause("MeshRetry", "default/late", event.CauseTransient, ""), nothing},
+			{"decision parks the one asked about, no delay", decide(&pluginv1.ScheduleResponse{
+				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid"}}}, nil),
+				func(g Gomega, r retry.Ready, st retry.StreamState) {
+					g.Expect(r.Parked).To(HaveLen(1))
+					g.Expect(r.Arm).To(BeZero(), "no failed-decision round")
+					g.Expect(r.Ask).NotTo(BeNil(), "the name rejected meanwhile is asked about at once")
+					g.Expect(r.Ask.GetFailing()).To(HaveLen(1))
+					g.Expect(r.Ask.GetFailing()[0].GetKind()).To(Equal("MeshRetry"))
+					g.Expect(st.Reason).NotTo(ContainSubstring("no policy answered"))
+				}},
+			{"decision", delay(time.Second), arms(time.Second)},
+		}, nil},
+		{"an owner's ACK releases a parked name that missed it", []step{
+			{"NACK", nackCause("MeshTimeout", "default/a", event.CauseMissingOwner, "Mesh/default"), asks(0, "MeshTimeout")},
+			{"decision parks it", decide(&pluginv1.ScheduleResponse{
+				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/a", Reason: "wait for the Mesh"}}}, nil),
+				func(g Gomega, r retry.Ready, st retry.StreamState) {
+					g.Expect(r.Arm).To(BeZero())
+					g.Expect(st.Failing[0].Parked).To(HaveLen(1))
+				}},
+			{"the Mesh ACKed", ackAt("Mesh", "default"), func(g Gomega, r retry.Ready, st retry.StreamState) {
+				g.Expect(r.Resend).To(Equal(map[string][]string{"MeshTimeout": {"default/a"}}))
+				g.Expect(r.Released).To(Equal(map[string]int{"MeshTimeout": 1}))
+				g.Expect(st.Failing[0].Parked).To(BeEmpty())
+				g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/a"}), "rejected again until the zone answers")
+				g.Expect(r.Ask).To(BeNil(), "no round until the zone answers the resend")
+			}},
+			{"its NACK asks the policy again", nackCause("MeshTimeout", "default/a", event.CauseMissingOwner, "Mesh/default"), attempts(2, 2)},
 		}, nil},
 		{"a removed name is nothing to resend", []step{
 			{"NACK", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},

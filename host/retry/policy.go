@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
@@ -37,8 +38,23 @@ func Standard(current func() shared.RetryForcer, builtin shared.RetryForcer, cfg
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return WithFallback(WithDeadline(Checked(Current(current), cfg.Bounds), cfg.Timeout),
-		WithDeadline(Checked(builtin, cfg.Bounds), cfg.Timeout), cfg.OnFallback)
+	return toldMaxDelay{WithFallback(WithDeadline(Checked(Current(current), cfg.Bounds), cfg.Timeout),
+		WithDeadline(Checked(builtin, cfg.Bounds), cfg.Timeout), cfg.OnFallback), cfg.Bounds.WithDefaults().MaxDelay}
+}
+
+// toldMaxDelay sets every request's max_delay to the host's maximum, so that the policy, and
+// the fallback after it, can cap its delay there instead of being refused. It sets the field in
+// place, before any call: the request is the caller's to build, and no one else reads it yet.
+type toldMaxDelay struct {
+	shared.RetryForcer
+	max time.Duration
+}
+
+func (t toldMaxDelay) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	if req != nil {
+		req.MaxDelay = durationpb.New(t.max)
+	}
+	return t.RetryForcer.Schedule(ctx, req)
 }
 
 // decorator forwards Describe and Configure to the policy it wraps; each decorator replaces

@@ -97,3 +97,34 @@ func TestTheReasonOfTheDecisionInForce(t *testing.T) {
 	g.Expect(m.State().Reason).To(BeEmpty())
 	g.Expect(m.State().Round).To(BeZero())
 }
+
+// seen is a RetryForcer that records the max_delay of the request it is asked, and answers.
+type seen struct {
+	answer
+	max *[]time.Duration
+}
+
+func (s seen) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	*s.max = append(*s.max, req.GetMaxDelay().AsDuration())
+	return s.answer.Schedule(ctx, req)
+}
+
+// TestStandardTellsThePolicyTheHostsMaximum: every request carries --retry-max-delay, for the
+// policy in force and for the built-in fallback alike.
+func TestStandardTellsThePolicyTheHostsMaximum(t *testing.T) {
+	g := NewWithT(t)
+	var got []time.Duration
+	policy := seen{answer{err: errors.New("down")}, &got}
+	builtin := seen{after(time.Second, "built-in"), &got}
+	for _, tc := range []struct {
+		bounds shared.Bounds
+		want   time.Duration
+	}{{shared.Bounds{}, time.Hour}, {shared.Bounds{MaxDelay: 5 * time.Second}, 5 * time.Second}} {
+		got = nil
+		req := &pluginv1.ScheduleRequest{Zone: "zone-1", Failing: []*pluginv1.FailingKind{{Kind: "Mesh", RejectedNames: []string{"default"}}}}
+		p := retry.Standard(func() shared.RetryForcer { return policy }, builtin, retry.StandardConfig{Bounds: tc.bounds})
+		_, err := p.Schedule(context.Background(), req)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal([]time.Duration{tc.want, tc.want}), "the policy, then the fallback")
+	}
+}

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -19,6 +20,7 @@ import (
 
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
 )
 
 // giveUpAttempts is the maxAttempts the give-up check sets when it derives its document.
@@ -32,7 +34,7 @@ var retryForcerChecks = []check{
 	{CheckRetryConfigure, "Configure accepts the plugin's own sample_config (and --config)", checkConfigure, false},
 	{CheckRetryConfigureMalformed, "Configure answers malformed documents with InvalidArgument and keeps its policy", checkConfigureMalformed, false},
 	{CheckRetryScheduleBounds, "every delay is positive and within max_delay; kinds name failing kinds", checkScheduleBounds, false},
-	{CheckRetryHostBounds, "every answer is within the host's bounds (delay up to --retry-max-delay, reasons up to 1 KiB, kinds and held names from the request)", checkHostBounds, false},
+	{CheckRetryHostBounds, "every answer is within the host's bounds (delay up to the request's max_delay, reasons up to 1 KiB, kinds and held names from the request)", checkHostBounds, false},
 	{CheckRetryFloor, "later rounds do not shrink below the policy's floor (its min_delay, or the smallest first-round delay)", checkFloor, false},
 	{CheckRetryResetAfterACK, "after the host resets the round (an ACK), round 0 is a first round again", checkResetAfterACK, false},
 	{CheckRetryGiveUp, "gives up when its policy document says so", checkGiveUp, false},
@@ -61,7 +63,12 @@ func scheduleRequest(stream string, round uint32, last time.Duration) *pluginv1.
 	return req
 }
 
+// schedule asks Schedule, as the host does: the request carries the host's maximum delay
+// (--retry-max-delay) in max_delay.
 func (c *checkRun) schedule(req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	if req.MaxDelay == nil {
+		req.MaxDelay = durationpb.New(c.opts.Bounds.MaxDelay)
+	}
 	return call(c, "RetryForcer.Schedule", func(ctx context.Context) (*pluginv1.ScheduleResponse, error) {
 		return c.rf.Schedule(ctx, req)
 	})
@@ -77,8 +84,10 @@ func (c *checkRun) mustSchedule(req *pluginv1.ScheduleRequest, where string) *pl
 	return resp
 }
 
-// validSchedule holds a schedule to the rules: give up, or a positive delay within maxDelay;
-// the kinds it names are failing kinds.
+// validSchedule holds a schedule to the rules: give up, park every rejected name of the request
+// (then the delay is ignored), or a positive delay within maxDelay; the kinds it names are
+// failing kinds. (The host's bounds, the request's max_delay among them, are the host-bounds
+// check's.)
 func (c *checkRun) validSchedule(resp *pluginv1.ScheduleResponse, req *pluginv1.ScheduleRequest, where string, maxDelay time.Duration) {
 	if failing := req.GetFailing(); len(failing) > 0 {
 		names := make([]string, len(failing))
@@ -91,11 +100,12 @@ func (c *checkRun) validSchedule(resp *pluginv1.ScheduleResponse, req *pluginv1.
 			}
 		}
 	}
-	if resp.GetGiveUp() {
+	if resp.GetGiveUp() || shared.ParksAll(req, resp) {
 		return
 	}
 	if resp.GetDelay() == nil {
-		c.failf("%s: the schedule has no delay and does not give up: a delay must be positive unless give_up is set", where)
+		c.failf("%s: the schedule has no delay, does not give up and does not park every rejected name: a delay must be positive unless give_up is set or hold names every rejected name of the request (%s)",
+			where, docSection("schedule"))
 	}
 	if err := resp.GetDelay().CheckValid(); err != nil {
 		c.failf("%s: the delay is not a valid duration: %v", where, err)
@@ -215,7 +225,7 @@ func boundsRequest(stream string, round uint32, last time.Duration) *pluginv1.Sc
 	i := 0
 	for _, f := range req.Failing {
 		for _, n := range f.RejectedNames {
-			rn := &pluginv1.RejectedName{Name: n, Cause: causes[i%len(causes)], Attempts: round + 1}
+			rn := &pluginv1.RejectedName{Name: n, Cause: causes[i%len(causes)], Attempts: round + 1, CauseAttempts: round + 1}
 			if rn.Cause == kdsv1.Cause_CAUSE_MISSING_OWNER {
 				rn.MissingOwner = &kdsv1.ResourceKey{Kind: "Mesh", Name: "default"}
 			}
@@ -231,15 +241,14 @@ func checkHostBounds(c *checkRun) {
 	bounds := c.opts.Bounds
 	const refused = "the host refuses such an answer: it counts an error against the plugin, logs a WARN line naming the field, and its built-in policy decides instead (" +
 		ProtocolDoc + "#host-bounds)"
-	if c.maxDelay > bounds.MaxDelay {
-		c.failf("Describe declares max_delay %s, over the host's maximum of %s (--retry-max-delay): %s", c.maxDelay, bounds.MaxDelay, refused)
-	}
-	const sequences, rounds = 2, 30
+	// Requests as a zone with causes makes them, and as a plain xDS zone does (no causes).
+	requests := []func(string, uint32, time.Duration) *pluginv1.ScheduleRequest{boundsRequest, boundsRequest, scheduleRequest}
+	const rounds = 30
 	calls, held := 0, 0
-	for seq := range sequences {
+	for seq, request := range requests {
 		var last time.Duration
 		for round := range uint32(rounds) {
-			req := boundsRequest(fmt.Sprintf("conformance-host-bounds-%d", seq), round, last)
+			req := request(fmt.Sprintf("conformance-host-bounds-%d", seq), round, last)
 			where := fmt.Sprintf("Schedule round %d (last_delay %s)", round, last)
 			resp, err := c.schedule(req)
 			if err != nil {
@@ -247,16 +256,23 @@ func checkHostBounds(c *checkRun) {
 			}
 			calls++
 			if err := bounds.CheckSchedule(req, resp); err != nil {
+				if be, ok := errors.AsType[*shared.BoundsError](err); ok && be.Field == "delay" {
+					c.failf("%s: %v, the request's max_delay: %s. Cap every delay at ScheduleRequest.max_delay", where, err, refused)
+				}
 				c.failf("%s: %v: %s", where, err, refused)
 			}
 			held += len(resp.GetHold())
-			if resp.GetGiveUp() {
+			if resp.GetGiveUp() || shared.ParksAll(req, resp) {
 				break
 			}
 			last = resp.GetDelay().AsDuration()
 		}
 	}
-	c.notef("%d answers within the host's bounds (delay at most %s, reasons at most %d bytes); %d names held", calls, bounds.MaxDelay, bounds.MaxReason, held)
+	capped := ""
+	if c.maxDelay > bounds.MaxDelay {
+		capped = fmt.Sprintf(" (the policy's own max_delay %s is over it: capped at the request's max_delay)", c.maxDelay)
+	}
+	c.notef("%d answers within the host's bounds (delay at most %s%s, reasons at most %d bytes); %d names held", calls, bounds.MaxDelay, capped, bounds.MaxReason, held)
 }
 
 // firstRounds asks round 0 n times, from workers goroutines, and returns the delays of the
@@ -305,6 +321,8 @@ func checkFloor(c *checkRun) {
 	floor := slices.Min(first)
 	limit, rule := floor/2, fmt.Sprintf("the smallest of %d first-round delays is %s, and no later round may be under half of it", len(first), floor)
 	if declared > 0 {
+		// The host's maximum wins over the policy's floor: a delay is capped at max_delay.
+		declared = min(declared, c.opts.Bounds.MaxDelay)
 		c.g.Expect(dur(floor)).To(gomega.BeNumerically(">=", dur(declared)),
 			"Schedule round 0: a delay of %s is under the min_delay %s the plugin declares", floor, declared)
 		floor, limit, rule = declared, declared, fmt.Sprintf("the plugin declares min_delay %s", declared)

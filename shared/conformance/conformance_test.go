@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/shared"
 	"github.com/kds-host/kds-host/shared/conformance"
 )
 
@@ -138,7 +140,7 @@ func TestBrokenFixtures(t *testing.T) {
 		{"ignores-shutdown", conformance.CheckKill, "did not exit when asked"},
 		{"leaves-child", conformance.CheckKill, "still run 2s after Kill"},
 		{"no-mtls", conformance.CheckHandshake, "the plugin serves plaintext gRPC on unix "},
-		{"exceeds-host-max", conformance.CheckRetryHostBounds, "max_delay 2h0m0s, over the host's maximum of 1h0m0s (--retry-max-delay)"},
+		{"exceeds-host-max", conformance.CheckRetryHostBounds, "delay 2h0m0s is over the host's maximum of 1h0m0s (--retry-max-delay), the request's max_delay"},
 		{"never-gives-up", conformance.CheckRetryGiveUp, "did not give up in 100 rounds"},
 		{"zone-dependent", conformance.CheckOwnerZoneIndependent, "answered zone zone-2 otherwise than zone zone-1"},
 	} {
@@ -159,6 +161,21 @@ func TestBrokenFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAPluginIsHeldToTheRequestsMaxDelay: a host run with a --retry-max-delay under the policy's
+// own maximum (the reference exponential policy's 30s) tells the plugin in every request, and a
+// plugin that caps its delays there passes; one that does not (exceeds-host-max, in
+// TestBrokenFixtures) fails host-bounds.
+func TestAPluginIsHeldToTheRequestsMaxDelay(t *testing.T) {
+	if *pluginPath != "" {
+		t.Skip("-plugin given: only that plugin is checked")
+	}
+	g := NewWithT(t)
+	report := verify(t, conformance.Options{Path: testbin.Build(t, "./plugins/retry-forcer"), Bounds: shared.Bounds{MaxDelay: 50 * time.Millisecond}})
+	g.Expect(report.Failed()).To(BeEmpty())
+	c, _ := report.Check(conformance.CheckRetryHostBounds)
+	g.Expect(c.Detail).To(ContainSubstring("delay at most 50ms (the policy's own max_delay 30s is over it: capped at the request's max_delay)"))
 }
 
 // TestAPluginTheHostCannotTalkTo: a plugin that answers the handshake in plaintext fails the

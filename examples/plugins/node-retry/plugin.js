@@ -3,8 +3,8 @@
 // by hand, as docs/plugin-protocol.md describes it: the magic cookie, version negotiation, the
 // handshake line on stdout, AutoMTLS, the health service, GRPCController/Shutdown and hclog JSON
 // lines on stderr. Its policy: the same delay every round, a give-up after maxAttempts rounds (0:
-// never), and INVALID names put in hold (the host parks them) once the zone refused the same
-// content invalidAttempts times.
+// never), INVALID names put in hold (the host parks them) once the zone refused the same content
+// as INVALID invalidAttempts times in a row, and no delay over the host's max_delay.
 //
 //   delay: 250ms
 //   maxAttempts: 0
@@ -63,6 +63,7 @@ function formatDuration(ns) {
 
 // google.protobuf.Duration as @grpc/proto-loader (longs: String) carries it.
 const toProto = (ns) => ({ seconds: String(ns / 1000000000n), nanos: Number(ns % 1000000000n) });
+const fromProto = (d) => (d ? BigInt(d.seconds || '0') * 1000000000n + BigInt(d.nanos || 0) : 0n);
 
 // invalidArgument is the error for bad input: gRPC code InvalidArgument, naming the field.
 function invalidArgument(field, message) {
@@ -134,14 +135,26 @@ const retryForcer = {
       return;
     }
     const hold = [];
+    let names = 0;
     for (const kind of req.failing || []) {
+      names += (kind.rejected_names || []).length;
       for (const r of kind.rejected || []) {
-        if (p.invalidAttempts > 0 && r.cause === 'CAUSE_INVALID' && r.attempts >= p.invalidAttempts) {
-          hold.push({ kind: kind.kind, name: r.name, reason: `refused as invalid ${r.attempts} times` });
+        // cause_attempts: INVALID NACKs in a row (0 from a host that predates it: attempts).
+        const invalid = Number(r.cause_attempts) || Number(r.attempts);
+        if (p.invalidAttempts > 0 && r.cause === 'CAUSE_INVALID' && invalid >= p.invalidAttempts) {
+          hold.push({ kind: kind.kind, name: r.name, reason: `refused as invalid ${invalid} times` });
         }
       }
     }
-    callback(null, { delay: toProto(p.delay), reason: `fixed ${formatDuration(p.delay)}`, hold });
+    if (names > 0 && hold.length === names) {
+      // Every rejected name is parked: no round follows, so no delay.
+      callback(null, { reason: `${hold.length} INVALID parked`, hold });
+      return;
+    }
+    // The host's maximum (--retry-max-delay) comes in every request; cap the delay there.
+    const hostMax = fromProto(req.max_delay);
+    const delay = hostMax > 0n && p.delay > hostMax ? hostMax : p.delay;
+    callback(null, { delay: toProto(delay), reason: `fixed ${formatDuration(delay)}`, hold });
   },
 };
 

@@ -19,8 +19,10 @@ type causePlan struct {
 
 // planByCause shapes the policy's delay for this round by why the zone refused each name:
 //
-//   - an INVALID name sent invalidAttempts times at one version is put in hold, which the host
-//     parks until its content changes: the same content again cannot help;
+//   - an INVALID name refused as INVALID invalidAttempts times in a row at one version (its
+//     cause_attempts; attempts from a host that predates it) is put in hold, which the host
+//     parks until its content changes: the same content again cannot help. The NACKs it had
+//     under another cause (TRANSIENT while the zone's admission was down) do not count;
 //   - a name without a cause (a zone that does not say), or INVALID before that, takes the
 //     policy's delay as it is;
 //   - TRANSIENT takes it capped at transientMax (drawn in [transientMax/2, transientMax] past
@@ -30,8 +32,9 @@ type causePlan struct {
 //     the owner is ACKed, and the zone asks again when the owner lands.
 //
 // The round waits for the most urgent of these and resends every kind that still has a name to
-// resend. A request from a host that sends no causes (rejected is empty) is judged by
-// rejected_names alone, without causes.
+// resend. When every name is put in hold nothing is left to resend: the plan has no kinds and
+// no delay (the host needs none). A request from a host that sends no causes (rejected is
+// empty) is judged by rejected_names alone, without causes.
 func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingKind, delay time.Duration) causePlan {
 	const (
 		urgent = iota
@@ -50,9 +53,9 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 		for _, rn := range fk.GetRejected() {
 			switch rn.GetCause() {
 			case kdsv1.Cause_CAUSE_INVALID:
-				if rn.GetAttempts() >= cfg.invalidAttempts() {
+				if n := invalidAttempts(rn); n >= cfg.invalidAttempts() {
 					plan.hold = append(plan.hold, &pluginv1.HeldName{Kind: fk.GetKind(), Name: rn.GetName(),
-						Reason: fmt.Sprintf("the zone refused this content as invalid %d times; parked until it changes", rn.GetAttempts())})
+						Reason: fmt.Sprintf("the zone refused this content as invalid %d times; parked until it changes", n)})
 					parked++
 					continue
 				}
@@ -92,8 +95,21 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 	if parked > 0 {
 		plan.why += fmt.Sprintf(", %d INVALID parked", parked)
 	}
-	if len(plan.kinds) == 0 {
-		plan.delay = p.MaxDelay() // everything is parked: the host has nothing to resend
+	switch {
+	case len(plan.kinds) == 0 && len(plan.hold) > 0:
+		plan.delay = 0 // everything is parked: no round follows, and the host needs no delay
+	case len(plan.kinds) == 0:
+		plan.delay = p.MaxDelay() // no name at all (not what a host asks): the longest wait
 	}
 	return plan
+}
+
+// invalidAttempts is how often in a row the zone refused rn's content as INVALID: its
+// cause_attempts, or, from a host that predates that field, attempts (which counts the NACKs of
+// every cause).
+func invalidAttempts(rn *pluginv1.RejectedName) uint32 {
+	if n := rn.GetCauseAttempts(); n > 0 {
+		return n
+	}
+	return rn.GetAttempts()
 }

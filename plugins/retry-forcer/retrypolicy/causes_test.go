@@ -6,6 +6,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -39,6 +42,16 @@ func withCauses(names ...name) []*pluginv1.FailingKind {
 	return out
 }
 
+// inARow sets every rejected name's cause_attempts, as a host that counts them does.
+func inARow(n uint32, failing []*pluginv1.FailingKind) []*pluginv1.FailingKind {
+	for _, fk := range failing {
+		for _, rn := range fk.Rejected {
+			rn.CauseAttempts = n
+		}
+	}
+	return failing
+}
+
 func TestTheReferencePolicyUsesTheZonesCauses(t *testing.T) {
 	const (
 		transient = kdsv1.Cause_CAUSE_TRANSIENT
@@ -55,6 +68,7 @@ func TestTheReferencePolicyUsesTheZonesCauses(t *testing.T) {
 		maxDelay time.Duration
 		kinds    []string
 		hold     []string
+		hostMax  time.Duration // the request's max_delay
 	}{
 		{name: "without causes: the policy as it is", doc: "jitter: none", round: 10,
 			failing: failing("Mesh"), minDelay: 30 * time.Second, maxDelay: 30 * time.Second, kinds: []string{"Mesh"}},
@@ -80,17 +94,37 @@ func TestTheReferencePolicyUsesTheZonesCauses(t *testing.T) {
 		{name: "INVALID at its attempts: parked, the rest goes on", doc: "jitter: none", round: 2,
 			failing:  withCauses(name{"MeshTimeout", "default/bad", invalid, 3}, name{"MeshTimeout", "default/ok", transient, 1}, name{"MeshRetry", "default/r", invalid, 3}),
 			minDelay: 400 * time.Millisecond, maxDelay: 400 * time.Millisecond, kinds: []string{"MeshTimeout"}, hold: []string{"MeshTimeout/default/bad", "MeshRetry/default/r"}},
-		{name: "INVALID attempts are configurable", doc: "jitter: none\ninvalidAttempts: 1", round: 0,
-			failing: withCauses(name{"MeshTimeout", "default/bad", invalid, 1}), minDelay: 30 * time.Second, maxDelay: 30 * time.Second, hold: []string{"MeshTimeout/default/bad"}},
+		{name: "INVALID attempts are configurable; everything parked needs no delay", doc: "jitter: none\ninvalidAttempts: 1", round: 0,
+			failing: withCauses(name{"MeshTimeout", "default/bad", invalid, 1}), hold: []string{"MeshTimeout/default/bad"}},
+		// Issue 25: 12 TRANSIENT NACKs and then one INVALID arrive as attempts 13; the INVALID
+		// threshold counts the INVALID ones in a row (cause_attempts), not the others.
+		{name: "INVALID after TRANSIENT ones: only the INVALID NACKs in a row count", doc: "jitter: none", round: 1,
+			failing: inARow(1, withCauses(name{"MeshTimeout", "default/bad", invalid, 13})), minDelay: 200 * time.Millisecond, maxDelay: 200 * time.Millisecond, kinds: []string{"MeshTimeout"}},
+		{name: "INVALID in a row at its attempts: parked", doc: "jitter: none", round: 1,
+			failing: inARow(3, withCauses(name{"MeshTimeout", "default/bad", invalid, 15})), hold: []string{"MeshTimeout/default/bad"}},
+		{name: "capped at the host's max_delay", doc: "jitter: none", round: 10,
+			failing: failing("Mesh"), hostMax: 5 * time.Second, minDelay: 5 * time.Second, maxDelay: 5 * time.Second, kinds: []string{"Mesh"}},
+		{name: "a host's max_delay over the policy's changes nothing", doc: "jitter: none", round: 10,
+			failing: failing("Mesh"), hostMax: time.Hour, minDelay: 30 * time.Second, maxDelay: 30 * time.Second, kinds: []string{"Mesh"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			f := retrypolicy.New(retrypolicy.WithRand(rand.New(rand.NewPCG(1, 2))))
 			configure(t, f, tc.doc)
 			for range 50 { // the jittered cases, many draws
-				resp, err := f.Schedule(t.Context(), &pluginv1.ScheduleRequest{Zone: "zone-1", Round: tc.round, Failing: tc.failing})
+				req := &pluginv1.ScheduleRequest{Zone: "zone-1", Round: tc.round, Failing: tc.failing}
+				if tc.hostMax > 0 {
+					req.MaxDelay = durationpb.New(tc.hostMax)
+				}
+				resp, err := f.Schedule(t.Context(), req)
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(resp.GetGiveUp()).To(BeFalse())
+				if tc.kinds == nil {
+					g.Expect(resp.GetDelay()).To(BeNil(), "nothing left to resend: no delay")
+				}
+				if tc.hostMax > 0 && tc.hostMax < 30*time.Second {
+					g.Expect(resp.GetReason()).To(ContainSubstring("capped at the host's max_delay " + tc.hostMax.String()))
+				}
 				d := resp.GetDelay().AsDuration()
 				g.Expect(d).To(BeNumerically(">=", tc.minDelay))
 				g.Expect(d).To(BeNumerically("<=", tc.maxDelay))
@@ -103,5 +137,15 @@ func TestTheReferencePolicyUsesTheZonesCauses(t *testing.T) {
 				g.Expect(held).To(ConsistOf(tc.hold))
 			}
 		})
+	}
+}
+
+func TestTheReferencePolicyRefusesABadMaxDelay(t *testing.T) {
+	g := NewWithT(t)
+	f := retrypolicy.New()
+	for _, d := range []*durationpb.Duration{durationpb.New(-time.Second), {Seconds: 1, Nanos: -1}} {
+		_, err := f.Schedule(t.Context(), &pluginv1.ScheduleRequest{Zone: "zone-1", Failing: failing("Mesh"), MaxDelay: d})
+		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument))
+		g.Expect(status.Convert(err).Message()).To(HavePrefix("max_delay: "))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -94,7 +95,9 @@ func (f *Forcer) Configure(_ context.Context, req *pluginv1.ConfigureRequest) (*
 // Schedule returns the delay before the stream's next retry round, which resends every failing
 // kind, or gives up when the policy's attempts are exhausted. The zone's causes shape the round
 // (see planByCause): TRANSIENT waits at most transientMax, MISSING_OWNER alone waits ownerWait,
-// and an INVALID name sent invalidAttempts times is parked (put in hold) until its content changes.
+// and an INVALID name refused as INVALID invalidAttempts times in a row is parked (put in hold)
+// until its content changes; when every name is parked the answer has no delay. No delay is over
+// the request's max_delay, the host's maximum.
 func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -126,6 +129,17 @@ func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*
 		}
 	}
 
+	var hostMax time.Duration // the host's --retry-max-delay; zero from a host that does not say
+	if m := req.GetMaxDelay(); m != nil {
+		if err := m.CheckValid(); err != nil {
+			return nil, shared.InvalidArgument("max_delay", "%v", err)
+		}
+		if m.AsDuration() < 0 {
+			return nil, shared.InvalidArgument("max_delay", "must not be negative, got %s", m.AsDuration())
+		}
+		hostMax = m.AsDuration()
+	}
+
 	active := f.active.Load()
 	p, round := active.policy, req.GetRound()
 	delay, giveUp := p.Next(round, last.AsDuration())
@@ -134,7 +148,14 @@ func (f *Forcer) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*
 			Reason: fmt.Sprintf("%s: max attempts %d reached", p.Name(), active.cfg.MaxAttempts)}, nil
 	}
 	plan := planByCause(active.cfg, p, f.rnd, failing, delay)
-	resp := &pluginv1.ScheduleResponse{Kinds: plan.kinds, Hold: plan.hold, Delay: durationpb.New(plan.delay)}
+	resp := &pluginv1.ScheduleResponse{Kinds: plan.kinds, Hold: plan.hold}
 	resp.Reason = fmt.Sprintf("%s round %d%s", p.Name(), round, plan.why)
+	if plan.delay > 0 {
+		if hostMax > 0 && plan.delay > hostMax {
+			plan.delay = hostMax
+			resp.Reason += fmt.Sprintf(", capped at the host's max_delay %s", hostMax)
+		}
+		resp.Delay = durationpb.New(plan.delay)
+	}
 	return resp, nil
 }

@@ -124,7 +124,9 @@ type DescribeResponse struct {
 	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Version      string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	Capabilities []string               `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	// max_delay is the largest delay Schedule will return (RetryForcer only).
+	// max_delay is the largest delay Schedule returns under the policy in force, an upper bound
+	// it never exceeds (RetryForcer only, required). The host's own maximum, which may be lower,
+	// comes in every ScheduleRequest.max_delay, and a delay is at most both.
 	MaxDelay *durationpb.Duration `protobuf:"bytes,4,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
 	// sample_config is a policy document this plugin accepts (RetryForcer only).
 	SampleConfig string `protobuf:"bytes,5,opt,name=sample_config,json=sampleConfig,proto3" json:"sample_config,omitempty"`
@@ -417,9 +419,15 @@ type RejectedName struct {
 	Cause v1.Cause `protobuf:"varint,2,opt,name=cause,proto3,enum=kds.v1.Cause" json:"cause,omitempty"`
 	// missing_owner is the owner the zone lacks, with CAUSE_MISSING_OWNER.
 	MissingOwner *v1.ResourceKey `protobuf:"bytes,3,opt,name=missing_owner,json=missingOwner,proto3" json:"missing_owner,omitempty"`
-	// attempts counts the NACKs of this name at its current version on this stream: 1 after the
-	// first. It starts over when its content changes.
-	Attempts      uint32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// attempts counts the NACKs of this name at its current version on this stream, whatever
+	// their cause: 1 after the first. It starts over when its content changes.
+	Attempts uint32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// cause_attempts counts the NACKs in a row of this name at its current version with its
+	// current cause: 1 after the first, and 1 again when the cause changes (12 TRANSIENT NACKs
+	// and then an INVALID one: attempts 13, cause_attempts 1). It starts over when its content
+	// changes. A per-cause threshold ("park INVALID after 3") reads this one. Zero from a host
+	// that predates the field: read attempts then.
+	CauseAttempts uint32 `protobuf:"varint,5,opt,name=cause_attempts,json=causeAttempts,proto3" json:"cause_attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -482,6 +490,13 @@ func (x *RejectedName) GetAttempts() uint32 {
 	return 0
 }
 
+func (x *RejectedName) GetCauseAttempts() uint32 {
+	if x != nil {
+		return x.CauseAttempts
+	}
+	return 0
+}
+
 type ScheduleRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	StreamId string                 `protobuf:"bytes,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
@@ -490,7 +505,12 @@ type ScheduleRequest struct {
 	// round counts the rounds already fired since the failing set was last empty; 0 for the first.
 	Round uint32 `protobuf:"varint,4,opt,name=round,proto3" json:"round,omitempty"`
 	// last_delay is the delay of the previous round, zero for the first.
-	LastDelay     *durationpb.Duration `protobuf:"bytes,5,opt,name=last_delay,json=lastDelay,proto3" json:"last_delay,omitempty"`
+	LastDelay *durationpb.Duration `protobuf:"bytes,5,opt,name=last_delay,json=lastDelay,proto3" json:"last_delay,omitempty"`
+	// max_delay is the longest delay this host accepts (kds-host --retry-max-delay): an answer
+	// with a longer one is refused, and the host's built-in policy decides instead. Cap your
+	// delay at it, whatever your policy's own maximum. Unset from a host that predates the field
+	// (whose maximum was 1h unless configured).
+	MaxDelay      *durationpb.Duration `protobuf:"bytes,6,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -560,9 +580,19 @@ func (x *ScheduleRequest) GetLastDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *ScheduleRequest) GetMaxDelay() *durationpb.Duration {
+	if x != nil {
+		return x.MaxDelay
+	}
+	return nil
+}
+
 type ScheduleResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// delay is how long to wait before the round fires. It is positive unless give_up is set.
+	// delay is how long to wait before the round fires: positive and at most the request's
+	// max_delay, unless give_up is set or hold names every rejected name of the request (then
+	// nothing of the request is left to resend, no round fires, and delay is ignored: leave it
+	// unset).
 	Delay *durationpb.Duration `protobuf:"bytes,1,opt,name=delay,proto3" json:"delay,omitempty"`
 	// kinds are the kinds whose rejected names the round resends; empty means every failing kind.
 	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
@@ -906,19 +936,21 @@ const file_plugin_v1_plugin_proto_rawDesc = "" +
 	"nack_count\x18\x04 \x01(\rR\tnackCount\x129\n" +
 	"\n" +
 	"first_nack\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstNack\x123\n" +
-	"\brejected\x18\x06 \x03(\v2\x17.plugin.v1.RejectedNameR\brejected\"\x9d\x01\n" +
+	"\brejected\x18\x06 \x03(\v2\x17.plugin.v1.RejectedNameR\brejected\"\xc4\x01\n" +
 	"\fRejectedName\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\x05cause\x18\x02 \x01(\x0e2\r.kds.v1.CauseR\x05cause\x128\n" +
 	"\rmissing_owner\x18\x03 \x01(\v2\x13.kds.v1.ResourceKeyR\fmissingOwner\x12\x1a\n" +
-	"\battempts\x18\x04 \x01(\rR\battempts\"\xc4\x01\n" +
+	"\battempts\x18\x04 \x01(\rR\battempts\x12%\n" +
+	"\x0ecause_attempts\x18\x05 \x01(\rR\rcauseAttempts\"\xfc\x01\n" +
 	"\x0fScheduleRequest\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\tR\bstreamId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x120\n" +
 	"\afailing\x18\x03 \x03(\v2\x16.plugin.v1.FailingKindR\afailing\x12\x14\n" +
 	"\x05round\x18\x04 \x01(\rR\x05round\x128\n" +
 	"\n" +
-	"last_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlastDelay\"\xb3\x01\n" +
+	"last_delay\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tlastDelay\x126\n" +
+	"\tmax_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\"\xb3\x01\n" +
 	"\x10ScheduleResponse\x12/\n" +
 	"\x05delay\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x17\n" +
@@ -1001,29 +1033,30 @@ var file_plugin_v1_plugin_proto_depIdxs = []int32{
 	16, // 5: plugin.v1.RejectedName.missing_owner:type_name -> kds.v1.ResourceKey
 	5,  // 6: plugin.v1.ScheduleRequest.failing:type_name -> plugin.v1.FailingKind
 	13, // 7: plugin.v1.ScheduleRequest.last_delay:type_name -> google.protobuf.Duration
-	13, // 8: plugin.v1.ScheduleResponse.delay:type_name -> google.protobuf.Duration
-	9,  // 9: plugin.v1.ScheduleResponse.hold:type_name -> plugin.v1.HeldName
-	17, // 10: plugin.v1.PredictRequest.candidates:type_name -> kds.v1.Resource
-	16, // 11: plugin.v1.PredictRequest.inventory:type_name -> kds.v1.ResourceKey
-	16, // 12: plugin.v1.Prediction.key:type_name -> kds.v1.ResourceKey
-	0,  // 13: plugin.v1.Prediction.verdict:type_name -> plugin.v1.Verdict
-	16, // 14: plugin.v1.Prediction.waiting_for:type_name -> kds.v1.ResourceKey
-	11, // 15: plugin.v1.PredictResponse.predictions:type_name -> plugin.v1.Prediction
-	1,  // 16: plugin.v1.RetryForcer.Describe:input_type -> plugin.v1.DescribeRequest
-	3,  // 17: plugin.v1.RetryForcer.Configure:input_type -> plugin.v1.ConfigureRequest
-	7,  // 18: plugin.v1.RetryForcer.Schedule:input_type -> plugin.v1.ScheduleRequest
-	1,  // 19: plugin.v1.OwnerCheck.Describe:input_type -> plugin.v1.DescribeRequest
-	10, // 20: plugin.v1.OwnerCheck.Predict:input_type -> plugin.v1.PredictRequest
-	2,  // 21: plugin.v1.RetryForcer.Describe:output_type -> plugin.v1.DescribeResponse
-	4,  // 22: plugin.v1.RetryForcer.Configure:output_type -> plugin.v1.ConfigureResponse
-	8,  // 23: plugin.v1.RetryForcer.Schedule:output_type -> plugin.v1.ScheduleResponse
-	2,  // 24: plugin.v1.OwnerCheck.Describe:output_type -> plugin.v1.DescribeResponse
-	12, // 25: plugin.v1.OwnerCheck.Predict:output_type -> plugin.v1.PredictResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 8: plugin.v1.ScheduleRequest.max_delay:type_name -> google.protobuf.Duration
+	13, // 9: plugin.v1.ScheduleResponse.delay:type_name -> google.protobuf.Duration
+	9,  // 10: plugin.v1.ScheduleResponse.hold:type_name -> plugin.v1.HeldName
+	17, // 11: plugin.v1.PredictRequest.candidates:type_name -> kds.v1.Resource
+	16, // 12: plugin.v1.PredictRequest.inventory:type_name -> kds.v1.ResourceKey
+	16, // 13: plugin.v1.Prediction.key:type_name -> kds.v1.ResourceKey
+	0,  // 14: plugin.v1.Prediction.verdict:type_name -> plugin.v1.Verdict
+	16, // 15: plugin.v1.Prediction.waiting_for:type_name -> kds.v1.ResourceKey
+	11, // 16: plugin.v1.PredictResponse.predictions:type_name -> plugin.v1.Prediction
+	1,  // 17: plugin.v1.RetryForcer.Describe:input_type -> plugin.v1.DescribeRequest
+	3,  // 18: plugin.v1.RetryForcer.Configure:input_type -> plugin.v1.ConfigureRequest
+	7,  // 19: plugin.v1.RetryForcer.Schedule:input_type -> plugin.v1.ScheduleRequest
+	1,  // 20: plugin.v1.OwnerCheck.Describe:input_type -> plugin.v1.DescribeRequest
+	10, // 21: plugin.v1.OwnerCheck.Predict:input_type -> plugin.v1.PredictRequest
+	2,  // 22: plugin.v1.RetryForcer.Describe:output_type -> plugin.v1.DescribeResponse
+	4,  // 23: plugin.v1.RetryForcer.Configure:output_type -> plugin.v1.ConfigureResponse
+	8,  // 24: plugin.v1.RetryForcer.Schedule:output_type -> plugin.v1.ScheduleResponse
+	2,  // 25: plugin.v1.OwnerCheck.Describe:output_type -> plugin.v1.DescribeResponse
+	12, // 26: plugin.v1.OwnerCheck.Predict:output_type -> plugin.v1.PredictResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_plugin_v1_plugin_proto_init() }
