@@ -94,3 +94,37 @@ func TestAPluginThatFloodsItsLogIsRelayedAtTheBoundedRate(t *testing.T) {
 	g.Expect(said + relayed).To(Equal(lines))
 	g.Expect(log.relayed(t, "plugin.flood")).To(Equal(relayed), "nothing more after the count was complete")
 }
+
+// TestARelayedLineHasOneTimestamp: a plugin's hclog JSON line reaches the host's log with the
+// host's time only. go-plugin adds the plugin's @timestamp as a field "timestamp" to every line it
+// relays, which the host printed beside its own (issue 25): in a text log as "timestamp=..." at
+// the end of the line, in a JSON log as "timestamp" beside "@timestamp".
+func TestARelayedLineHasOneTimestamp(t *testing.T) {
+	bin := testbin.Build(t, "./host/plugins/testdata/flood")
+	t.Setenv("FLOOD_LINES", "3")
+	for _, jsonLog := range []bool{false, true} {
+		t.Run(map[bool]string{false: "text", true: "JSON"}[jsonLog], func(t *testing.T) {
+			g := NewWithT(t)
+			out := &syncBuffer{}
+			cfg := config(plugins.Spec{Path: bin})
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info, JSONFormat: jsonLog})
+			cfg.Env = []string{"FLOOD_LINES"}
+			start(t, cfg)
+			g.Eventually(func() int { return strings.Count(out.String(), "flood") }, patience, 10*time.Millisecond).Should(BeNumerically(">=", 3))
+			for _, line := range strings.Split(out.String(), "\n") {
+				if !strings.Contains(line, "plugin.flood") {
+					continue
+				}
+				if jsonLog {
+					var e map[string]any
+					g.Expect(json.Unmarshal([]byte(line), &e)).To(Succeed())
+					g.Expect(e).To(HaveKey("@timestamp"))
+					g.Expect(e).To(HaveKey("line"), "the plugin's own fields stay")
+					g.Expect(e).NotTo(HaveKey("timestamp"), line)
+					continue
+				}
+				g.Expect(line).To(MatchRegexp(`^\d{4}-\d\d-\d\dT\S+ \[INFO\]  plugin\.flood: flood: line=\d+$`), "one timestamp, the host's, first")
+			}
+		})
+	}
+}

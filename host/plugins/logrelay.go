@@ -153,10 +153,24 @@ type relayLogger struct {
 }
 
 func (l *relayLogger) Log(level hclog.Level, msg string, args ...any) {
-	if l.limited && (!enabled(l.Logger, level) || !l.relay.admit()) {
-		return
+	if l.limited {
+		if !enabled(l.Logger, level) || !l.relay.admit() {
+			return
+		}
+		args = withoutRelayTimestamp(args)
 	}
 	l.Logger.Log(level, msg, args...)
+}
+
+// withoutRelayTimestamp drops the field go-plugin adds last to every JSON log line of a plugin
+// it relays: "timestamp", the line's @timestamp (year 1 when it had none). The host's line
+// carries its own time (its @timestamp, or the start of a text line), so the field would only
+// say it twice. A "timestamp" field of the plugin's own comes earlier and stays.
+func withoutRelayTimestamp(args []any) []any {
+	if n := len(args); n >= 2 && args[n-2] == "timestamp" {
+		return args[:n-2]
+	}
+	return args
 }
 
 func (l *relayLogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
