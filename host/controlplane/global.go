@@ -129,10 +129,11 @@ type Global struct {
 	API     *api.Server
 
 	kdsLn, apiLn, diagLn net.Listener
-	zoneMetrics          *zoneMetrics // the counters with a zone label, freed with the zone
-	replicas             *replicas    // this replica's zones in the store, and the others' (replicas.go)
-	timeline             *timeline    // each zone's latest NACKs, rounds and give-ups (timeline.go)
-	unservable           *unservable  // stored resources the snapshot cannot encode (unservable.go)
+	zoneMetrics          *zoneMetrics         // the counters with a zone label, freed with the zone
+	replicas             *replicas            // this replica's zones in the store, and the others' (replicas.go)
+	timeline             *timeline            // each zone's latest NACKs, rounds and give-ups (timeline.go)
+	unservable           *unservable          // stored resources the snapshot cannot encode (unservable.go)
+	updateSeconds        prometheus.Histogram // how long each snapshot update took (sync)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -207,7 +208,8 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}
 	g.unservable = newUnservable(g.log.Named("sync"))
-	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable)
+	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable, zoneConnections{list: g.Zones.List}, storeCollector{st: cfg.Store})
+	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
 	maxMessage := cfg.Limits.MaxMessage
 	if maxMessage <= 0 {
 		maxMessage = kds.DefaultLimits().MaxMessage
@@ -331,8 +333,20 @@ func (g *Global) isReady() bool {
 // (store.ErrResync: too far behind), it lists everything again.
 func (g *Global) sync(ctx context.Context) error {
 	var lastRev int64 = -1
+	var published bool // by the update under way
 	publish := func(snap *kds.Snapshot) {
 		g.kds.SetSnapshot(snap)
+		published = true
+	}
+	// measured runs an update and observes how long it took when it published a snapshot.
+	measured := func(update func() error) error {
+		began := time.Now()
+		published = false
+		err := update()
+		if published {
+			g.updateSeconds.Observe(time.Since(began).Seconds())
+		}
+		return err
 	}
 	rebuild := func() error {
 		// The revision first: a write between the two is in the List and is listed again as a
@@ -378,7 +392,7 @@ func (g *Global) sync(ctx context.Context) error {
 		lastRev = rev
 		return nil
 	}
-	if err := rebuild(); err != nil {
+	if err := measured(rebuild); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before the first snapshot
 		}
@@ -394,7 +408,7 @@ func (g *Global) sync(ctx context.Context) error {
 		case <-g.cfg.Store.Changes():
 		case <-tick.C:
 		}
-		if err := update(); err != nil && ctx.Err() == nil {
+		if err := measured(update); err != nil && ctx.Err() == nil {
 			g.log.Error("update the KDS snapshot", "error", err)
 		}
 	}

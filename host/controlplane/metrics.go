@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -9,9 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/shrink"
+	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/host/zone"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -34,6 +38,7 @@ type zoneMetrics struct {
 // zoneCounts are one zone's counters.
 type zoneCounts struct {
 	kinds          map[string]*kindCounts
+	streams        float64
 	reRequests     [2]float64 // answered, limited
 	rounds         float64
 	fallbacks      float64
@@ -82,11 +87,13 @@ func (m *zoneMetrics) forget(zone string) {
 
 // zoneDescs are the metrics zoneMetrics serves, with their labels after "zone".
 var zoneDescs = struct {
-	responses, resources, acks, nacks, rejected, reRequests                    *prometheus.Desc
+	streams, responses, resources, acks, nacks, rejected, reRequests           *prometheus.Desc
 	rounds, resent, fallbacks, giveUps, parked, released, ownerCalls, failOpen *prometheus.Desc
 	// parkedOld is parked under its name before issue 21, emitted beside it for one release.
 	parkedOld *prometheus.Desc
 }{
+	streams: prometheus.NewDesc("kds_zone_streams_total",
+		"KDS streams the zone opened to this replica: the first, then one per reconnection (a zone that keeps reconnecting flaps).", []string{"zone"}, nil),
 	responses: prometheus.NewDesc("kds_responses_total", "Delta responses sent to zones.", []string{"zone", "kind"}, nil),
 	resources: prometheus.NewDesc("kds_resources_sent_total", "Resources (and removals) sent to zones.", []string{"zone", "kind"}, nil),
 	acks:      prometheus.NewDesc("kds_acks_total", "ACKs received from zones.", []string{"zone", "kind"}, nil),
@@ -112,7 +119,7 @@ var zoneDescs = struct {
 // Describe implements prometheus.Collector.
 func (m *zoneMetrics) Describe(ch chan<- *prometheus.Desc) {
 	d := zoneDescs
-	for _, desc := range []*prometheus.Desc{d.responses, d.resources, d.acks, d.nacks, d.rejected, d.reRequests,
+	for _, desc := range []*prometheus.Desc{d.streams, d.responses, d.resources, d.acks, d.nacks, d.rejected, d.reRequests,
 		d.rounds, d.resent, d.fallbacks, d.giveUps, d.parked, d.parkedOld, d.released, d.ownerCalls, d.failOpen} {
 		ch <- desc
 	}
@@ -150,6 +157,7 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 				emit(d.released, k.released, zone, kind)
 			}
 		}
+		emit(d.streams, z.streams, zone)
 		emit(d.reRequests, z.reRequests[0], zone, "answered")
 		emit(d.reRequests, z.reRequests[1], zone, "limited")
 		emit(d.rounds, z.rounds, zone)
@@ -160,6 +168,9 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 		emit(d.failOpen, z.ownerFailOpens, zone)
 	}
 }
+
+// refusalReasons are the reasons of kds_stream_refusals_total (event.Refusal's, kds.refusalOf's).
+var refusalReasons = []string{"unauthenticated", "permission_denied", "limit", "invalid", "replaced", "other"}
 
 // kdsMetrics counts KDS traffic for Prometheus.
 type kdsMetrics struct {
@@ -176,12 +187,20 @@ func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
 			Help: "KDS streams refused (unauthenticated, permission_denied, limit, invalid) or closed because a newer stream of the same zone replaced them (replaced)."}, []string{"reason"}),
 	}
 	reg.MustRegister(m.streams, m.refused)
+	// Every reason is exported from the start, at 0: rate and increase miss the first event of a
+	// series that appears with it (deploy/prometheus alerts on refusals).
+	for _, reason := range refusalReasons {
+		m.refused.WithLabelValues(reason)
+	}
 	return m
 }
 
 func (m *kdsMetrics) observer() event.Observer {
 	return event.Observer{
-		StreamOpened: func(int64, string) { m.streams.Inc() },
+		StreamOpened: func(_ int64, zone string) {
+			m.streams.Inc()
+			m.zones.count(zone, func(z *zoneCounts) { z.streams++ })
+		},
 		StreamClosed: func(int64, string) { m.streams.Dec() },
 		Sent: func(s event.Sent) {
 			m.zones.count(s.Zone, func(z *zoneCounts) {
@@ -358,4 +377,143 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.zone, k.kind, k.verdict)
 		ch <- prometheus.MustNewConstMetric(c.descOld, prometheus.GaugeValue, float64(n), k.zone, k.kind, k.verdict)
 	}
+}
+
+// zoneConnections reports, at scrape time, every zone in this replica's zone table:
+// kds_zone_connected is 1 while the zone has a stream open here and 0 while it is disconnected
+// within its grace (--zone-grace); past the grace the zone and its series are gone. A zone served
+// by another replica is that replica's series.
+type zoneConnections struct {
+	list func() []kds.ZoneInsight
+}
+
+var zoneConnectedDesc = prometheus.NewDesc("kds_zone_connected",
+	"1 while the zone has a KDS stream open to this replica, 0 while it is disconnected within its grace (--zone-grace); the series goes with the zone after it.",
+	[]string{"zone"}, nil)
+
+func (c zoneConnections) Describe(ch chan<- *prometheus.Desc) { ch <- zoneConnectedDesc }
+
+func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
+	for _, zi := range c.list() {
+		v := 0.0
+		if zi.Connected {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, v, zi.Zone)
+	}
+}
+
+// storeCollector reports, at scrape time, whether the store answers (kds_store_up: a revision
+// read within readyTimeout, the check /readyz makes) and, for a store that hears other processes'
+// writes over a LISTEN connection (PostgreSQL), whether that connection is up and how often it was
+// made. A scrape while the store does not answer takes up to readyTimeout.
+type storeCollector struct {
+	st store.Store
+}
+
+var storeDescs = struct{ up, listenUp, listenConnects *prometheus.Desc }{
+	up: prometheus.NewDesc("kds_store_up",
+		"1 when the store answered a revision read within 2s at this scrape (what /readyz checks), 0 when it did not.", nil, nil),
+	listenUp: prometheus.NewDesc("kds_store_listen_up",
+		"1 while the store's PostgreSQL LISTEN connection is up (other replicas' writes are heard at once), 0 while it is down and the store polls the revision instead. PostgreSQL stores only.", nil, nil),
+	listenConnects: prometheus.NewDesc("kds_store_listen_connects_total",
+		"LISTEN connections the store made to PostgreSQL (the first, then one after each loss). PostgreSQL stores only.", nil, nil),
+}
+
+func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- storeDescs.up
+	ch <- storeDescs.listenUp
+	ch <- storeDescs.listenConnects
+}
+
+func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	up := 1.0
+	if storeReady(ctx, c.st) != nil {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(storeDescs.up, prometheus.GaugeValue, up)
+	l, ok := c.st.(store.Listener)
+	if !ok {
+		return
+	}
+	s := l.ListenStatus()
+	if !s.Enabled {
+		return
+	}
+	listening := 0.0
+	if s.Listening {
+		listening = 1
+	}
+	ch <- prometheus.MustNewConstMetric(storeDescs.listenUp, prometheus.GaugeValue, listening)
+	ch <- prometheus.MustNewConstMetric(storeDescs.listenConnects, prometheus.CounterValue, float64(s.Connects))
+}
+
+// newSnapshotUpdateSeconds is the histogram of the global's snapshot updates (Global.sync).
+func newSnapshotUpdateSeconds(reg prometheus.Registerer) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kds_snapshot_update_seconds",
+		Help:    "Time from a store change to the new KDS snapshot handed to every zone stream: reading what changed, building the snapshot, marking each stream's changed names (full rebuilds included; polls that find nothing new are not counted).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	reg.MustRegister(h)
+	return h
+}
+
+// zoneClientCollector reports, at scrape time, a zone's KDS client: its connection to the global
+// and what it received and refused (zone.Client.Stats), with the zone's name as a label so that
+// its series join the global's.
+type zoneClientCollector struct {
+	zone  string
+	stats func() zone.Stats
+}
+
+var zoneClientDescs = struct{ connected, blocked, streams, responses, acks, nacks, reRequests *prometheus.Desc }{
+	connected: prometheus.NewDesc("kds_zone_client_connected",
+		"1 while this zone's KDS stream to its global is up, 0 while it is not.", []string{"zone"}, nil),
+	blocked: prometheus.NewDesc("kds_zone_client_blocked",
+		"1 while the zone does not sync because its global serves another store than the zone synced from (see GET /api/zone's blocked), else 0.", []string{"zone"}, nil),
+	streams: prometheus.NewDesc("kds_zone_client_streams_total",
+		"KDS streams to the global that got as far as the global's first answer (the first, then one after each reconnection).", []string{"zone"}, nil),
+	responses: prometheus.NewDesc("kds_zone_client_responses_total", "KDS responses the zone received.", []string{"zone"}, nil),
+	acks:      prometheus.NewDesc("kds_zone_client_acks_total", "Responses the zone ACKed.", []string{"zone"}, nil),
+	nacks: prometheus.NewDesc("kds_zone_client_nacks_total",
+		"Responses the zone NACKed (refused some or all of); by kind on the global, kds_nacks_total.", []string{"zone"}, nil),
+	reRequests: prometheus.NewDesc("kds_zone_client_rerequests_total",
+		"Times the zone asked its global again for names it had refused, once their cause cleared.", []string{"zone"}, nil),
+}
+
+func (c zoneClientCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := zoneClientDescs
+	for _, desc := range []*prometheus.Desc{d.connected, d.blocked, d.streams, d.responses, d.acks, d.nacks, d.reRequests} {
+		ch <- desc
+	}
+}
+
+func (c zoneClientCollector) Collect(ch chan<- prometheus.Metric) {
+	d, s := zoneClientDescs, c.stats()
+	bit := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	ch <- prometheus.MustNewConstMetric(d.connected, prometheus.GaugeValue, bit(s.Connected), c.zone)
+	ch <- prometheus.MustNewConstMetric(d.blocked, prometheus.GaugeValue, bit(s.Blocked != ""), c.zone)
+	ch <- prometheus.MustNewConstMetric(d.streams, prometheus.CounterValue, float64(s.Sessions), c.zone)
+	ch <- prometheus.MustNewConstMetric(d.responses, prometheus.CounterValue, float64(s.Responses), c.zone)
+	ch <- prometheus.MustNewConstMetric(d.acks, prometheus.CounterValue, float64(s.ACKs), c.zone)
+	ch <- prometheus.MustNewConstMetric(d.nacks, prometheus.CounterValue, float64(s.NACKs), c.zone)
+	ch <- prometheus.MustNewConstMetric(d.reRequests, prometheus.CounterValue, float64(s.ReRequests), c.zone)
+}
+
+// newZoneApplySeconds is the histogram of the time a zone takes to store one response.
+func newZoneApplySeconds(reg prometheus.Registerer, zone string) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kds_zone_client_apply_seconds",
+		Help:        "Time the zone took to apply one KDS response (decode, one store transaction) before its ACK or NACK.",
+		ConstLabels: prometheus.Labels{"zone": zone}, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	reg.MustRegister(h)
+	return h
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,11 +47,20 @@ func NewZone(cfg ZoneConfig) (*Zone, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	cfg.KDS.Store, cfg.KDS.Registry, cfg.KDS.Logger = cfg.Store, cfg.Registry, cfg.Logger.Named("kds")
+	metrics := newRegistry()
+	applySeconds, applyTime := newZoneApplySeconds(metrics, cfg.KDS.Zone), cfg.KDS.ApplyTime
+	cfg.KDS.ApplyTime = func(kind string, took time.Duration) {
+		applySeconds.Observe(took.Seconds())
+		if applyTime != nil {
+			applyTime(kind, took)
+		}
+	}
 	client, err := zone.New(cfg.KDS)
 	if err != nil {
 		return nil, err
 	}
-	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: newRegistry()}
+	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: metrics}
+	metrics.MustRegister(zoneClientCollector{zone: cfg.KDS.Zone, stats: client.Stats}, storeCollector{st: cfg.Store})
 	z.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, ReadOnly: true, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "zone"})
 	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		api.WriteJSON(w, http.StatusOK, z.Client.Stats())

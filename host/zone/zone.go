@@ -93,6 +93,10 @@ type Config struct {
 	// or NACK is sent. It runs on the stream's goroutine and must return quickly. It is for
 	// measurements (examples/bench); nil does nothing.
 	Applied func(kind string, stored []resource.Key)
+	// ApplyTime, when set, is called after each response was applied (stored, refused or both),
+	// with how long that took, before its ACK or NACK is sent. It runs on the stream's goroutine
+	// and must return quickly (the zone's metrics observe it); nil does nothing.
+	ApplyTime func(kind string, took time.Duration)
 }
 
 // The zone's transport keepalive, under its health probe (Config.ProbeInterval): an HTTP/2 ping
@@ -522,7 +526,11 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 				return connected, err
 			}
 		case resp := <-responses:
+			began := time.Now()
 			out := c.apply(ctx, resp)
+			if c.cfg.ApplyTime != nil {
+				c.cfg.ApplyTime(resp.GetTypeUrl(), time.Since(began))
+			}
 			if err := stream.Send(out.reply); err != nil {
 				return connected, fmt.Errorf("send ACK/NACK: %w", err)
 			}
