@@ -50,8 +50,8 @@ func setHostSecrets(t *testing.T) {
 	t.Setenv("TMPDIR", os.TempDir())
 }
 
-// goPluginEnv is what go-plugin adds to every plugin's environment.
-var goPluginEnv = []string{"KDS_HOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT"}
+// goPluginEnv is what go-plugin adds to every plugin's environment, and the folder of its socket.
+var goPluginEnv = []string{"KDS_HOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", "PLUGIN_UNIX_SOCKET_DIR"}
 
 func TestAPluginSeesOnlyTheAllowedEnvironment(t *testing.T) {
 	g := NewWithT(t)

@@ -128,7 +128,7 @@ func (i *instance) kill() { _ = i.proc.Kill() }
 // the plugin's lines to log.Named(binary name).
 func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger) (*instance, error) {
 	p, err := launch.Start(ctx, launch.Options{
-		Path: spec.Path, SHA256: spec.SHA256, CopyDir: opt.CopyDir, Env: envNames(opt, spec), Logger: log,
+		Path: spec.Path, SHA256: spec.SHA256, PinFolder: spec.PinFolder, CopyDir: opt.CopyDir, Env: envNames(opt, spec), Logger: log,
 		StartTimeout: opt.StartTimeout, KillTimeout: opt.KillTimeout,
 	})
 	if err != nil {
@@ -140,6 +140,10 @@ func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger
 	ictx, cancel := context.WithTimeout(ctx, opt.StartTimeout)
 	defer cancel()
 	if err := inst.identify(ictx, p.Client()); err != nil {
+		// A plugin without AutoMTLS fails here, at the first call: say so, and what to do.
+		if e := p.Unreachable(ictx, err, opt.CallTimeout); e != nil {
+			err = e
+		}
 		_ = p.Kill()
 		return nil, fmt.Errorf("plugin %s: %w", spec.Path, err)
 	}

@@ -8,6 +8,7 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -414,6 +415,12 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 		docs[i] = bins[i].Document
 		if docs[i] == nil {
 			docs[i] = byName(inst.name, filepath.Base(bins[i].Path))
+		}
+		if docs[i] != nil && len(bytes.TrimSpace(docs[i].Data)) == 0 {
+			// An empty document (an empty --plugin-config file) is no document: the plugin keeps
+			// its defaults, and Configure is not called (docs/plugin-protocol.md).
+			rt.log.Info("the policy document is empty: the plugin keeps its defaults", "plugin", inst.name, "document", docs[i].Source)
+			docs[i] = nil
 		}
 		if docs[i] == nil {
 			continue

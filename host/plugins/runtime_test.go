@@ -357,3 +357,17 @@ func TestAnOwnerCheckPluginThatIsDownFailsFast(t *testing.T) {
 	g.Expect(st.Calls).To(BeEquivalentTo(2))
 	g.Expect(st.Errors).To(BeEquivalentTo(1))
 }
+
+// TestAnEmptyPolicyDocumentKeepsThePluginsDefaults: a document of whitespace only (an empty
+// --plugin-config file) is no document: Configure is not called, and the plugin keeps its
+// defaults. fixed-retry refuses an empty document (its delay is required), so a host that sent
+// it would fail to start.
+func TestAnEmptyPolicyDocumentKeepsThePluginsDefaults(t *testing.T) {
+	g := NewWithT(t)
+	bin := testbin.Build(t, "./examples/plugins/fixed-retry")
+	rt := start(t, config(plugins.Spec{Path: bin, Document: doc(" \n\t\n")}))
+	d, err := schedule(rt)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d).To(Equal(500*time.Millisecond), "fixed-retry's default delay")
+	g.Expect(statusOf(rt, "fixed-retry").Policy).To(BeEmpty(), "not configured")
+}

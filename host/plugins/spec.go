@@ -18,8 +18,12 @@ import (
 // Builtin is the Path of the in-process reference plugins (retrypolicy and ownerpredict).
 const Builtin = "builtin"
 
-// checksumSep separates a binary's path from its pinned checksum: PATH@sha256:HEX.
-const checksumSep = "@sha256:"
+// checksumSep separates a binary's path from its pinned checksum: PATH@sha256:HEX;
+// folderChecksumSep from the pinned checksum of its folder: PATH@sha256-folder:HEX.
+const (
+	checksumSep       = "@sha256:"
+	folderChecksumSep = "@sha256-folder:"
+)
 
 // Plugins is what runs: the plugin binaries and the policy documents they are configured with.
 // --plugin, --plugin-config and --config all describe one. The zero value runs the built-in
@@ -41,6 +45,10 @@ type Spec struct {
 	// it is copied, refused if it does not match, and run from the copy, so the process runs
 	// exactly the bytes that were hashed. Nil runs whatever is at Path.
 	SHA256 []byte
+	// PinFolder makes SHA256 the checksum of Path's folder (launch.FolderChecksum): the whole
+	// folder is copied and hashed, so a script runs with exactly the files beside it that were
+	// hashed (PATH@sha256-folder:HEX).
+	PinFolder bool
 	// Env names host environment variables this plugin sees besides Config.Env's (a --config
 	// file's env: [NAME, ...]).
 	Env []string
@@ -56,24 +64,30 @@ type Document struct {
 	Data   []byte
 }
 
-// String is PATH, or PATH@sha256:HEX when the checksum is pinned.
+// String is PATH, or PATH@sha256:HEX (PATH@sha256-folder:HEX) when the checksum is pinned.
 func (s Spec) String() string {
-	if s.SHA256 == nil {
+	switch {
+	case s.SHA256 == nil:
 		return s.Path
+	case s.PinFolder:
+		return s.Path + folderChecksumSep + hex.EncodeToString(s.SHA256)
 	}
 	return s.Path + checksumSep + hex.EncodeToString(s.SHA256)
 }
 
-// ParseSpec reads a --plugin value: PATH, PATH@sha256:HEX, or builtin.
+// ParseSpec reads a --plugin value: PATH, PATH@sha256:HEX, PATH@sha256-folder:HEX, or builtin.
 func ParseSpec(v string) (Spec, error) {
-	path, sum, pinned := v, "", false
+	path, sum, pinned, folder := v, "", false, false
 	if i := strings.LastIndex(v, checksumSep); i >= 0 {
 		path, sum, pinned = v[:i], v[i+len(checksumSep):], true
 	}
-	if path == "" {
-		return Spec{}, fmt.Errorf("plugin %q: no path (want PATH or PATH@sha256:HEX)", v)
+	if i := strings.LastIndex(v, folderChecksumSep); i >= 0 && (!pinned || i > len(path)) {
+		path, sum, pinned, folder = v[:i], v[i+len(folderChecksumSep):], true, true
 	}
-	s := Spec{Path: path}
+	if path == "" {
+		return Spec{}, fmt.Errorf("plugin %q: no path (want PATH, PATH@sha256:HEX or PATH@sha256-folder:HEX)", v)
+	}
+	s := Spec{Path: path, PinFolder: folder}
 	if !pinned {
 		return s, nil
 	}
@@ -82,7 +96,11 @@ func ParseSpec(v string) (Spec, error) {
 	}
 	b, err := hex.DecodeString(sum)
 	if err != nil || len(b) != 32 {
-		return Spec{}, fmt.Errorf("plugin %q: the checksum must be 64 hex digits (sha256sum PATH), got %q", v, sum)
+		how := "sha256sum PATH"
+		if folder {
+			how = "kds-host plugin checksum --folder PATH"
+		}
+		return Spec{}, fmt.Errorf("plugin %q: the checksum must be 64 hex digits (%s), got %q", v, how, sum)
 	}
 	s.SHA256 = b
 	return s, nil
@@ -118,7 +136,8 @@ type fileSpec struct {
 const SampleConfigFile = `# kds-host plugin configuration (--config FILE; SIGHUP or POST /api/plugins/reload re-reads it).
 # Relative paths are relative to this file's folder.
 plugins:
-  - path: ./bin/retry-forcer            # or ./bin/retry-forcer@sha256:<hex>
+  - path: ./bin/retry-forcer            # or ./bin/retry-forcer@sha256:<hex>; a script and the files
+                                        # beside it: ./my-plugin/plugin.py@sha256-folder:<hex>
     # sha256: <hex>                     # the same pin, as a field
     config: {policy: fixed, delay: 1s}  # inline policy document...
     # configFile: ./policy.yaml         # ...or one from a file

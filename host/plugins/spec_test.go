@@ -19,8 +19,13 @@ func TestParseSpec(t *testing.T) {
 		in      string
 		path    string
 		pinned  bool
+		folder  bool
 		wantErr string
 	}{
+		{in: "./my-plugin/plugin.py@sha256-folder:" + hex64, path: "./my-plugin/plugin.py", pinned: true, folder: true},
+		{in: "./a@sha256:b/plugin.py@sha256-folder:" + hex64, path: "./a@sha256:b/plugin.py", pinned: true, folder: true},
+		{in: "./a@sha256-folder:b/x@sha256:" + hex64, path: "./a@sha256-folder:b/x", pinned: true},
+		{in: "./x@sha256-folder:abc", wantErr: "the checksum must be 64 hex digits (kds-host plugin checksum --folder PATH)"},
 		{in: "./bin/retry-forcer", path: "./bin/retry-forcer"},
 		{in: "builtin", path: "builtin"},
 		{in: "./bin/retry-forcer@sha256:" + hex64, path: "./bin/retry-forcer", pinned: true},
@@ -28,7 +33,7 @@ func TestParseSpec(t *testing.T) {
 		{in: "./bin/x@sha256:abc", wantErr: `plugin "./bin/x@sha256:abc": the checksum must be 64 hex digits (sha256sum PATH), got "abc"`},
 		{in: "./bin/x@sha256:" + strings.Repeat("zz", 32), wantErr: "the checksum must be 64 hex digits"},
 		{in: "builtin@sha256:" + hex64, wantErr: "the built-in plugins take no checksum"},
-		{in: "@sha256:" + hex64, wantErr: "no path (want PATH or PATH@sha256:HEX)"},
+		{in: "@sha256:" + hex64, wantErr: "no path (want PATH, PATH@sha256:HEX or PATH@sha256-folder:HEX)"},
 		{in: "", wantErr: "no path"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
@@ -41,6 +46,7 @@ func TestParseSpec(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(s.Path).To(Equal(tc.path))
 			g.Expect(s.SHA256 != nil).To(Equal(tc.pinned))
+			g.Expect(s.PinFolder).To(Equal(tc.folder))
 			g.Expect(s.String()).To(Equal(tc.in))
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcpeer "google.golang.org/grpc/peer"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -58,7 +56,7 @@ var handshakeCheck = check{
 		if !ok {
 			c.failf("the plugin's connection is %T, not gRPC", rpc)
 		}
-		transport := c.talk(gc.Conn, client)
+		transport := c.talk(gc.Conn)
 		c.kinds = c.servedKinds(rpc)
 		if len(c.kinds) == 0 {
 			c.failf("the plugin serves neither %s nor %s: serve one with shared.ServeRetryForcer or shared.ServeOwnerCheck (%s)",
@@ -76,17 +74,15 @@ var handshakeCheck = check{
 }
 
 // ProtocolDoc is the document that specifies the plugin protocol; failures name its sections.
-const ProtocolDoc = "docs/plugin-protocol.md"
+const ProtocolDoc = launch.ProtocolDoc
 
 // docSection names a section of ProtocolDoc for a failure message.
-func docSection(anchor string) string {
-	return fmt.Sprintf("see %s#%s", ProtocolDoc, anchor)
-}
+func docSection(anchor string) string { return launch.DocSection(anchor) }
 
 // talk makes the first call a host makes, go-plugin's health check, and says what the plugin
 // negotiated: AutoMTLS, with its TLS version and certificate. A plugin the host cannot talk to
 // fails the check with what to implement: most often AutoMTLS, when the plugin serves plaintext.
-func (c *checkRun) talk(conn *grpc.ClientConn, client *plugin.Client) string {
+func (c *checkRun) talk(conn *grpc.ClientConn) string {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opts.CallTimeout)
 	defer cancel()
 	var peer grpcpeer.Peer
@@ -97,19 +93,10 @@ func (c *checkRun) talk(conn *grpc.ClientConn, client *plugin.Client) string {
 		c.failf("the plugin does not serve the gRPC health service: the host calls grpc.health.v1.Health/Check with service %q and wants SERVING (%s)",
 			plugin.GRPCServiceName, docSection("health"))
 	default:
-		addr := ""
-		if rc := client.ReattachConfig(); rc != nil && rc.Addr != nil {
-			addr = rc.Addr.Network() + " " + rc.Addr.String()
-			if plaintextAnswers(c.ctx, rc.Addr, c.opts.CallTimeout) {
-				c.failf("the plugin serves plaintext gRPC on %s, and kds-host always uses AutoMTLS, so the host cannot talk to it. Implement AutoMTLS: "+
-					"read the host's certificate (PEM) from PLUGIN_CLIENT_CERT, serve TLS with a self-signed certificate for localhost that requires the host's "+
-					"certificate as the client's, and send that certificate's DER, base64 without padding, as the sixth field of the handshake line (%s; shared.Serve* does it for Go)",
-					addr, docSection("automtls"))
-			}
+		if e := c.proc.Unreachable(c.ctx, err, c.opts.CallTimeout); e != nil {
+			c.failf("%v", e)
 		}
-		c.failf("the host cannot talk to the plugin over AutoMTLS on %s: %v. kds-host always uses AutoMTLS: the plugin's certificate (the sixth field of the handshake line) "+
-			"must be valid for localhost, and the plugin must require the host's certificate from PLUGIN_CLIENT_CERT (%s)",
-			orDash(addr), err, docSection("automtls"))
+		c.failf("the host cannot talk to the plugin: %v (%s)", err, docSection("automtls"))
 	}
 	tlsInfo, ok := peer.AuthInfo.(credentials.TLSInfo)
 	if !ok {
@@ -120,26 +107,6 @@ func (c *checkRun) talk(conn *grpc.ClientConn, client *plugin.Client) string {
 		desc += fmt.Sprintf(", the plugin's certificate for %s, %s", strings.Join(certs[0].DNSNames, ","), x509.PublicKeyAlgorithm(certs[0].PublicKeyAlgorithm))
 	}
 	return desc + ")"
-}
-
-// plaintextAnswers reports whether a plaintext gRPC health check gets an answer at addr: a
-// plugin that did not do AutoMTLS.
-func plaintextAnswers(ctx context.Context, addr net.Addr, timeout time.Duration) bool {
-	conn, err := grpc.NewClient("passthrough:///plugin",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, addr.Network(), addr.String())
-		}))
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
-	st := status.Code(err)
-	return err == nil || (st != codes.Unavailable && st != codes.DeadlineExceeded && st != codes.Canceled)
 }
 
 func dispense[T any](c *checkRun, rpc plugin.ClientProtocol, name string) T {

@@ -68,6 +68,7 @@ func TestAPluginSeesOnlyTheAllowedEnvironment(t *testing.T) {
 		"PATH", "HOME", "TMPDIR", // every plugin's
 		"ENV_REPORT_FILE", "PLUGIN_REGION", // allowed
 		"KDS_HOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", // go-plugin's
+		"PLUGIN_UNIX_SOCKET_DIR", // the folder of its socket, the launcher's
 	))
 	for _, n := range []string{"PATH", "HOME", "TMPDIR", "PLUGIN_REGION"} {
 		g.Expect(env).To(HaveKeyWithValue(n, os.Getenv(n)))

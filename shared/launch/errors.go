@@ -18,13 +18,19 @@ import (
 // complete the go-plugin handshake with kds-host's cookie and protocol, or serves neither kind.
 var ErrNotAPlugin = errors.New("not a kds-host plugin")
 
-// ChecksumError is a binary whose SHA-256 is not the one pinned (Options.SHA256).
+// ChecksumError is a binary whose SHA-256 is not the one pinned (Options.SHA256), or, with a
+// folder pin (Options.PinFolder), a folder whose checksum is not.
 type ChecksumError struct {
 	Path             string
+	Folder           string // set for a folder pin: the folder hashed
 	Expected, Actual string // hex
 }
 
 func (e *ChecksumError) Error() string {
+	if e.Folder != "" {
+		return fmt.Sprintf("plugin %s: checksum mismatch of its folder %s: expected sha256-folder:%s, actual sha256-folder:%s (a file in the folder changed, or the pin is wrong)",
+			e.Path, e.Folder, e.Expected, e.Actual)
+	}
 	return fmt.Sprintf("plugin %s: checksum mismatch: expected sha256:%s, actual sha256:%s (the binary changed, or the pin is wrong)",
 		e.Path, e.Expected, e.Actual)
 }

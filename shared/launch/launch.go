@@ -5,7 +5,10 @@
 // leads a process group of its own, dies with its parent (Pdeathsig on Linux, set from a thread
 // held for the process's lifetime), and is killed in bounded time: go-plugin's Kill, then SIGKILL
 // of the whole group. It sees only an allow-listed environment (Options.Env), and a pinned
-// binary runs from a private copy of exactly the bytes that were hashed (Options.SHA256).
+// binary runs from a private copy of exactly the bytes that were hashed (Options.SHA256). Its
+// unix socket goes in a private folder of its own (PLUGIN_UNIX_SOCKET_DIR), which is removed
+// once the process is gone, however it ended: killed without Shutdown when the host refused
+// its handshake, crashed, or SIGKILLed.
 package launch
 
 import (
@@ -37,9 +40,13 @@ type Options struct {
 	// runs exactly the bytes that were hashed, whatever happens to Path meanwhile. Its argv[0]
 	// is still Path, but os.Executable in it names the copy. Nil runs whatever is at Path.
 	SHA256 []byte
-	// CopyDir is where the private folders of pinned binaries are made (default
-	// os.TempDir()). It must allow executables (no noexec mount) and must not let other users
-	// rename what is in it (a sticky or private folder).
+	// PinFolder makes SHA256 the checksum of the folder of Path (FolderChecksum): every file
+	// of that folder is copied and hashed, and Path's copy runs among them. A script plugin
+	// pinned so runs the script and everything it loads from its folder exactly as hashed.
+	PinFolder bool
+	// CopyDir is where the private folders of pinned binaries and of plugins' sockets are made
+	// (default os.TempDir()). It must allow executables (no noexec mount) and must not let
+	// other users rename what is in it (a sticky or private folder).
 	CopyDir string
 	// Env names the host environment variables the plugin sees besides PATH, HOME and TMPDIR
 	// (on Windows PATH, SYSTEMROOT, USERPROFILE, TEMP and TMP), with the host's values; names
@@ -92,13 +99,14 @@ var (
 // goroutine starts it, on an OS thread it holds for the process's lifetime (see pinThread), and
 // kills it on Kill.
 type Process struct {
-	opts    Options
-	client  *plugin.Client
-	cmd     *exec.Cmd
-	sigkill context.CancelFunc // cancels the exec context: the command's Cancel SIGKILLs the group
-	stderr  *tail
-	pid     int    // set by the keeper before it reports the start
-	copyDir string // the private folder of a pinned binary's copy; removed by the keeper
+	opts      Options
+	client    *plugin.Client
+	cmd       *exec.Cmd
+	sigkill   context.CancelFunc // cancels the exec context: the command's Cancel SIGKILLs the group
+	stderr    *tail
+	pid       int    // set by the keeper before it reports the start
+	copyDir   string // the private folder of a pinned binary's copy; removed by the keeper
+	socketDir string // the private folder of the plugin's socket; removed by the keeper
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Kill
@@ -128,8 +136,15 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		opts: opts, cmd: cmd, sigkill: sigkill, stderr: &tail{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	binSum := opts.SHA256 // what go-plugin's SecureConfig checks the copy against
 	if opts.SHA256 != nil {
-		bin, dir, err := copyPinned(cmd.Path, opts.CopyDir, opts.SHA256)
+		var bin, dir string
+		var err error
+		if opts.PinFolder {
+			bin, dir, binSum, err = copyPinnedFolder(cmd.Path, opts.CopyDir, opts.SHA256)
+		} else {
+			bin, dir, err = copyPinned(cmd.Path, opts.CopyDir, opts.SHA256)
+		}
 		if err != nil {
 			sigkill()
 			if ce, ok := errors.AsType[*ChecksumError](err); ok {
@@ -140,13 +155,22 @@ func Start(ctx context.Context, opts Options) (*Process, error) {
 		}
 		cmd.Path, p.copyDir = bin, dir
 	}
+	// The plugin's socket goes in a folder of the host's, which the keeper removes once the
+	// process is gone: a plugin killed without Shutdown (refused at the handshake, hung,
+	// crashed) cannot remove its socket itself. go-plugin plugins put it there; others should.
+	if p.socketDir, err = os.MkdirTemp(opts.CopyDir, socketPrefix); err != nil {
+		sigkill()
+		p.removeCopy()
+		return nil, fmt.Errorf("plugin %s: a private folder for its socket: %w", opts.Path, err)
+	}
+	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+p.socketDir)
 	cc := shared.ClientConfig(cmd, opts.Logger)
 	cc.SkipHostEnv = true // cmd.Env is all of the host's environment the plugin gets
 	cc.VersionedPlugins = opts.Plugins
 	cc.StartTimeout = opts.StartTimeout
 	cc.Stderr = p.stderr
 	if opts.SHA256 != nil {
-		cc.SecureConfig = &plugin.SecureConfig{Checksum: opts.SHA256, Hash: sha256.New()}
+		cc.SecureConfig = &plugin.SecureConfig{Checksum: binSum, Hash: sha256.New()}
 	}
 	p.client = plugin.NewClient(cc)
 
@@ -173,6 +197,7 @@ func (p *Process) keep(started chan<- error) {
 	pinThread()
 	defer close(p.done)
 	defer p.removeCopy()
+	defer p.removeSocketDir()
 	defer p.sigkill()
 	_, err := p.client.Start()
 	if err == nil {
@@ -234,6 +259,16 @@ func (p *Process) removeCopy() {
 	}
 	if err := removeCopy(p.copyDir); err != nil {
 		p.opts.Logger.Warn("plugin stopped, but its pinned copy stays", "path", p.opts.Path, "copy", p.copyDir, "error", err)
+	}
+}
+
+// socketPrefix starts the name of each private folder a plugin's socket is made in.
+const socketPrefix = "kds-sock-" // short: a unix socket's path has at most 104 to 108 bytes
+
+// removeSocketDir removes the private folder of the plugin's socket, once the process is gone.
+func (p *Process) removeSocketDir() {
+	if err := os.RemoveAll(p.socketDir); err != nil {
+		p.opts.Logger.Warn("plugin stopped, but the folder of its socket stays", "path", p.opts.Path, "folder", p.socketDir, "error", err)
 	}
 }
 

@@ -3,7 +3,9 @@ package launch_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,4 +150,79 @@ func TestStartErrors(t *testing.T) {
 		g.Expect(ce.Expected).To(Equal(strings.Repeat("0", 64)))
 		g.Expect(ce.Actual).To(MatchRegexp(`^[0-9a-f]{64}$`))
 	})
+}
+
+// socketsIn lists the unix sockets under dir, at any depth.
+func socketsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type()&fs.ModeSocket != 0 {
+			out = append(out, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// shortTempDir is a fresh temporary folder with a short path (a unix socket's path has at most
+// 104 to 108 bytes), removed when the test ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// TestAPluginLeavesNoSocket: a plugin's socket goes in a private folder that is removed once
+// the process is gone, however it ended. Issue 25: a plugin refused for its protocol version is
+// SIGKILLed by go-plugin without Shutdown, and its socket stayed in TMPDIR.
+func TestAPluginLeavesNoSocket(t *testing.T) {
+	bin := retryForcerBin(t)
+	for _, tc := range []struct {
+		name string
+		run  func(g Gomega, opts launch.Options)
+	}{
+		{"refused for its protocol version", func(g Gomega, opts launch.Options) {
+			opts.Plugins = map[int]plugin.PluginSet{shared.ProtocolVersion + 1: shared.ClientPluginSets()[shared.ProtocolVersion]}
+			_, err := launch.Start(t.Context(), opts)
+			g.Expect(err).To(MatchError(ContainSubstring("incompatible API version")))
+		}},
+		{"stopped by Kill", func(g Gomega, opts launch.Options) {
+			p, err := launch.Start(t.Context(), opts)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(socketsIn(t, opts.CopyDir)).To(HaveLen(1), "its socket, while it runs")
+			g.Expect(p.Kill()).To(Succeed())
+		}},
+		{"SIGKILLed", func(g Gomega, opts launch.Options) {
+			p, err := launch.Start(t.Context(), opts)
+			g.Expect(err).NotTo(HaveOccurred())
+			// Connected, as the host is before a plugin can crash under it. (go-plugin's Kill of
+			// a dead plugin it never connected to leaks the connection it then makes.)
+			_, err = p.Client().Client()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(syscall.Kill(p.Pid(), syscall.SIGKILL)).To(Succeed())
+			g.Eventually(p.Exited, 10*time.Second, 10*time.Millisecond).Should(BeTrue())
+			g.Expect(socketsIn(t, opts.CopyDir)).To(HaveLen(1), "a SIGKILLed plugin leaves its socket")
+			_ = p.Kill()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			// The plugin's TMPDIR, where a go-plugin plugin puts its socket unless told otherwise,
+			// is the launcher's folder too.
+			tmp := shortTempDir(t)
+			t.Setenv("TMPDIR", tmp)
+			tc.run(g, launch.Options{Path: bin, CopyDir: tmp})
+			entries, err := os.ReadDir(tmp)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(entries).To(BeEmpty(), "nothing of the plugin is left in %s", tmp)
+		})
+	}
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,10 +15,65 @@ import (
 
 	"github.com/kds-host/kds-host/shared"
 	"github.com/kds-host/kds-host/shared/conformance"
+	"github.com/kds-host/kds-host/shared/launch"
 )
 
 func newPluginCmd() *cobra.Command {
-	return groupCmd("plugin", "Work with kds-host plugin binaries", newPluginVerifyCmd())
+	return groupCmd("plugin", "Work with kds-host plugin binaries", newPluginVerifyCmd(), newPluginChecksumCmd())
+}
+
+func newPluginChecksumCmd() *cobra.Command {
+	var folder bool
+	cmd := &cobra.Command{
+		Use:   "checksum PATH",
+		Short: "Print the --plugin value that pins a plugin's checksum",
+		Long: `checksum prints PATH@sha256:HEX, the --plugin value that pins the file at PATH: the host then
+runs exactly the bytes that were hashed, from a private copy. A script plugin loads more than
+its own file (its modules, its .proto files, node_modules) and a pin of the file alone does not
+cover those, nor can the copy find them: --folder prints PATH@sha256-folder:HEX, which pins
+every file of the folder PATH is in, at any depth (the folder of what PATH resolves to, when it
+is a symbolic link), and the host copies and runs the whole folder. The folder's checksum is
+also what this prints there:
+
+  find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum
+
+(symbolic links are neither hashed nor copied). docs/plugin-protocol.md, Compatibility, says more.`,
+		Example: `  kds-host --plugin "$(kds-host plugin checksum ./bin/retry-forcer)"
+  kds-host --plugin "$(kds-host plugin checksum --folder ./my-plugin/plugin.py)"`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.Flags().BoolVar(&folder, "folder", false, "pin the folder PATH is in, every file of it, not PATH alone")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var sum, sep string
+		var err error
+		if folder {
+			sum, err = launch.FolderChecksum(args[0])
+			sep = "@sha256-folder:"
+		} else {
+			sum, err = fileChecksum(args[0])
+			sep = "@sha256:"
+		}
+		if err != nil {
+			return fmt.Errorf("plugin checksum: %w", err)
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), args[0]+sep+sum)
+		return err
+	}
+	return cmd
+}
+
+// fileChecksum is the hex SHA-256 of the file at path.
+func fileChecksum(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func newPluginVerifyCmd() *cobra.Command {
