@@ -38,10 +38,14 @@ func (f *fixedRetry) Configure(_ context.Context, req *pluginv1.ConfigureRequest
 }
 
 func (f *fixedRetry) Schedule(_ context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
-	if p := f.p.Load(); p.MaxAttempts == 0 || req.GetRound() < p.MaxAttempts {
-		return &pluginv1.ScheduleResponse{Delay: durationpb.New(p.delay)}, nil
+	p, hostMax := f.p.Load(), req.GetMaxDelay().AsDuration() // the host's --retry-max-delay
+	if p.MaxAttempts > 0 && req.GetRound() >= p.MaxAttempts {
+		return &pluginv1.ScheduleResponse{GiveUp: true, Reason: "max attempts reached"}, nil
 	}
-	return &pluginv1.ScheduleResponse{GiveUp: true, Reason: "max attempts reached"}, nil
+	if hostMax > 0 && hostMax < p.delay {
+		return &pluginv1.ScheduleResponse{Delay: durationpb.New(hostMax)}, nil
+	}
+	return &pluginv1.ScheduleResponse{Delay: durationpb.New(p.delay)}, nil
 }
 
 func main() {
