@@ -433,6 +433,33 @@ type ZoneView struct {
 	//
 	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
 	Held []owner.Withheld `json:"held,omitempty"`
+	// RetryWithheld names, by kind, the rejected names of Retry.Failing that owner holds now
+	// withhold (all of them, whatever the page of Withheld shows): a round does not resend them,
+	// and nothing is sent of them until the holds let them go.
+	RetryWithheld map[string][]string `json:"retryWithheld,omitempty"`
+}
+
+// retryWithheld is, by kind, the rejected names of rs that are withheld; nil for none.
+func retryWithheld(rs *retry.StreamState, withheld []owner.Withheld) map[string][]string {
+	if rs == nil || len(rs.Failing) == 0 || len(withheld) == 0 {
+		return nil
+	}
+	held := make(map[resource.Key]bool, len(withheld))
+	for _, w := range withheld {
+		held[w.Key] = true
+	}
+	var out map[string][]string
+	for _, fk := range rs.Failing {
+		for _, name := range fk.Rejected {
+			if held[resource.KeyFromXDSName(fk.Kind, name)] {
+				if out == nil {
+					out = map[string][]string{}
+				}
+				out[fk.Kind] = append(out[fk.Kind], name)
+			}
+		}
+	}
+	return out
 }
 
 // ZoneViews returns every zone's insight, whole: GET /api/zones without a page or a bound.
@@ -469,6 +496,7 @@ func zoneViews(insights []kds.ZoneInsight, retryOf func(stream int64) *retry.Str
 		if zi.Connected && retryOf != nil {
 			zv.Retry = retryOf(zi.Stream)
 		}
+		zv.RetryWithheld = retryWithheld(zv.Retry, zv.Withheld)
 		out = append(out, zv)
 	}
 	return out

@@ -179,11 +179,24 @@ func TestTheStatusPageShowsAFailingZoneLive(t *testing.T) {
 	page.waitFor(t, `document.querySelector('#plugins tr.plugin[data-plugin="builtin"]') !== null`)
 	g.Expect(page.eval(t, `sessionStorage.getItem("kds-host.token") !== null`)).To(Equal("true"))
 
+	// Durations as a person reads them, not as Go writes them ("last delay 1.120755978s",
+	// "41.012µs / 3.632167ms"): 3 significant digits at most, a unit after a no-break space.
+	const oneDuration = `(\d{1,3}|\d\.\d{1,2}|\d\d\.\d) (ns|µs|ms|s)|\d+ min( \d+ s)?|\d+ h( \d+ min)?`
+	page.waitFor(t, `/last delay/.test(`+zoneSel+`.querySelector(".retry").textContent)`)
+	g.Expect(page.text(t, zoneSel+`.querySelector(".retry p")`)).To(MatchRegexp(`· last delay (%s)$`, oneDuration))
+	builtin := `document.querySelector('#plugins tr.plugin[data-plugin="builtin"]')`
+	page.waitFor(t, builtin+`.querySelector(".latency").textContent !== "-"`)
+	g.Expect(page.text(t, builtin+`.querySelector(".latency")`)).To(MatchRegexp(`^(%[1]s) / (%[1]s) / (%[1]s)$`, oneDuration))
+	g.Expect(page.text(t, zoneSel+`.querySelector("svg.chart rect.round title")`)).To(MatchRegexp(`round \d+ after (%s): resent`, oneDuration))
+	g.Expect(page.text(t, zoneSel+`.querySelector(".retry .countdown")`)).To(Or(Equal("due now"), MatchRegexp(`^in (%s)$`, oneDuration)))
+	g.Expect(page.text(t, `document.getElementById("status")`)).To(HaveSuffix("every 1 s"))
+
 	// A zone that connects now appears without a reload.
 	polls := page.eval(t, `document.body.getAttribute("data-polls")`)
 	z2 := startZone(t, "zone-2", gl.KDSAddr(), openSQLite(t), reg)
 	page.waitFor(t, `document.querySelector('section.zone[data-zone="zone-2"] .badge.ok') !== null`)
 	g.Expect(page.eval(t, `Number(document.body.getAttribute("data-polls")) > `+polls)).To(Equal("true"))
+	g.Expect(page.wordsBrokenInside(t, 640)).To(BeEmpty(), "words wrapped inside themselves at 640 px")
 	page.screenshot(t, "global.png")
 
 	// The zones' own pages: what zone-1 refused, what zone-2 has ACKed.
@@ -191,6 +204,7 @@ func TestTheStatusPageShowsAFailingZoneLive(t *testing.T) {
 	page.waitFor(t, `document.querySelector('#refused tr.kind.failing[data-kind="Mesh"]') !== null`)
 	page.waitFor(t, `document.querySelector('#acked tr.kind[data-kind="MeshTimeout"]') !== null`)
 	g.Expect(page.eval(t, `document.querySelector("#connection .badge").textContent`)).To(Equal("connected"))
+	g.Expect(page.wordsBrokenInside(t, 480)).To(BeEmpty(), "words wrapped inside themselves at 480 px")
 	page.screenshot(t, "zone-1.png")
 	page.navigate(t, "http://"+z2.APIAddr()+"/gui")
 	page.waitFor(t, `(document.querySelector('#acked tr.kind[data-kind="MeshTimeout"]') || {}).textContent?.includes("default/mesh-timeout-all-default")`)
@@ -246,9 +260,190 @@ func TestTheStatusPageShowsWhatIsWithheldAndParked(t *testing.T) {
 	g.Expect(row).To(ContainSubstring("parked"))
 	g.Expect(row).To(ContainSubstring("invalid 3 times"))
 	g.Expect(page.eval(t, zone2+`.textContent`)).To(ContainSubstring("Rejected and parked names"))
+	// Every failing name of zone-2 is parked: no round is decided, and the page says why, not
+	// "deciding" for as long as it stays so.
+	page.waitFor(t, `(document.querySelector('tr.zone-row[data-zone="zone-2"] .pending') || {}).textContent === "parked: 1 name"`)
+	g.Expect(page.text(t, zone2+`.querySelector(".retry .pending")`)).To(Equal("parked: 1 name held by the retry policy (each name's reason below); no round pending"))
+	g.Expect(page.text(t, zone2+`.querySelector("table.failing-kinds tbody td:nth-child(4)")`)).To(Equal("none (1 parked: not resent)"))
+	g.Expect(page.text(t, zone2)).NotTo(ContainSubstring("deciding"))
+
+	// Names, causes and reasons wrap between words, even on a narrow screen: the kinds' last
+	// errors, the rejected names' reasons, the withheld resources.
+	g.Expect(page.wordsBrokenInside(t, 640)).To(BeEmpty(), "words wrapped inside themselves at 640 px")
+	g.Expect(page.wordsBrokenInside(t, 1000)).To(BeEmpty(), "words wrapped inside themselves at 1000 px")
 	page.screenshot(t, "withheld-and-parked.png")
 	// This global runs no plugin runtime, so it serves no /api/plugins: the one error allowed.
 	g.Expect(page.consoleErrors()).To(HaveEach(ContainSubstring("/api/plugins")), "console errors")
+}
+
+// TestTheStatusPageSaysWhatIsWithheldInsteadOfDeciding: the zone refuses a MeshTimeout as
+// INVALID and the retry policy keeps resending it; then it is changed to name an owner that
+// exists nowhere, so owner holds withhold the new version (REJECT), and the refused one is no
+// round's to resend. Every failing name is withheld: the page says so where it said "deciding"
+// for as long as that lasted.
+func TestTheStatusPageSaysWhatIsWithheldInsteadOfDeciding(t *testing.T) {
+	g := NewWithT(t)
+	browser := startChromium(t)
+
+	reg := resource.Default()
+	gst := openSQLite(t)
+	seedMesh(t, gst, reg)
+	gl := startGlobal(t, gst, reg, withHolds, func(c *controlplane.GlobalConfig) {
+		c.Builtin = policyOf(t, "policy: fixed\ndelay: 100ms\ninvalidAttempts: 1000\n")
+	})
+	startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg, func(c *zone.Config) {
+		c.AdmissionDeny = map[string]string{"deny": "true"}
+	})
+	bad := timeout("default", "bad", "3s")
+	bad.Labels = map[string]string{"deny": "true"}
+	put(t, gst, reg, bad)
+	g.Eventually(func() int { return len(kindInsight(gl.Global, "zone-1", "MeshTimeout").Rejected) }, patience).Should(Equal(1))
+	bad.Owners = []resource.Key{{Kind: "MeshRetry", Mesh: "default", Name: "nowhere"}}
+	put(t, gst, reg, bad)
+	g.Eventually(func() map[string][]string {
+		return gl.ZoneViews()[0].RetryWithheld
+	}, patience).Should(Equal(map[string][]string{"MeshTimeout": {"default/bad"}}))
+
+	page := browser.open(t)
+	page.navigate(t, "http://"+gl.APIAddr()+"/gui")
+	page.waitFor(t, `!document.getElementById("login").hidden`)
+	readOnly := token(t, auth.Claims{Kind: auth.KindUser, Name: "viewer", Groups: []string{auth.GroupReadOnly}})
+	page.eval(t, fmt.Sprintf(`document.getElementById("token").value = %s; document.getElementById("login-form").requestSubmit(); true`, mustJSON(t, readOnly)))
+
+	zone1 := `document.querySelector('section.zone[data-zone="zone-1"]')`
+	page.waitFor(t, `(document.querySelector('tr.zone-row[data-zone="zone-1"] .pending') || {}).textContent === "withheld: 1 name"`)
+	g.Expect(page.text(t, zone1+`.querySelector(".retry .pending")`)).To(Equal("withheld: 1 name held by owner holds until they let it go; no round pending"))
+	g.Expect(page.text(t, zone1+`.querySelector('tr.rejected.withheld-name[data-kind="MeshTimeout"]')`)).To(
+		And(ContainSubstring("default/bad"), ContainSubstring("INVALID"), ContainSubstring("withheld")))
+	g.Expect(page.text(t, zone1+`.querySelector("table.failing-kinds tbody td:nth-child(4)")`)).To(Equal("none (1 withheld: not resent)"))
+	g.Expect(page.text(t, zone1+`.querySelector("table.withheld tbody")`)).To(ContainSubstring("REJECT"))
+	g.Expect(page.text(t, `document.body`)).NotTo(ContainSubstring("deciding"))
+	page.screenshot(t, "withheld-instead-of-deciding.png")
+	g.Expect(page.consoleErrors()).To(HaveEach(ContainSubstring("/api/plugins")), "console errors")
+}
+
+// TestTheStatusPagesFormatForPeople runs the pages' formatting (common.js) in Chromium, where
+// the pages run it: every duration they show goes through duration (3 significant digits at
+// most, the unit chosen by magnitude, never split over two lines), the API's Go durations
+// ("1.120755978s") through goDuration, and names through name, which lets them wrap after
+// their separators and breaks inside only a run too long to wrap otherwise.
+func TestTheStatusPagesFormatForPeople(t *testing.T) {
+	g := NewWithT(t)
+	browser := startChromium(t)
+	gl := startGlobal(t, openSQLite(t), resource.Default())
+	page := browser.open(t)
+	page.navigate(t, "http://"+gl.APIAddr()+"/gui")
+	page.waitFor(t, `document.readyState === "complete"`)
+	// call runs common.js's function fn on each input (JSON) and returns its results as JSON.
+	call := func(fn string, inputs any, out any) {
+		t.Helper()
+		in, err := json.Marshal(inputs)
+		g.Expect(err).NotTo(HaveOccurred())
+		res := page.eval(t, fmt.Sprintf(`import("/gui/common.js").then((m) => JSON.stringify(%s.map((x) => {
+			const v = m.%s(x);
+			return typeof v === "number" && Number.isNaN(v) ? "NaN" : v;
+		})))`, in, fn))
+		g.Expect(json.Unmarshal([]byte(res), out)).To(Succeed(), res)
+	}
+
+	t.Run("duration", func(t *testing.T) {
+		g := NewWithT(t)
+		cases := []struct {
+			ms   float64
+			want string
+		}{
+			{0, "0 s"}, {-5, "0 s"},
+			{850e-6, "850 ns"}, {1e-6, "1 ns"},
+			{0.041012, "41 µs"}, {0.0123456, "12.3 µs"}, {0.9994, "999 µs"}, {0.9999, "1 ms"},
+			{3.632167, "3.63 ms"}, {850, "850 ms"}, {999.6, "1 s"},
+			{1120.755978, "1.12 s"}, {4200, "4.2 s"}, {10000, "10 s"}, {59940, "59.9 s"},
+			{59960, "1 min"}, {60000, "1 min"}, {125000, "2 min 5 s"}, {3599400, "59 min 59 s"},
+			{3599600, "1 h"}, {3720000, "1 h 2 min"}, {86399000, "1 d"}, {90000000, "1 d 1 h"},
+		}
+		var in []float64
+		for _, c := range cases {
+			in = append(in, c.ms)
+		}
+		var got []string
+		call("duration", in, &got)
+		g.Expect(got).To(HaveLen(len(cases)))
+		for i, c := range cases {
+			g.Expect(got[i]).NotTo(ContainSubstring(" "), "a duration is joined by no-break spaces: %v ms", c.ms)
+			g.Expect(strings.ReplaceAll(got[i], "\u00a0", " ")).To(Equal(c.want), "%v ms", c.ms)
+		}
+	})
+
+	t.Run("goDuration", func(t *testing.T) {
+		g := NewWithT(t)
+		cases := []struct {
+			in   string
+			want any // milliseconds, or "NaN"
+		}{
+			{"1.120755978s", 1120.755978}, {"41.012µs", 0.041012}, {"41.012\u03bcs", 0.041012}, {"5us", 0.005},
+			{"3.632167ms", 3.632167}, {"500ns", 0.0005}, {"2m0s", 120000.0}, {"1h2m3.5s", 3723500.0},
+			{"1.5h", 5400000.0}, {".5s", 500.0}, {"1.s", 1000.0}, {"0s", 0.0}, {"0", 0.0}, {"+2s", 2000.0}, {"-1.5s", -1500.0},
+			{"", "NaN"}, {"-", "NaN"}, {"1", "NaN"}, {"00", "NaN"}, {"s", "NaN"}, {".s", "NaN"}, {"1x", "NaN"},
+			{"1.2.3s", "NaN"}, {"1s ", "NaN"}, {" 1s", "NaN"}, {"1 s", "NaN"}, {"1S", "NaN"}, {"soon", "NaN"},
+		}
+		var in []string
+		for _, c := range cases {
+			in = append(in, c.in)
+		}
+		var got []any
+		call("goDuration", in, &got)
+		g.Expect(got).To(HaveLen(len(cases)))
+		for i, c := range cases {
+			if want, ok := c.want.(float64); ok {
+				g.Expect(got[i]).To(BeNumerically("~", want, 1e-9), "%q", c.in)
+			} else {
+				g.Expect(got[i]).To(Equal(c.want), "%q", c.in)
+			}
+		}
+		var text []string
+		call("goDurationText", []any{"1.120755978s", "41.012µs", "3.632167ms", "2m5s", "1h2m0s", "soon", nil}, &text)
+		for i := range text {
+			text[i] = strings.ReplaceAll(text[i], "\u00a0", " ")
+		}
+		g.Expect(text).To(Equal([]string{"1.12 s", "41 µs", "3.63 ms", "2 min 5 s", "1 h 2 min", "soon", ""}))
+	})
+
+	t.Run("name", func(t *testing.T) {
+		g := NewWithT(t)
+		long := strings.Repeat("a", 33)
+		in := []string{"zone-1", "default/mesh-timeout-all-default", "grpc://127.0.0.1:5685", "1.12 s at 12:00:01",
+			"MISSING_OWNER", strings.Repeat("a", 32), long, "Mesh/" + long + "/x"}
+		res := page.eval(t, fmt.Sprintf(`import("/gui/common.js").then((m) => JSON.stringify(%s.map((x) => {
+			const e = m.name(x);
+			return {text: e.textContent, wbr: e.querySelectorAll("wbr").length, long: [...e.querySelectorAll(".long-token")].map((l) => l.textContent)};
+		})))`, mustJSON(t, in)))
+		type shown struct {
+			Text string
+			WBR  int
+			Long []string
+		}
+		var got []shown
+		g.Expect(json.Unmarshal([]byte(res), &got)).To(Succeed(), res)
+		g.Expect(got).To(Equal([]shown{
+			{Text: in[0], Long: []string{}},
+			{Text: in[1], WBR: 1, Long: []string{}},     // after the mesh's slash; hyphens wrap by themselves
+			{Text: in[2], WBR: 3, Long: []string{}},     // after "grpc:" and its slashes; none inside the address
+			{Text: in[3], WBR: 0, Long: []string{}},     // no break inside a number or a time
+			{Text: in[4], WBR: 1, Long: []string{}},     // after the underscore
+			{Text: in[5], WBR: 0, Long: []string{}},     // 32 characters: not long
+			{Text: in[6], WBR: 0, Long: []string{long}}, // 33: may break anywhere
+			{Text: in[7], WBR: 2, Long: []string{long}}, // only the long run
+		}))
+	})
+	g.Expect(page.consoleErrors()).To(BeEmpty(), "console errors")
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // chromium is a headless Chromium this test started, driven over its DevTools protocol.
@@ -514,7 +709,8 @@ func (p *tab) navigate(t *testing.T, url string) {
 	}
 }
 
-// eval evaluates a JavaScript expression in the page and returns its value as text.
+// eval evaluates a JavaScript expression in the page and returns its value as text (a promise's,
+// once it settles).
 func (p *tab) eval(t *testing.T, expr string) string {
 	t.Helper()
 	v, err := p.evaluate(expr)
@@ -533,13 +729,51 @@ func (p *tab) evaluate(expr string) (string, error) {
 			Text string `json:"text"`
 		} `json:"exceptionDetails"`
 	}
-	if err := p.try("Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r); err != nil {
+	if err := p.try("Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true, "awaitPromise": true}, &r); err != nil {
 		return "", err
 	}
 	if r.ExceptionDetails != nil {
 		return "", fmt.Errorf("evaluate %s: %s", expr, r.ExceptionDetails.Text)
 	}
 	return fmt.Sprint(r.Result.Value), nil
+}
+
+// text is the text of the element expr finds, as a person reads it: no-break spaces as spaces.
+func (p *tab) text(t *testing.T, expr string) string {
+	t.Helper()
+	return strings.ReplaceAll(p.eval(t, `(`+expr+`).textContent`), "\u00a0", " ")
+}
+
+// wordsBrokenInside lists the words (runs of letters and digits) of the page's table cells and
+// paragraphs that wrap inside themselves at a width of the page (in CSS pixels), except in a run
+// too long to wrap otherwise (.long-token). A name may wrap after a hyphen or a separator: that
+// is between two words.
+func (p *tab) wordsBrokenInside(t *testing.T, width int) []string {
+	t.Helper()
+	p.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": 1800, "deviceScaleFactor": 1, "mobile": false}, nil)
+	defer p.call(t, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 1800, "deviceScaleFactor": 1, "mobile": false}, nil)
+	res := p.eval(t, `new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => {
+		const broken = [];
+		for (const box of document.querySelectorAll("td, main p")) {
+			const walk = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+			for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+				if (n.parentElement.closest(".long-token")) continue;
+				for (const m of n.data.matchAll(/[\p{L}\p{N}]+/gu)) {
+					const r = document.createRange();
+					r.setStart(n, m.index);
+					r.setEnd(n, m.index + m[0].length);
+					const lines = new Set([...r.getClientRects()].map((q) => Math.round(q.top)));
+					if (lines.size > 1) broken.push(m[0]);
+				}
+			}
+		}
+		done(JSON.stringify(broken));
+	})))`)
+	var broken []string
+	if err := json.Unmarshal([]byte(res), &broken); err != nil {
+		t.Fatalf("%v: %s", err, res)
+	}
+	return broken
 }
 
 // waitFor waits until a JavaScript condition holds in the page; on a timeout it fails with the

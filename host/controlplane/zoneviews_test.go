@@ -100,3 +100,36 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	g.Expect(view.Kinds[0]).To(HaveKeyWithValue("withheld", MatchJSON("1")))
 	g.Expect(view.Kinds[0]).To(HaveKeyWithValue("held", MatchJSON("1")), "the deprecated JSON field is still emitted")
 }
+
+// A name the zone rejected and owner holds now withhold is no round's to resend: the view names
+// it in retryWithheld (the status page says "withheld", not "deciding", when that is all that
+// fails). Names withheld but never rejected, and names rejected but not withheld, are not in it.
+func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
+	g := NewWithT(t)
+	insights := []kds.ZoneInsight{{Zone: "zone-1", Connected: true, Stream: 1}, {Zone: "zone-2", Connected: true, Stream: 2}}
+	states := []retry.StreamState{
+		{Stream: 1, Zone: "zone-1", Round: 4, Failing: []retry.KindState{
+			{Kind: "Mesh", Rejected: []string{"default"}},
+			{Kind: "MeshTimeout", Rejected: []string{"default/a", "default/b", "other/a"}},
+		}},
+		{Stream: 2, Zone: "zone-2", Round: 1, Failing: []retry.KindState{{Kind: "MeshTimeout", Rejected: []string{"default/b"}}}},
+	}
+	withheld := func(zone string) []owner.Withheld {
+		return []owner.Withheld{
+			{Key: resource.Key{Kind: "Mesh", Name: "default"}, Verdict: "REJECT"},
+			{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"},
+			{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "c"}, Verdict: "WAIT"},
+			{Key: resource.Key{Kind: "MeshRetry", Mesh: "default", Name: "b"}, Verdict: "WAIT"},
+		}
+	}
+	reads := 0
+	views := zoneViews(insights, lookup(states, &reads), withheld)
+	g.Expect(views[0].RetryWithheld).To(Equal(map[string][]string{"Mesh": {"default"}, "MeshTimeout": {"default/a"}}))
+	g.Expect(views[1].RetryWithheld).To(BeNil(), "default/b is rejected, but only a MeshRetry of that name is withheld")
+	js, err := json.Marshal(views[1])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(js)).NotTo(ContainSubstring("retryWithheld"))
+
+	views = zoneViews(insights, lookup(states, &reads), nil)
+	g.Expect(views[0].RetryWithheld).To(BeNil(), "owner holds off")
+}

@@ -82,14 +82,100 @@ export function serverNow() {
   return Date.now() + clockOffset;
 }
 
-// duration formats milliseconds as 850ms, 4.2s, 3m 05s, 2h 10m.
+// NBSP joins a number to its unit and the parts of a duration, so that none is split over two
+// lines.
+const NBSP = '\u00a0';
+
+// sig3 is a positive number with 3 significant digits at most, trailing zeros dropped.
+const sig3 = (v) => String(Number(v.toPrecision(3)));
+
+// The units of durations under a minute, largest first, in milliseconds.
+const SMALL_UNITS = [['s', 1000], ['ms', 1], ['µs', 1e-3], ['ns', 1e-6]];
+
+// duration formats milliseconds for a person, the unit chosen by magnitude: 850 ns, 41 µs,
+// 3.63 ms, 1.12 s (3 significant digits at most under a minute), then 2 min 5 s, 1 h 2 min,
+// 3 d 4 h. Every duration the pages show goes through it.
 export function duration(ms) {
-  ms = Math.max(0, ms);
-  if (ms < 1000) return `${Math.round(ms)}ms`;
-  if (ms < 60000) return `${(ms / 1000).toFixed(1)}s`;
-  const s = Math.floor(ms / 1000);
-  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(s / 3600)}h ${String(Math.floor(s / 60) % 60).padStart(2, '0')}m`;
+  if (!Number.isFinite(ms) || ms <= 0) return `0${NBSP}s`;
+  const r = Number(ms.toPrecision(3)); // rounded first: 999.9 µs is 1 ms, 59.96 s is 1 min
+  if (r < 60000) {
+    const [unit, size] = SMALL_UNITS.find(([, size]) => r >= size) || SMALL_UNITS[SMALL_UNITS.length - 1];
+    return sig3(r / size) + NBSP + unit;
+  }
+  const parts = (big, bigUnit, small, smallUnit) =>
+    big + NBSP + bigUnit + (small ? NBSP + small + NBSP + smallUnit : '');
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return parts(Math.floor(s / 60), 'min', s % 60, 's');
+  const min = Math.round(ms / 60000);
+  if (min < 24 * 60) return parts(Math.floor(min / 60), 'h', min % 60, 'min');
+  const h = Math.round(ms / 3600000);
+  return parts(Math.floor(h / 24), 'd', h % 24, 'h');
+}
+
+// The units of Go's time.Duration.String() and time.ParseDuration, in milliseconds.
+const GO_UNITS = {h: 3600000, m: 60000, s: 1000, ms: 1, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ns: 1e-6};
+const GO_PART = /(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|μs|ns)/y;
+
+// goDuration reads a duration as Go writes it (time.Duration.String: "1.120755978s",
+// "41.012µs", "1h2m3s", "0s"; the API's durations are such strings) into milliseconds; NaN for
+// anything else.
+export function goDuration(text) {
+  if (typeof text !== 'string') return NaN;
+  let s = text;
+  let sign = 1;
+  if (s[0] === '-' || s[0] === '+') {
+    sign = s[0] === '-' ? -1 : 1;
+    s = s.slice(1);
+  }
+  if (s === '0') return 0;
+  if (s === '') return NaN;
+  let ms = 0;
+  GO_PART.lastIndex = 0;
+  while (GO_PART.lastIndex < s.length) {
+    const m = GO_PART.exec(s);
+    if (!m) return NaN;
+    ms += Number(m[1]) * GO_UNITS[m[2]];
+  }
+  return sign * ms;
+}
+
+// goDurationText formats a duration as Go writes it for a person (duration); what does not
+// read as one is shown as it is.
+export function goDurationText(text) {
+  const ms = goDuration(text);
+  return Number.isNaN(ms) ? String(text ?? '') : duration(ms);
+}
+
+// A run of more characters than this with no place to wrap (no space, hyphen or separator) may
+// break anywhere: a long hash or name must not push its table wider than the page.
+const LONG_TOKEN = 32;
+
+// name shows a name, or a text full of them (a zone, a resource, a path, an error), so that it
+// wraps at spaces, after hyphens and after the separators of names (/ . : _ , @ =; not inside a
+// number such as 1.12 or 12:00:01), never inside a word; only a run of more than LONG_TOKEN
+// characters between those may break inside (class long-token).
+export function name(text) {
+  const e = el('span', {class: 'name'});
+  const chars = [...String(text ?? '')];
+  let run = '';
+  const flush = () => {
+    if (run.length > LONG_TOKEN) e.append(el('span', {class: 'long-token', text: run}));
+    else if (run) e.append(run);
+    run = '';
+  };
+  chars.forEach((ch, i) => {
+    if (/\s|-/.test(ch)) {
+      flush();
+      e.append(ch); // the browser wraps here
+    } else if (/[/.:_,@=]/.test(ch) && !(/[.:,]/.test(ch) && /\d/.test(chars[i + 1] || ''))) {
+      flush();
+      e.append(ch, document.createElement('wbr'));
+    } else {
+      run += ch;
+    }
+  });
+  flush();
+  return e;
 }
 
 // clock formats a time as the browser's local HH:MM:SS.
@@ -99,7 +185,7 @@ export function clock(iso) {
   return new Date(t).toLocaleTimeString([], {hour12: false});
 }
 
-// ago formats a time as "12:00:01 (3m 05s ago)".
+// ago formats a time as "12:00:01 (3 min 5 s ago)".
 export function ago(iso) {
   const t = Date.parse(iso);
   if (Number.isNaN(t) || t <= 0) return '-';
@@ -137,7 +223,7 @@ export function poll(refresh, interval, onError) {
       await refresh();
       polls++;
       document.body.setAttribute('data-polls', String(polls));
-      status.textContent = `live: updated ${new Date().toLocaleTimeString([], {hour12: false})}, every ${interval / 1000}s`;
+      status.textContent = `live: updated ${new Date().toLocaleTimeString([], {hour12: false})}, every ${duration(interval)}`;
       status.classList.remove('error');
     } catch (err) {
       status.textContent = `update failed: ${err.message}`;

@@ -1,6 +1,6 @@
 // The global's status page: zones, their kinds and retry state, owner holds, a timeline chart
 // per zone and the plugins, polled from the JSON API every second.
-import {el, svg, table, token, getJSON, setServerNow, serverNow, duration, clock, ago, countdown, poll, badge} from './common.js';
+import {el, svg, table, token, getJSON, setServerNow, serverNow, duration, goDurationText, name, clock, ago, countdown, poll, badge} from './common.js';
 
 const INTERVAL = 1000;
 let plugins404 = false; // a global without a plugin runtime has no /api/plugins: stop asking
@@ -97,7 +97,7 @@ function renderUnservable(items) {
   $('unservable-section').hidden = items.length === 0;
   const rows = items.map((u) => ({
     props: {class: 'unservable'},
-    cells: [el('strong', {text: `${u.key.kind} ${u.key.mesh ? u.key.mesh + '/' : ''}${u.key.name}`}), String(u.generation), u.error],
+    cells: [el('strong', null, name(`${u.key.kind} ${u.key.mesh ? u.key.mesh + '/' : ''}${u.key.name}`)), String(u.generation), name(u.error)],
   }));
   $('unservable').replaceChildren(table(['resource', 'generation', 'error'], rows, {class: 'unservable'}));
 }
@@ -121,23 +121,58 @@ function failingKinds(zv) {
   return new Map(((zv.retry && zv.retry.failing) || []).map((k) => [k.kind, k]));
 }
 
+const names = (n) => `${n} name${n === 1 ? '' : 's'}`;
+
+// heldBack counts the names of a zone's retry state that no round resends: the rejected names
+// owner holds withhold (retryWithheld), and the names the retry policy parked; resendable are
+// the rest of the rejected names.
+function heldBack(zv) {
+  const withheld = Object.values(zv.retryWithheld || {}).reduce((n, list) => n + list.length, 0);
+  let rejected = 0, parked = 0;
+  for (const k of (zv.retry && zv.retry.failing) || []) {
+    rejected += (k.rejected || []).length;
+    parked += (k.parked || []).length;
+  }
+  return {withheld, parked, resendable: rejected - withheld};
+}
+
+// pending says what a zone's failing names wait for while no round is armed and the policy has
+// not given up: short for the zones table, long for the zone's retry line, held when every
+// failing name is withheld or parked (a round is decided only for names a round would resend).
+function pending(zv) {
+  if (!((zv.retry && zv.retry.failing) || []).length) return {short: 'none pending', long: 'nothing failing'};
+  const h = heldBack(zv);
+  if (h.resendable > 0) return {short: 'deciding', long: 'deciding the next round'};
+  const short = [], long = [];
+  if (h.withheld) {
+    short.push(`withheld: ${names(h.withheld)}`);
+    long.push(`withheld: ${names(h.withheld)} held by owner holds until they let ${h.withheld === 1 ? 'it' : 'them'} go`);
+  }
+  if (h.parked) {
+    short.push(`parked: ${names(h.parked)}`);
+    long.push(`parked: ${names(h.parked)} held by the retry policy (each name's reason below)`);
+  }
+  return {short: short.join(', '), long: long.join('; ') + '; no round pending', held: true};
+}
+
 function retryCell(zv) {
   const r = zv.retry;
   if (!r) return zv.connected ? 'no stream state' : '-';
   if (r.givenUp) return el('span', {class: 'gaveup', text: 'gave up'});
   if (r.nextRetry) return countdown(r.nextRetry);
-  return (r.failing || []).length ? 'deciding' : 'none pending';
+  const p = pending(zv);
+  return el('span', {class: p.held ? 'pending held' : 'pending', text: p.short});
 }
 
 function renderZones(items, timeline) {
   const rows = items.map((zv) => ({
     props: {class: zv.connected ? 'zone-row' : 'zone-row disconnected', 'data-zone': zv.zone},
     cells: [
-      el('strong', {text: zv.zone}),
+      el('strong', null, name(zv.zone)),
       badge(zv.connected, 'connected', 'disconnected'),
       ago(zv.since),
-      zv.replica ? `${zv.replica}${zv.replicaAddress ? ' (' + zv.replicaAddress + ')' : ''}` : '-',
-      [...failingKinds(zv).keys()].join(', ') || 'none',
+      zv.replica ? name(`${zv.replica}${zv.replicaAddress ? ' (' + zv.replicaAddress + ')' : ''}`) : '-',
+      name([...failingKinds(zv).keys()].join(', ') || 'none'),
       zv.retry ? String(zv.retry.round) : '-',
       retryCell(zv),
       String((zv.kinds || []).reduce((n, k) => n + (k.nacks || 0), 0)),
@@ -157,8 +192,8 @@ function zoneCard(zv, events, cap) {
   if (zv.replica) meta.push(`replica ${zv.replica}${zv.replicaAddress ? ' at ' + zv.replicaAddress : ''}`);
   if (zv.heartbeat) meta.push(`heartbeat ${ago(zv.heartbeat)}`);
   return el('section', {class: 'zone', 'data-zone': zv.zone},
-    el('h2', null, `Zone ${zv.zone} `, badge(zv.connected, 'connected', 'disconnected')),
-    el('p', {class: 'meta', text: meta.join(' · ')}),
+    el('h2', null, 'Zone ', name(zv.zone), ' ', badge(zv.connected, 'connected', 'disconnected')),
+    el('p', {class: 'meta'}, name(meta.join(' · '))),
     retryBlock(zv),
     kindsTable(zv, failing),
     rejectedBlock(zv, failing),
@@ -174,11 +209,14 @@ function retryBlock(zv) {
   if (!r) return el('p', {class: 'retry note', text: zv.connected ? 'Retry: no state for this stream.' : 'Retry: the zone is not connected.'});
   const parts = [el('strong', {text: 'Retry'}), ` round ${r.round}`];
   if (r.nextRetry) parts.push(' · next retry ', countdown(r.nextRetry), ` (at ${clock(r.nextRetry)})`);
-  else if (!r.givenUp) parts.push((r.failing || []).length ? ' · deciding the next round' : ' · nothing failing');
-  if (r.lastDelay) parts.push(` · last delay ${r.lastDelay}`);
+  else if (!r.givenUp) {
+    const p = pending(zv);
+    parts.push(' · ', el('span', {class: p.held ? 'pending held' : 'pending', text: p.long}));
+  }
+  if (r.lastDelay) parts.push(` · last delay ${goDurationText(r.lastDelay)}`);
   const block = el('div', {class: 'retry'}, el('p', null, parts));
-  if (r.reason) block.append(el('p', {class: 'reason'}, el('span', {class: 'label', text: 'decision: '}), r.reason));
-  if (r.givenUp) block.append(el('p', {class: 'gaveup'}, el('span', {class: 'label', text: 'gave up: '}), r.givenUp));
+  if (r.reason) block.append(el('p', {class: 'reason'}, el('span', {class: 'label', text: 'decision: '}), name(r.reason)));
+  if (r.givenUp) block.append(el('p', {class: 'gaveup'}, el('span', {class: 'label', text: 'gave up: '}), name(r.givenUp)));
   return block;
 }
 
@@ -190,27 +228,39 @@ function kindsTable(zv, failing) {
     return {
       props: {class: bad ? 'kind failing' : 'kind', 'data-kind': k.kind},
       cells: [el('strong', {text: k.kind}), String(k.sent), String(k.responses), String(k.acks), String(k.nacks),
-        String(k.withheld || 0), String((k.rejected || []).length), String(k.known), k.lastError || ''],
+        String(k.withheld || 0), String((k.rejected || []).length), String(k.known), k.lastError ? name(k.lastError) : ''],
     };
   });
   return table(['kind', 'sent (resources)', 'responses', 'ACKed', 'NACKed', 'withheld', 'rejected', 'known', 'last error'], rows, {class: 'kinds'});
 }
 
 function rejectedBlock(zv, failing) {
+  const withheld = new Map(Object.entries(zv.retryWithheld || {}).map(([kind, names]) => [kind, new Set(names)]));
+  const none = new Set();
   const rows = [];
   for (const k of zv.kinds || []) {
     for (const r of k.rejected || []) {
-      rows.push({props: {class: 'rejected', 'data-kind': k.kind},
-        cells: [k.kind, r.name, r.cause || 'unspecified', r.reason || '', r.missingOwner || '']});
+      const held = (withheld.get(k.kind) || none).has(r.name);
+      rows.push({props: {class: held ? 'rejected withheld-name' : 'rejected', 'data-kind': k.kind},
+        cells: [k.kind, name(r.name), [r.cause || 'unspecified', held ? el('span', {class: 'tag', text: 'withheld'}) : null],
+          r.reason ? name(r.reason) : '', r.missingOwner ? name(r.missingOwner) : '']});
     }
   }
   for (const [kind, ks] of failing) {
     for (const p of ks.parked || []) {
-      rows.push({props: {class: 'parked-name', 'data-kind': kind}, cells: [kind, p.name, 'parked', p.reason || '', '']});
+      rows.push({props: {class: 'parked-name', 'data-kind': kind}, cells: [kind, name(p.name), 'parked', p.reason ? name(p.reason) : '', '']});
     }
   }
   if (!rows.length) return el('p', {class: 'note', text: 'No rejected names.'});
-  const failingRows = [...failing.values()].map((k) => [k.kind, String(k.nacks), ago(k.firstNack), (k.rejected || []).join(', ')]);
+  const failingRows = [...failing.values()].map((k) => {
+    const held = withheld.get(k.kind) || none;
+    const resent = (k.rejected || []).filter((n) => !held.has(n));
+    const notes = [];
+    if (held.size) notes.push(`${held.size} withheld`);
+    if ((k.parked || []).length) notes.push(`${k.parked.length} parked`);
+    return [k.kind, String(k.nacks), ago(k.firstNack),
+      [name(resent.join(', ') || 'none'), notes.length ? el('span', {class: 'note', text: ` (${notes.join(', ')}: not resent)`}) : null]];
+  });
   return el('div', null,
     el('h3', {text: 'Rejected and parked names'}),
     table(['kind', 'name', 'cause', 'reason', 'missing owner'], rows, {class: 'names'}),
@@ -224,14 +274,14 @@ function withheldBlock(zv) {
   return el('div', null,
     el('h3', {text: 'Withheld by owner holds'}),
     table(['resource', 'verdict', 'waiting for', 'reason'],
-      withheld.map((h) => [key(h.key || {}), h.verdict, h.waitingFor || '', h.reason || '']), {class: 'withheld'}));
+      withheld.map((h) => [name(key(h.key || {})), h.verdict, h.waitingFor ? name(h.waitingFor) : '', h.reason ? name(h.reason) : '']), {class: 'withheld'}));
 }
 
 function giveUps(events) {
   const g = events.filter((e) => e.type === 'gave-up');
   if (!g.length) return null;
   return el('div', null, el('h3', {text: 'Give-ups'}),
-    table(['at', 'reason'], g.slice(-10).reverse().map((e) => [clock(e.at), e.detail || '']), {class: 'giveups'}));
+    table(['at', 'reason'], g.slice(-10).reverse().map((e) => [clock(e.at), e.detail ? name(e.detail) : '']), {class: 'giveups'}));
 }
 
 // ---- the timeline chart, drawn from the global's ring of the zone's latest events
@@ -285,7 +335,7 @@ function timelineChart(events, cap) {
         const h = Math.min(laneH - 4, 4 + 2 * Math.log2(1 + (e.round || 1)) * 2);
         const resent = Object.entries(e.resent || {}).map(([k, n]) => `${k} ${n}`).join(', ');
         parts.push(svg('rect', {class: 'round', x: ex - 1.5, y: laneY(0) - h / 2, width: 3, height: h},
-          svg('title', {text: `${when} round ${e.round} after ${e.delay}: resent ${e.count || 0}${resent ? ' (' + resent + ')' : ''}`})));
+          svg('title', {text: `${when} round ${e.round} after ${goDurationText(e.delay)}: resent ${e.count || 0}${resent ? ' (' + resent + ')' : ''}`})));
         break;
       }
       default: // connected, disconnected, gave-up: a line across every lane
@@ -302,6 +352,12 @@ function timelineChart(events, cap) {
 
 // ---- plugins
 
+// latency is a plugin's p50 / p90 / p99, or "-" before its first call (its percentiles are 0s).
+function latency(p) {
+  if (!p.latency || !p.calls) return '-';
+  return [p.latency.p50, p.latency.p90, p.latency.p99].map(goDurationText).join(' / ');
+}
+
 function renderPlugins(report) {
   if (!report) {
     $('plugins').replaceChildren(el('p', {class: 'note', text: 'This global runs no plugin runtime (no /api/plugins).'}));
@@ -309,16 +365,16 @@ function renderPlugins(report) {
   }
   const rows = (report.items || []).map((p) => ({
     props: {class: p.state === 'running' || p.state === 'builtin' ? 'plugin' : 'plugin failing', 'data-plugin': p.name},
-    cells: [el('strong', {text: p.name}), p.path, (p.serves || []).join(', ') + ((p.fallbackFor || []).length ? ` (fallback for ${p.fallbackFor.join(', ')})` : ''),
+    cells: [el('strong', null, name(p.name)), name(p.path), name((p.serves || []).join(', ') + ((p.fallbackFor || []).length ? ` (fallback for ${p.fallbackFor.join(', ')})` : '')),
       p.state, ago(p.since), String(p.restarts), String(p.calls), String(p.errors), String(p.timeouts),
-      `${p.latency ? p.latency.p50 : '-'} / ${p.latency ? p.latency.p90 : '-'} / ${p.latency ? p.latency.p99 : '-'}`,
-      p.lastError ? `${p.lastError}${p.lastErrorAt ? ' (' + ago(p.lastErrorAt) + ')' : ''}` : ''],
+      el('span', {class: 'latency', text: latency(p)}),
+      p.lastError ? name(`${p.lastError}${p.lastErrorAt ? ' (' + ago(p.lastErrorAt) + ')' : ''}`) : ''],
   }));
   const notes = [];
   if (report.config) notes.push(`config ${report.config}`);
   if (report.lastReload) notes.push(`last reload ${ago(report.lastReload.at)}${report.lastReload.error ? ': ' + report.lastReload.error : ''}`);
   const parts = [table(['plugin', 'path', 'serves', 'state', 'since', 'restarts', 'calls', 'errors', 'timeouts', 'latency p50 / p90 / p99', 'last error'], rows, {class: 'plugins'})];
-  if (notes.length) parts.push(el('p', {class: 'note', text: notes.join(' · ')}));
+  if (notes.length) parts.push(el('p', {class: 'note'}, name(notes.join(' · '))));
   $('plugins').replaceChildren(...parts);
 }
 
