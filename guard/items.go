@@ -3,6 +3,7 @@ package guard
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -43,8 +44,9 @@ func newItemCache() *itemCache {
 	return &itemCache{cur: map[string]*item{}, prev: map[string]*item{}, limit: 1 << 16}
 }
 
-// of returns the item of a resource of typeURL encoded as a.
-func (c *itemCache) of(typeURL string, a *anypb.Any, owners func(string, Resource) []Ref) (*item, error) {
+// of returns the item of a resource of typeURL encoded as a; m is the resource itself where the
+// wrapped cache gave it (a RawResponse), else nil and it is decoded from a by a's type URL.
+func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(string, Resource) []Ref) (*item, error) {
 	sum := sha256.Sum256(a.GetValue())
 	version := hex.EncodeToString(sum[:12])
 	key := typeURL + "/" + version
@@ -59,9 +61,11 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, owners func(string, Resourc
 	if it != nil {
 		return it, nil
 	}
-	m, err := a.UnmarshalNew()
-	if err != nil {
-		return nil, err
+	if m == nil {
+		var err error
+		if m, err = a.UnmarshalNew(); err != nil {
+			return nil, fmt.Errorf("decode %s as %q (a cache whose type URLs are not the resources' message names must answer with RawResponses): %w", typeURL, a.GetTypeUrl(), err)
+		}
 	}
 	it = &item{name: cache.GetResourceName(m), version: version, any: a, refs: owners(typeURL, m)}
 	c.mu.Lock()

@@ -20,6 +20,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -290,9 +291,14 @@ func (s *session) fromInner(r cache.Response) {
 		return
 	}
 	typeURL := r.GetRequest().GetTypeUrl()
+	raw := rawResources(r, len(resp.GetResources()))
 	served := make(map[string]*item, len(resp.GetResources()))
-	for _, a := range resp.GetResources() {
-		it, err := s.g.items.of(typeURL, a, s.g.owners)
+	for i, a := range resp.GetResources() {
+		var m Resource
+		if raw != nil {
+			m = raw[i].Resource
+		}
+		it, err := s.g.items.of(typeURL, a, m, s.g.owners)
 		if err != nil {
 			s.g.log.Error("a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
 			continue
@@ -312,6 +318,27 @@ func (s *session) fromInner(r cache.Response) {
 	s.mu.Lock()
 	s.evaluateLocked(ts)
 	s.mu.Unlock()
+}
+
+// rawResources are the resources of a RawResponse, in the order of its encoded ones (n of
+// them), so that each is named and read without decoding it, whatever its type URL (a cache may
+// serve a message under a type URL of its own: kds-host's kinds, Kuma's). Nil for another
+// response, or one with a TTL (encoded in a wrapper).
+func rawResources(r cache.Response, n int) []types.ResourceWithTTL {
+	rr, ok := r.(*cache.RawResponse)
+	if !ok || rr.Heartbeat {
+		return nil
+	}
+	raw := rr.GetRawResources()
+	if len(raw) != n {
+		return nil
+	}
+	for _, x := range raw {
+		if x.TTL != nil || x.Resource == nil {
+			return nil
+		}
+	}
+	return raw
 }
 
 // watchInner opens the guard's watch of the wrapped cache for every resource of a type newer

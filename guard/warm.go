@@ -57,7 +57,7 @@ func (s *session) warmLocked(ts *typeState, from *item, clusters []string) *item
 	if err == nil {
 		a.Value = b
 	}
-	it, err := s.g.items.of(ts.typeURL, a, s.g.owners)
+	it, err := s.g.items.of(ts.typeURL, a, rc, s.g.owners)
 	if err != nil {
 		return from
 	}
