@@ -45,7 +45,7 @@ lint: tools ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 
-test-deps: ## install what the tests need when it is missing: protoc, PostgreSQL 15 and its user, Node.js, Chromium, curl (as root; otherwise it says what to run)
+test-deps: ## install what the tests need when it is missing: protoc, PostgreSQL 15 and its user, Node.js, Chromium, curl, promtool (as root; otherwise it says what to run)
 	./scripts/setup-test-deps.sh
 
 test: test-deps tools example-plugins ## every test, with -race (PostgreSQL is started by the tests themselves; the Node.js plugin's tests need node and npm)

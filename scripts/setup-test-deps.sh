@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs and a fresh machine lacks: protoc (protobuf-compiler), the
 # PostgreSQL 15 server binaries (postgresql-15) and, as root, the postgres user initdb insists
-# on, Node.js and npm, Chromium (the status page test), curl, runuser (util-linux).
+# on, Node.js and npm, Chromium (the status page test), curl, runuser (util-linux), promtool
+# (prometheus: the alerting rules' tests in deploy/; the package also installs, and on a machine
+# run by systemd starts, a Prometheus server on :9090: `systemctl disable --now prometheus`).
 #
 #   scripts/setup-test-deps.sh [--check]
 #
@@ -17,7 +19,7 @@ set -euo pipefail
 check=0
 case "${1:-}" in
   --check) check=1 ;;
-  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "setup-test-deps.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 esac
@@ -50,6 +52,7 @@ have node || missing+=(nodejs)
 have npm || missing+=(npm)
 chromium_found || missing+=(chromium)
 have curl || missing+=(curl) # examples/repro/two-cp.sh and the replicas example poll the APIs with it
+have promtool || missing+=(prometheus) # deploy/: promtool checks and unit-tests the rules, lints /metrics
 # runuser: as root, examples/replicas runs initdb and psql as the postgres user with it
 [ "$root" = 0 ] || have runuser || [ -x /usr/sbin/runuser ] || [ -x /sbin/runuser ] || missing+=(util-linux)
 need_user=0 # initdb refuses root: as root the PostgreSQL tests run it as the postgres user
