@@ -47,8 +47,11 @@
 // Supported: go-control-plane v0.14's two servers, state of the world and delta, ADS and the
 // per-type services: a delta client gets what changed of the same view, a refused name going
 // back to what it kept. The wrapped cache is always watched the state-of-the-world way (every
-// resource of a type), whichever server the client talks to. Clients: Envoy and grpc-go's xDS
-// client, or any xDS client.
+// resource of a type), whichever server the client talks to. A SotW client of a type other than
+// Listeners and Clusters gets what changed, as go-control-plane's caches send it (the whole view
+// first, and again when it asks for other names). Such a cache does not tell a SotW watch of
+// such a type that a resource was removed until something else of the type changes, so a delta
+// client hears of that removal then. Clients: Envoy and grpc-go's xDS client, or any xDS client.
 package guard
 
 import (

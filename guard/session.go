@@ -14,6 +14,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -66,11 +67,12 @@ type typeState struct {
 	typeURL string
 
 	// The wrapped cache's side: every resource of the type, from the guard's own watch.
-	innerCancel  func()
-	innerFirst   *discovery.DiscoveryRequest // the client's first request, until the first watch of the wrapped cache is made
-	innerVersion string
-	served       map[string]*item
-	have         bool // the wrapped cache answered once
+	innerCancel   func()
+	innerFirst    *discovery.DiscoveryRequest // the client's first request, until the first watch of the wrapped cache is made
+	innerVersion  string
+	innerReturned map[string]string // what the wrapped cache says its last answer leaves the guard holding
+	served        map[string]*item
+	have          bool // the wrapped cache answered once
 
 	// The server's side.
 	w   *watch             // the open watch, nil once answered
@@ -81,7 +83,8 @@ type typeState struct {
 	refused map[string]refusal
 	forced  map[string]bool
 	flight  []*flight // responses made and not answered, oldest first
-	lastKey string    // what the last response carried: name@version, sorted
+	lastKey string    // the view the last response was made from: name@version, sorted
+	lastSub string    // SotW: the names the client asked for then ("*": every one), sorted
 	seq     uint64
 	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
 	// differs from it. A refused name goes back to what the client kept.
@@ -292,7 +295,23 @@ func (s *session) fromInner(r cache.Response) {
 	}
 	typeURL := r.GetRequest().GetTypeUrl()
 	raw := rawResources(r, len(resp.GetResources()))
+	returned := r.GetReturnedResources()
 	served := make(map[string]*item, len(resp.GetResources()))
+	s.mu.Lock()
+	if ts := s.typeOf(typeURL); ts.have && !fullState(typeURL) && returned != nil {
+		// A type whose SotW response is not the whole state (all but Listeners and Clusters):
+		// go-control-plane's caches send what changed since what the guard's watch was
+		// returned. What it holds is what it had, changed by this response, less what the
+		// cache no longer returns (named as the cache names it: a cache that names a resource
+		// otherwise than cache.GetResourceName does cannot say it removed it).
+		maps.Copy(served, ts.served)
+		for n := range ts.innerReturned {
+			if _, ok := returned[n]; !ok {
+				delete(served, n)
+			}
+		}
+	}
+	s.mu.Unlock()
 	for i, a := range resp.GetResources() {
 		var m Resource
 		if raw != nil {
@@ -307,7 +326,7 @@ func (s *session) fromInner(r cache.Response) {
 	}
 	s.mu.Lock()
 	ts := s.typeOf(typeURL)
-	ts.served, ts.innerVersion, ts.have = served, resp.GetVersionInfo(), true
+	ts.served, ts.innerVersion, ts.innerReturned, ts.have = served, resp.GetVersionInfo(), returned, true
 	old := ts.innerCancel
 	req := r.GetRequest()
 	s.mu.Unlock()
@@ -423,10 +442,28 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if key.String() == ts.lastKey && !forced && ts.seq > 0 {
 		return // nothing new: the watch stays open
 	}
+	// A type whose SotW response is not the client's whole state (all but Listeners and
+	// Clusters) gets what changed, as go-control-plane's caches send it: the names whose version
+	// the client has not accepted, and those a retry round forces. Its first response, and the
+	// first after the client asked for other names, carry the whole view.
+	sub := subscriptionKey(w.sub)
+	partial := !fullState(ts.typeURL) && ts.seq > 0 && sub == ts.lastSub
+	if partial {
+		changed := make([]*item, 0, 1)
+		for _, it := range items {
+			if a := ts.acked[it.name]; a == nil || a.version != it.version || ts.forced[it.name] {
+				changed = append(changed, it)
+			}
+		}
+		items = changed
+	}
 	for _, it := range items {
 		delete(ts.forced, it.name)
 	}
-	ts.lastKey = key.String()
+	ts.lastKey, ts.lastSub = key.String(), sub
+	if partial && len(items) == 0 {
+		return // the view lost a name, which such a response cannot say: the watch stays open
+	}
 	ts.seq++
 	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.innerVersion, ts.seq), TypeUrl: ts.typeURL,
 		Resources: make([]*anypb.Any, len(items))}
@@ -437,6 +474,20 @@ func (s *session) evaluateLocked(ts *typeState) {
 	s.addFlightLocked(ts, f)
 	ts.w = nil
 	s.outq = append(s.outq, queued{w: w, ts: ts, f: f, resp: &response{req: w.req, resp: resp}})
+}
+
+// subscriptionKey names what a SotW client asks for: "*" for every resource of the type, else
+// its names, sorted.
+func subscriptionKey(sub cache.Subscription) string {
+	if sub.IsWildcard() {
+		return "*"
+	}
+	names := make([]string, 0, len(sub.SubscribedResources()))
+	for n := range sub.SubscribedResources() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
 }
 
 func (s *session) addFlightLocked(ts *typeState, f *flight) {

@@ -69,10 +69,33 @@ func TestGuardServesATypeURLOfItsOwn(t *testing.T) {
 	g.Expect(deltaNext()).To(Equal([]string{"a", "b"}))
 
 	g.Expect(lc.UpdateResource("b", edsCluster("b", cluster.Cluster_LEAST_REQUEST))).To(Succeed())
-	names, lb := sotwNext() // only b: go-control-plane's type that is not LDS or CDS is not full state
-	g.Expect(names).To(ContainElement("b"))
-	g.Expect(lb[slices.Index(names, "b")]).To(Equal(cluster.Cluster_LEAST_REQUEST))
+	names, lb := sotwNext() // only b: a type but LDS and CDS is not full state in SotW
+	g.Expect(names).To(Equal([]string{"b"}))
+	g.Expect(lb).To(Equal([]cluster.Cluster_LbPolicy{cluster.Cluster_LEAST_REQUEST}))
 	g.Expect(deltaNext()).To(Equal([]string{"b"}), "a delta client gets what changed")
+
+	// The LinearCache answered the guard's watch with b alone: the guard still holds a. A new
+	// SotW client gets both; a change to a reaches both clients, and a removal the delta one.
+	late, err := ads.StreamAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(late.Send(&discovery.DiscoveryRequest{Node: nodeOf("late"), TypeUrl: widgets})).To(Succeed())
+	r, err := recvWithin(func() (*discovery.DiscoveryResponse, error) { return late.Recv() })
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.GetResources()).To(HaveLen(2))
+	g.Expect(lc.UpdateResource("a", edsCluster("a", cluster.Cluster_RANDOM))).To(Succeed())
+	names, lb = sotwNext()
+	g.Expect(names).To(Equal([]string{"a"}))
+	g.Expect(lb).To(Equal([]cluster.Cluster_LbPolicy{cluster.Cluster_RANDOM}))
+	g.Expect(deltaNext()).To(Equal([]string{"a"}))
+	// A removal alone wakes no SotW watch of such a type (go-control-plane's LinearCache cannot
+	// say it): the guard hears of it with the type's next change, and so does a delta client.
+	g.Expect(lc.DeleteResource("b")).To(Succeed())
+	g.Expect(lc.UpdateResource("a", edsCluster("a", cluster.Cluster_MAGLEV))).To(Succeed())
+	dr, err := recvWithin(func() (*discovery.DeltaDiscoveryResponse, error) { return delta.Recv() })
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dr.GetRemovedResources()).To(Equal([]string{"b"}))
+	g.Expect(dr.GetResources()).To(HaveLen(1))
+	g.Expect(dr.GetResources()[0].GetName()).To(Equal("a"))
 }
 
 // recvWithin receives one message, or fails after 10 s.
