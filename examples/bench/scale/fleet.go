@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 	"github.com/kds-host/kds-host/host/kds"
@@ -29,6 +31,7 @@ type fleetConfig struct {
 	tokensFile     string // a zone token per line; empty: no tokens (the stock server)
 	updates        int    // updates the driver will make (warm-up included)
 	streamsPerConn int
+	sotw           bool // state-of-the-world streams (StreamAggregatedResources) instead of delta
 }
 
 // The zones' process prints, on its standard output:
@@ -87,8 +90,12 @@ func runFleet(cfg fleetConfig) error {
 			token = tokens[i]
 		}
 		cc := conn
+		zone := f.zone
+		if cfg.sotw {
+			zone = f.zoneSotW
+		}
 		wg.Go(func() {
-			if err := f.zone(ctx, cc, benchproc.ZoneName(i), token); err != nil && ctx.Err() == nil {
+			if err := zone(ctx, cc, benchproc.ZoneName(i), token); err != nil && ctx.Err() == nil {
 				select {
 				case f.failed <- err:
 				default:
@@ -129,9 +136,46 @@ func (f *fleet) print(format string, args ...any) {
 	fmt.Printf(format+"\n", args...)
 }
 
-// zone is one zone's stream: it subscribes Mesh and MeshTimeout (wildcard), ACKs every response,
-// and counts what it holds in a bitset (one bit per resource, so a resource sent twice counts
-// once, and nothing of what arrives is kept).
+// holding is what one zone holds: a bitset (one bit per resource, so a resource sent twice
+// counts once, and nothing of what arrives is kept) and the next update it has not seen.
+type holding struct {
+	f      *fleet
+	have   []uint64
+	acked  int
+	next   int
+	synced bool
+}
+
+func (f *fleet) holding() *holding {
+	return &holding{f: f, have: make([]uint64, (f.cfg.resources+1+63)/64)}
+}
+
+// got counts resource i of Resources (benchproc.Index); update says which update it carries,
+// asked only of the target.
+func (h *holding) got(i int, update func() int) {
+	f := h.f
+	if i < 0 || i > f.cfg.resources {
+		return
+	}
+	if h.have[i/64]&(1<<(i%64)) == 0 {
+		h.have[i/64] |= 1 << (i % 64)
+		f.acked.Add(1)
+		if h.acked++; h.acked == f.cfg.resources+1 && f.remaining.Add(-1) == 0 {
+			f.print("synced %d", time.Since(f.start).Nanoseconds())
+		}
+	}
+	if i == benchproc.Target {
+		seq := update()
+		for ; h.next <= seq && h.next < len(f.reached); h.next++ { // update seq, and any it folded in
+			if f.reached[h.next].Add(1) == int64(f.cfg.zones) {
+				f.print("reached %d %d", h.next, time.Now().UnixNano())
+			}
+		}
+	}
+}
+
+// zone is one zone's delta stream: it subscribes Mesh and MeshTimeout (wildcard) and ACKs every
+// response.
 func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
@@ -147,34 +191,15 @@ func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token strin
 		}
 		node = nil
 	}
-	want := f.cfg.resources + 1
-	have := make([]uint64, (want+63)/64)
-	acked := 0
-	next := 0 // the next update this zone has not seen
+	h := f.holding()
 	for {
 		resp, err := s.Recv()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		for _, r := range resp.GetResources() {
-			i, ok := benchproc.Index(resp.GetTypeUrl(), r.GetName())
-			if !ok || i >= want {
-				continue
-			}
-			if have[i/64]&(1<<(i%64)) == 0 {
-				have[i/64] |= 1 << (i % 64)
-				f.acked.Add(1)
-				if acked++; acked == want && f.remaining.Add(-1) == 0 {
-					f.print("synced %d", time.Since(f.start).Nanoseconds())
-				}
-			}
-			if i == benchproc.Target {
-				seq := updateOf(r)
-				for ; next <= seq && next < len(f.reached); next++ { // update seq, and any it folded in
-					if f.reached[next].Add(1) == int64(f.cfg.zones) {
-						f.print("reached %d %d", next, time.Now().UnixNano())
-					}
-				}
+			if i, ok := benchproc.Index(resp.GetTypeUrl(), r.GetName()); ok {
+				h.got(i, func() int { return updateOf(r.GetResource()) })
 			}
 		}
 		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
@@ -183,10 +208,82 @@ func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token strin
 	}
 }
 
+// zoneSotW is one zone's state-of-the-world stream: it subscribes Mesh and MeshTimeout (no
+// names: every resource of the type) and ACKs every response. Every response carries every
+// resource of its type; each resource's name is read from its envelope's name and mesh fields
+// without decoding the rest, and only the target is decoded.
+func (f *fleet) zoneSotW(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: open the stream: %w", name, err)
+	}
+	node := &core.Node{Id: name}
+	for _, k := range []string{resource.MeshKind, "MeshTimeout"} {
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
+			return fmt.Errorf("%s: subscribe %s: %w", name, k, err)
+		}
+		node = nil
+	}
+	h := f.holding()
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for _, a := range resp.GetResources() {
+			if i, ok := benchproc.Index(resp.GetTypeUrl(), xdsNameOf(a)); ok {
+				h.got(i, func() int { return updateOf(a) })
+			}
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			return fmt.Errorf("%s: ACK: %w", name, err)
+		}
+	}
+}
+
+// xdsNameOf reads a kds.v1.Resource's xDS name (mesh/name, or name) from its wire form: fields 2
+// (name) and 3 (mesh), which come first after the kind; "" when it is not one.
+func xdsNameOf(a *anypb.Any) string {
+	b := a.GetValue()
+	var name, mesh string
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		switch num {
+		case 2:
+			name = string(v)
+		case 3:
+			mesh = string(v)
+		}
+		if num > 3 {
+			break
+		}
+	}
+	return resource.Key{Mesh: mesh, Name: name}.XDSName()
+}
+
 // updateOf reads which update (benchproc.Updated) a delivery of the target MeshTimeout carries:
 // its connection timeout is seq+1 seconds; the initial one (milliseconds) is -1.
-func updateOf(r *discovery.Resource) int {
-	p, err := kds.Decode(r.GetResource())
+func updateOf(a *anypb.Any) int {
+	p, err := kds.Decode(a)
 	if err != nil {
 		return -1
 	}

@@ -1,8 +1,9 @@
 // Command scale measures one global serving many zones, side by side with a stock
 // go-control-plane server: for each scenario (zones x resources) and each server (kds-host with
 // owner holds on, its default; kds-host with owner holds off; examples/bench/stock, a
-// go-control-plane v0.14 LinearCache server with the same resources), it starts the server as
-// a child process and the zones in another (raw delta xDS clients that subscribe Mesh and
+// go-control-plane v0.14 LinearCache server with the same resources; and, over state-of-the-world
+// streams, stock and the guard package over stock's caches), it starts the server as a child
+// process and the zones in another (raw delta or SotW xDS clients that subscribe Mesh and
 // MeshTimeout and ACK everything, with zone tokens for kds-host), so that the server's CPU
 // (/proc/PID/stat) and peak resident set (VmHWM, /proc/PID/status) are its own. It measures the
 // full sync (time, resources/s, server CPU), one update reaching every zone (p50 and max over
@@ -26,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,17 +71,32 @@ func (o options) streamsPerConnFor(sc scenario) int {
 type server string
 
 const (
-	holdsOn  server = "holds-on"  // kds-host, its defaults
-	holdsOff server = "holds-off" // kds-host, --owner-holds=false
-	stock    server = "stock"     // go-control-plane v0.14 LinearCache
+	holdsOn   server = "holds-on"   // kds-host, its defaults (delta: what kds-host's zones speak)
+	holdsOff  server = "holds-off"  // kds-host, --owner-holds=false
+	stock     server = "stock"      // go-control-plane v0.14 LinearCaches, delta
+	guarded   server = "guard"      // the same caches through guard.New, delta
+	stockSotW server = "stock-sotw" // stock, state of the world
+	guardSotW server = "guard-sotw" // guard, state of the world
 )
 
-var allServers = []server{holdsOn, holdsOff, stock}
+// knownServers are every server -servers takes; allServers are what "all" runs (the guard over
+// delta only when asked: its delta figures follow its SotW ones, and each server of a scenario
+// at 10,000 x 1,000 costs minutes).
+var (
+	knownServers = []server{holdsOn, holdsOff, stock, guarded, stockSotW, guardSotW}
+	allServers   = []server{holdsOn, holdsOff, stock, stockSotW, guardSotW}
+)
+
+// sotw: the server is measured with state-of-the-world streams.
+func (s server) sotw() bool { return s == stockSotW || s == guardSotW }
+
+// kdsHost: the server is a kds-host global (benchserver), which takes zone tokens.
+func (s server) kdsHost() bool { return s == holdsOn || s == holdsOff }
 
 // bytesPerZoneResource is a server's peak resident set per zone-resource, an overestimate (from
 // 1,000 zones x 10,000 resources at 0cf2a10: 2.1 GiB, 3.9 GiB and 1.6 GiB, with room), used
 // to skip a scenario that would not fit in memory.
-var bytesPerZoneResource = map[server]uint64{holdsOn: 350, holdsOff: 600, stock: 250}
+var bytesPerZoneResource = map[server]uint64{holdsOn: 350, holdsOff: 600, stock: 250, guarded: 600, stockSotW: 250, guardSotW: 600}
 
 type options struct {
 	scenarios      []scenario
@@ -105,7 +122,7 @@ type options struct {
 func main() {
 	var o options
 	scen := flag.String("scenarios", "all", "all, or ZONESxRESOURCES,... (all: 100x1000,1000x1000,100x10000,1000x10000,10000x100,10000x1000)")
-	servers := flag.String("servers", "all", "all, or a comma list of holds-on, holds-off, stock")
+	servers := flag.String("servers", "all", "all, or a comma list of holds-on, holds-off, stock, guard, stock-sotw, guard-sotw (all: every one but guard)")
 	flag.IntVar(&o.runs, "runs", 1, "runs of everything; the figures are the runs' medians (runs are interleaved)")
 	flag.IntVar(&o.updates, "updates", 20, "measured updates per run")
 	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured updates before them")
@@ -131,6 +148,7 @@ func main() {
 	flag.StringVar(&fc.tokensFile, "fleet-tokens", "", "internal: zone tokens, one a line")
 	flag.IntVar(&fc.updates, "fleet-updates", 0, "internal: updates to report")
 	flag.IntVar(&fc.streamsPerConn, "fleet-streams-per-conn", 1, "internal: streams per connection")
+	flag.BoolVar(&fc.sotw, "fleet-sotw", false, "internal: state-of-the-world streams instead of delta")
 	flag.Parse()
 
 	if fc.addr != "" {
@@ -197,12 +215,10 @@ func parseServers(s string) ([]server, error) {
 	var out []server
 	for _, part := range strings.Split(s, ",") {
 		sv := server(strings.TrimSpace(part))
-		switch sv {
-		case holdsOn, holdsOff, stock:
-			out = append(out, sv)
-		default:
-			return nil, fmt.Errorf("%q: want holds-on, holds-off or stock", part)
+		if !slices.Contains(knownServers, sv) {
+			return nil, fmt.Errorf("%q: want holds-on, holds-off, stock, guard, stock-sotw or guard-sotw", part)
 		}
+		out = append(out, sv)
 	}
 	return out, nil
 }

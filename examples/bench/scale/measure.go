@@ -62,9 +62,12 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		path = filepath.Join(bin, "benchserver")
 		args = []string{"-resources", strconv.Itoa(sc.Resources), "-zones", strconv.Itoa(sc.Zones), "-tokens", tokens,
 			"-owner-holds=" + strconv.FormatBool(sv == holdsOn), "-tmp", tmp}
-	case stock:
+	default:
 		path = filepath.Join(bin, "stock")
 		args = []string{"-resources", strconv.Itoa(sc.Resources)}
+		if sv == guarded || sv == guardSotW {
+			args = append(args, "-guard")
+		}
 	}
 	if prof != "" {
 		args = append(args, "-cpuprofile", prof, "-heapprofile", strings.TrimSuffix(prof, ".pprof")+".heap.pprof")
@@ -112,7 +115,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	fig.StreamsPer = o.streamsPerConnFor(sc)
 	total := o.warmup + o.updates
 	fargs := []string{"-fleet", kdsAddr, "-fleet-zones", strconv.Itoa(sc.Zones), "-fleet-resources", strconv.Itoa(sc.Resources),
-		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(fig.StreamsPer)}
+		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(fig.StreamsPer), "-fleet-sotw=" + strconv.FormatBool(sv.sotw())}
 	if tokens != "" {
 		fargs = append(fargs, "-fleet-tokens", tokens)
 	}

@@ -12,12 +12,16 @@ import (
 // A plot is hand-written SVG: zones on a log x axis, the figure on a log y axis, one line per
 // server and resource count (colour: the server; dash: the resources).
 
-var serverColour = map[server]string{holdsOn: "#d62728", holdsOff: "#1f77b4", stock: "#2ca02c"}
+var serverColour = map[server]string{holdsOn: "#d62728", holdsOff: "#1f77b4", stock: "#2ca02c",
+	guarded: "#9467bd", stockSotW: "#8c564b", guardSotW: "#e377c2"}
 
 var serverLabel = map[server]string{
-	holdsOn:  "kds-host, holds on (default)",
-	holdsOff: "kds-host, holds off",
-	stock:    "stock go-control-plane",
+	holdsOn:   "kds-host, holds on (default)",
+	holdsOff:  "kds-host, holds off",
+	stock:     "stock go-control-plane",
+	guarded:   "guard over stock's caches",
+	stockSotW: "stock go-control-plane, SotW",
+	guardSotW: "guard over stock's caches, SotW",
 }
 
 type point struct{ x, y float64 }
@@ -39,7 +43,7 @@ func (r *report) plot(title string, subtitle []string, unit string, get func(fig
 	slices.Sort(resourceCounts)
 	dashes := []string{"", "8 5", "2 4", "12 4 2 4"}
 	var all []series
-	for _, sv := range allServers {
+	for _, sv := range knownServers {
 		for i, n := range resourceCounts {
 			s := series{label: fmt.Sprintf("%s, %d res.", serverLabel[sv], n), colour: serverColour[sv], dash: dashes[i%len(dashes)]}
 			for _, res := range r.Results {

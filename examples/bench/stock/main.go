@@ -1,11 +1,15 @@
-// Command stock is the baseline of examples/bench/scale: a stock go-control-plane v0.14 delta
-// xDS server (pkg/server/delta/v3 over pkg/cache/v3 LinearCaches, one per kind, routed by type
-// URL through a MuxCache) serving what a kds-host global serves: Mesh "default" and N MeshTimeouts,
-// each as the same kds.v1.Resource envelope (built by host/kds NewEntry from the same
-// resource list). Plaintext gRPC on loopback, no authentication, no store, no retries, no
-// owner holds.
+// Command stock is the baseline of examples/bench/scale: a stock go-control-plane v0.14 ADS
+// server (pkg/server/v3: its delta and state-of-the-world servers, over pkg/cache/v3
+// LinearCaches, one per kind, routed by type URL through a MuxCache) serving what a kds-host
+// global serves: Mesh "default" and N MeshTimeouts, each as the same kds.v1.Resource envelope
+// (built by host/kds NewEntry from the same resource list). Plaintext gRPC on loopback, no
+// authentication, no store, no retries, no owner holds.
 //
-//	stock -resources 1000 [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
+// With -guard it serves the same caches through the guard package (guard.New over the
+// MuxCache, its defaults, and its callbacks): what a go-control-plane server that adopts kds-host
+// runs, over both protocols.
+//
+//	stock -resources 1000 [-guard] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
 //
 // Once it serves, it prints a benchproc.Ready line; its control endpoint changes the target
 // MeshTimeout (LinearCache.UpdateResource) and reports the live heap. It stops when its standard
@@ -24,27 +28,28 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	xdsresource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	delta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
 func main() {
 	n := flag.Int("resources", 1000, "MeshTimeouts to serve (and Mesh \"default\")")
-	addr := flag.String("kds-addr", "127.0.0.1:0", "delta xDS listen address")
+	addr := flag.String("kds-addr", "127.0.0.1:0", "ADS listen address (delta and state of the world)")
+	wrap := flag.Bool("guard", false, "serve through guard.New over the same caches, with its defaults")
 	prof := benchproc.ProfileFlags()
 	flag.Parse()
-	if err := run(*n, *addr, *prof); err != nil {
+	if err := run(*n, *addr, *wrap, *prof); err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, addr string, prof benchproc.Profiles) error {
+func run(n int, addr string, wrap bool, prof benchproc.Profiles) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -81,12 +86,23 @@ func run(n int, addr string, prof benchproc.Profiles) error {
 		Caches:        caches,
 	}
 
+	var xdsCache cachev3.Cache = mux
+	var callbacks server.Callbacks
+	if wrap {
+		g, err := guard.New(mux, guard.Options{})
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		xdsCache, callbacks = g, g.Callbacks(nil)
+	}
+
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, &ads{delta: delta.NewServer(ctx, mux, nil)})
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, xdsCache, callbacks))
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(ln) }()
 
@@ -123,15 +139,4 @@ func run(n int, addr string, prof benchproc.Profiles) error {
 		err = perr
 	}
 	return err
-}
-
-// ads serves delta ADS from the stock delta server, as pkg/server/v3's server does (that
-// package also pulls in the rate-limit service's module, which this module does not require).
-type ads struct {
-	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	delta delta.Server
-}
-
-func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return a.delta.DeltaStreamHandler(s, xdsresource.AnyType)
 }

@@ -58,13 +58,15 @@ func Updated(seq int) resource.Resource {
 }
 
 // Index reads which of Resources a delivered resource is, from its kind (type URL) and xDS name:
-// 0 for the Mesh, i for the i-th MeshTimeout; ok is false for anything else.
+// 0 for the Mesh, i for the i-th MeshTimeout; ok is false for anything else. A MeshTimeout's
+// name may lack its mesh: the guard names a kds.v1.Resource by its name field, as
+// go-control-plane's cache.GetResourceName does.
 func Index(typeURL, name string) (int, bool) {
 	switch typeURL {
 	case resource.MeshKind:
 		return 0, name == Mesh
 	case "MeshTimeout":
-		n, found := strings.CutPrefix(name, Mesh+"/timeout-")
+		n, found := strings.CutPrefix(strings.TrimPrefix(name, Mesh+"/"), "timeout-")
 		if !found {
 			return 0, false
 		}
