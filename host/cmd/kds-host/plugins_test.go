@@ -121,7 +121,8 @@ func TestAPluginSeesNoneOfTheHostsSecrets(t *testing.T) {
 		g.Expect(v).NotTo(ContainSubstring("s3cret"), "%s leaks a secret", k)
 	}
 	g.Expect(slices.Collect(maps.Keys(env))).To(ConsistOf("PATH", "HOME", "TMPDIR", "ENV_REPORT_FILE", "PLUGIN_REGION",
-		"KDS_HOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT"))
+		"KDS_HOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT",
+		"PLUGIN_UNIX_SOCKET_DIR")) // the private folder of its socket
 	g.Expect(env).To(HaveKeyWithValue("PLUGIN_REGION", "eu-1"))
 	g.Expect(env).To(HaveKeyWithValue("TMPDIR", dir))
 	g.Expect(pluginNamed(h.plugins(t), "env").Env).To(Equal([]string{"ENV_REPORT_FILE", "PLUGIN_REGION"}))
