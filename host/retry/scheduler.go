@@ -112,6 +112,8 @@ type Scheduler struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	mu     sync.Mutex     // orders starting a decision (wg.Add) before Close's wg.Wait
+	closed bool           // under mu: no decision starts
 	wg     sync.WaitGroup // decisions in flight
 }
 
@@ -150,6 +152,9 @@ func (s *Scheduler) Observer() event.Observer {
 // Close cancels the decisions in flight and waits for them; each returns at once on cancel,
 // whatever its policy does. Later events and timers change nothing.
 func (s *Scheduler) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 }
@@ -198,6 +203,11 @@ func (s *Scheduler) applyLocked(id int64, st *Stream, r Ready) {
 		})
 	}
 	if r.Ask != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return // a transition that raced Close: its decision is never made
+		}
 		s.wg.Add(1)
 		go s.decide(id, st.m.zone, r)
 	}

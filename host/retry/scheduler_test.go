@@ -559,3 +559,26 @@ func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T)
 		g.Expect(r.Rounds()).To(HaveLen(1))
 	})
 }
+
+// Close while a stream's NACK is starting a decision: the decision either starts before Close
+// waits for it or never starts. Under -race, a decision counted after Close began waiting
+// (WaitGroup.Add racing Wait, seen in the guard's tests) is reported; the interleaving is rare,
+// so the test tries it 500 times (without the fix, about one run in six reports it).
+func TestCloseRacesANACKThatAsksForADecision(t *testing.T) {
+	for range 500 {
+		ss := &sessions{open: map[int64]*session{}, r: &resender{}}
+		sch, err := retry.NewScheduler(retry.Config{Policy: &policy{base: time.Second}, Sessions: ss.get})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := &sched{sch, sch.Observer(), ss}
+		obs.StreamOpened(1, "zone-1")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			obs.NACK(nack("Mesh", "default"))
+		}()
+		sch.Close()
+		<-done
+	}
+}
