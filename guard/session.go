@@ -14,7 +14,6 @@ package guard
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -295,23 +294,7 @@ func (s *session) fromInner(r cache.Response) {
 	}
 	typeURL := r.GetRequest().GetTypeUrl()
 	raw := rawResources(r, len(resp.GetResources()))
-	returned := r.GetReturnedResources()
-	served := make(map[string]*item, len(resp.GetResources()))
-	s.mu.Lock()
-	if ts := s.typeOf(typeURL); ts.have && !fullState(typeURL) && returned != nil {
-		// A type whose SotW response is not the whole state (all but Listeners and Clusters):
-		// go-control-plane's caches send what changed since what the guard's watch was
-		// returned. What it holds is what it had, changed by this response, less what the
-		// cache no longer returns (named as the cache names it: a cache that names a resource
-		// otherwise than cache.GetResourceName does cannot say it removed it).
-		maps.Copy(served, ts.served)
-		for n := range ts.innerReturned {
-			if _, ok := returned[n]; !ok {
-				delete(served, n)
-			}
-		}
-	}
-	s.mu.Unlock()
+	answered := make([]*item, 0, len(resp.GetResources()))
 	for i, a := range resp.GetResources() {
 		var m Resource
 		if raw != nil {
@@ -322,11 +305,29 @@ func (s *session) fromInner(r cache.Response) {
 			s.g.log.Error("a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
 			continue
 		}
-		served[it.name] = it
+		answered = append(answered, it)
 	}
+	returned := r.GetReturnedResources()
 	s.mu.Lock()
 	ts := s.typeOf(typeURL)
-	ts.served, ts.innerVersion, ts.innerReturned, ts.have = served, resp.GetVersionInfo(), returned, true
+	if ts.have && !fullState(typeURL) && returned != nil {
+		// A type whose SotW response is not the whole state (all but Listeners and Clusters):
+		// go-control-plane's caches send what changed since what the guard's watch was
+		// returned. What it holds is what it had, changed by this response, less what the
+		// cache no longer returns (named as the cache names it: a cache that names a resource
+		// otherwise than cache.GetResourceName does cannot say it removed it).
+		for n := range ts.innerReturned {
+			if _, ok := returned[n]; !ok {
+				delete(ts.served, n)
+			}
+		}
+	} else {
+		ts.served = make(map[string]*item, len(answered))
+	}
+	for _, it := range answered {
+		ts.served[it.name] = it
+	}
+	ts.innerVersion, ts.innerReturned, ts.have = resp.GetVersionInfo(), returned, true
 	old := ts.innerCancel
 	req := r.GetRequest()
 	s.mu.Unlock()
