@@ -21,6 +21,11 @@ const staleBeats = 3
 // replicaTimeout bounds each heartbeat's store calls.
 const replicaTimeout = 5 * time.Second
 
+// auditBeats is how often (in heartbeats) a heartbeat that changes nothing also expires stale
+// records and counts this replica's: readers ignore stale records anyway, so deleting them
+// every beat cost a scan of every zone's record every 2 s for nothing.
+const auditBeats = 15
+
 // replicas is a global's part among the replicas sharing its store: it records in the store
 // which zones are connected here (one record per zone stream, refreshed by a heartbeat) and
 // keeps what the other replicas recorded, so that ZoneViews shows where every zone is.
@@ -36,6 +41,8 @@ type replicas struct {
 	// Owned by run's goroutine.
 	recorded map[string]int64 // zone -> the stream recorded for it
 	rewrite  bool             // the store lost some of this replica's records: put them all
+	beats    int              // heartbeats made
+	lastBeat time.Time        // the last heartbeat the store took
 }
 
 // newReplicas sets the replica's defaults from the bound KDS listener: its id is the host name
@@ -83,22 +90,39 @@ func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
 }
 
 // beat is one heartbeat: what changed since the last one is written, every record of this
-// replica refreshed, stale records of any replica deleted, and the others' fresh ones read.
+// replica refreshed, and the others' fresh ones read. Stale records of any replica are deleted
+// and this replica's counted (to find records another replica expired) when something changed,
+// every auditBeats heartbeats, and after a heartbeat that failed or came late.
 func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now time.Time) {
-	current := map[string]int64{}
-	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: now, ExpireBefore: now.Add(-staleBeats * r.interval)}
+	r.beats++
+	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: now}
+	if r.rewrite || r.beats%auditBeats == 1 || now.Sub(r.lastBeat) > (staleBeats-1)*r.interval {
+		hb.ExpireBefore = now.Add(-staleBeats * r.interval)
+	}
+	connected := 0
 	for _, zi := range insights {
 		if !zi.Connected {
 			continue
 		}
-		current[zi.Zone] = zi.Stream
+		connected++
 		if id, ok := r.recorded[zi.Zone]; r.rewrite || !ok || id != zi.Stream {
 			hb.Put = append(hb.Put, store.ZoneStream{Zone: zi.Zone, Since: zi.Since})
 		}
 	}
-	for zone := range r.recorded {
-		if _, ok := current[zone]; !ok {
-			hb.Gone = append(hb.Gone, zone)
+	// With nothing put and as many zones connected as recorded, the zones are the recorded
+	// ones, on the same streams: the table stays as it is.
+	current := r.recorded
+	if len(hb.Put) > 0 || connected != len(r.recorded) {
+		current = make(map[string]int64, connected)
+		for _, zi := range insights {
+			if zi.Connected {
+				current[zi.Zone] = zi.Stream
+			}
+		}
+		for zone := range r.recorded {
+			if _, ok := current[zone]; !ok {
+				hb.Gone = append(hb.Gone, zone)
+			}
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, replicaTimeout)
@@ -113,7 +137,10 @@ func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now tim
 			r.rewrite = true // whether it committed is not known
 			return
 		}
-		r.recorded, r.rewrite = current, n != int64(len(current))
+		r.recorded, r.lastBeat = current, now
+		if n >= 0 { // counted
+			r.rewrite = n != int64(len(current))
+		}
 	}
 	others, err := r.rec.OtherZoneStreams(cctx, r.id, now.Add(-staleBeats*r.interval))
 	if err != nil {

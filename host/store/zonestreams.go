@@ -40,9 +40,10 @@ type Heartbeat struct {
 type ZoneStreamRecorder interface {
 	// RecordZoneStreams applies a heartbeat in one transaction: it deletes the Gone zones of
 	// the replica, writes Put, refreshes every record of the replica to Now (its one heartbeat
-	// row), and expires what is older than ExpireBefore. It returns how many records the replica has after it; fewer
-	// than the streams it serves means some were expired, and the next heartbeat should Put
-	// them all.
+	// row), and expires what is older than ExpireBefore. It returns how many records the
+	// replica has after it (fewer than the streams it serves means some were expired, and the
+	// next heartbeat should Put them all), or -1 for a heartbeat that only refreshes (no Put,
+	// Gone or ExpireBefore): counting is left to one that changes or expires something.
 	RecordZoneStreams(ctx context.Context, hb Heartbeat) (records int64, err error)
 	// ZoneStreams returns the records refreshed at or after freshAfter, sorted by zone and
 	// replica; OtherZoneStreams those of every replica but one.
@@ -91,9 +92,11 @@ func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, 
 			return 0, fmt.Errorf("record zone streams of %s: expire: %w", hb.Replica, err)
 		}
 	}
-	var n int64
-	if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM zone_streams WHERE replica = ?`), hb.Replica).Scan(&n); err != nil {
-		return 0, fmt.Errorf("record zone streams of %s: count: %w", hb.Replica, err)
+	n := int64(-1)
+	if len(hb.Put) > 0 || len(hb.Gone) > 0 || !hb.ExpireBefore.IsZero() {
+		if err := tx.QueryRowContext(ctx, s.d.rebind(`SELECT COUNT(*) FROM zone_streams WHERE replica = ?`), hb.Replica).Scan(&n); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: count: %w", hb.Replica, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("record zone streams of %s: commit: %w", hb.Replica, err)
