@@ -139,11 +139,10 @@ func (f *fleet) print(format string, args ...any) {
 // holding is what one zone holds: a bitset (one bit per resource, so a resource sent twice
 // counts once, and nothing of what arrives is kept) and the next update it has not seen.
 type holding struct {
-	f      *fleet
-	have   []uint64
-	acked  int
-	next   int
-	synced bool
+	f     *fleet
+	have  []uint64
+	acked int
+	next  int
 }
 
 func (f *fleet) holding() *holding {

@@ -90,9 +90,6 @@ var (
 // sotw: the server is measured with state-of-the-world streams.
 func (s server) sotw() bool { return s == stockSotW || s == guardSotW }
 
-// kdsHost: the server is a kds-host global (benchserver), which takes zone tokens.
-func (s server) kdsHost() bool { return s == holdsOn || s == holdsOff }
-
 // bytesPerZoneResource is a server's peak resident set per zone-resource, an overestimate (from
 // 1,000 zones x 10,000 resources at 0cf2a10: 2.1 GiB, 3.9 GiB and 1.6 GiB, with room), used
 // to skip a scenario that would not fit in memory.
