@@ -41,7 +41,7 @@ func (p *Process) startError(err error) error {
 	var pathErr *fs.PathError
 	switch {
 	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
-		actual, herr := fileSHA256(p.cmd.Path)
+		actual, herr := FileSHA256(p.cmd.Path)
 		if herr != nil {
 			actual = "unknown (" + herr.Error() + ")"
 		}

@@ -304,11 +304,11 @@ func (p *Process) Checksum() (string, error) {
 	if p.opts.SHA256 != nil {
 		return hex.EncodeToString(p.opts.SHA256), nil
 	}
-	return fileSHA256(p.cmd.Path)
+	return FileSHA256(p.cmd.Path)
 }
 
-// fileSHA256 is the hex SHA-256 of a file.
-func fileSHA256(path string) (string, error) {
+// FileSHA256 is the hex SHA-256 of a file: what a PATH@sha256:HEX pin names.
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

@@ -44,7 +44,7 @@ func FolderChecksum(path string) (string, error) {
 	}
 	sums := make([][]byte, len(files))
 	for i, f := range files {
-		s, err := fileSHA256(filepath.Join(root, filepath.FromSlash(f)))
+		s, err := FileSHA256(filepath.Join(root, filepath.FromSlash(f)))
 		if err != nil {
 			return "", err
 		}

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,7 +47,7 @@ also what this prints there:
 			sum, err = launch.FolderChecksum(args[0])
 			sep = "@sha256-folder:"
 		} else {
-			sum, err = fileChecksum(args[0])
+			sum, err = launch.FileSHA256(args[0])
 			sep = "@sha256:"
 		}
 		if err != nil {
@@ -60,20 +57,6 @@ also what this prints there:
 		return err
 	}
 	return cmd
-}
-
-// fileChecksum is the hex SHA-256 of the file at path.
-func fileChecksum(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func newPluginVerifyCmd() *cobra.Command {
