@@ -106,7 +106,7 @@ func (s *session) undoLocked(ts *typeState, f *flight) {
 	}
 	ts.flight = slices.DeleteFunc(ts.flight, func(x *flight) bool { return x == f })
 	if !s.delta {
-		ts.lastKey = "" // the next watch gets the view, whatever it is
+		ts.lastView = nil // the next watch gets the view, whatever it is
 		return
 	}
 	for n, was := range f.undo {

@@ -71,20 +71,21 @@ type typeState struct {
 	innerVersion  string
 	innerReturned map[string]string // what the wrapped cache says its last answer leaves the guard holding
 	served        map[string]*item
-	have          bool // the wrapped cache answered once
+	servedNames   []string // served's names, sorted; nil once served's names change
+	have          bool     // the wrapped cache answered once
 
 	// The server's side.
 	w   *watch             // the open watch, nil once answered
 	sub cache.Subscription // what the client asked for last
 
 	// The client's side.
-	acked   map[string]*item
-	refused map[string]refusal
-	forced  map[string]bool
-	flight  []*flight // responses made and not answered, oldest first
-	lastKey string    // the view the last response was made from: name@version, sorted
-	lastSub string    // SotW: the names the client asked for then ("*": every one), sorted
-	seq     uint64
+	acked    map[string]*item
+	refused  map[string]refusal
+	forced   map[string]bool
+	flight   []*flight // responses made and not answered, oldest first
+	lastView []*item   // SotW: the view the last response was made from, sorted by name
+	lastSub  string    // SotW: the names the client asked for then ("*": every one), sorted
+	seq      uint64
 	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
 	// differs from it. A refused name goes back to what the client kept.
 	sentView map[string]*item
@@ -317,14 +318,18 @@ func (s *session) fromInner(r cache.Response) {
 		// cache no longer returns (named as the cache names it: a cache that names a resource
 		// otherwise than cache.GetResourceName does cannot say it removed it).
 		for n := range ts.innerReturned {
-			if _, ok := returned[n]; !ok {
+			if _, ok := returned[n]; !ok && ts.served[n] != nil {
 				delete(ts.served, n)
+				ts.servedNames = nil
 			}
 		}
 	} else {
-		ts.served = make(map[string]*item, len(answered))
+		ts.served, ts.servedNames = make(map[string]*item, len(answered)), nil
 	}
 	for _, it := range answered {
+		if ts.served[it.name] == nil {
+			ts.servedNames = nil
+		}
 		ts.served[it.name] = it
 	}
 	ts.innerVersion, ts.innerReturned, ts.have = resp.GetVersionInfo(), returned, true
@@ -433,16 +438,12 @@ func (s *session) evaluateLocked(ts *typeState) {
 		s.respondDeltaLocked(ts, w, items)
 		return
 	}
-	var key strings.Builder
-	for _, it := range items {
-		key.WriteString(it.name)
-		key.WriteByte('@')
-		key.WriteString(it.version)
-		key.WriteByte(',')
-	}
-	if key.String() == ts.lastKey && !forced && ts.seq > 0 {
+	// An item is one version of one name (the item cache hands out one per content), so the
+	// same items are the same view.
+	if slices.Equal(items, ts.lastView) && !forced && ts.seq > 0 {
 		return // nothing new: the watch stays open
 	}
+	view := items
 	// A type whose SotW response is not the client's whole state (all but Listeners and
 	// Clusters) gets what changed, as go-control-plane's caches send it: the names whose version
 	// the client has not accepted, and those a retry round forces. Its first response, and the
@@ -461,7 +462,7 @@ func (s *session) evaluateLocked(ts *typeState) {
 	for _, it := range items {
 		delete(ts.forced, it.name)
 	}
-	ts.lastKey, ts.lastSub = key.String(), sub
+	ts.lastView, ts.lastSub = view, sub
 	if partial && len(items) == 0 {
 		return // the view lost a name, which such a response cannot say: the watch stays open
 	}
@@ -504,10 +505,14 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 	w := ts.w
 	var names []string
 	if w.sub.IsWildcard() {
-		names = make([]string, 0, len(ts.served))
-		for n := range ts.served {
-			names = append(names, n)
+		if ts.servedNames == nil {
+			ts.servedNames = make([]string, 0, len(ts.served))
+			for n := range ts.served {
+				ts.servedNames = append(ts.servedNames, n)
+			}
+			slices.Sort(ts.servedNames)
 		}
+		names = slices.Clip(ts.servedNames) // sorted; an append below copies it
 	} else {
 		for n := range w.sub.SubscribedResources() {
 			if _, ok := ts.served[n]; ok {
@@ -531,7 +536,9 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 			names = append(names, n)
 		}
 	}
-	slices.Sort(names)
+	if !slices.IsSorted(names) {
+		slices.Sort(names)
+	}
 	ins := s.insight[ts.typeURL]
 	ins.Withheld = ins.Withheld[:0]
 	for _, n := range names {
