@@ -448,8 +448,12 @@ func (s *session) evaluateLocked(ts *typeState) {
 	// Clusters) gets what changed, as go-control-plane's caches send it: the names whose version
 	// the client has not accepted, and those a retry round forces. Its first response, and the
 	// first after the client asked for other names, carry the whole view.
-	sub := subscriptionKey(w.sub)
-	partial := !fullState(ts.typeURL) && ts.seq > 0 && sub == ts.lastSub
+	var sub string
+	partial := false
+	if !fullState(ts.typeURL) {
+		sub = subscriptionKey(w.sub)
+		partial = ts.seq > 0 && sub == ts.lastSub
+	}
 	if partial {
 		changed := make([]*item, 0, 1)
 		for _, it := range items {
