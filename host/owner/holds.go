@@ -359,13 +359,7 @@ func (h *Holds) Withholds(zone string) bool {
 	if z == nil {
 		return false
 	}
-	found := false
-	z.own.each(func(_ resource.Key, v Verdict) {
-		if v.Withheld != nil {
-			found = true
-		}
-	})
-	if found {
+	if z.ownHeld > 0 { // own verdicts that hold something back, counted as they are set
 		return true
 	}
 	if z.table != nil {
