@@ -63,10 +63,16 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		h.mu.Unlock()
 		return // stopped, or the zone left meanwhile
 	}
-	if full {
+	switch {
+	case full:
 		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
 		z.base, z.table, z.own, z.ownWaiting, z.ownOwners, z.ownHeld = snap, o.table, ownLayers{}, nil, nil, 0
-	} else {
+	case rebases(z, snap, o):
+		// Every entry that differs between the zone's base and snap was looked at and accepted:
+		// snap is the base now, and the zone keeps sharing its verdicts with the zones that
+		// decided the same (a write accepted everywhere costs no map per zone).
+		z.base = snap
+	default:
 		if z.ownWaiting == nil {
 			z.ownWaiting, z.ownOwners = map[string]map[resource.Key]bool{}, map[resource.Key][]string{}
 		}
@@ -93,6 +99,48 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	if len(shown) > 0 {
 		h.cfg.Refresher.Refresh(zone, shown)
 	}
+}
+
+// rebases reports whether a check that is not full leaves z with no verdict of its own: z has
+// none, the check held nothing back and looked at no key z's table holds, and snap is z's base or
+// derived from it by changes the check accepted (or removed entries, which are not visible once
+// snap is the base).
+func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
+	if z.own.len() > 0 || len(o.d.Withheld) > 0 || z.base == nil {
+		return false
+	}
+	accepted := make(map[resource.Key]bool, len(o.d.Accepted))
+	for _, e := range o.d.Accepted {
+		accepted[e.Key] = true
+	}
+	if z.table != nil {
+		for k := range accepted {
+			if _, held := z.table.held[k]; held {
+				return false
+			}
+		}
+		for _, k := range o.gone {
+			if _, held := z.table.held[k]; held {
+				return false
+			}
+		}
+	}
+	if z.base == snap {
+		return true
+	}
+	changed, ok := snap.ChangesFrom(z.base)
+	if !ok {
+		return false
+	}
+	for kind, names := range changed {
+		entries := snap.Kind(kind)
+		for _, n := range names {
+			if e := entries[n]; e != nil && !accepted[e.Key] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // decide runs one check of zone against snap: plan, Predict, decision (and the hooks). It

@@ -116,3 +116,63 @@ func newTestHolds(t *testing.T, snap *kds.Snapshot, p shared.OwnerCheck) *Holds 
 	t.Cleanup(h.Close)
 	return h
 }
+
+// A write that every zone may see moves the zone's base to the new snapshot instead of adding a
+// verdict of its own, so zones that decided the same keep sharing; a write held back is the
+// zone's own verdict, over the base it had.
+func TestAnAcceptedWriteMovesTheBaseInsteadOfAddingOwnVerdicts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		var b kds.SnapshotBuilder
+		// Other Meshes, so that a check of one or two keys is not most of the snapshot (that is a
+		// full check).
+		rs := []resource.Resource{mesh1}
+		for _, n := range []string{"m2", "m3", "m4", "m5"} {
+			rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
+		}
+		snap1, err := b.Build(rs)
+		g.Expect(err).NotTo(HaveOccurred())
+		h := newTestHolds(t, snap1, ownerpredict.New())
+		h.Changed(snap1)
+		h.Observer().StreamOpened(1, "zone-1")
+		synctest.Wait()
+		layers := func() (own int, base *kds.Snapshot) {
+			h.mu.RLock()
+			defer h.mu.RUnlock()
+			z := h.zones["zone-1"]
+			return z.own.len(), z.base
+		}
+
+		mesh1v2 := mesh1
+		mesh1v2.Generation = 2
+		snap2, err := b.Update([]resource.Resource{mesh1v2}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		h.Changed(snap2)
+		synctest.Wait()
+		own, base := layers()
+		g.Expect(own).To(BeZero(), "an accepted write is no verdict of the zone's own")
+		g.Expect(base).To(BeIdenticalTo(snap2))
+		g.Expect(h.Visible("zone-1", snap2.Kind(resource.MeshKind)["m1"])).To(BeTrue(), "the new version is visible")
+
+		// The zone does not hold m1: a policy in it waits for its Mesh.
+		snap3, err := b.Update([]resource.Resource{pol1}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		h.Changed(snap3)
+		synctest.Wait()
+		own, base = layers()
+		g.Expect(own).To(BeNumerically(">", 0), "a write held back is the zone's own verdict")
+		g.Expect(base).To(BeIdenticalTo(snap2), "over the base it had")
+		g.Expect(h.Visible("zone-1", snap3.Kind("MeshTimeout")[pol1K.XDSName()])).To(BeFalse())
+		g.Expect(h.Visible("zone-1", snap3.Kind(resource.MeshKind)["m1"])).To(BeTrue())
+
+		// Deleting the held policy again: the zone has own verdicts, so they stay its own.
+		snap4, err := b.Update(nil, []resource.Key{pol1K})
+		g.Expect(err).NotTo(HaveOccurred())
+		h.Changed(snap4)
+		synctest.Wait()
+		own, base = layers()
+		g.Expect(own).To(BeNumerically(">", 0))
+		g.Expect(base).To(BeIdenticalTo(snap2))
+		g.Expect(h.Withheld("zone-1")).To(BeEmpty(), "nothing is held back once the policy is gone")
+	})
+}
