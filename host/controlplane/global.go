@@ -44,7 +44,9 @@ type GlobalConfig struct {
 	Logger  hclog.Logger
 	Version string
 	// PollInterval is how often the store's revision is read to notice writes by other
-	// replicas sharing the database (default 1s).
+	// replicas sharing the database (default 1s). A PostgreSQL store hears them by LISTEN (or
+	// its own polling while that is down) and answers a tick from its log of what the
+	// notifications carried, without reading the database, once it has heard of a write.
 	PollInterval time.Duration
 
 	// RetryPolicy returns the retry policy in force (the plugin runtime's current one); nil

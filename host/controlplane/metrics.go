@@ -405,25 +405,30 @@ func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
 
 // storeCollector reports, at scrape time, whether the store answers (kds_store_up: a revision
 // read within readyTimeout, the check /readyz makes) and, for a store that hears other processes'
-// writes over a LISTEN connection (PostgreSQL), whether that connection is up and how often it was
-// made. A scrape while the store does not answer takes up to readyTimeout.
+// writes over a LISTEN connection (PostgreSQL), whether that connection is up, how often it was
+// made, and how its ChangesSince were answered. A scrape while the store does not answer takes up
+// to readyTimeout.
 type storeCollector struct {
 	st store.Store
 }
 
-var storeDescs = struct{ up, listenUp, listenConnects *prometheus.Desc }{
+var storeDescs = struct{ up, listenUp, listenConnects, changes *prometheus.Desc }{
 	up: prometheus.NewDesc("kds_store_up",
 		"1 when the store answered a revision read within 2s at this scrape (what /readyz checks), 0 when it did not.", nil, nil),
 	listenUp: prometheus.NewDesc("kds_store_listen_up",
 		"1 while the store's PostgreSQL LISTEN connection is up (other replicas' writes are heard at once), 0 while it is down and the store polls the revision instead. PostgreSQL stores only.", nil, nil),
 	listenConnects: prometheus.NewDesc("kds_store_listen_connects_total",
 		"LISTEN connections the store made to PostgreSQL (the first, then one after each loss). PostgreSQL stores only.", nil, nil),
+	changes: prometheus.NewDesc("kds_store_changes_total",
+		"The store's answers to what changed since a revision (one per snapshot update and poll), by source: log (the changes carried by the writes' notifications, no database read) or query (read from the database: a write too large to carry, one missed while the LISTEN connection was down, a replica just started). PostgreSQL stores only.",
+		[]string{"source"}, nil),
 }
 
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- storeDescs.up
 	ch <- storeDescs.listenUp
 	ch <- storeDescs.listenConnects
+	ch <- storeDescs.changes
 }
 
 func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -451,6 +456,8 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(storeDescs.listenUp, prometheus.GaugeValue, listening)
 	ch <- prometheus.MustNewConstMetric(storeDescs.listenConnects, prometheus.CounterValue, float64(s.Connects))
+	ch <- prometheus.MustNewConstMetric(storeDescs.changes, prometheus.CounterValue, float64(s.ChangesFromLog), "log")
+	ch <- prometheus.MustNewConstMetric(storeDescs.changes, prometheus.CounterValue, float64(s.ChangesQueried), "query")
 }
 
 // newSnapshotUpdateSeconds is the histogram of the global's snapshot updates (Global.sync).

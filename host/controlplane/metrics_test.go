@@ -76,6 +76,8 @@ func TestConnectionAndStoreMetricsFollowTheZoneAndTheStore(t *testing.T) {
 		g.Expect(sampleOf(t, addr, "kds_store_up", "")()).To(Equal(1.0), addr)
 		_, listens := sample(t, addr, "kds_store_listen_up", "")
 		g.Expect(listens).To(BeFalse(), "SQLite has no LISTEN connection")
+		_, counted := sample(t, addr, "kds_store_changes_total", `source="query"`)
+		g.Expect(counted).To(BeFalse(), "nor a log of what notifications carried")
 	}
 	for _, reason := range []string{"unauthenticated", "permission_denied", "limit", "invalid", "replaced", "other"} {
 		v, ok := sample(t, global, "kds_stream_refusals_total", `reason="`+reason+`"`)
@@ -134,4 +136,15 @@ func TestListenMetricsFollowThePostgreSQLListenConnection(t *testing.T) {
 	g.Expect(killed).To(Equal(1))
 	g.Eventually(sampleOf(t, diag, "kds_store_listen_connects_total", ""), 10*time.Second).Should(Equal(2.0))
 	g.Eventually(sampleOf(t, diag, "kds_store_listen_up", ""), 10*time.Second).Should(Equal(1.0))
+
+	// kds_store_changes_total says how the snapshot's updates learnt what changed: both sources
+	// from the start, and a write through the store from its log, no query.
+	for _, source := range []string{"log", "query"} {
+		_, ok := sample(t, diag, "kds_store_changes_total", `source="`+source+`"`)
+		g.Expect(ok).To(BeTrue(), "%s is exported before the first", source)
+	}
+	fromLog := sampleOf(t, diag, "kds_store_changes_total", `source="log"`)
+	before := fromLog()
+	put(t, st, resource.Default(), mesh("default"))
+	g.Eventually(fromLog, 10*time.Second).Should(BeNumerically(">", before))
 }

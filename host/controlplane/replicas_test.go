@@ -83,6 +83,8 @@ func TestReplicasShareOnePostgreSQL(t *testing.T) {
 	g.Eventually(specOf(zst, "t-00"), 10*time.Second).Should(ContainSubstring("2s"))
 	notifiedB := func() int64 { return stB.(store.Listener).ListenStatus().Notified }
 	g.Eventually(notifiedB, 10*time.Second).Should(BeNumerically(">=", 1))
+	// And what it changed came in the notification: B did not query for it.
+	g.Eventually(func() int64 { return stB.(store.Listener).ListenStatus().ChangesFromLog }, 10*time.Second).Should(BeNumerically(">=", 1))
 
 	// Every replica's LISTEN connection killed: the write still arrives, by polling.
 	var killed int

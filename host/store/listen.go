@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 )
 
 // ChangesChannel is the PostgreSQL channel every write NOTIFYs in its transaction, with the
-// revision it committed as the payload.
+// revision it committed as the payload, and what it changed when that is small (changelog.go).
 const ChangesChannel = "kds_changes"
 
 // ListenApplicationName is the application_name of a store's LISTEN connection, as
@@ -37,6 +36,10 @@ type ListenStatus struct {
 	Polled int64 `json:"polled"`
 	// LastError is why the LISTEN connection last went down or failed to come up.
 	LastError string `json:"lastError,omitempty"`
+	// ChangesFromLog counts the ChangesSince answered from the changes notifications carried
+	// (and the store's own writes), ChangesQueried those that read the database.
+	ChangesFromLog int64 `json:"changesFromLog"`
+	ChangesQueried int64 `json:"changesQueried"`
 }
 
 // Listener is a Store that hears other processes' writes; every Store Open returns is one.
@@ -202,9 +205,12 @@ func (l *listener) wait(ctx context.Context, conn *pgx.Conn) error {
 		case err != nil:
 			return fmt.Errorf("wait for notifications: %w", err)
 		}
-		rev, perr := strconv.ParseInt(n.Payload, 10, 64)
-		if perr != nil {
-			rev = -1 // not ours to parse: signal anyway, the reader finds out
+		rev := l.store.heard(n.Payload)
+		if rev < 0 {
+			// Not ours to parse: signal anyway, the reader finds out. Its revision is not
+			// known, so read it: the reader must then query past what the log holds, not take
+			// the log's newest for the database's.
+			l.poll(ctx, false)
 		}
 		if l.store.signal(rev) {
 			l.update(func(s *ListenStatus) { s.Notified++ })

@@ -155,6 +155,7 @@ func openPostgresWith(ctx context.Context, cfg *pgx.ConnConfig, opts listenOptio
 		return nil, fmt.Errorf("store: open %s: %w", where, err)
 	}
 	s := newSQLStore(dialectPostgres, db, db)
+	s.log = &changeLog{}
 	rev, err := s.Revision(ctx)
 	if err != nil {
 		_ = db.Close()

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,10 +23,15 @@ type sqlStore struct {
 	d       dialect
 	w, r    *sql.DB
 	changes chan struct{}
-	// seen is the newest revision Changes was signalled for (own commits, notifications, polls).
+	// seen is the newest revision Changes was signalled for (own commits, notifications, polls):
+	// the newest the log may answer up to.
 	seen atomic.Int64
 	// listen hears other processes' writes (PostgreSQL); nil for SQLite.
 	listen *listener
+	// log holds the changes of recent revisions, so that ChangesSince need not query for them
+	// (PostgreSQL); nil for SQLite. fromLog and queried count ChangesSince's answers by source.
+	log              *changeLog
+	fromLog, queried atomic.Int64
 	// Tombstones are kept for the last keep revisions, pruned every pruneEvery revisions.
 	keep, pruneEvery int64
 }
@@ -585,6 +589,20 @@ func (s *sqlStore) Revision(ctx context.Context) (int64, error) {
 }
 
 func (s *sqlStore) ChangesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error) {
+	if s.log != nil {
+		// As of the newest revision this store heard of: a newer one is signalled when its
+		// notification (or a poll) comes, and the reader asks again.
+		var ok bool
+		changed, deleted, now, ok, err = s.log.changesSince(since, s.seen.Load())
+		if ok {
+			s.fromLog.Add(1)
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("changes since revision %d: %w", since, err)
+			}
+			return changed, deleted, now, nil
+		}
+		s.queried.Add(1)
+	}
 	changed, deleted, now, err = s.changesSince(ctx, since)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("changes since revision %d: %w", since, err)
@@ -612,7 +630,7 @@ func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []res
 	}
 	switch {
 	case since < horizon:
-		return nil, nil, 0, fmt.Errorf("%w (the store keeps changes after revision %d)", ErrResync, horizon)
+		return nil, nil, 0, errBeforeHorizon(horizon)
 	case since > now:
 		return nil, nil, 0, fmt.Errorf("%w (the store is at revision %d)", ErrResync, now)
 	case since == now:
@@ -660,6 +678,11 @@ func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []res
 	}
 	slices.SortFunc(deleted, compareKeys)
 	return changed, deleted, now, nil
+}
+
+// errBeforeHorizon is ChangesSince's refusal of a revision older than the horizon.
+func errBeforeHorizon(horizon int64) error {
+	return fmt.Errorf("%w (the store keeps changes after revision %d)", ErrResync, horizon)
 }
 
 // compareKeys orders keys by (kind, mesh, name), bytewise.
@@ -725,13 +748,17 @@ func (s *sqlStore) Close() error {
 // revisions commit in order. A reader that sees revision R therefore sees every write up to R
 // and none after, and fn can stamp its rows (and the tombstone trigger its tombstones) with
 // rev.
+//
+// On PostgreSQL the NOTIFY carries what the revision changed when that is small (see
+// changelog.go), read back in the transaction, and the store logs it before Changes is
+// signalled, so neither its reader nor the other replicas' query for it.
 func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx, rev int64) (changed bool, err error)) (bool, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("begin: %w", err)
 	}
-	var rev int64
-	if err := tx.QueryRowContext(ctx, `UPDATE revision SET value = value + 1 WHERE id = 1 RETURNING value`).Scan(&rev); err != nil {
+	var rev, horizon int64
+	if err := tx.QueryRowContext(ctx, `UPDATE revision SET value = value + 1 WHERE id = 1 RETURNING value, horizon`).Scan(&rev, &horizon); err != nil {
 		_ = tx.Rollback()
 		return false, fmt.Errorf("bump revision: %w", err)
 	}
@@ -740,13 +767,19 @@ func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx, rev int64) (ch
 		_ = tx.Rollback()
 		return false, err
 	}
-	if err := s.prune(ctx, tx, rev); err != nil {
+	if horizon, err = s.prune(ctx, tx, rev, horizon); err != nil {
 		_ = tx.Rollback()
 		return false, fmt.Errorf("prune tombstones: %w", err)
 	}
+	var entry *logEntry
 	if s.d == dialectPostgres {
+		var note string
+		if note, entry, err = s.revisionChanges(ctx, tx, rev, horizon); err != nil {
+			_ = tx.Rollback()
+			return false, fmt.Errorf("read the changes to notify: %w", err)
+		}
 		// Delivered to every listener when, and only if, the transaction commits.
-		if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ChangesChannel, strconv.FormatInt(rev, 10)); err != nil {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ChangesChannel, note); err != nil {
 			_ = tx.Rollback()
 			return false, fmt.Errorf("notify: %w", err)
 		}
@@ -754,23 +787,29 @@ func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx, rev int64) (ch
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("commit: %w", err)
 	}
+	if entry != nil && s.log != nil {
+		s.log.record(entry) // before the signal, for the reader it wakes
+	}
 	s.advance(rev)
 	s.notify()
 	return true, nil
 }
 
 // prune drops, every pruneEvery revisions, the tombstones more than keep revisions old, and
-// moves the horizon of ChangesSince past them.
-func (s *sqlStore) prune(ctx context.Context, tx *sql.Tx, rev int64) error {
-	horizon := rev - s.keep
-	if rev%s.pruneEvery != 0 || horizon <= 0 {
-		return nil
+// moves the horizon of ChangesSince past them. It returns the horizon as of rev, given the one
+// before (horizon).
+func (s *sqlStore) prune(ctx context.Context, tx *sql.Tx, rev, horizon int64) (int64, error) {
+	next := rev - s.keep
+	if rev%s.pruneEvery != 0 || next <= 0 {
+		return horizon, nil
 	}
-	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM tombstones WHERE revision <= ?`), horizon); err != nil {
-		return err
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`DELETE FROM tombstones WHERE revision <= ?`), next); err != nil {
+		return 0, err
 	}
-	_, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE revision SET horizon = ? WHERE id = 1 AND horizon < ?`), horizon, horizon)
-	return err
+	if _, err := tx.ExecContext(ctx, s.d.rebind(`UPDATE revision SET horizon = ? WHERE id = 1 AND horizon < ?`), next, next); err != nil {
+		return 0, err
+	}
+	return max(horizon, next), nil
 }
 
 // advance records that Changes is signalled for rev (and so for every revision before it).
@@ -802,12 +841,27 @@ func (s *sqlStore) signal(rev int64) bool {
 	return true
 }
 
-// ListenStatus says how the store hears other processes' writes.
+// ListenStatus says how the store hears other processes' writes, and how ChangesSince answered.
 func (s *sqlStore) ListenStatus() ListenStatus {
 	if s.listen == nil {
 		return ListenStatus{}
 	}
-	return s.listen.Status()
+	st := s.listen.Status()
+	st.ChangesFromLog, st.ChangesQueried = s.fromLog.Load(), s.queried.Load()
+	return st
+}
+
+// heard takes in a notification's payload: the changes it carries go to the log. It returns the
+// revision, or -1 when the payload is not one this store reads.
+func (s *sqlStore) heard(p string) int64 {
+	rev, entry, err := parsePayload(p)
+	if err != nil {
+		return -1
+	}
+	if entry != nil && s.log != nil {
+		s.log.record(entry)
+	}
+	return rev
 }
 
 // notify signals Changes without blocking: a pending signal already covers this write.

@@ -98,7 +98,10 @@ type Store interface {
 	// deleted that are still absent, cascades included. It fails with ErrResync when it cannot
 	// tell (since is older than the changes the store keeps, or newer than now); the caller then
 	// Lists everything. A caller that took a revision before a List may get changes the List
-	// already had: applying them again changes nothing.
+	// already had: applying them again changes nothing. A PostgreSQL store answers from the
+	// changes the writes' notifications carried, when it holds every revision asked for, as of
+	// the newest revision it heard of: now may be older than Revision until the notification of
+	// a newer write arrives, and signals Changes.
 	ChangesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error)
 	// Changes is signalled (coalesced, never blocking the writer) after every committed write
 	// made through this Store value. A PostgreSQL store also signals it for writes other
