@@ -14,11 +14,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	delta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -53,6 +52,8 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20),
+		// A version's resources are encoded once, by the snapshot, for every stream (codec.go).
+		grpc.ForceServerCodecV2(newResponseCodec(c)),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Zones ping every 10s at most (zone.Keepalive, gRPC's minimum): allowed with room.
@@ -62,7 +63,7 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	s := grpc.NewServer(opts...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{delta: delta.NewServer(ctx, c, t), tracker: t, cfg: cfg})
+	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg})
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the caller says so
 	healthpb.RegisterHealthServer(s, h)
@@ -72,7 +73,9 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 // ads serves the delta half of the Aggregated Discovery Service.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	delta   delta.Server
+	ctx     context.Context // the server's: streams end with it
+	cache   *Cache
+	streams atomic.Int64 // the last stream id given
 	tracker *Tracker
 	cfg     ServerConfig
 }
@@ -96,8 +99,10 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	}
 	ctx, cancel := context.WithCancelCause(s.Context())
 	defer cancel(nil)
+	stop := context.AfterFunc(a.ctx, func() { cancel(status.Error(codes.Unavailable, "the control plane is stopping")) })
+	defer stop()
 	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel})
-	err := a.delta.DeltaStreamHandler(newClosableStream(ctx, s), resource.AnyType)
+	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if s.Context().Err() == nil {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 			return cause // closed by the tracker: the zone is told why
@@ -137,49 +142,6 @@ func streamInfoOf(ctx context.Context) *streamInfo {
 		return &streamInfo{close: func(error) {}}
 	}
 	return si
-}
-
-// closableStream is a stream whose Recv also returns when its context is canceled, so that the
-// delta server's loop ends on a close from outside (it only reads requests and responses). The
-// receiving goroutine ends with the RPC.
-type closableStream struct {
-	discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
-	ctx  context.Context
-	reqs chan received
-}
-
-type received struct {
-	req *discovery.DeltaDiscoveryRequest
-	err error
-}
-
-func newClosableStream(ctx context.Context, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) *closableStream {
-	cs := &closableStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: s, ctx: ctx, reqs: make(chan received)}
-	go func() {
-		for {
-			req, err := s.Recv()
-			select {
-			case cs.reqs <- received{req, err}:
-			case <-s.Context().Done(): // the RPC is over
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return cs
-}
-
-func (s *closableStream) Context() context.Context { return s.ctx }
-
-func (s *closableStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
-	select {
-	case r := <-s.reqs:
-		return r.req, r.err
-	case <-s.ctx.Done():
-		return nil, context.Cause(s.ctx)
-	}
 }
 
 // ServerTLS loads the KDS certificate and key, or, when both are empty, makes a self-signed

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"weak"
 
+	"google.golang.org/grpc/mem"
+
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"google.golang.org/protobuf/proto"
@@ -33,6 +35,9 @@ type Entry struct {
 	Wire *discovery.Resource
 	// Size is Wire's encoded size in a response (0: measured when needed).
 	Size int
+	// frame is Wire encoded as one of a delta response's resources (nil: encoded per response),
+	// written by every stream's response (codec.go).
+	frame mem.Buffer
 }
 
 // WireOverhead is what one resource or removed name adds to a response beyond its own bytes
@@ -298,6 +303,11 @@ func NewEntry(r *resource.Resource) (*Entry, error) {
 	name, version := r.Key().XDSName(), resource.Version(p)
 	e := &Entry{Key: r.Key(), Name: name, Version: version, Resource: p, Any: a,
 		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
+	f, err := encodeFrame(e.Wire)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
+	}
+	e.frame = mem.SliceBuffer(f)
 	e.Size = e.wireSize()
 	return e, nil
 }
