@@ -425,7 +425,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	case ViewPublisher:
 		v := st.view.Load()
 		if v == nil || v.ZoneView.None() {
-			if len(ks.delivered) == 0 {
+			if ks.delivered.len() == 0 {
 				// Nothing to send or remove (a zone whose first owner check has not answered):
 				// the walk waits for the Refresh that the check makes, its dirty names kept.
 				return
@@ -452,7 +452,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		return true
 	}
 	look := func(name string) {
-		d, isKnown := ks.delivered[name]
+		d, isKnown := ks.delivered.get(name)
 		e, served := entries[name]
 		served = served && w.subscribes(name)
 		switch {
@@ -485,11 +485,11 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		for _, n := range snap.Names(w.kind) { // sorted: so is the response
 			look(n)
 		}
-		for n := range ks.delivered {
+		ks.delivered.each(func(n string, _ *discovery.Resource) {
 			if _, ok := entries[n]; !ok {
 				look(n)
 			}
-		}
+		})
 	} else {
 		for n := range ks.dirty {
 			look(n)
@@ -505,10 +505,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		return
 	}
 	slices.Sort(resp.RemovedResources)
-	// The delta server keeps the next version map as the subscription's returned resources;
-	// the cache reads its own delivered map instead, so the server gets one that nobody reads.
+	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
 	w.answered = true
-	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: ks.served, DeltaDiscoveryResponse: resp}
+	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
 	w.forced = sentForced
 	st.queue = append(st.queue, w)
 	select {

@@ -82,14 +82,13 @@ type kindState struct {
 	// diff is made against, not what the delta server thinks it sent. A value is the response's
 	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
 	// only: 8 bytes a name where a version string would take 16.
-	delivered map[string]*discovery.Resource
+	delivered delivered // delivered.go
 	edits     uint64                  // changes of delivered so far: a response in flight knows whether any came after it
 	refused   map[string]ackedVersion // names whose delivered version the zone refused: what it holds instead
 	acked     int                     // names the zone has ACKed
 	dirty     map[string]bool         // names that may differ from the snapshot
 	full      bool                    // every name may differ: look at them all
 	forced    map[string]bool         // names to send although the zone was sent their version
-	served    map[string]string
 
 	// What happened to the kind on this stream, for the insight.
 	sent, responses, acks, nacks int64
@@ -163,7 +162,7 @@ func newSession(c *Cache, id int64, info *streamInfo) *Session {
 func (s *Session) kind(k string) *kindState {
 	ks := s.kinds[k]
 	if ks == nil {
-		ks = &kindState{delivered: map[string]*discovery.Resource{}, dirty: map[string]bool{}, forced: map[string]bool{}, served: map[string]string{}}
+		ks = &kindState{dirty: map[string]bool{}, forced: map[string]bool{}}
 		s.kinds[k] = ks
 	}
 	return ks
@@ -185,7 +184,7 @@ func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion 
 	if h, ok := ks.refused[name]; ok {
 		return h
 	}
-	if r, ok := ks.delivered[name]; ok {
+	if r, ok := ks.delivered.get(name); ok {
 		return ackedVersion{r.Version, true}
 	}
 	return ackedVersion{}
@@ -199,12 +198,12 @@ func (s *Session) layered(ks *kindState, kind string, except *inflight) bool {
 
 // setDelivered and dropDelivered change delivered, and count the change (edits).
 func (ks *kindState) setDelivered(name string, r *discovery.Resource) {
-	ks.delivered[name] = r
+	ks.delivered.set(name, r)
 	ks.edits++
 }
 
 func (ks *kindState) dropDelivered(name string) {
-	delete(ks.delivered, name)
+	ks.delivered.drop(name)
 	ks.edits++
 }
 
@@ -216,9 +215,7 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 		return
 	}
 	if !s.layered(ks, kind, nil) {
-		for n, r := range ks.delivered {
-			f(n, r.Version)
-		}
+		ks.delivered.each(func(n string, r *discovery.Resource) { f(n, r.Version) })
 		return
 	}
 	seen := map[string]bool{}
@@ -231,9 +228,7 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 			f(n, h.version)
 		}
 	}
-	for n := range ks.delivered {
-		look(n)
-	}
+	ks.delivered.each(func(n string, _ *discovery.Resource) { look(n) })
 	for n := range ks.refused {
 		look(n)
 	}
@@ -412,7 +407,7 @@ func (r *inflight) prior(name string) ackedVersion {
 
 // deliveredIs reports whether delivered says h of name.
 func (ks *kindState) deliveredIs(name string, h ackedVersion) bool {
-	d, ok := ks.delivered[name]
+	d, ok := ks.delivered.get(name)
 	return ok == h.ok && (!ok || d.Version == h.version)
 }
 
@@ -707,16 +702,13 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 		slices.Sort(resp.RemovedResources)
 	}
 	r := &inflight{kind: kind, resp: resp}
-	if len(ks.delivered) == 0 && len(resp.Resources) > 8 {
-		ks.delivered = make(map[string]*discovery.Resource, len(resp.Resources)) // the first response: one allocation
-	}
 	var undo []prior
-	first := len(ks.delivered) == 0
+	first := ks.delivered.len() == 0
 	note := func(name string) {
 		if first && !layered {
 			return // nothing delivered, nothing ACKed: no prior, nothing to undo
 		}
-		old, had := ks.delivered[name]
+		old, had := ks.delivered.get(name)
 		if had {
 			undo = append(undo, prior{name, old})
 		}
@@ -735,6 +727,8 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 		note(n)
 		ks.dropDelivered(n)
 	}
+	// What the zone is sent now is most often exactly what is served: share the snapshot's.
+	ks.delivered.rebase(s.cache.snap.Load(), kind)
 	r.edits = ks.edits
 	s.inflight = append(s.inflight, r)
 	if len(s.inflight) > MaxInFlight {

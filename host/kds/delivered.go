@@ -1,0 +1,123 @@
+package kds
+
+import discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+// delivered is what a zone was sent of one kind, name -> the response's Resource: a snapshot's
+// entries of the kind (base), shared by every stream that was sent exactly those, under the names
+// that differ from them (over; a nil value: a name of base the zone does not hold). A stream that
+// holds what is served costs no map of its own, whatever the kind's size.
+//
+// Invariants:
+//   - The names delivered holds are base's names without over's nil ones, and over's non-nil
+//     ones; n counts them. base is read-only (a snapshot's), over is the stream's.
+//   - over never holds a name at the value base gives it.
+type delivered struct {
+	snap *Snapshot        // the snapshot base is the kind of, for rebase
+	base map[string]*Entry // nil: none
+	over map[string]*discovery.Resource
+	n    int
+	// compared is how big over was when rebase last compared every name (no lineage to follow):
+	// it compares again once over has doubled, so the walks cost O(1) a change.
+	compared int
+}
+
+func (d *delivered) get(name string) (*discovery.Resource, bool) {
+	if r, ok := d.over[name]; ok {
+		return r, r != nil
+	}
+	if e := d.base[name]; e != nil {
+		return e.Wire, true
+	}
+	return nil, false
+}
+
+func (d *delivered) len() int { return d.n }
+
+func (d *delivered) set(name string, r *discovery.Resource) {
+	if _, had := d.get(name); !had {
+		d.n++
+	}
+	if e := d.base[name]; e != nil && e.Wire == r {
+		delete(d.over, name)
+		return
+	}
+	if d.over == nil {
+		d.over = map[string]*discovery.Resource{}
+	}
+	d.over[name] = r
+}
+
+func (d *delivered) drop(name string) {
+	if _, had := d.get(name); !had {
+		return
+	}
+	d.n--
+	if d.base[name] != nil {
+		if d.over == nil {
+			d.over = map[string]*discovery.Resource{}
+		}
+		d.over[name] = nil
+		return
+	}
+	delete(d.over, name)
+}
+
+// each calls f with every name delivered holds; f must not change d.
+func (d *delivered) each(f func(name string, r *discovery.Resource)) {
+	for n, e := range d.base {
+		if r, ok := d.over[n]; ok {
+			if r != nil {
+				f(n, r)
+			}
+			continue
+		}
+		f(n, e.Wire)
+	}
+	for n, r := range d.over {
+		if r != nil && d.base[n] == nil {
+			f(n, r)
+		}
+	}
+}
+
+// rebase makes the kind's entries of cur the base when d holds exactly them: then over is emptied,
+// and the stream shares cur's entries again. It tells by the names that changed when cur is
+// derived from d's base snapshot (SnapshotBuilder.Update), or by every name when d has no base,
+// or, without lineage, once over has grown to twice its size at the last such comparison.
+func (d *delivered) rebase(cur *Snapshot, kind string) {
+	if cur == nil || cur == d.snap {
+		return
+	}
+	entries := cur.Kind(kind)
+	switch ch, ok := cur.ChangesFrom(d.snap); {
+	case ok:
+		for _, n := range ch[kind] {
+			if _, in := d.over[n]; !in {
+				return // a name changed since base that d still holds at base's value, or lacks
+			}
+		}
+	case d.base == nil && d.n == len(entries):
+		// No base: d holds cur's entries if each of its names (all in over) is cur's.
+	case len(d.over) >= 8 && len(d.over) >= 2*d.compared && d.n == len(entries):
+		// No lineage (the snapshot moved on more than once since base): compare every name.
+		d.compared = len(d.over)
+		for n, e := range entries {
+			if r, ok := d.get(n); !ok || r != e.Wire {
+				return
+			}
+		}
+		d.snap, d.base, d.compared = cur, entries, 0
+		clear(d.over)
+		return
+	default:
+		return
+	}
+	for n, r := range d.over {
+		e := entries[n]
+		if (r == nil) != (e == nil) || (e != nil && e.Wire != r) {
+			return
+		}
+	}
+	d.snap, d.base, d.compared = cur, entries, 0
+	clear(d.over)
+}

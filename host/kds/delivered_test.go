@@ -1,0 +1,113 @@
+package kds
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+// delivered is a map of name -> Resource, whatever its base and however often it is rebased:
+// random sets, drops and rebases onto snapshots derived from one another, checked after each
+// step against a plain map. And a stream that holds what is served ends with no map of its own.
+func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var rebased, shared int
+	for round := range 200 {
+		var b SnapshotBuilder
+		names := []string{"m1", "m2", "m3", "m4", "m5", "m6"}
+		gen := map[string]int64{}
+		var rs []resource.Resource
+		for _, n := range names[:3] {
+			gen[n] = 1
+			rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
+		}
+		snap, err := b.Build(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d delivered
+		want := map[string]*discovery.Resource{}
+		for step := range 40 {
+			switch op := rng.IntN(6); op {
+			case 0: // the snapshot moves on
+				n := names[rng.IntN(len(names))]
+				if rng.IntN(3) == 0 {
+					snap, err = b.Update(nil, []resource.Key{{Kind: resource.MeshKind, Name: n}})
+				} else {
+					gen[n]++
+					snap, err = b.Update([]resource.Resource{{Kind: resource.MeshKind, Name: n, Generation: gen[n]}}, nil)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			case 1, 2: // sent what is served
+				for n, e := range snap.Kind(resource.MeshKind) {
+					if rng.IntN(2) == 0 || op == 2 {
+						d.set(n, e.Wire)
+						want[n] = e.Wire
+					}
+				}
+				if op == 2 {
+					for n := range want {
+						if snap.Kind(resource.MeshKind)[n] == nil {
+							d.drop(n)
+							delete(want, n)
+						}
+					}
+				}
+			case 3: // a version not served (the zone's initial versions)
+				n := names[rng.IntN(len(names))]
+				r := versionOnly(n, fmt.Sprint("v", step))
+				d.set(n, r)
+				want[n] = r
+			case 4:
+				n := names[rng.IntN(len(names))]
+				d.drop(n)
+				delete(want, n)
+			case 5:
+				d.rebase(snap, resource.MeshKind)
+				if d.snap == snap {
+					rebased++
+				}
+			}
+			got := map[string]*discovery.Resource{}
+			d.each(func(n string, r *discovery.Resource) {
+				if _, dup := got[n]; dup {
+					t.Fatalf("round %d step %d: each gave %s twice", round, step, n)
+				}
+				got[n] = r
+			})
+			if !maps.Equal(got, want) || d.len() != len(want) {
+				t.Fatalf("round %d step %d: delivered holds %v (len %d), want %v", round, step, got, d.len(), want)
+			}
+			for _, n := range names {
+				r, ok := d.get(n)
+				if w, wok := want[n]; r != w || ok != wok {
+					t.Fatalf("round %d step %d: get(%s) = %v, %v; want %v, %v", round, step, n, r, ok, w, wok)
+				}
+			}
+		}
+		// In sync with what is served: no map of its own once rebased.
+		for n, e := range snap.Kind(resource.MeshKind) {
+			d.set(n, e.Wire)
+		}
+		for _, n := range names {
+			if snap.Kind(resource.MeshKind)[n] == nil {
+				d.drop(n)
+			}
+		}
+		d.rebase(snap, resource.MeshKind)
+		if d.snap == snap && len(d.over) == 0 {
+			shared++
+		}
+	}
+	if rebased == 0 || shared == 0 {
+		t.Fatalf("rebased %d times, shared at the end %d times: the rebase was never exercised", rebased, shared)
+	}
+	t.Logf("rebased %d times; in sync and shared at the end in %d of 200 rounds", rebased, shared)
+}
