@@ -107,7 +107,7 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 			}
 		}
 		d.snap, d.base, d.compared = cur, entries, 0
-		clear(d.over)
+		d.over = nil // not cleared: its buckets would stay
 		return
 	default:
 		return
@@ -119,5 +119,5 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 		}
 	}
 	d.snap, d.base, d.compared = cur, entries, 0
-	clear(d.over)
+	d.over = nil // not cleared: its buckets would stay
 }

@@ -27,8 +27,9 @@ type deltaStream struct {
 	tracker *Tracker
 	nonce   int64
 	watches map[string]*deltaWatch
-	// responses is every watch's channel: the cache answers at most one watch per kind, and a
-	// watch is canceled before the next of its kind is made, so 2 per kind never blocks it.
+	// responses is every watch's channel. The session's sender blocks on it at most until the
+	// loop reads it or cancels the watch (the sender gives up a canceled watch's response), so
+	// a small buffer is enough: it only spares the sender a wait.
 	responses chan cache.DeltaResponse
 }
 
@@ -41,7 +42,7 @@ type deltaWatch struct {
 // server stops), the zone stops sending, or a callback or send fails.
 func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer, c *Cache, t *Tracker) error {
 	s := &deltaStream{id: id, str: str, cache: c, tracker: t,
-		watches: make(map[string]*deltaWatch, len(c.kinds)), responses: make(chan cache.DeltaResponse, 2*max(1, len(c.kinds)))}
+		watches: map[string]*deltaWatch{}, responses: make(chan cache.DeltaResponse, 2)}
 	node := &core.Node{}
 	defer func() {
 		for _, w := range s.watches {
