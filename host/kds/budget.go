@@ -47,14 +47,10 @@ func (b *budget) setLimit(limit int64) {
 func (b *budget) acquire(n int64, stop, gone <-chan struct{}) bool {
 	var deadline <-chan time.Time
 	for {
-		b.mu.Lock()
-		if b.limit <= 0 || b.used == 0 || b.used+n <= b.limit {
-			b.used += n
-			b.mu.Unlock()
+		freed, ok := b.tryAcquire(n)
+		if ok {
 			return true
 		}
-		freed := b.freed
-		b.mu.Unlock()
 		if deadline == nil {
 			t := time.NewTimer(b.maxWait)
 			defer t.Stop()
@@ -63,9 +59,7 @@ func (b *budget) acquire(n int64, stop, gone <-chan struct{}) bool {
 		select {
 		case <-freed:
 		case <-deadline:
-			b.mu.Lock()
-			b.used += n // waited long enough: over the limit, rather than stalled by a zone that does not answer
-			b.mu.Unlock()
+			b.take(n) // waited long enough: over the limit, rather than stalled by a zone that does not answer
 			return true
 		case <-stop:
 			return false
@@ -73,6 +67,25 @@ func (b *budget) acquire(n int64, stop, gone <-chan struct{}) bool {
 			return false
 		}
 	}
+}
+
+// tryAcquire takes room for n bytes and reports true when it fits now; otherwise it takes
+// nothing and returns a channel closed when room comes back.
+func (b *budget) tryAcquire(n int64) (freed <-chan struct{}, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.limit <= 0 || b.used == 0 || b.used+n <= b.limit {
+		b.used += n
+		return nil, true
+	}
+	return b.freed, false
+}
+
+// take takes room for n bytes whether it fits or not: for a response that waited maxWait.
+func (b *budget) take(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used += n
 }
 
 // release gives back n bytes of room.

@@ -238,13 +238,18 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 	}
 }
 
-// openSession starts the session of a new stream (and its sender).
+// openSession starts the session of a new stream, and its sender unless kds's own stream loop
+// sends its responses.
 func (c *Cache) openSession(id int64, info *streamInfo) *Session {
 	st := newSession(c, id, info)
 	c.mu.Lock()
 	c.streams[id] = st
 	c.mu.Unlock()
-	go st.send()
+	if info.loop {
+		close(st.done)
+	} else {
+		go st.send()
+	}
 	return st
 }
 

@@ -101,7 +101,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	defer cancel(nil)
 	stop := context.AfterFunc(a.ctx, func() { cancel(status.Error(codes.Unavailable, "the control plane is stopping")) })
 	defer stop()
-	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel})
+	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel, loop: true})
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if s.Context().Err() == nil {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
@@ -134,6 +134,7 @@ type streamKey struct{}
 type streamInfo struct {
 	zone  string
 	close context.CancelCauseFunc
+	loop  bool // served by kds's own loop (stream.go), which sends the session's responses
 }
 
 func streamInfoOf(ctx context.Context) *streamInfo {

@@ -606,9 +606,11 @@ func ackedHash(kind, name, version string) uint64 {
 	return h.Sum64()
 }
 
-// send is the session's sender: it feeds queued responses into the server's channel in order.
-// A response counts as delivered from the moment it is handed over; one that is not (its watch
-// canceled meanwhile) is taken back. cancel waits for a send in progress.
+// send is the session's sender, for a stream that go-control-plane's delta server serves (a
+// stream of kds's own loop is its loop's, stream.go): it feeds queued responses into the
+// server's channel in order. A response counts as delivered from the moment it is handed over;
+// one that is not (its watch canceled meanwhile) is taken back. cancel waits for a send in
+// progress.
 func (s *Session) send() {
 	defer close(s.done)
 	for {
@@ -636,18 +638,23 @@ func (s *Session) send() {
 				stopped = true
 			default:
 			}
-			s.mu.Lock()
-			if !delivered {
-				s.takeBack(w)
-			}
-			w.undo, w.resp, w.flight = nil, nil, nil // done with them; the watch stays answered
-			s.mu.Unlock()
-			close(w.finished)
+			s.finish(w, delivered)
 			if stopped {
 				return
 			}
 		}
 	}
+}
+
+// finish is the sender done with w: its response delivered, or taken back.
+func (s *Session) finish(w *watch, delivered bool) {
+	s.mu.Lock()
+	if !delivered {
+		s.takeBack(w)
+	}
+	w.undo, w.resp, w.flight = nil, nil, nil // done with them; the watch stays answered
+	s.mu.Unlock()
+	close(w.finished)
 }
 
 // admit waits for room in the cache's budget for w's response, and reports whether it got it
@@ -658,6 +665,12 @@ func (s *Session) admit(w *watch) bool {
 	if !s.cache.budget.acquire(cost, s.stop, w.canceled) {
 		return false
 	}
+	s.admitted(w, cost)
+	return true
+}
+
+// admitted gives w's response the room it took in the budget.
+func (s *Session) admitted(w *watch, cost int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if slices.Contains(s.inflight, w.flight) {
@@ -665,7 +678,6 @@ func (s *Session) admit(w *watch) bool {
 	} else {
 		s.cache.budget.release(cost) // answered or forgotten meanwhile (a test driving the callbacks)
 	}
-	return true
 }
 
 // next takes the first queued watch off the queue and counts its response as delivered, or

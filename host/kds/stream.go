@@ -1,19 +1,22 @@
 package kds
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14), with
-// what KDS needs of it and no more. It differs in three ways: it ends when the stream's own
+// what KDS needs of it and no more. It differs in four ways: it ends when the stream's own
 // context does (the tracker closes a stream that a newer one of its zone replaced, and the loop
-// must end without waiting for the zone's next request), it keeps no copy of what each
-// subscription was sent (the session keeps what the zone holds), and its channels are sized to
-// the cache's kinds. Callbacks and the cache are called exactly as that loop calls them.
+// must end without waiting for the zone's next request); it sends the session's answered
+// responses itself, in their order, when the budget has room for them, instead of receiving them
+// from a sender goroutine over a channel (two goroutines a stream: this one and the one reading
+// requests); it keeps no copy of what each subscription was sent (the session keeps what the
+// zone holds); and its state grows with the kinds the zone asks for, not with every kind there
+// is. Callbacks are called as that loop calls them.
 
 import (
 	"context"
 	"strconv"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,12 +28,17 @@ type deltaStream struct {
 	str     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
 	cache   *Cache
 	tracker *Tracker
+	st      *Session
 	nonce   int64
 	watches map[string]*deltaWatch
-	// responses is every watch's channel. The session's sender blocks on it at most until the
-	// loop reads it or cancels the watch (the sender gives up a canceled watch's response), so
-	// a small buffer is enough: it only spares the sender a wait.
-	responses chan cache.DeltaResponse
+
+	// pending is the answered watch taken off the session's queue whose response waits for room
+	// in the budget (cost bytes of it): until freed closes, or, at the deadline, it goes anyway.
+	pending  *watch
+	cost     int64
+	freed    <-chan struct{}
+	timer    *time.Timer
+	deadline <-chan time.Time
 }
 
 type deltaWatch struct {
@@ -41,10 +49,10 @@ type deltaWatch struct {
 // serveDelta serves one delta stream until ctx ends (the RPC ended, the tracker closed it, or the
 // server stops), the zone stops sending, or a callback or send fails.
 func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer, c *Cache, t *Tracker) error {
-	s := &deltaStream{id: id, str: str, cache: c, tracker: t,
-		watches: map[string]*deltaWatch{}, responses: make(chan cache.DeltaResponse, 2)}
+	s := &deltaStream{id: id, str: str, cache: c, tracker: t, watches: map[string]*deltaWatch{}}
 	node := &core.Node{}
 	defer func() {
+		s.abandon() // before the watches: canceling the pending one waits for it
 		for _, w := range s.watches {
 			w.cancel()
 		}
@@ -72,74 +80,135 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	if err := t.OnDeltaStreamOpen(ctx, id, ""); err != nil {
 		return err
 	}
+	if s.st = c.Session(id); s.st == nil {
+		return status.Error(codes.Unavailable, "the stream's session is closed")
+	}
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
-		case resp := <-s.responses:
-			if err := s.send(resp); err != nil {
-				return err
+		case <-s.st.stop: // the cache is closing
+			return nil
+		case <-s.st.wake:
+			err = s.pump()
+		case <-s.freed:
+			err = s.pump()
+		case <-s.deadline:
+			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
+			c.budget.take(s.cost)
+			err = s.deliver()
+			if err == nil {
+				err = s.pump()
 			}
 		case req, more := <-requests:
 			if !more {
 				return nil // the zone closed its side, or the RPC ended
 			}
-			if err := s.sendQueued(); err != nil { // what was answered goes out before the request
-				return err
-			}
-			if err := t.OnStreamDeltaRequest(id, req); err != nil {
-				return err
-			}
-			// The node might come on the first request only: every request carries it on.
-			if req.GetNode() != nil {
-				node = req.GetNode()
-			} else {
-				req.Node = node
-			}
-			kind := req.GetTypeUrl()
-			if kind == "" {
-				return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-			}
-			w := s.watches[kind]
-			if w == nil {
-				// The legacy wildcard: a first request that names nothing subscribes to all.
-				w = &deltaWatch{sub: stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)}
-				s.watches[kind] = w
-			} else {
-				w.cancel()
-				w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
-			}
-			cancel, err := c.CreateDeltaWatch(req, w.sub, s.responses)
-			if err != nil {
-				return err
-			}
-			w.cancel = cancel
+			err = s.request(req, &node)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
 
-// sendQueued sends the responses the cache has answered already.
-func (s *deltaStream) sendQueued() error {
+// request handles one request of the zone: what was answered goes out first, then the tracker
+// hears the request, and the kind's watch is made anew.
+func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.Node) error {
+	if err := s.pump(); err != nil {
+		return err
+	}
+	if err := s.tracker.OnStreamDeltaRequest(s.id, req); err != nil {
+		return err
+	}
+	// The node might come on the first request only: every request carries it on.
+	if req.GetNode() != nil {
+		*node = req.GetNode()
+	} else {
+		req.Node = *node
+	}
+	kind := req.GetTypeUrl()
+	if kind == "" {
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
+	w := s.watches[kind]
+	if w == nil {
+		// The legacy wildcard: a first request that names nothing subscribes to all.
+		w = &deltaWatch{sub: stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)}
+		s.watches[kind] = w
+	} else {
+		if s.pending != nil && s.pending.kind == kind {
+			s.abandon() // its watch is canceled now: its names are dirty again for the next
+		}
+		w.cancel()
+		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	}
+	cancel, err := s.cache.CreateDeltaWatch(req, w.sub, nil)
+	if err != nil {
+		return err
+	}
+	w.cancel = cancel
+	return nil
+}
+
+// pump sends the session's answered responses in order while the budget has room for them; the
+// first that does not fit stays pending until room comes back or its deadline.
+func (s *deltaStream) pump() error {
 	for {
-		select {
-		case resp := <-s.responses:
-			if err := s.send(resp); err != nil {
-				return err
+		if s.pending == nil {
+			w := s.st.next()
+			if w == nil {
+				return nil
 			}
-		default:
+			s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
+		}
+		freed, ok := s.cache.budget.tryAcquire(s.cost)
+		if !ok {
+			s.freed = freed
+			if s.timer == nil {
+				s.timer = time.NewTimer(s.cache.budget.maxWait)
+				s.deadline = s.timer.C
+			}
 			return nil
 		}
+		if err := s.deliver(); err != nil {
+			return err
+		}
+	}
+}
+
+// deliver sends the pending response, whose room in the budget is taken.
+func (s *deltaStream) deliver() error {
+	w := s.pending
+	s.pending, s.freed = nil, nil
+	s.stopTimer()
+	s.st.admitted(w, s.cost)
+	resp := w.resp
+	s.st.finish(w, true)
+	return s.send(resp.DeltaDiscoveryResponse, resp.DeltaRequest)
+}
+
+// abandon takes the pending response back, unsent: its names are dirty again.
+func (s *deltaStream) abandon() {
+	if w := s.pending; w != nil {
+		s.pending, s.freed = nil, nil
+		s.stopTimer()
+		s.st.finish(w, false)
+	}
+}
+
+func (s *deltaStream) stopTimer() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer, s.deadline = nil, nil
 	}
 }
 
 // send numbers a response with the stream's next nonce, tells the tracker, and sends it.
-func (s *deltaStream) send(resp cache.DeltaResponse) error {
-	r, err := resp.GetDeltaDiscoveryResponse()
-	if err != nil {
-		return err
-	}
+func (s *deltaStream) send(r *discovery.DeltaDiscoveryResponse, req *discovery.DeltaDiscoveryRequest) error {
 	s.nonce++
 	r.Nonce = strconv.FormatInt(s.nonce, 10)
-	s.tracker.OnStreamDeltaResponse(s.id, resp.GetDeltaRequest(), r)
+	s.tracker.OnStreamDeltaResponse(s.id, req, r)
 	return s.str.Send(r)
 }
