@@ -121,3 +121,19 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 	d.snap, d.base, d.compared = cur, entries, 0
 	d.over = nil // not cleared: its buckets would stay
 }
+
+// sentAll makes an empty d hold rs when rs are exactly the kind's entries of cur (a stream's
+// first response of a kind, most often), without a map: it reports whether it did.
+func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource) bool {
+	entries := cur.Kind(kind)
+	if d.n != 0 || len(rs) == 0 || len(rs) != len(entries) {
+		return false
+	}
+	for _, r := range rs {
+		if e := entries[r.Name]; e == nil || e.Wire != r {
+			return false
+		}
+	}
+	*d = delivered{snap: cur, base: entries, n: len(rs)}
+	return true
+}

@@ -111,3 +111,62 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 	}
 	t.Logf("rebased %d times; in sync and shared at the end in %d of 200 rounds", rebased, shared)
 }
+
+// A first response that is exactly the kind's entries is held as the snapshot's, with no map;
+// any other is not.
+func TestAFirstResponseOfEverythingSharesTheSnapshots(t *testing.T) {
+	var b SnapshotBuilder
+	snap, err := b.Build([]resource.Resource{{Kind: resource.MeshKind, Name: "m1", Generation: 1}, {Kind: resource.MeshKind, Name: "m2", Generation: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := snap.Kind(resource.MeshKind)["m1"].Wire, snap.Kind(resource.MeshKind)["m2"].Wire
+	var d delivered
+	if d.sentAll(snap, resource.MeshKind, []*discovery.Resource{m1}) {
+		t.Fatal("one of two entries taken for all of them")
+	}
+	if d.sentAll(snap, resource.MeshKind, []*discovery.Resource{m1, versionOnly("m2", "other")}) {
+		t.Fatal("a version the snapshot does not serve taken for its entry")
+	}
+	if !d.sentAll(snap, resource.MeshKind, []*discovery.Resource{m1, m2}) || d.len() != 2 || d.over != nil {
+		t.Fatalf("every entry: want the snapshot's, no map; got len %d, over %v", d.len(), d.over)
+	}
+	if r, ok := d.get("m2"); !ok || r != m2 {
+		t.Fatalf("get(m2) = %v, %v", r, ok)
+	}
+	if d.sentAll(snap, resource.MeshKind, []*discovery.Resource{m1, m2}) {
+		t.Fatal("sentAll on a delivered that holds something")
+	}
+}
+
+// priorSet is a map of name -> version, in its slice and past it.
+func TestPriorSetIsAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var p priorSet
+	want := map[string]string{}
+	for step := range 2000 {
+		n := fmt.Sprint("n", rng.IntN(20))
+		if rng.IntN(3) == 0 {
+			p.del(n)
+			delete(want, n)
+		} else {
+			v := fmt.Sprint("v", step)
+			p.set(n, v)
+			want[n] = v
+		}
+		got := map[string]string{}
+		p.each(func(n string) {
+			v, ok := p.get(n)
+			if !ok {
+				t.Fatalf("step %d: each gave %s, get does not have it", step, n)
+			}
+			got[n] = v
+		})
+		if !maps.Equal(got, want) {
+			t.Fatalf("step %d: %v, want %v", step, got, want)
+		}
+		if _, ok := p.get("absent"); ok {
+			t.Fatal("get of an absent name")
+		}
+	}
+}

@@ -108,7 +108,7 @@ type inflight struct {
 	kind   string
 	resp   *discovery.DeltaDiscoveryResponse
 	nonce  string            // set when the server sends it
-	priors map[string]string // what the zone had ACKed of its names before, for those it had ACKed
+	priors priorSet          // what the zone had ACKed of its names before, for those it had ACKed
 	edits  uint64            // the kind's delivered edits once this response was counted in it
 	cost   int64             // the room it holds in the cache's budget, until it leaves inflight
 }
@@ -116,7 +116,7 @@ type inflight struct {
 // covers reports whether the response carries name (sent or removed), and if so what the zone
 // had ACKed of it before.
 func (r *inflight) covers(name string) (ackedVersion, bool) {
-	if v, ok := r.priors[name]; ok {
+	if v, ok := r.priors.get(name); ok {
 		return ackedVersion{v, true}, true
 	}
 	if _, ok := r.version(name); ok {
@@ -234,9 +234,7 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	}
 	for _, r := range s.inflight {
 		if r.kind == kind {
-			for n := range r.priors {
-				look(n)
-			}
+			r.priors.each(look)
 		}
 	}
 }
@@ -315,13 +313,75 @@ func (s *Session) carrier(kind, name string, except *inflight) *inflight {
 // setPrior records that the zone holds h of name before r arrives.
 func (r *inflight) setPrior(name string, h ackedVersion) {
 	if !h.ok {
-		delete(r.priors, name)
+		r.priors.del(name)
 		return
 	}
-	if r.priors == nil {
-		r.priors = map[string]string{}
+	r.priors.set(name, h.version)
+}
+
+// priorSet is name -> version: a few pairs in a slice (a response to an update carries one or two
+// names), a map once there are more.
+type priorSet struct {
+	few  []namedVersion
+	many map[string]string
+}
+
+type namedVersion struct{ name, version string }
+
+// priorSetFew is how many names a priorSet keeps in its slice.
+const priorSetFew = 8
+
+func (p *priorSet) get(name string) (string, bool) {
+	if p.many != nil {
+		v, ok := p.many[name]
+		return v, ok
 	}
-	r.priors[name] = h.version
+	for _, nv := range p.few {
+		if nv.name == name {
+			return nv.version, true
+		}
+	}
+	return "", false
+}
+
+func (p *priorSet) set(name, version string) {
+	if p.many != nil {
+		p.many[name] = version
+		return
+	}
+	for i := range p.few {
+		if p.few[i].name == name {
+			p.few[i].version = version
+			return
+		}
+	}
+	if len(p.few) < priorSetFew {
+		p.few = append(p.few, namedVersion{name, version})
+		return
+	}
+	p.many = make(map[string]string, 2*priorSetFew)
+	for _, nv := range p.few {
+		p.many[nv.name] = nv.version
+	}
+	p.many[name] = version
+	p.few = nil
+}
+
+func (p *priorSet) del(name string) {
+	if p.many != nil {
+		delete(p.many, name)
+		return
+	}
+	p.few = slices.DeleteFunc(p.few, func(nv namedVersion) bool { return nv.name == name })
+}
+
+func (p *priorSet) each(f func(name string)) {
+	for n := range p.many {
+		f(n)
+	}
+	for _, nv := range p.few {
+		f(nv.name)
+	}
 }
 
 // setRefused records that the zone holds h of name, where delivered may say otherwise.
@@ -399,7 +459,7 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 
 // prior is what the zone had ACKed, before r, of a name r carries.
 func (r *inflight) prior(name string) ackedVersion {
-	if v, ok := r.priors[name]; ok {
+	if v, ok := r.priors.get(name); ok {
 		return ackedVersion{v, true}
 	}
 	return ackedVersion{}
@@ -731,16 +791,20 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 			r.setPrior(name, ackedVersion{old.Version, true})
 		}
 	}
-	for _, res := range resp.Resources {
-		note(res.Name)
-		ks.setDelivered(res.Name, res)
+	if first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(s.cache.snap.Load(), kind, resp.Resources) {
+		ks.edits += uint64(len(resp.Resources)) // as setDelivered counts them; no prior, nothing to undo
+	} else {
+		for _, res := range resp.Resources {
+			note(res.Name)
+			ks.setDelivered(res.Name, res)
+		}
+		for _, n := range resp.RemovedResources {
+			note(n)
+			ks.dropDelivered(n)
+		}
+		// What the zone is sent now is most often exactly what is served: share the snapshot's.
+		ks.delivered.rebase(s.cache.snap.Load(), kind)
 	}
-	for _, n := range resp.RemovedResources {
-		note(n)
-		ks.dropDelivered(n)
-	}
-	// What the zone is sent now is most often exactly what is served: share the snapshot's.
-	ks.delivered.rebase(s.cache.snap.Load(), kind)
 	r.edits = ks.edits
 	s.inflight = append(s.inflight, r)
 	if len(s.inflight) > MaxInFlight {
