@@ -20,6 +20,12 @@ import (
 // tests (fast backoff and polling), connecting while refuse is false; refuse may be nil.
 func openPostgresTest(t *testing.T, dsn string, refuse *atomic.Bool) *sqlStore {
 	t.Helper()
+	return openPostgresTestWith(t, dsn, refuse, func(*listenOptions) {})
+}
+
+// openPostgresTestWith is openPostgresTest with the listener options tuned by tune.
+func openPostgresTestWith(t *testing.T, dsn string, refuse *atomic.Bool, tune func(*listenOptions)) *sqlStore {
+	t.Helper()
 	tgt, err := parseDSN(dsn, "")
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +38,7 @@ func openPostgresTest(t *testing.T, dsn string, refuse *atomic.Bool) *sqlStore {
 		}
 		return pgx.ConnectConfig(ctx, cfg)
 	}
+	tune(&opts)
 	s, err := openPostgresWith(context.Background(), tgt.pgConfig, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -450,4 +457,29 @@ func TestChangeLogKeepsTheNewest(t *testing.T) {
 	again, _, _, _, _ := l.changesSince(changeLogSize, changeLogSize+1)
 	g.Expect(string(again[0].Spec)).To(Equal(`{}`))
 	g.Expect(again[0].Labels).To(BeNil())
+}
+
+// A write whose notification never comes (none was sent: a writer that does not notify, or a
+// notification lost) is noticed when the LISTEN connection has been idle for its idle time: the
+// listener reads the revision then, and the reader queries past what the log holds.
+func TestAWriteWithoutNotificationIsNoticedWhenIdle(t *testing.T) {
+	g, ctx, dsn := NewWithT(t), context.Background(), pg.Database(t)
+	b := openPostgresTestWith(t, dsn, nil, func(o *listenOptions) { o.idle = 50 * time.Millisecond })
+	_, _, err := b.Put(ctx, mesh("m")) // 1, from the log from now on
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b.ChangesSince(ctx, 1)).Error().NotTo(HaveOccurred())
+
+	tx, err := b.w.BeginTx(ctx, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	var rev int64
+	g.Expect(tx.QueryRowContext(ctx, `UPDATE revision SET value = value + 1 WHERE id = 1 RETURNING value`).Scan(&rev)).To(Succeed())
+	_, err = tx.ExecContext(ctx, `INSERT INTO resources (kind, mesh, name, mesh_ref, labels, owners, spec, generation, revision, created_ms, modified_ms)
+		VALUES ('MeshTimeout', 'm', 'unannounced', 'm', '{}', '[]', '{}', 1, $1, 1, 1)`, rev)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tx.Commit()).To(Succeed()) // no pg_notify
+
+	g.Eventually(b.seen.Load, 10*time.Second).Should(Equal(rev), "the idle listener read the revision")
+	changed, _, now := changesSince(t, b, 1)
+	g.Expect(changed).To(Equal([]string{"MeshTimeout/m/unannounced"}))
+	g.Expect(now).To(Equal(rev))
 }

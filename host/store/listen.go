@@ -184,7 +184,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // wait signals Changes for each notification until the connection fails or ctx ends. A wait
 // that hears nothing for the idle time pings the server, so a connection that died silently is
-// noticed.
+// noticed, and reads the revision, so a write whose notification was lost is too.
 func (l *listener) wait(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, l.opts.idle)
@@ -201,6 +201,9 @@ func (l *listener) wait(ctx context.Context, conn *pgx.Conn) error {
 			if err != nil {
 				return fmt.Errorf("ping: %w", err)
 			}
+			// And read the revision: the reader answers from the notifications' changes, so
+			// this is what would notice a write whose notification never came.
+			l.poll(ctx, false)
 			continue
 		case err != nil:
 			return fmt.Errorf("wait for notifications: %w", err)
