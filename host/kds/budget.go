@@ -1,6 +1,7 @@
 package kds
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -16,23 +17,35 @@ import (
 // forgotten (MaxInFlight) or taken back, and when its stream closes.
 //
 // Invariants (under mu):
-//   - used is the sum of the costs of the responses that hold room (inflight.cost > 0).
-//   - A response is admitted when it fits, or when nothing holds room (one larger than the limit
-//     goes alone), or when it has waited maxWait: a zone that never answers slows the others by
-//     maxWait a response at most; it never stops them.
+//   - used is the sum of the costs of the responses that hold room (inflight.cost > 0) and of
+//     the waiters granted room whose response is not sent yet.
+//   - A response is admitted when it fits and nobody waits before it, or when nothing holds room
+//     (one larger than the limit goes alone), or when it has waited maxWait: a zone that never
+//     answers slows the others by maxWait a response at most; it never stops them. Waiters get
+//     room in the order they came, as it comes back (release).
 type budget struct {
 	mu      sync.Mutex
-	limit   int64         // 0: unbounded
-	used    int64         // bytes of the responses that hold room
-	freed   chan struct{} // closed, and replaced, when room comes back
+	limit   int64           // 0: unbounded
+	used    int64           // bytes of the responses that hold room
+	waiters []*budgetWaiter // in the order they came: room goes to the first that fits
 	maxWait time.Duration
+}
+
+// budgetWaiter is a response waiting for room: when room comes back, release takes it on the
+// waiter's behalf and signals ready. A waiter is woken once, when it got its room, and no other
+// waiter is woken for it: with thousands of streams waiting in a full sync, a release wakes the
+// one or few that now fit, not all of them.
+type budgetWaiter struct {
+	n       int64
+	ready   chan struct{} // capacity 1: signalled once, when granted
+	granted bool
 }
 
 // budgetMaxWait is how long a response waits for room at most.
 const budgetMaxWait = 5 * time.Second
 
 func newBudget(limit int64) *budget {
-	return &budget{limit: limit, freed: make(chan struct{}), maxWait: budgetMaxWait}
+	return &budget{limit: limit, maxWait: budgetMaxWait}
 }
 
 // setLimit changes the limit (0: unbounded); call it before serving.
@@ -45,50 +58,78 @@ func (b *budget) setLimit(limit int64) {
 // acquire waits for room for n bytes and takes it, and reports true; or returns false, taking
 // nothing, when stop or gone closes first.
 func (b *budget) acquire(n int64, stop, gone <-chan struct{}) bool {
-	var deadline <-chan time.Time
-	for {
-		freed, ok := b.tryAcquire(n)
-		if ok {
-			return true
-		}
-		if deadline == nil {
-			t := time.NewTimer(b.maxWait)
-			defer t.Stop()
-			deadline = t.C
-		}
-		select {
-		case <-freed:
-		case <-deadline:
-			b.take(n) // waited long enough: over the limit, rather than stalled by a zone that does not answer
-			return true
-		case <-stop:
-			return false
-		case <-gone:
-			return false
-		}
+	w := b.tryAcquire(n)
+	if w == nil {
+		return true
 	}
+	t := time.NewTimer(b.maxWait)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+	case <-t.C:
+		b.force(w) // waited long enough: over the limit, rather than stalled by a zone that does not answer
+	case <-stop:
+		b.cancel(w)
+		return false
+	case <-gone:
+		b.cancel(w)
+		return false
+	}
+	return true
 }
 
-// tryAcquire takes room for n bytes and reports true when it fits now; otherwise it takes
-// nothing and returns a channel closed when room comes back.
-func (b *budget) tryAcquire(n int64) (freed <-chan struct{}, ok bool) {
+// fits reports whether n bytes fit now. Call with b.mu.
+func (b *budget) fits(n int64) bool {
+	return b.limit <= 0 || b.used == 0 || b.used+n <= b.limit
+}
+
+// tryAcquire takes room for n bytes and returns nil when it fits now and nobody waits before it;
+// otherwise it takes nothing and returns the waiter, queued, whose ready is signalled once room
+// was taken for it.
+func (b *budget) tryAcquire(n int64) *budgetWaiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.limit <= 0 || b.used == 0 || b.used+n <= b.limit {
+	if len(b.waiters) == 0 && b.fits(n) {
 		b.used += n
-		return nil, true
+		return nil
 	}
-	return b.freed, false
+	w := &budgetWaiter{n: n, ready: make(chan struct{}, 1)}
+	b.waiters = append(b.waiters, w)
+	return w
 }
 
-// take takes room for n bytes whether it fits or not: for a response that waited maxWait.
-func (b *budget) take(n int64) {
+// force gives w its room whether it fits or not (it waited maxWait), unless it got it already.
+func (b *budget) force(w *budgetWaiter) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.used += n
+	if w.granted {
+		return
+	}
+	b.dequeue(w)
+	w.granted = true
+	b.used += w.n
 }
 
-// release gives back n bytes of room.
+// cancel takes w out of the queue, and gives back its room if it got it meanwhile.
+func (b *budget) cancel(w *budgetWaiter) {
+	b.mu.Lock()
+	if !w.granted {
+		b.dequeue(w)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.release(w.n)
+}
+
+// dequeue takes w out of the queue. Call with b.mu.
+func (b *budget) dequeue(w *budgetWaiter) {
+	if i := slices.Index(b.waiters, w); i >= 0 {
+		b.waiters = slices.Delete(b.waiters, i, i+1)
+	}
+}
+
+// release gives back n bytes of room, and takes it for the waiters that now fit, in order.
 func (b *budget) release(n int64) {
 	if n <= 0 {
 		return
@@ -96,8 +137,17 @@ func (b *budget) release(n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	i := 0
+	for ; i < len(b.waiters) && b.fits(b.waiters[i].n); i++ {
+		w := b.waiters[i]
+		w.granted = true
+		b.used += w.n
+		w.ready <- struct{}{}
+	}
+	if i > 0 {
+		clear(b.waiters[:i])
+		b.waiters = b.waiters[i:] // no copy: the next append that grows it leaves the front behind
+	}
 }
 
 // inUse is the room taken now.

@@ -146,3 +146,37 @@ func TestResponsesWaitForRoomUntilAZoneAnswers(t *testing.T) {
 		g.Expect(c.budget.inUse()).To(BeZero())
 	})
 }
+
+// Room that comes back goes to the waiters in the order they came, and wakes only those it was
+// taken for; a waiter that leaves gives back what it was granted, to the next.
+func TestTheBudgetGrantsWaitersInOrderAndWakesOnlyThem(t *testing.T) {
+	g := NewWithT(t)
+	b := newBudget(100)
+	g.Expect(b.tryAcquire(100)).To(BeNil(), "fits")
+	w1, w2, w3 := b.tryAcquire(60), b.tryAcquire(30), b.tryAcquire(20)
+	g.Expect([]*budgetWaiter{w1, w2, w3}).NotTo(ContainElement(BeNil()), "no room: all wait")
+	w0 := b.tryAcquire(1)
+	g.Expect(w0).NotTo(BeNil(), "a small one waits behind them")
+
+	b.release(50) // 50 used: the first (60) does not fit, so nobody passes it
+	g.Expect(w1.ready).NotTo(Receive())
+	g.Expect(w2.ready).NotTo(Receive(), "in order: the second waits behind the first")
+
+	b.release(50) // nothing used: the first, then the second (90) fit; the third (110) does not
+	g.Expect(w1.ready).To(Receive())
+	g.Expect(w2.ready).To(Receive())
+	g.Expect(w3.ready).NotTo(Receive())
+	g.Expect(b.inUse()).To(Equal(int64(90)))
+
+	b.cancel(w2) // granted, then gone: its room goes to the third, then the small one
+	g.Expect(w3.ready).To(Receive())
+	g.Expect(w0.ready).To(Receive())
+	g.Expect(b.inUse()).To(Equal(int64(81)))
+
+	w4 := b.tryAcquire(50)
+	g.Expect(w4).NotTo(BeNil())
+	b.force(w4) // its deadline: over the limit
+	g.Expect(b.inUse()).To(Equal(int64(131)))
+	b.release(131)
+	g.Expect(w4.ready).NotTo(Receive(), "forced, not granted: nothing to wake")
+}

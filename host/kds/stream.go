@@ -33,9 +33,11 @@ type deltaStream struct {
 	watches map[string]*deltaWatch
 
 	// pending is the answered watch taken off the session's queue whose response waits for room
-	// in the budget (cost bytes of it): until freed closes, or, at the deadline, it goes anyway.
+	// in the budget (cost bytes of it), queued there as wait: until the budget grants it (freed),
+	// or, at the deadline, it goes anyway.
 	pending  *watch
 	cost     int64
+	wait     *budgetWaiter
 	freed    <-chan struct{}
 	timer    *time.Timer
 	deadline <-chan time.Time
@@ -92,11 +94,14 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 			return nil
 		case <-s.st.wake:
 			err = s.pump()
-		case <-s.freed:
-			err = s.pump()
+		case <-s.freed: // the budget took the room for it
+			err = s.deliver()
+			if err == nil {
+				err = s.pump()
+			}
 		case <-s.deadline:
 			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
-			c.budget.take(s.cost)
+			c.budget.force(s.wait)
 			err = s.deliver()
 			if err == nil {
 				err = s.pump()
@@ -153,9 +158,10 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 }
 
 // pump sends the session's answered responses in order while the budget has room for them; the
-// first that does not fit stays pending until room comes back or its deadline.
+// first that does not fit stays pending, queued in the budget, until it is granted room or its
+// deadline.
 func (s *deltaStream) pump() error {
-	for {
+	for s.wait == nil {
 		if s.pending == nil {
 			w := s.st.next()
 			if w == nil {
@@ -163,25 +169,23 @@ func (s *deltaStream) pump() error {
 			}
 			s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
 		}
-		freed, ok := s.cache.budget.tryAcquire(s.cost)
-		if !ok {
-			s.freed = freed
-			if s.timer == nil {
-				s.timer = time.NewTimer(s.cache.budget.maxWait)
-				s.deadline = s.timer.C
-			}
+		if wait := s.cache.budget.tryAcquire(s.cost); wait != nil {
+			s.wait, s.freed = wait, wait.ready
+			s.timer = time.NewTimer(s.cache.budget.maxWait)
+			s.deadline = s.timer.C
 			return nil
 		}
 		if err := s.deliver(); err != nil {
 			return err
 		}
 	}
+	return nil // the pending response waits for room
 }
 
 // deliver sends the pending response, whose room in the budget is taken.
 func (s *deltaStream) deliver() error {
 	w := s.pending
-	s.pending, s.freed = nil, nil
+	s.pending, s.wait, s.freed = nil, nil, nil
 	s.stopTimer()
 	s.st.admitted(w, s.cost)
 	resp := w.resp
@@ -192,7 +196,10 @@ func (s *deltaStream) deliver() error {
 // abandon takes the pending response back, unsent: its names are dirty again.
 func (s *deltaStream) abandon() {
 	if w := s.pending; w != nil {
-		s.pending, s.freed = nil, nil
+		if s.wait != nil {
+			s.cache.budget.cancel(s.wait) // out of the queue, or its room given back
+		}
+		s.pending, s.wait, s.freed = nil, nil, nil
 		s.stopTimer()
 		s.st.finish(w, false)
 	}
