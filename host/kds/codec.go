@@ -2,6 +2,7 @@ package kds
 
 import (
 	"fmt"
+	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
@@ -63,9 +64,17 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode delta response: %w", err)
 	}
+	snap := rc.cache.snap.Load()
+	if len(resp.Resources) >= runMin {
+		if run := snap.wire(resp.TypeUrl).run(resp.Resources); run != nil {
+			// A run of the kind's entries in name order (a full sync's response, or a part of one
+			// cut at the message limit): one buffer, no copy.
+			return mem.BufferSlice{mem.SliceBuffer(hb), mem.SliceBuffer(run)}, nil
+		}
+	}
 	out := make(mem.BufferSlice, 0, 1+len(resp.Resources))
 	out = append(out, mem.SliceBuffer(hb))
-	entries := rc.cache.snap.Load().Kind(resp.TypeUrl)
+	entries := snap.Kind(resp.TypeUrl)
 	for _, r := range resp.Resources {
 		if e := entries[r.GetName()]; e != nil && e.Wire == r && e.frame != nil {
 			out = append(out, e.frame)
@@ -80,4 +89,70 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 		out = append(out, mem.SliceBuffer(f))
 	}
 	return out, nil
+}
+
+// runMin is the fewest resources a response has for the codec to look for them in its kind's
+// encoding end to end: an update's response carries one or a few.
+const runMin = 32
+
+// kindWire is a kind's entries encoded end to end in name order, made once per snapshot and
+// kind, the first time a response of many of them is sent: every stream's full sync of the kind
+// is then one slice of it.
+type kindWire struct {
+	once    sync.Once
+	entries []*Entry       // in name order
+	index   map[string]int // name -> its place in entries
+	buf     []byte         // the entries' frames, end to end
+	off     []int          // where each entry's frame starts in buf, and len(buf) last
+}
+
+// wire is the kind's kindWire, made on first use.
+func (s *Snapshot) wire(kind string) *kindWire {
+	s.namesMu.Lock()
+	kw := s.wires[kind]
+	if kw == nil {
+		kw = &kindWire{}
+		if s.wires == nil {
+			s.wires = map[string]*kindWire{}
+		}
+		s.wires[kind] = kw
+	}
+	s.namesMu.Unlock()
+	kw.once.Do(func() {
+		names := s.Names(kind)
+		byName := s.Kind(kind)
+		size := 0
+		for _, n := range names {
+			if e := byName[n]; e.frame != nil {
+				size += e.frame.Len()
+			} else {
+				return // an entry made elsewhere, with no encoding of its own: no run
+			}
+		}
+		kw.entries, kw.index = make([]*Entry, len(names)), make(map[string]int, len(names))
+		kw.buf, kw.off = make([]byte, 0, size), make([]int, 0, len(names)+1)
+		for i, n := range names {
+			e := byName[n]
+			kw.entries[i], kw.index[n] = e, i
+			kw.off = append(kw.off, len(kw.buf))
+			kw.buf = append(kw.buf, e.frame.ReadOnlyData()...)
+		}
+		kw.off = append(kw.off, len(kw.buf))
+	})
+	return kw
+}
+
+// run is the encoding of rs when they are consecutive entries of the kind in name order, else
+// nil.
+func (kw *kindWire) run(rs []*discovery.Resource) []byte {
+	i, ok := kw.index[rs[0].GetName()]
+	if !ok || i+len(rs) > len(kw.entries) {
+		return nil
+	}
+	for k, r := range rs {
+		if kw.entries[i+k].Wire != r {
+			return nil
+		}
+	}
+	return kw.buf[kw.off[i]:kw.off[i+len(rs)]]
 }

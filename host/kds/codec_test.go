@@ -1,6 +1,7 @@
 package kds
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"unsafe"
@@ -75,5 +76,47 @@ func TestTheCodecKnowsEveryFieldOfADeltaResponse(t *testing.T) {
 	slices.Sort(copied)
 	if !slices.Equal(have, copied) {
 		t.Fatalf("DeltaDiscoveryResponse's fields are %v; responseCodec.Marshal copies %v", have, copied)
+	}
+}
+
+// A response of many consecutive entries of a kind in name order (a full sync, or a part of one)
+// is one slice of the kind's encoding end to end; any other is encoded resource by resource. The
+// zone decodes the same message either way.
+func TestTheCodecWritesARunOfEntriesAsOneSlice(t *testing.T) {
+	g := NewWithT(t)
+	var b SnapshotBuilder
+	var rs []resource.Resource
+	for i := range 2 * runMin {
+		rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: fmt.Sprintf("m%03d", i), Generation: 1})
+	}
+	snap, err := b.Build(rs)
+	g.Expect(err).NotTo(HaveOccurred())
+	c := NewCache([]string{resource.MeshKind})
+	c.SetSnapshot(snap)
+	wires := func(from, to int) []*discovery.Resource {
+		var out []*discovery.Resource
+		for _, n := range snap.Names(resource.MeshKind)[from:to] {
+			out = append(out, snap.Kind(resource.MeshKind)[n].Wire)
+		}
+		return out
+	}
+	gap := append(wires(0, runMin/2), wires(runMin/2+1, runMin+1)...)
+	for _, tc := range []struct {
+		name    string
+		rs      []*discovery.Resource
+		buffers int
+	}{
+		{"every entry", wires(0, 2*runMin), 2},
+		{"a run in the middle", wires(3, 3+runMin), 2},
+		{"a run with a gap", gap, 1 + len(gap)},
+		{"too few for a run", wires(0, runMin-1), runMin},
+	} {
+		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: resource.MeshKind, Nonce: "3", Resources: tc.rs}
+		data, err := newResponseCodec(c).Marshal(resp)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(data).To(HaveLen(tc.buffers), tc.name)
+		got := &discovery.DeltaDiscoveryResponse{}
+		g.Expect(proto.Unmarshal(data.Materialize(), got)).To(Succeed())
+		g.Expect(proto.Equal(got, resp)).To(BeTrue(), tc.name)
 	}
 }

@@ -65,6 +65,7 @@ type Snapshot struct {
 
 	namesMu sync.Mutex
 	names   map[string][]string // kind -> xDS names, sorted; made on first use
+	wires   map[string]*kindWire // kind -> its entries' encoding end to end; made on first use (codec.go)
 }
 
 // Names returns the xDS names of one kind, sorted. The slice must not be modified.
