@@ -443,6 +443,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
+	if ks.full && ks.delivered.len() == 0 {
+		resp.Resources = make([]*discovery.Resource, 0, len(entries)) // a first sync: most often all of them
+	}
 	var sentForced []string
 	// The response stays under the message limit: what does not fit is left dirty, for the
 	// kind's next watch (the zone answers this response first). One resource always goes.
