@@ -118,12 +118,14 @@ func (r *run) startClient(backend string) error {
 	return nil
 }
 
-// begin starts counting (RPCs and server counts).
+// begin starts counting RPCs, and the server's counts unless serve started them.
 func (r *run) begin() error {
 	if _, err := r.c.Take(); err != nil {
 		return err
 	}
-	r.n0, r.r0 = r.serverCounts()
+	if r.n0 == nil {
+		r.n0, r.r0 = r.serverCounts()
+	}
 	r.start = time.Now()
 	r.cpu0, r.ccpu0 = processCPU(), r.c.CPU()
 	return nil
@@ -210,6 +212,9 @@ func (r *run) startBackends(n int) ([]*Backend, error) {
 // serve serves initial, starts the client, waits until backend serves its RPCs, and begins
 // counting.
 func (r *run) serve(initial Resources, backend *Backend) error {
+	// The server's counts start before the client does: what it refuses of the first state it is
+	// sent (and how often it is sent again) counts, however long the client takes to be up.
+	r.n0, r.r0 = r.serverCounts()
 	if err := r.set(initial); err != nil {
 		return err
 	}
