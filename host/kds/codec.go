@@ -43,7 +43,9 @@ func newResponseCodec(c *Cache) responseCodec {
 
 func (responseCodec) Name() string { return protocodec.Name }
 
-func (rc responseCodec) Unmarshal(data mem.BufferSlice, v any) error { return rc.proto.Unmarshal(data, v) }
+func (rc responseCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return rc.proto.Unmarshal(data, v)
+}
 
 func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	resp, ok := v.(*discovery.DeltaDiscoveryResponse)

@@ -12,7 +12,7 @@ import discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery
 //     ones; n counts them. base is read-only (a snapshot's), over is the stream's.
 //   - over never holds a name at the value base gives it.
 type delivered struct {
-	snap *Snapshot        // the snapshot base is the kind of, for rebase
+	snap *Snapshot         // the snapshot base is the kind of, for rebase
 	base map[string]*Entry // nil: none
 	over map[string]*discovery.Resource
 	n    int

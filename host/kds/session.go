@@ -82,7 +82,7 @@ type kindState struct {
 	// diff is made against, not what the delta server thinks it sent. A value is the response's
 	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
 	// only: 8 bytes a name where a version string would take 16.
-	delivered delivered // delivered.go
+	delivered delivered               // delivered.go
 	edits     uint64                  // changes of delivered so far: a response in flight knows whether any came after it
 	refused   map[string]ackedVersion // names whose delivered version the zone refused: what it holds instead
 	acked     int                     // names the zone has ACKed
@@ -107,10 +107,10 @@ type ackedVersion struct {
 type inflight struct {
 	kind   string
 	resp   *discovery.DeltaDiscoveryResponse
-	nonce  string            // set when the server sends it
-	priors priorSet          // what the zone had ACKed of its names before, for those it had ACKed
-	edits  uint64            // the kind's delivered edits once this response was counted in it
-	cost   int64             // the room it holds in the cache's budget, until it leaves inflight
+	nonce  string   // set when the server sends it
+	priors priorSet // what the zone had ACKed of its names before, for those it had ACKed
+	edits  uint64   // the kind's delivered edits once this response was counted in it
+	cost   int64    // the room it holds in the cache's budget, until it leaves inflight
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone

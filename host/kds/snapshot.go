@@ -64,7 +64,7 @@ type Snapshot struct {
 	changed map[string][]string
 
 	namesMu sync.Mutex
-	names   map[string][]string // kind -> xDS names, sorted; made on first use
+	names   map[string][]string  // kind -> xDS names, sorted; made on first use
 	wires   map[string]*kindWire // kind -> its entries' encoding end to end; made on first use (codec.go)
 }
 
