@@ -43,6 +43,8 @@ type replicas struct {
 	rewrite  bool             // the store lost some of this replica's records: put them all
 	beats    int              // heartbeats made
 	lastBeat time.Time        // the last heartbeat the store took
+	gen      uint64           // the zones' StreamsGeneration when recorded was listed
+	listed   bool             // gen is known
 }
 
 // newReplicas sets the replica's defaults from the bound KDS listener: its id is the host name
@@ -79,7 +81,13 @@ func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
 	for {
-		r.beat(ctx, zones.Streams(), time.Now())
+		// The zones' streams are listed only when some opened or closed since the last beat
+		// recorded them: at 10,000 zones the listing was most of an idle replica's CPU.
+		if gen := zones.StreamsGeneration(); r.listed && gen == r.gen && !r.rewrite {
+			r.beat(ctx, nil, true, time.Now())
+		} else if r.beat(ctx, zones.Streams(), false, time.Now()) {
+			r.gen, r.listed = gen, true
+		}
 		select {
 		case <-ctx.Done():
 			r.leave()
@@ -93,20 +101,26 @@ func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
 // replica refreshed, and the others' fresh ones read. Stale records of any replica are deleted
 // and this replica's counted (to find records another replica expired) when something changed,
 // every auditBeats heartbeats, and after a heartbeat that failed or came late.
-func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now time.Time) {
+//
+// same says that the zones connected are the ones the last beat recorded, on the same streams
+// (insights is not read); beat reports whether it recorded the zones it was given.
+func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, same bool, now time.Time) bool {
 	r.beats++
 	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: now}
 	if r.rewrite || r.beats%auditBeats == 1 || now.Sub(r.lastBeat) > (staleBeats-1)*r.interval {
 		hb.ExpireBefore = now.Add(-staleBeats * r.interval)
 	}
-	connected := 0
-	for _, zi := range insights {
-		if !zi.Connected {
-			continue
-		}
-		connected++
-		if id, ok := r.recorded[zi.Zone]; r.rewrite || !ok || id != zi.Stream {
-			hb.Put = append(hb.Put, store.ZoneStream{Zone: zi.Zone, Since: zi.Since})
+	connected := len(r.recorded)
+	if !same {
+		connected = 0
+		for _, zi := range insights {
+			if !zi.Connected {
+				continue
+			}
+			connected++
+			if id, ok := r.recorded[zi.Zone]; r.rewrite || !ok || id != zi.Stream {
+				hb.Put = append(hb.Put, store.ZoneStream{Zone: zi.Zone, Since: zi.Since})
+			}
 		}
 	}
 	// With nothing put and as many zones connected as recorded, the zones are the recorded
@@ -135,23 +149,27 @@ func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, now tim
 				r.log.Warn("record the zones connected to this replica", "error", err)
 			}
 			r.rewrite = true // whether it committed is not known
-			return
+			return false
 		}
 		r.recorded, r.lastBeat = current, now
 		if n >= 0 { // counted
 			r.rewrite = n != int64(len(current))
 		}
+	} else {
+		r.recorded = current
 	}
+	recorded := !r.rewrite
 	others, err := r.rec.OtherZoneStreams(cctx, r.id, now.Add(-staleBeats*r.interval))
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("read the zones connected to other replicas", "error", err)
 		}
-		return
+		return recorded
 	}
 	r.mu.Lock()
 	r.others = others
 	r.mu.Unlock()
+	return recorded
 }
 
 // leave removes this replica's records, so that the others do not show its zones until they

@@ -60,7 +60,7 @@ func TestAHeartbeatThatChangesNothingOnlyRefreshes(t *testing.T) {
 	beat := func() store.Heartbeat {
 		t.Helper()
 		now = now.Add(r.interval)
-		r.beat(context.Background(), zones, now)
+		r.beat(context.Background(), zones, false, now)
 		return rec.beats[len(rec.beats)-1]
 	}
 
@@ -99,4 +99,43 @@ func TestAHeartbeatThatChangesNothingOnlyRefreshes(t *testing.T) {
 	g.Expect(all.Put).To(HaveLen(1), "every stream put again")
 	g.Expect(all.ExpireBefore.IsZero()).To(BeFalse())
 	g.Expect(beat().ExpireBefore.IsZero()).To(BeTrue(), "and back to refreshing only")
+}
+
+// A beat told the zones are the ones recorded (no stream opened or closed since) lists nothing and
+// puts nothing, and keeps the record; one after the store lost records says it did not record
+// them, so the next lists them again.
+func TestAHeartbeatWithTheSameStreamsListsNothing(t *testing.T) {
+	g := NewWithT(t)
+	rec := &recorder{records: -1}
+	r := &replicas{id: "r1", address: "grpc://r1:5685", interval: 2 * time.Second, rec: rec, log: hclog.NewNullLogger(), recorded: map[string]int64{}}
+	zones := []kds.ZoneInsight{{Zone: "a", Stream: 1, Connected: true}, {Zone: "b", Stream: 2, Connected: true}}
+	now := time.Unix(1000, 0)
+	g.Expect(r.beat(context.Background(), zones, false, now)).To(BeTrue())
+	g.Expect(r.beat(context.Background(), nil, true, now.Add(r.interval))).To(BeTrue())
+	last := rec.beats[len(rec.beats)-1]
+	g.Expect(last.Put).To(BeEmpty())
+	g.Expect(last.Gone).To(BeEmpty(), "the recorded zones are not taken for gone")
+	g.Expect(r.recorded).To(Equal(map[string]int64{"a": 1, "b": 2}))
+
+	rec.records = 0 // another replica expired this one's records
+	g.Expect(r.beat(context.Background(), nil, true, now.Add(20*r.interval))).To(BeFalse(), "a late beat audits: the records are lost")
+	rec.records = -1
+	g.Expect(r.beat(context.Background(), zones, false, now.Add(21*r.interval))).To(BeTrue())
+	g.Expect(rec.beats[len(rec.beats)-1].Put).To(HaveLen(2), "put again")
+}
+
+// The zones' streams generation moves with every stream opened or closed.
+func TestTheStreamsGenerationMovesWithStreams(t *testing.T) {
+	g := NewWithT(t)
+	c := kds.NewCache([]string{"Mesh"})
+	defer c.Close()
+	zones := kds.NewZones(c)
+	o := zones.Observer()
+	g0 := zones.StreamsGeneration()
+	o.StreamOpened(1, "a")
+	g1 := zones.StreamsGeneration()
+	o.StreamClosed(1, "a")
+	g2 := zones.StreamsGeneration()
+	g.Expect(g1).NotTo(Equal(g0))
+	g.Expect(g2).NotTo(Equal(g1))
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kds-host/kds-host/host/event"
@@ -24,6 +25,8 @@ type Zones struct {
 	order []string // the zones' names, sorted, while orderOK (List)
 	// orderOK: order holds every zone's name; a zone added or freed clears it.
 	orderOK bool
+
+	streamsGen atomic.Uint64 // StreamsGeneration
 }
 
 type zoneState struct {
@@ -74,6 +77,7 @@ func (z *Zones) Observer() event.Observer {
 // streamOpened: a zone's new stream starts from what the zone reports; the counters of its last
 // stream are added to its earlier ones.
 func (z *Zones) streamOpened(id int64, zone string) {
+	defer z.streamsGen.Add(1)
 	session := z.cache.Session(id)
 	z.mu.Lock()
 	s := z.zones[zone]
@@ -105,6 +109,7 @@ func (z *Zones) streamOpened(id int64, zone string) {
 }
 
 func (z *Zones) streamClosed(id int64, zone string) {
+	defer z.streamsGen.Add(1)
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if s := z.zones[zone]; s != nil && s.stream == id {
@@ -240,6 +245,10 @@ func (p zoneParts) kinds() []*KindInsight {
 	sort.Slice(out, func(a, b int) bool { return out[a].Kind < out[b].Kind })
 	return out
 }
+
+// StreamsGeneration changes whenever a stream opens or closes: two equal readings mean the same
+// zones are connected on the same streams (Streams would list the same).
+func (z *Zones) StreamsGeneration() uint64 { return z.streamsGen.Load() }
 
 // Streams returns the connected zones with their stream and since when, sorted by zone, without
 // their kinds: what a replica's heartbeat records, at the cost of the zone table alone.
