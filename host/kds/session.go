@@ -62,9 +62,9 @@ type Session struct {
 	// without any lock of the filter's.
 	view atomic.Pointer[viewBox]
 
-	wake chan struct{} // capacity 1: the queue grew
+	wake chan struct{} // capacity 1: the queue grew (read by the sender, or by the stream loop)
 	stop chan struct{} // closed when the stream closes
-	done chan struct{} // closed when the sender has returned
+	done chan struct{} // closed when the sender has returned (at once when the stream loop sends)
 }
 
 // MaxInFlight bounds the responses of one stream that the global remembers while they are
