@@ -90,39 +90,14 @@ type logEntry struct {
 func (s *sqlStore) revisionChanges(ctx context.Context, tx *sql.Tx, rev, horizon int64) (string, *logEntry, error) {
 	bare := strconv.FormatInt(rev, 10)
 	e := &logEntry{rev: rev, horizon: horizon}
-	rows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT `+selectColumns+` FROM resources WHERE revision = ? LIMIT ?`), rev, payloadRowsMax+1)
-	if err != nil {
-		return "", nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		w, gen, err := scanRow(rows)
-		if err != nil {
-			return "", nil, err
-		}
-		e.changed = append(e.changed, logRow{w: w, gen: gen})
-	}
-	if err := rows.Err(); err != nil {
+	var err error
+	if e.changed, err = s.revisionRows(ctx, tx, "=", rev, payloadRowsMax+1); err != nil {
 		return "", nil, err
 	}
 	if len(e.changed) > payloadRowsMax {
 		return bare, nil, nil
 	}
-	trows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT t.kind, t.mesh, t.name FROM tombstones t
-		WHERE t.revision = ? AND NOT EXISTS (
-			SELECT 1 FROM resources r WHERE r.kind = t.kind AND r.mesh = t.mesh AND r.name = t.name) LIMIT ?`), rev, payloadDeletesMax+1)
-	if err != nil {
-		return "", nil, err
-	}
-	defer trows.Close()
-	for trows.Next() {
-		var k resource.Key
-		if err := trows.Scan(&k.Kind, &k.Mesh, &k.Name); err != nil {
-			return "", nil, err
-		}
-		e.deleted = append(e.deleted, k)
-	}
-	if err := trows.Err(); err != nil {
+	if e.deleted, err = s.revisionDeletes(ctx, tx, "=", rev, payloadDeletesMax+1); err != nil {
 		return "", nil, err
 	}
 	if len(e.deleted) > payloadDeletesMax {

@@ -637,47 +637,72 @@ func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []res
 		return nil, nil, now, nil
 	}
 
-	rows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT `+selectColumns+` FROM resources WHERE revision > ?`), since)
+	rows, err := s.revisionRows(ctx, tx, ">", since, 0)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		w, gen, err := scanRow(rows)
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		r, err := w.decode(gen)
+	for _, c := range rows {
+		r, err := c.w.decode(c.gen)
 		if err != nil {
 			return nil, nil, 0, err
 		}
 		changed = append(changed, r)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, 0, err
-	}
 	slices.SortFunc(changed, func(a, b resource.Resource) int { return compareKeys(a.Key(), b.Key()) })
-
-	// A key deleted and created again is in changed, not here.
-	trows, err := tx.QueryContext(ctx, s.d.rebind(`SELECT t.kind, t.mesh, t.name FROM tombstones t
-		WHERE t.revision > ? AND NOT EXISTS (
-			SELECT 1 FROM resources r WHERE r.kind = t.kind AND r.mesh = t.mesh AND r.name = t.name)`), since)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	defer trows.Close()
-	for trows.Next() {
-		var k resource.Key
-		if err := trows.Scan(&k.Kind, &k.Mesh, &k.Name); err != nil {
-			return nil, nil, 0, err
-		}
-		deleted = append(deleted, k)
-	}
-	if err := trows.Err(); err != nil {
+	if deleted, err = s.revisionDeletes(ctx, tx, ">", since, 0); err != nil {
 		return nil, nil, 0, err
 	}
 	slices.SortFunc(deleted, compareKeys)
 	return changed, deleted, now, nil
+}
+
+// revisionRows reads the resource rows whose revision is op rev (op: ">" or "="), at most limit
+// of them (0: all).
+func (s *sqlStore) revisionRows(ctx context.Context, tx *sql.Tx, op string, rev int64, limit int) ([]logRow, error) {
+	q, args := `SELECT `+selectColumns+` FROM resources WHERE revision `+op+` ?`, []any{rev}
+	if limit > 0 {
+		q, args = q+` LIMIT ?`, append(args, limit)
+	}
+	rows, err := tx.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []logRow
+	for rows.Next() {
+		w, gen, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, logRow{w: w, gen: gen})
+	}
+	return out, rows.Err()
+}
+
+// revisionDeletes reads the keys deleted at revisions op rev (op: ">" or "=") that are still
+// absent (a key deleted and created again is a row, not a delete), at most limit of them (0:
+// all).
+func (s *sqlStore) revisionDeletes(ctx context.Context, tx *sql.Tx, op string, rev int64, limit int) ([]resource.Key, error) {
+	q, args := `SELECT t.kind, t.mesh, t.name FROM tombstones t
+		WHERE t.revision `+op+` ? AND NOT EXISTS (
+			SELECT 1 FROM resources r WHERE r.kind = t.kind AND r.mesh = t.mesh AND r.name = t.name)`, []any{rev}
+	if limit > 0 {
+		q, args = q+` LIMIT ?`, append(args, limit)
+	}
+	rows, err := tx.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []resource.Key
+	for rows.Next() {
+		var k resource.Key
+		if err := rows.Scan(&k.Kind, &k.Mesh, &k.Name); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }
 
 // errBeforeHorizon is ChangesSince's refusal of a revision older than the horizon.
