@@ -106,9 +106,6 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 				return
 			}
 		}
-		d.snap, d.base, d.compared = cur, entries, 0
-		d.over = nil // not cleared: its buckets would stay
-		return
 	default:
 		return
 	}
@@ -118,7 +115,12 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 			return
 		}
 	}
-	d.snap, d.base, d.compared = cur, entries, 0
+	d.share(cur, entries)
+}
+
+// share makes d's names cur's entries of the kind, with none of its own.
+func (d *delivered) share(cur *Snapshot, entries map[string]*Entry) {
+	d.snap, d.base, d.compared, d.n = cur, entries, 0, len(entries)
 	d.over = nil // not cleared: its buckets would stay
 }
 
@@ -134,6 +136,6 @@ func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource
 			return false
 		}
 	}
-	*d = delivered{snap: cur, base: entries, n: len(rs)}
+	d.share(cur, entries)
 	return true
 }

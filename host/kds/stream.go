@@ -95,17 +95,11 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 		case <-s.st.wake:
 			err = s.pump()
 		case <-s.freed: // the budget took the room for it
-			err = s.deliver()
-			if err == nil {
-				err = s.pump()
-			}
+			err = s.deliverAndPump()
 		case <-s.deadline:
 			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
 			c.budget.force(s.wait)
-			err = s.deliver()
-			if err == nil {
-				err = s.pump()
-			}
+			err = s.deliverAndPump()
 		case req, more := <-requests:
 			if !more {
 				return nil // the zone closed its side, or the RPC ended
@@ -191,6 +185,14 @@ func (s *deltaStream) deliver() error {
 	resp := w.resp
 	s.st.finish(w, true)
 	return s.send(resp.DeltaDiscoveryResponse, resp.DeltaRequest)
+}
+
+// deliverAndPump sends the pending response, whose room is taken, and what was queued after it.
+func (s *deltaStream) deliverAndPump() error {
+	if err := s.deliver(); err != nil {
+		return err
+	}
+	return s.pump()
 }
 
 // abandon takes the pending response back, unsent: its names are dirty again.
