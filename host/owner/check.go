@@ -16,6 +16,7 @@ package owner
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/kds-host/kds-host/host/kds"
@@ -109,13 +110,9 @@ func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
 	if z.own.len() > 0 || len(o.d.Withheld) > 0 || z.base == nil {
 		return false
 	}
-	accepted := make(map[resource.Key]bool, len(o.d.Accepted))
-	for _, e := range o.d.Accepted {
-		accepted[e.Key] = true
-	}
 	if z.table != nil {
-		for k := range accepted {
-			if _, held := z.table.held[k]; held {
+		for _, e := range o.d.Accepted {
+			if _, held := z.table.held[e.Key]; held {
 				return false
 			}
 		}
@@ -132,10 +129,20 @@ func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
 	if !ok {
 		return false
 	}
+	// The accepted entries are snap's: a changed entry was accepted if it is one of them. A check
+	// of a write looks at a few, so a scan; a map past that.
+	accepted := func(e *kds.Entry) bool { return slices.Contains(o.d.Accepted, e) }
+	if len(o.d.Accepted) > 16 {
+		set := make(map[*kds.Entry]bool, len(o.d.Accepted))
+		for _, e := range o.d.Accepted {
+			set[e] = true
+		}
+		accepted = func(e *kds.Entry) bool { return set[e] }
+	}
 	for kind, names := range changed {
 		entries := snap.Kind(kind)
 		for _, n := range names {
-			if e := entries[n]; e != nil && !accepted[e.Key] {
+			if e := entries[n]; e != nil && !accepted(e) {
 				return false
 			}
 		}
