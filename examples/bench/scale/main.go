@@ -2,7 +2,8 @@
 // go-control-plane server: for each scenario (zones x resources) and each server (kds-host with
 // owner holds on, its default; kds-host with owner holds off; examples/bench/stock, a
 // go-control-plane v0.14 LinearCache server with the same resources; and, over state-of-the-world
-// streams, stock and the guard package over stock's caches), it starts the server as a child
+// streams, stock and the guard package over stock's caches; and, when asked, the floor: grpc-go
+// with no cache, the least any server does for the same zones), it starts the server as a child
 // process and the zones in another (raw delta or SotW xDS clients that subscribe Mesh and
 // MeshTimeout and ACK everything, with zone tokens for kds-host), so that the server's CPU
 // (/proc/PID/stat) and peak resident set (VmHWM, /proc/PID/status) are its own. It measures the
@@ -77,13 +78,14 @@ const (
 	guarded   server = "guard"      // the same caches through guard.New, delta
 	stockSotW server = "stock-sotw" // stock, state of the world
 	guardSotW server = "guard-sotw" // guard, state of the world
+	floorOnly server = "floor"      // stock -floor: grpc-go alone, no cache (delta)
 )
 
 // knownServers are every server -servers takes; allServers are what "all" runs (the guard over
 // delta only when asked: its delta figures follow its SotW ones, and each server of a scenario
 // at 10,000 x 1,000 costs minutes).
 var (
-	knownServers = []server{holdsOn, holdsOff, stock, guarded, stockSotW, guardSotW}
+	knownServers = []server{holdsOn, holdsOff, stock, guarded, stockSotW, guardSotW, floorOnly}
 	allServers   = []server{holdsOn, holdsOff, stock, stockSotW, guardSotW}
 )
 
@@ -93,7 +95,7 @@ func (s server) sotw() bool { return s == stockSotW || s == guardSotW }
 // bytesPerZoneResource is a server's peak resident set per zone-resource, an overestimate (from
 // 1,000 zones x 10,000 resources at 0cf2a10: 2.1 GiB, 3.9 GiB and 1.6 GiB, with room), used
 // to skip a scenario that would not fit in memory.
-var bytesPerZoneResource = map[server]uint64{holdsOn: 350, holdsOff: 600, stock: 250, guarded: 600, stockSotW: 250, guardSotW: 600}
+var bytesPerZoneResource = map[server]uint64{holdsOn: 350, holdsOff: 600, stock: 250, guarded: 600, stockSotW: 250, guardSotW: 600, floorOnly: 250}
 
 type options struct {
 	scenarios      []scenario
@@ -119,7 +121,7 @@ type options struct {
 func main() {
 	var o options
 	scen := flag.String("scenarios", "all", "all, or ZONESxRESOURCES,... (all: 100x1000,1000x1000,100x10000,1000x10000,10000x100,10000x1000)")
-	servers := flag.String("servers", "all", "all, or a comma list of holds-on, holds-off, stock, guard, stock-sotw, guard-sotw (all: every one but guard)")
+	servers := flag.String("servers", "all", "all, or a comma list of holds-on, holds-off, stock, guard, stock-sotw, guard-sotw, floor (all: every one but guard and floor)")
 	flag.IntVar(&o.runs, "runs", 1, "runs of everything; the figures are the runs' medians (runs are interleaved)")
 	flag.IntVar(&o.updates, "updates", 20, "measured updates per run")
 	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured updates before them")
@@ -213,7 +215,7 @@ func parseServers(s string) ([]server, error) {
 	for _, part := range strings.Split(s, ",") {
 		sv := server(strings.TrimSpace(part))
 		if !slices.Contains(knownServers, sv) {
-			return nil, fmt.Errorf("%q: want holds-on, holds-off, stock, guard, stock-sotw or guard-sotw", part)
+			return nil, fmt.Errorf("%q: want holds-on, holds-off, stock, guard, stock-sotw, guard-sotw or floor", part)
 		}
 		out = append(out, sv)
 	}

@@ -65,8 +65,11 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	default:
 		path = filepath.Join(bin, "stock")
 		args = []string{"-resources", strconv.Itoa(sc.Resources)}
-		if sv == guarded || sv == guardSotW {
+		switch sv {
+		case guarded, guardSotW:
 			args = append(args, "-guard")
+		case floorOnly:
+			args = append(args, "-floor")
 		}
 	}
 	if prof != "" {

@@ -7,9 +7,10 @@
 //
 // With -guard it serves the same caches through the guard package (guard.New over the
 // MuxCache, its defaults, and its callbacks): what a go-control-plane server that adopts kds-host
-// runs, over both protocols.
+// runs, over both protocols. With -floor it serves delta with no cache at all (floor.go): the
+// least any server on grpc-go does for the same fleet, the floor under every figure.
 //
-//	stock -resources 1000 [-guard] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
+//	stock -resources 1000 [-guard|-floor] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
 //
 // Once it serves, it prints a benchproc.Ready line; its control endpoint changes the target
 // MeshTimeout (LinearCache.UpdateResource) and reports the live heap. It stops when its standard
@@ -41,15 +42,20 @@ func main() {
 	n := flag.Int("resources", 1000, "MeshTimeouts to serve (and Mesh \"default\")")
 	addr := flag.String("kds-addr", "127.0.0.1:0", "ADS listen address (delta and state of the world)")
 	wrap := flag.Bool("guard", false, "serve through guard.New over the same caches, with its defaults")
+	bare := flag.Bool("floor", false, "serve delta only, with no cache: the least a grpc-go server can do for the bench's fleet (see floor.go)")
 	prof := benchproc.ProfileFlags()
 	flag.Parse()
-	if err := run(*n, *addr, *wrap, *prof); err != nil {
+	if *wrap && *bare {
+		fmt.Fprintln(os.Stderr, "stock: -guard and -floor are two servers: give one")
+		os.Exit(2)
+	}
+	if err := run(*n, *addr, *wrap, *bare, *prof); err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, addr string, wrap bool, prof benchproc.Profiles) error {
+func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -57,6 +63,7 @@ func run(n int, addr string, wrap bool, prof benchproc.Profiles) error {
 
 	reg := resource.Default()
 	byKind := map[string]map[string]types.Resource{}
+	var entries []*kds.Entry // for -floor
 	for _, r := range benchproc.Resources(n) {
 		if err := reg.Validate(&r); err != nil {
 			return err
@@ -64,6 +71,10 @@ func run(n int, addr string, wrap bool, prof benchproc.Profiles) error {
 		e, err := kds.NewEntry(&r)
 		if err != nil {
 			return err
+		}
+		if bare {
+			entries = append(entries, e)
+			continue
 		}
 		if byKind[r.Kind] == nil {
 			byKind[r.Kind] = map[string]types.Resource{}
@@ -102,7 +113,14 @@ func run(n int, addr string, wrap bool, prof benchproc.Profiles) error {
 		return err
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, xdsCache, callbacks))
+	var fl *floor
+	if bare {
+		fl = newFloor(entries)
+		entries = nil
+		discovery.RegisterAggregatedDiscoveryServiceServer(gs, fl)
+	} else {
+		discovery.RegisterAggregatedDiscoveryServiceServer(gs, server.NewServer(ctx, xdsCache, callbacks))
+	}
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(ln) }()
 
@@ -115,6 +133,9 @@ func run(n int, addr string, wrap bool, prof benchproc.Profiles) error {
 		e, err := kds.NewEntry(&r)
 		if err != nil {
 			return err
+		}
+		if fl != nil {
+			return fl.update(ctx, seq, e)
 		}
 		return linear[r.Kind].UpdateResource(e.Key.XDSName(), e.Resource)
 	}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kds-host/kds-host/host/kds"
+)
+
+// floor is the least a delta ADS server on grpc-go can do for the bench's fleet, the floor under
+// any server's figures on this machine: no cache, no versions, no state per stream but its
+// sender lock. A subscription is answered with every resource of its kind; an update sends the
+// target's new version to every open stream; ACKs are read and dropped. Each response is encoded
+// once (grpc.PreparedMsg) and shared by every stream that sends it, nonce included, so what a
+// stream costs is grpc-go's: a send, a receive, their frames and syscalls.
+type floor struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+
+	full map[string]*discovery.DeltaDiscoveryResponse // per type URL: every resource of the kind
+
+	mu      sync.Mutex
+	streams map[*floorStream]struct{}
+}
+
+type floorStream struct {
+	mu sync.Mutex // one SendMsg at a time: the stream's receive loop and an update's fan-out
+	s  discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+}
+
+func (fs *floorStream) send(m any) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.s.SendMsg(m)
+}
+
+func newFloor(entries []*kds.Entry) *floor {
+	f := &floor{full: map[string]*discovery.DeltaDiscoveryResponse{}, streams: map[*floorStream]struct{}{}}
+	for _, e := range entries {
+		r := f.full[e.Key.Kind]
+		if r == nil {
+			r = &discovery.DeltaDiscoveryResponse{TypeUrl: e.Key.Kind, Nonce: "full"}
+			f.full[e.Key.Kind] = r
+		}
+		r.Resources = append(r.Resources, e.Wire)
+	}
+	return f
+}
+
+func (f *floor) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	fs := &floorStream{s: s}
+	f.mu.Lock()
+	f.streams[fs] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.streams, fs)
+		f.mu.Unlock()
+	}()
+	prepared := map[string]*grpc.PreparedMsg{}
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		if req.GetResponseNonce() != "" {
+			continue // an ACK
+		}
+		full, ok := f.full[req.GetTypeUrl()]
+		if !ok {
+			full = &discovery.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl(), Nonce: "full"}
+		}
+		// Encoded per stream here (a PreparedMsg is bound to its stream's codec and compressor),
+		// once per subscription: the full sync's one message per kind.
+		m := prepared[req.GetTypeUrl()]
+		if m == nil {
+			m = &grpc.PreparedMsg{}
+			if err := m.Encode(s, full); err != nil {
+				return err
+			}
+			prepared[req.GetTypeUrl()] = m
+		}
+		if err := fs.send(m); err != nil {
+			return err
+		}
+	}
+}
+
+// update sends e to every open stream, from as many goroutines as there are cores: the message
+// is encoded once and its bytes shared.
+func (f *floor) update(ctx context.Context, seq int, e *kds.Entry) error {
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: e.Key.Kind, Nonce: fmt.Sprintf("u%d", seq), Resources: []*discovery.Resource{e.Wire}}
+	f.mu.Lock()
+	streams := make([]*floorStream, 0, len(f.streams))
+	for fs := range f.streams {
+		streams = append(streams, fs)
+	}
+	f.mu.Unlock()
+	if len(streams) == 0 {
+		return nil
+	}
+	// One encoding: every stream of grpc.NewServer's has the same codec and no compressor.
+	m := &grpc.PreparedMsg{}
+	if err := m.Encode(streams[0].s, resp); err != nil {
+		return err
+	}
+	workers := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(streams); i += workers {
+				if ctx.Err() != nil {
+					return
+				}
+				if err := streams[i].send(m); err != nil && status.Code(err) != codes.Canceled {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
