@@ -342,7 +342,12 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	if !ok {
 		return nil, errors.New("kds: request was not seen by the stream callbacks")
 	}
-	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out, canceled: make(chan struct{}), finished: make(chan struct{})}
+	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out}
+	if !st.info.loop {
+		// A sender goroutine delivers it: cancel and the sender signal each other. kds's own
+		// stream loop delivers and cancels on one goroutine, and needs neither.
+		w.canceled, w.finished = make(chan struct{}), make(chan struct{})
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	ks := st.kind(w.kind)
@@ -396,14 +401,15 @@ func (c *Cache) cancel(st *Session, w *watch) {
 	if ks := st.kinds[w.kind]; ks != nil && ks.watch == w {
 		ks.watch = nil
 	}
-	select {
-	case <-w.canceled:
+	if w.wasCanceled {
 		st.mu.Unlock()
 		return
-	default:
 	}
-	close(w.canceled)
-	wait := w.sending
+	w.wasCanceled = true
+	wait := w.sending && w.finished != nil
+	if w.canceled != nil {
+		close(w.canceled)
+	}
 	if i := slices.Index(st.queue, w); i >= 0 {
 		st.queue = slices.Delete(st.queue, i, i+1)
 		st.requeue(w) // never delivered: its names are dirty again
@@ -442,9 +448,12 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	default:
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10)}
+	// The response is made only when it carries something: most evaluations after a write find
+	// the change withheld until the owner check answers.
+	var resources []*discovery.Resource
+	var removed []string
 	if ks.full && ks.delivered.len() == 0 {
-		resp.Resources = make([]*discovery.Resource, 0, len(entries)) // a first sync: most often all of them
+		resources = make([]*discovery.Resource, 0, len(entries)) // a first sync: most often all of them
 	}
 	var sentForced []string
 	// The response stays under the message limit: what does not fit is left dirty, for the
@@ -452,7 +461,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	limit, size := int(c.maxMessage.Load()), 0
 	var rest []string
 	fits := func(name string, n int) bool {
-		if len(rest) > 0 || (size+n > limit && len(resp.Resources)+len(resp.RemovedResources) > 0) {
+		if len(rest) > 0 || (size+n > limit && len(resources)+len(removed) > 0) {
 			rest = append(rest, name)
 			return false
 		}
@@ -475,7 +484,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 			if !fits(name, e.wireSize()) {
 				return
 			}
-			resp.Resources = append(resp.Resources, e.Wire)
+			resources = append(resources, e.Wire)
 			if ks.forced[name] {
 				sentForced = append(sentForced, name)
 			}
@@ -484,7 +493,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 				if !fits(name, len(name)+WireOverhead) {
 					return
 				}
-				resp.RemovedResources = append(resp.RemovedResources, name)
+				removed = append(removed, name)
 			}
 			delete(ks.forced, name) // no longer served: nothing to resend
 		}
@@ -502,17 +511,19 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		for n := range ks.dirty {
 			look(n)
 		}
-		slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
 	}
 	ks.full = false
 	clear(ks.dirty)
 	for _, n := range rest {
 		ks.dirty[n] = true
 	}
-	if len(resp.Resources)+len(resp.RemovedResources) == 0 {
+	if len(resources)+len(removed) == 0 {
 		return
 	}
-	slices.Sort(resp.RemovedResources)
+	slices.Sort(removed)
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10),
+		Resources: resources, RemovedResources: removed}
 	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
 	w.answered = true
 	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}

@@ -1,6 +1,10 @@
 package kds
 
-import discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+import (
+	"slices"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
 
 // delivered is what a zone was sent of one kind, name -> the response's Resource: a snapshot's
 // entries of the kind (base), shared by every stream that was sent exactly those, under the names
@@ -116,6 +120,35 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 		}
 	}
 	d.share(cur, entries)
+}
+
+// advance makes d hold cur's entries of the kind when d holds its base's exactly and a response
+// carries exactly what changed of the kind from that base to cur (resources at cur's entries,
+// removed names that cur no longer has): a write, sent to a stream in step. It reports whether
+// it did; d is unchanged when it did not. It spares the map that set would make only for rebase
+// to drop it.
+func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.Resource, removed []string) bool {
+	if len(d.over) > 0 || d.base == nil || cur == d.snap {
+		return false
+	}
+	ch, ok := cur.ChangesFrom(d.snap)
+	names := ch[kind]
+	if !ok || len(names) != len(resources)+len(removed) || len(names) > 16 { // a write's few: scans
+		return false
+	}
+	entries := cur.Kind(kind)
+	for _, r := range resources {
+		if e := entries[r.Name]; e == nil || e.Wire != r || !slices.Contains(names, r.Name) {
+			return false
+		}
+	}
+	for _, n := range removed {
+		if entries[n] != nil || !slices.Contains(names, n) {
+			return false
+		}
+	}
+	d.share(cur, entries)
+	return true
 }
 
 // share makes d's names cur's entries of the kind, with none of its own.

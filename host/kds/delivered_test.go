@@ -16,7 +16,7 @@ import (
 // step against a plain map. And a stream that holds what is served ends with no map of its own.
 func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var rebased, shared int
+	var rebased, shared, advanced int
 	for round := range 200 {
 		var b SnapshotBuilder
 		names := []string{"m1", "m2", "m3", "m4", "m5", "m6"}
@@ -33,7 +33,7 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 		var d delivered
 		want := map[string]*discovery.Resource{}
 		for step := range 40 {
-			switch op := rng.IntN(6); op {
+			switch op := rng.IntN(7); op {
 			case 0: // the snapshot moves on
 				n := names[rng.IntN(len(names))]
 				if rng.IntN(3) == 0 {
@@ -74,6 +74,37 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 				if d.snap == snap {
 					rebased++
 				}
+			case 6: // sent what changed since d's base (or, when there is no lineage, one name)
+				ch, _ := snap.ChangesFrom(d.snap)
+				changed := ch[resource.MeshKind]
+				if len(changed) == 0 {
+					changed = names[rng.IntN(len(names)):][:1]
+				}
+				var rs []*discovery.Resource
+				var removed []string
+				for _, n := range changed {
+					if e := snap.Kind(resource.MeshKind)[n]; e != nil {
+						rs = append(rs, e.Wire)
+					} else if _, held := want[n]; held {
+						removed = append(removed, n)
+					}
+				}
+				if d.advance(snap, resource.MeshKind, rs, removed) {
+					advanced++
+				} else {
+					for _, r := range rs {
+						d.set(r.Name, r)
+					}
+					for _, n := range removed {
+						d.drop(n)
+					}
+				}
+				for _, r := range rs {
+					want[r.Name] = r
+				}
+				for _, n := range removed {
+					delete(want, n)
+				}
 			}
 			got := map[string]*discovery.Resource{}
 			d.each(func(n string, r *discovery.Resource) {
@@ -106,10 +137,10 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 			shared++
 		}
 	}
-	if rebased == 0 || shared == 0 {
-		t.Fatalf("rebased %d times, shared at the end %d times: the rebase was never exercised", rebased, shared)
+	if rebased == 0 || shared == 0 || advanced == 0 {
+		t.Fatalf("rebased %d times, advanced %d, shared at the end %d times: the rebase was never exercised", rebased, advanced, shared)
 	}
-	t.Logf("rebased %d times; in sync and shared at the end in %d of 200 rounds", rebased, shared)
+	t.Logf("rebased %d times, advanced %d; in sync and shared at the end in %d of 200 rounds", rebased, advanced, shared)
 }
 
 // A first response that is exactly the kind's entries is held as the snapshot's, with no map;

@@ -714,7 +714,9 @@ func (s *Session) finish(w *watch, delivered bool) {
 	}
 	w.undo, w.resp, w.flight = nil, nil, nil // done with them; the watch stays answered
 	s.mu.Unlock()
-	close(w.finished)
+	if w.finished != nil {
+		close(w.finished)
+	}
 }
 
 // admit waits for room in the cache's budget for w's response, and reports whether it got it
@@ -796,14 +798,23 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	} else {
 		for _, res := range resp.Resources {
 			note(res.Name)
-			ks.setDelivered(res.Name, res)
 		}
 		for _, n := range resp.RemovedResources {
 			note(n)
-			ks.dropDelivered(n)
 		}
 		// What the zone is sent now is most often exactly what is served: share the snapshot's.
-		ks.delivered.rebase(s.cache.snap.Load(), kind)
+		cur := s.cache.snap.Load()
+		if ks.delivered.advance(cur, kind, resp.Resources, resp.RemovedResources) {
+			ks.edits += uint64(len(resp.Resources) + len(resp.RemovedResources)) // as setDelivered and dropDelivered count them
+		} else {
+			for _, res := range resp.Resources {
+				ks.setDelivered(res.Name, res)
+			}
+			for _, n := range resp.RemovedResources {
+				ks.dropDelivered(n)
+			}
+			ks.delivered.rebase(cur, kind)
+		}
 	}
 	r.edits = ks.edits
 	s.inflight = append(s.inflight, r)
@@ -849,14 +860,15 @@ type watch struct {
 	sub  cache.Subscription
 	out  chan cache.DeltaResponse
 
-	answered bool                            // at most once
-	resp     *cache.DeltaPassthroughResponse // the answer, until it is delivered
-	undo     []prior                         // what delivered had before the response, of the names it had
-	flight   *inflight                       // the response in flight, until it is delivered
-	forced   []string                        // forced names the response carries
-	canceled chan struct{}                   // closed by cancel
-	finished chan struct{}                   // closed by the sender when it is done with this watch
-	sending  bool                            // the sender has taken it off the queue
+	answered    bool                            // at most once
+	resp        *cache.DeltaPassthroughResponse // the answer, until it is delivered
+	undo        []prior                         // what delivered had before the response, of the names it had
+	flight      *inflight                       // the response in flight, until it is delivered
+	forced      []string                        // forced names the response carries
+	wasCanceled bool                            // cancel ran
+	canceled    chan struct{}                   // closed by cancel (nil in kds's own stream loop)
+	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in kds's own stream loop)
+	sending     bool                            // the sender has taken it off the queue
 }
 
 // subscribes reports whether the watch's subscription covers name.
