@@ -28,6 +28,9 @@ import (
 type inFlight struct {
 	checking bool      // a worker is checking the zone
 	arrivals []arrival // what arrived meanwhile (holds.go), unless a full check is pending
+	// moved: the zone's inventory changed meanwhile (an ACK, a NACK's stored part, a new stream),
+	// so the check may have read a state its digest does not name (shared.go).
+	moved bool
 }
 
 // check asks the policy once about the zone's pending work (every entry it does not hold at its
@@ -42,7 +45,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 	snap, full, keys := h.snap, z.full, z.keys
 	z.full, z.keys = false, nil
-	z.checking, z.arrivals = true, nil
+	z.checking, z.arrivals, z.moved = true, nil, false
 	h.mu.Unlock()
 	if snap == nil {
 		snap = h.cfg.Source.Snapshot()
@@ -51,7 +54,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		full = true // most of the snapshot (a Mesh ACK releasing what waited): one walk, one table
 	}
 
-	o := h.decision(ctx, zone, snap, full, keys)
+	o := h.decision(ctx, zone, z, snap, full, keys)
 	var shown map[string][]string
 	if o != nil {
 		// Only this worker changes z's verdicts (the zone is scheduled), so it reads them unlocked.
@@ -59,7 +62,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	}
 	h.mu.Lock()
 	arrivals := z.arrivals
-	z.checking, z.arrivals = false, nil
+	z.checking, z.arrivals, z.moved = false, nil, false
 	if o == nil || h.zones[zone] != z || !z.open {
 		h.mu.Unlock()
 		return // stopped, or the zone left meanwhile

@@ -228,6 +228,9 @@ func (h *Holds) Observer() event.Observer {
 				h.zones[zone] = z
 			}
 			z.stream, z.open, z.full = id, true, true // back within its grace: its verdicts still hold
+			if z.checking {
+				z.moved = true // the new stream's inventory starts again from what it reports
+			}
 			pub := z.pub
 			h.mu.Unlock()
 			if pub != nil {
@@ -263,6 +266,9 @@ func (h *Holds) arrived(zone, kind string, names event.Versions, removed []strin
 		// verdict (a removal may: what depends on it was shown). The common ACK costs nothing.
 		h.mu.Unlock()
 		return
+	}
+	if z.checking {
+		z.moved = true // its check's answer is not shared (shared.go)
 	}
 	found := false
 	weigh := func(a arrival) {

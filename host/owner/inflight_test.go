@@ -2,7 +2,9 @@ package owner_test
 
 import (
 	"context"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -139,5 +141,62 @@ func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
 		e := snap2.Kind(pol.Kind)[pol.Key().XDSName()]
 		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
 		g.Expect(h.Withheld("zone-1")).To(ConsistOf(HaveField("Key", pol.Key())))
+	})
+}
+
+// digestTaken is a world that calls taken once, right after a check read the zone's inventory
+// digest and before it reads the inventory itself.
+type digestTaken struct {
+	*world
+	taken atomic.Pointer[func()]
+}
+
+func (w *digestTaken) InventoryDigest(zone string) kds.Digest {
+	d := w.world.InventoryDigest(zone)
+	if f := w.taken.Swap(nil); f != nil {
+		(*f)()
+	}
+	return d
+}
+
+// Found by the model (once, under load): a zone whose stream reopens right after its check read
+// its inventory's digest, and which reports what it held again while the check is in flight,
+// holds the same as when the check began: the digest is the same at both ends of the check,
+// though the check read the empty inventory in between. Its answer (a REJECT for a resource the
+// zone holds, its Mesh being served nowhere) is not shared: the full check the new stream asks
+// for decides again from what the zone holds, and accepts it.
+func TestAnAnswerFromAnInventoryThatMovedMeanwhileIsNotShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		pol := resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "a"} // its Mesh m1 is gone
+		m2 := resource.Key{Kind: resource.MeshKind, Name: "m2"}
+		snap := snapshot(t, m2, pol)
+		held := map[string]string{pol.XDSName(): version(snap, pol)}
+		w := &digestTaken{world: &world{snap: snap, inventory: map[string]map[string]map[string]string{"zone-1": {pol.Kind: maps.Clone(held)}}, refreshed: map[string][]string{}}}
+		p := gated{ownerpredict.New(), &gate{}} // zone independent: its answers are shared
+		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w,
+			Generation: func() uint64 { return 1 }, Timeout: time.Hour})
+		g.Expect(err).NotTo(HaveOccurred())
+		defer h.Close()
+		h.Changed(snap)
+
+		p.gate.shut()
+		reopen := func() {
+			w.empty("zone-1") // a new stream starts from nothing
+			h.Observer().StreamOpened(2, "zone-1")
+		}
+		w.taken.Store(&reopen)
+		h.Observer().StreamOpened(1, "zone-1")
+		synctest.Wait() // the check read the empty inventory, and waits at the gate
+		g.Expect(p.gate.count()).To(Equal(1))
+
+		// Stream 2 reports what the zone holds: the same as when the check began.
+		w.store("zone-1", pol.Kind, held, nil)
+		h.Observer().ACK(event.ACK{StreamID: 2, Zone: "zone-1", Kind: pol.Kind, Versions: event.VersionsOf(held), Initial: true})
+		p.gate.open()
+		synctest.Wait()
+
+		g.Expect(h.Visible("zone-1", snap.Kind(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
+		g.Expect(h.Withheld("zone-1")).To(BeEmpty())
 	})
 }

@@ -9,7 +9,9 @@ package owner
 //   - An outcome's d, gone and table are written once, under Holds.mu, before its ready channel is
 //     closed, and never after: a zone that waited on ready reads them without a lock. An answer
 //     that is no good to share (stopped, failed open, or the inventory moved meanwhile) is
-//     removed from Holds.shared and marked with an error, so its waiters ask again.
+//     removed from Holds.shared and marked with an error, so its waiters ask again. The inventory
+//     moved if its digest changed or the zone heard an ACK or a new stream while checked (its
+//     digest may be back where it was after the check read something else).
 //   - outcome.mu guards outcome.shown, whose maps are read-only once stored.
 
 import (
@@ -70,9 +72,9 @@ type shareKey struct {
 	ownerKinds string
 }
 
-// decision decides a check of zone: the zone's own, or one shared with the zones that asked the
-// same before (or are asking now). It returns nil when ctx is done.
-func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
+// decision decides a check of zone (z, being checked): the zone's own, or one shared with the
+// zones that asked the same before (or are asking now). It returns nil when ctx is done.
+func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
 	decl := h.described.get(ctx)
 	kinds := decl.kinds
 	if !decl.shared {
@@ -111,6 +113,12 @@ func (h *Holds) decision(ctx context.Context, zone string, snap *kds.Snapshot, f
 		mine := h.decide(ctx, zone, snap, full, keys, kinds)
 		moved := h.cfg.Inventory.InventoryDigest(zone) != key.inventory
 		h.mu.Lock()
+		// The same digest at both ends is not enough: the inventory may have moved and come back
+		// in between (a new stream starts from nothing and reports the same again), the check
+		// reading it meanwhile. A zone's inventory changes on its stream's goroutine, and Holds
+		// hears each change (z.moved) before the next is made (kds.Zones hears a new stream
+		// first), so an inventory that came back was heard moving.
+		moved = moved || z.moved
 		if mine == nil || mine.d.Err != nil || moved {
 			// Not an answer to share: stopped, failed open, or the inventory moved while the
 			// check read it.
