@@ -408,6 +408,13 @@ func (m *Machine) settle(r *Ready) {
 	m.round, m.last, m.givenUp, m.reason = 0, 0, "", ""
 }
 
+// quiet reports whether the Machine is at rest: nothing failing, nothing outstanding, nothing
+// to reset. A Sent or an ACK then changes nothing but the token, which names nothing
+// outstanding (Scheduler.skips relies on it).
+func (m *Machine) quiet() bool {
+	return len(m.failing) == 0 && !m.asking && !m.armed && m.givenUp == "" && m.reason == "" && m.round == 0 && m.last == 0 && m.planned == nil
+}
+
 // next asks for a decision when a kind is due and nothing is outstanding.
 func (m *Machine) next(r *Ready) {
 	if m.asking || m.armed || m.givenUp != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kds-host/kds-host/host/event"
@@ -36,6 +37,15 @@ type Stream struct {
 	m      *Machine
 	timer  *time.Timer
 	closed bool
+
+	// quiet is set after each transition: the Machine has nothing failing, nothing outstanding
+	// and nothing to reset (Machine.quiet), so a Sent or an ACK would change nothing but its
+	// token. steps counts the transitions given to the session and not yet run. Together they
+	// let the stream's own goroutine skip the session for such an event (Scheduler.skips): a
+	// stream's events are observed on its goroutine in order, so a NACK given before an ACK has
+	// been counted in steps when the ACK is looked at.
+	quiet atomic.Bool
+	steps atomic.Int32
 }
 
 // Close stops the stream's timer for good (its stream closed); later events change nothing.
@@ -137,12 +147,21 @@ func (s *Scheduler) Observer() event.Observer {
 					defer st.mu.Unlock()
 					if st.m == nil {
 						st.m = NewMachine(id, zone)
+						st.quiet.Store(true)
 					}
 				})
 			}
 		},
-		Sent: func(e event.Sent) { s.step(e.StreamID, func(m *Machine) Ready { return m.Sent(e, time.Now()) }) },
-		ACK:  func(a event.ACK) { s.step(a.StreamID, func(m *Machine) Ready { return m.ACK(a, time.Now()) }) },
+		Sent: func(e event.Sent) {
+			if !s.skips(e.StreamID) {
+				s.step(e.StreamID, func(m *Machine) Ready { return m.Sent(e, time.Now()) })
+			}
+		},
+		ACK: func(a event.ACK) {
+			if !s.skips(a.StreamID) {
+				s.step(a.StreamID, func(m *Machine) Ready { return m.ACK(a, time.Now()) })
+			}
+		},
 		NACK: func(n event.NACK) { s.step(n.StreamID, func(m *Machine) Ready { return m.NACK(n, time.Now()) }) },
 		// A stream's state goes with its session: the cache closes its Stream when the stream
 		// closes (kds.Cache), and nothing here keeps it.
@@ -173,14 +192,17 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 	if sess == nil || s.ctx.Err() != nil {
 		return
 	}
+	st := sess.Retry()
+	st.steps.Add(1)
 	sess.Do(func() {
-		st := sess.Retry()
+		defer st.steps.Add(-1)
 		st.mu.Lock()
 		if st.m == nil || st.closed || s.ctx.Err() != nil {
 			st.mu.Unlock()
 			return
 		}
 		r := transition(st.m)
+		st.quiet.Store(st.m.quiet())
 		s.applyLocked(id, st, r)
 		zone := st.m.zone
 		st.mu.Unlock()
@@ -188,6 +210,19 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 		// code. Both may step this stream again: that step waits in the session's queue.
 		s.carryOut(sess, zone, r)
 	})
+}
+
+// skips reports whether a Sent or an ACK of the stream can go unstepped: its Machine is quiet
+// and no transition of it waits in its session (Stream.quiet), so the event would change
+// nothing. Most events of a stream in step are these, and each costs then two atomic loads
+// instead of a trip through the session.
+func (s *Scheduler) skips(id int64) bool {
+	sess := s.cfg.Sessions(id)
+	if sess == nil {
+		return true // closed: step would do nothing either
+	}
+	st := sess.Retry()
+	return st.quiet.Load() && st.steps.Load() == 0
 }
 
 // applyLocked starts the timer and the decision a transition asks for. Call with st.mu.
