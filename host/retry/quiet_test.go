@@ -75,7 +75,9 @@ func TestAQuietMachineIgnoresSentAndACK(t *testing.T) {
 			case 4:
 				ev = func(m *Machine) Ready { return m.Fired(m.token, now) }
 			default:
-				ev = func(m *Machine) Ready { return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Initial: true}, now) }
+				ev = func(m *Machine) Ready {
+					return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Initial: true}, now)
+				}
 			}
 			if all.quiet() != skip.quiet() {
 				t.Fatalf("seed %d step %d: quiet %v and %v", seed, i, all.quiet(), skip.quiet())
