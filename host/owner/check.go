@@ -44,7 +44,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		return // the zone left
 	}
 	snap, full, keys := h.snap, z.full, z.keys
-	z.full, z.keys = false, nil
+	z.full, z.keys, z.shared = false, nil, false
 	z.checking, z.arrivals, z.moved = true, nil, false
 	h.mu.Unlock()
 	if snap == nil {

@@ -187,10 +187,15 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 	}
 	h.snap = snap
 	h.shared = nil
-	var keys []resource.Key
+	// The changed keys, once for every zone: as a map the zones with no other work share, and
+	// as the owner names what waits for them is indexed by.
+	keys := map[resource.Key]bool{}
+	var owners []string
 	for kind, names := range changed {
 		for _, n := range names {
-			keys = append(keys, resource.KeyFromXDSName(kind, n))
+			k := resource.KeyFromXDSName(kind, n)
+			keys[k] = true
+			owners = append(owners, k.String())
 		}
 	}
 	var zones []string
@@ -201,11 +206,14 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 		if !delta {
 			z.full = true
 		} else {
-			for _, k := range keys {
-				a := arrival{key: k, changed: true}
-				h.reconsider(z, a)
-				if z.checking && !z.full {
-					z.arrivals = append(z.arrivals, a)
+			// As reconsider weighs a changed key: it is checked, and so is what waits for it.
+			z.addWrite(keys)
+			for _, o := range owners {
+				z.addWaiting(o, snap.Len())
+			}
+			if z.checking && !z.full {
+				for k := range keys {
+					z.arrivals = append(z.arrivals, arrival{key: k, changed: true})
 				}
 			}
 		}

@@ -14,6 +14,7 @@ package owner
 
 import (
 	"context"
+	"maps"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -21,17 +22,36 @@ import (
 // pending is a zone's work: what its next check looks at.
 type pending struct {
 	full bool                  // everything
-	keys map[resource.Key]bool // else these keys (and their owners)
+	keys map[resource.Key]bool // else these keys (and their owners); read-only when shared
+	// shared: keys is a write's changed keys, given to every zone that had no other work
+	// (addWrite), and copied before it is added to.
+	shared bool
 }
 
 func (p *pending) addWork(k resource.Key) {
-	if p.full {
-		return // everything is looked at anyway
+	if p.full || p.keys[k] {
+		return // everything is looked at anyway, or k already is
 	}
-	if p.keys == nil {
-		p.keys = map[resource.Key]bool{}
+	if p.keys == nil || p.shared {
+		keys := make(map[resource.Key]bool, len(p.keys)+1)
+		maps.Copy(keys, p.keys)
+		p.keys, p.shared = keys, false
 	}
 	p.keys[k] = true
+}
+
+// addWrite adds a write's changed keys, read-only: a zone with no other work shares the map with
+// the others (a write every zone checks costs no map per zone).
+func (p *pending) addWrite(keys map[resource.Key]bool) {
+	switch {
+	case p.full:
+	case len(p.keys) == 0:
+		p.keys, p.shared = keys, true
+	default:
+		for k := range keys {
+			p.addWork(k)
+		}
+	}
 }
 
 // has reports whether there is work.
