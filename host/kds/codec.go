@@ -52,19 +52,9 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok || len(resp.Resources) == 0 || len(resp.ProtoReflect().GetUnknown()) > 0 {
 		return rc.proto.Marshal(v)
 	}
-	// Every field but the resources (responseFields in the tests lists them).
-	head := &discovery.DeltaDiscoveryResponse{
-		SystemVersionInfo:    resp.SystemVersionInfo,
-		TypeUrl:              resp.TypeUrl,
-		RemovedResources:     resp.RemovedResources,
-		RemovedResourceNames: resp.RemovedResourceNames,
-		Nonce:                resp.Nonce,
-		ControlPlane:         resp.ControlPlane,
-		ResourceErrors:       resp.ResourceErrors,
-	}
-	hb, err := proto.Marshal(head)
+	hb, err := encodeHead(resp)
 	if err != nil {
-		return nil, fmt.Errorf("encode delta response: %w", err)
+		return nil, err
 	}
 	snap := rc.cache.snap.Load()
 	if len(resp.Resources) >= runMin {
@@ -91,6 +81,53 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 		out = append(out, mem.SliceBuffer(f))
 	}
 	return out, nil
+}
+
+// encodeHead encodes every field of resp but its resources (TestTheCodecKnowsEveryFieldOfADelta
+// Response lists them): the strings kds-host sets written directly, in field order as
+// proto.Marshal writes them, into one buffer of their size; a response with any of the message
+// fields kds-host never sets goes through proto.Marshal.
+func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
+	if resp.ControlPlane != nil || len(resp.RemovedResourceNames) > 0 || len(resp.ResourceErrors) > 0 {
+		hb, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo:    resp.SystemVersionInfo,
+			TypeUrl:              resp.TypeUrl,
+			RemovedResources:     resp.RemovedResources,
+			RemovedResourceNames: resp.RemovedResourceNames,
+			Nonce:                resp.Nonce,
+			ControlPlane:         resp.ControlPlane,
+			ResourceErrors:       resp.ResourceErrors,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("encode delta response: %w", err)
+		}
+		return hb, nil
+	}
+	type field struct {
+		num protowire.Number
+		v   string
+	}
+	singles := [...]field{{1, resp.SystemVersionInfo}, {4, resp.TypeUrl}, {5, resp.Nonce}}
+	const removed = 6
+	size := 0
+	for _, f := range singles {
+		if f.v != "" {
+			size += protowire.SizeTag(f.num) + protowire.SizeBytes(len(f.v))
+		}
+	}
+	for _, n := range resp.RemovedResources {
+		size += protowire.SizeTag(removed) + protowire.SizeBytes(len(n))
+	}
+	b := make([]byte, 0, size)
+	for _, f := range singles {
+		if f.v != "" {
+			b = protowire.AppendString(protowire.AppendTag(b, f.num, protowire.BytesType), f.v)
+		}
+	}
+	for _, n := range resp.RemovedResources {
+		b = protowire.AppendString(protowire.AppendTag(b, removed, protowire.BytesType), n)
+	}
+	return b, nil
 }
 
 // runMin is the fewest resources a response has for the codec to look for them in its kind's

@@ -3,6 +3,7 @@ package kds
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -59,6 +60,28 @@ func TestTheCodecWritesEntriesFromTheirOneEncoding(t *testing.T) {
 		want, err := proto.Marshal(m)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(data.Materialize()).To(Equal(want))
+	}
+}
+
+// The head of a response kds-host sends (its strings) is written directly, byte for byte as
+// proto.Marshal writes the same fields; a UTF-8 check aside, which kds-host's names and versions
+// pass by construction.
+func TestTheHeadIsWhatProtoMarshalWrites(t *testing.T) {
+	g := NewWithT(t)
+	for _, resp := range []*discovery.DeltaDiscoveryResponse{
+		{},
+		{Nonce: "1"},
+		{SystemVersionInfo: "42", TypeUrl: "MeshTimeout", Nonce: "7"},
+		{TypeUrl: "Mesh", Nonce: "3", RemovedResources: []string{"m1", "", "m2"}},
+		{SystemVersionInfo: strings.Repeat("v", 300), TypeUrl: "Mesh", Nonce: "9", RemovedResources: []string{strings.Repeat("n", 200)}},
+		{TypeUrl: "Mesh", ControlPlane: &corev3.ControlPlane{Identifier: "global"}}, // through proto.Marshal
+	} {
+		got, err := encodeHead(resp)
+		g.Expect(err).NotTo(HaveOccurred())
+		want, err := proto.Marshal(resp) // no resources: the head is the whole message
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(want), "%v", resp)
+		g.Expect(cap(got)).To(Equal(len(got)), "one buffer of the head's size")
 	}
 }
 
