@@ -4,7 +4,7 @@
 // except that KDS is plaintext on loopback (as --kds-plaintext). Its store holds Mesh "default"
 // and N MeshTimeouts (benchproc.Resources), written before the global starts.
 //
-//	benchserver -resources 1000 -zones 100 -tokens FILE [-owner-holds=false] [-tmp DIR] [-cpuprofile FILE] [-heapprofile FILE]
+//	benchserver -resources 1000 -zones 100 -tokens FILE [-owner-holds=false] [-kds-auth=false] [-tmp DIR] [-cpuprofile FILE] [-heapprofile FILE]
 //
 // It mints a zone token for each of zone-0000 ... zone-(N-1) into FILE, one a line, then, once
 // the global serves, prints a benchproc.Ready line. Its control endpoint writes the target
@@ -37,18 +37,19 @@ func main() {
 	zones := flag.Int("zones", 0, "zone tokens to mint (zone-0000 ...)")
 	tokens := flag.String("tokens", "", "write the zone tokens here, one a line")
 	holds := flag.Bool("owner-holds", true, "the global's --owner-holds")
+	kdsAuth := flag.Bool("kds-auth", true, "the global's --kds-auth: zone tokens required (false: no token is checked, as stock checks none)")
 	tmp := flag.String("tmp", "", "where the store's temp dir goes (default: the system temp dir)")
 	addr := flag.String("kds-addr", "127.0.0.1:0", "KDS listen address")
 	logLevel := flag.String("log", "off", "the global's log level: off, error, warn, info, debug")
 	prof := benchproc.ProfileFlags()
 	flag.Parse()
-	if err := run(*n, *zones, *tokens, *holds, *tmp, *addr, *logLevel, *prof); err != nil {
+	if err := run(*n, *zones, *tokens, *holds, *kdsAuth, *tmp, *addr, *logLevel, *prof); err != nil {
 		fmt.Fprintln(os.Stderr, "benchserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, zones int, tokensFile string, holds bool, tmp, addr, logLevel string, prof benchproc.Profiles) (err error) {
+func run(n, zones int, tokensFile string, holds, kdsAuth bool, tmp, addr, logLevel string, prof benchproc.Profiles) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -94,7 +95,7 @@ func run(n, zones int, tokensFile string, holds bool, tmp, addr, logLevel string
 		Builtin: retrypolicy.New(), PolicyTimeout: 200 * time.Millisecond,
 		OwnerHolds: holds, OwnerCheckTimeout: time.Second,
 		Limits: kds.DefaultLimits(), ZoneGrace: time.Minute, MaxStreamsPerConnection: 16,
-		Keys: keys, KDSAuth: true,
+		Keys: keys, KDSAuth: kdsAuth,
 	})
 	if err != nil {
 		return err

@@ -72,20 +72,21 @@ func (o options) streamsPerConnFor(sc scenario) int {
 type server string
 
 const (
-	holdsOn   server = "holds-on"   // kds-host, its defaults (delta: what kds-host's zones speak)
-	holdsOff  server = "holds-off"  // kds-host, --owner-holds=false
-	stock     server = "stock"      // go-control-plane v0.14 LinearCaches, delta
-	guarded   server = "guard"      // the same caches through guard.New, delta
-	stockSotW server = "stock-sotw" // stock, state of the world
-	guardSotW server = "guard-sotw" // guard, state of the world
-	floorOnly server = "floor"      // stock -floor: grpc-go alone, no cache (delta)
+	holdsOn   server = "holds-on"        // kds-host, its defaults (delta: what kds-host's zones speak)
+	holdsOff  server = "holds-off"       // kds-host, --owner-holds=false
+	stock     server = "stock"           // go-control-plane v0.14 LinearCaches, delta
+	guarded   server = "guard"           // the same caches through guard.New, delta
+	stockSotW server = "stock-sotw"      // stock, state of the world
+	guardSotW server = "guard-sotw"      // guard, state of the world
+	floorOnly server = "floor"           // stock -floor: grpc-go alone, no cache (delta)
+	noAuth    server = "holds-on-noauth" // kds-host, its defaults but --kds-auth=false: no zone token checked, as stock checks none
 )
 
 // knownServers are every server -servers takes; allServers are what "all" runs (the guard over
 // delta only when asked: its delta figures follow its SotW ones, and each server of a scenario
 // at 10,000 x 1,000 costs minutes).
 var (
-	knownServers = []server{holdsOn, holdsOff, stock, guarded, stockSotW, guardSotW, floorOnly}
+	knownServers = []server{holdsOn, holdsOff, stock, guarded, stockSotW, guardSotW, floorOnly, noAuth}
 	allServers   = []server{holdsOn, holdsOff, stock, stockSotW, guardSotW}
 )
 
@@ -95,7 +96,7 @@ func (s server) sotw() bool { return s == stockSotW || s == guardSotW }
 // bytesPerZoneResource is a server's peak resident set per zone-resource, an overestimate (from
 // 1,000 zones x 10,000 resources at 0cf2a10: 2.1 GiB, 3.9 GiB and 1.6 GiB, with room), used
 // to skip a scenario that would not fit in memory.
-var bytesPerZoneResource = map[server]uint64{holdsOn: 350, holdsOff: 600, stock: 250, guarded: 600, stockSotW: 250, guardSotW: 600, floorOnly: 250}
+var bytesPerZoneResource = map[server]uint64{holdsOn: 350, holdsOff: 600, stock: 250, guarded: 600, stockSotW: 250, guardSotW: 600, floorOnly: 250, noAuth: 350}
 
 type options struct {
 	scenarios      []scenario
@@ -121,7 +122,7 @@ type options struct {
 func main() {
 	var o options
 	scen := flag.String("scenarios", "all", "all, or ZONESxRESOURCES,... (all: 100x1000,1000x1000,100x10000,1000x10000,10000x100,10000x1000)")
-	servers := flag.String("servers", "all", "all, or a comma list of holds-on, holds-off, stock, guard, stock-sotw, guard-sotw, floor (all: every one but guard and floor)")
+	servers := flag.String("servers", "all", "all, or a comma list of holds-on, holds-off, stock, guard, stock-sotw, guard-sotw, floor, holds-on-noauth (all: every one but guard, floor and holds-on-noauth)")
 	flag.IntVar(&o.runs, "runs", 1, "runs of everything; the figures are the runs' medians (runs are interleaved)")
 	flag.IntVar(&o.updates, "updates", 20, "measured updates per run")
 	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured updates before them")
@@ -215,7 +216,7 @@ func parseServers(s string) ([]server, error) {
 	for _, part := range strings.Split(s, ",") {
 		sv := server(strings.TrimSpace(part))
 		if !slices.Contains(knownServers, sv) {
-			return nil, fmt.Errorf("%q: want holds-on, holds-off, stock, guard, stock-sotw, guard-sotw or floor", part)
+			return nil, fmt.Errorf("%q: want holds-on, holds-off, stock, guard, stock-sotw, guard-sotw, floor or holds-on-noauth", part)
 		}
 		out = append(out, sv)
 	}

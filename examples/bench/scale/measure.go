@@ -62,6 +62,9 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		path = filepath.Join(bin, "benchserver")
 		args = []string{"-resources", strconv.Itoa(sc.Resources), "-zones", strconv.Itoa(sc.Zones), "-tokens", tokens,
 			"-owner-holds=" + strconv.FormatBool(sv == holdsOn), "-tmp", tmp}
+	case noAuth:
+		path = filepath.Join(bin, "benchserver")
+		args = []string{"-resources", strconv.Itoa(sc.Resources), "-kds-auth=false", "-tmp", tmp}
 	default:
 		path = filepath.Join(bin, "stock")
 		args = []string{"-resources", strconv.Itoa(sc.Resources)}

@@ -144,8 +144,8 @@ func (r *report) derive() {
 	for _, sc := range r.order {
 		on, off, st := r.byKey[key{sc, holdsOn}], r.byKey[key{sc, holdsOff}], r.byKey[key{sc, stock}]
 		g, ss, gs := r.byKey[key{sc, guarded}], r.byKey[key{sc, stockSotW}], r.byKey[key{sc, guardSotW}]
-		fl := r.byKey[key{sc, floorOnly}]
-		for _, pair := range [][2]*result{{on, st}, {on, off}, {off, st}, {g, st}, {gs, ss}, {ss, st}, {on, fl}, {st, fl}} {
+		fl, na := r.byKey[key{sc, floorOnly}], r.byKey[key{sc, noAuth}]
+		for _, pair := range [][2]*result{{on, st}, {on, off}, {off, st}, {g, st}, {gs, ss}, {ss, st}, {on, fl}, {st, fl}, {na, st}} {
 			a, b := pair[0], pair[1]
 			if a == nil || b == nil {
 				continue

@@ -13,7 +13,7 @@ import (
 // server and resource count (colour: the server; dash: the resources).
 
 var serverColour = map[server]string{holdsOn: "#d62728", holdsOff: "#1f77b4", stock: "#2ca02c",
-	guarded: "#9467bd", stockSotW: "#8c564b", guardSotW: "#e377c2", floorOnly: "#7f7f7f"}
+	guarded: "#9467bd", stockSotW: "#8c564b", guardSotW: "#e377c2", floorOnly: "#7f7f7f", noAuth: "#ff7f0e"}
 
 var serverLabel = map[server]string{
 	holdsOn:   "kds-host, holds on (default)",
@@ -23,6 +23,7 @@ var serverLabel = map[server]string{
 	stockSotW: "stock go-control-plane, SotW",
 	guardSotW: "guard over stock's caches, SotW",
 	floorOnly: "grpc-go alone, no cache (floor)",
+	noAuth:    "kds-host, holds on, no zone tokens",
 }
 
 type point struct{ x, y float64 }
