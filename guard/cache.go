@@ -203,6 +203,11 @@ func (c *Cache) Close() {
 // SetSnapshot replaces what is served (kds-host's global builds its snapshots from its store;
 // SetResources builds one from resources), and has the owner holds check what changed.
 func (c *Cache) SetSnapshot(snap *kds.Snapshot) {
+	if c.holds != nil {
+		// A write of a few resources is decided first for the zones that ask the same, so that
+		// the cache's one evaluation of each of their streams sends it.
+		c.holds.Prepare(snap)
+	}
 	c.Cache.SetSnapshot(snap)
 	if c.holds != nil {
 		c.holds.Changed(snap)

@@ -114,6 +114,9 @@ type Holds struct {
 	shared     map[shareKey]*outcome // answers zones share, for h.snap only
 	dependents dependents            // h.snap's entries by owner, once needed (dependents.go)
 
+	prepareMu sync.Mutex // one Prepare at a time (prepare.go)
+
+	ctx    context.Context // until Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -130,7 +133,7 @@ func New(cfg Config) (*Holds, error) {
 		cfg.Workers = max(2, runtime.GOMAXPROCS(0))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1), cancel: cancel}
+	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	h.described.policy, h.described.generation = cfg.Policy, cfg.Generation
 	for range cfg.Workers {
 		h.wg.Go(func() { h.work(ctx) })
@@ -200,11 +203,15 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 	}
 	var zones []string
 	for name, z := range h.zones {
+		prepared := z.prepared == snap
+		z.prepared = nil
 		if !z.open {
 			continue
 		}
 		if !delta {
 			z.full = true
+		} else if prepared && h.atRest(name, z, snap) {
+			continue // Prepare decided the write for it, and nothing came since
 		} else {
 			// As reconsider weighs a changed key: it is checked, and so is what waits for it.
 			z.addWrite(keys)

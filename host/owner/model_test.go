@@ -215,6 +215,12 @@ func (r *modelRun) write() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	// As guard.Cache serves a snapshot: Prepare, the cache, then Changed. A shut gate would hold
+	// Prepare's Predict call until its deadline, which fails open and prepares nothing: the same
+	// as not calling it.
+	if !r.gate.isShut() {
+		r.holds.Prepare(snap)
+	}
 	r.global.serve(snap)
 	r.holds.Changed(snap)
 }

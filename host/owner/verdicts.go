@@ -48,6 +48,9 @@ type zoneHolds struct {
 
 	pending  // what the next check looks at (queue.go)
 	inFlight // while it is checked (check.go)
+	// prepared is the snapshot Prepare moved the zone to ahead of Changed (prepare.go), until
+	// Changed has seen it.
+	prepared *kds.Snapshot
 }
 
 // holdsBack reports whether any of z's verdicts is held: when none is, an arrival (the zone now

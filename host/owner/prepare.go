@@ -1,0 +1,164 @@
+package owner
+
+// A write decided once for the zones at rest, before the cache sends it.
+//
+// Invariants:
+//   - Prepare runs before the cache serves snap (guard.Cache.SetSnapshot), one at a time
+//     (prepareMu); it changes a zone only under Holds.mu, and only a zone at rest (atRest) from
+//     the moment it grouped it to the moment it records the decision.
+//   - A group is zones that would ask the same (one view: the same table and base, no own
+//     verdict; the same inventory digest), decided by one check of its first zone, and moved to
+//     snap only when that check accepted every change and nothing held back waits for a changed
+//     key (the rebase a worker's check would make: rebases). Any other zone, or group, is left to
+//     Changed and the workers, as before.
+//   - A zone moved here keeps its verdicts' meaning: its base becomes snap, which differs from
+//     the old base only by entries the check accepted (or removed); its view is published before
+//     the cache evaluates its session for snap, so that one evaluation sends the write.
+
+import (
+	"context"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+)
+
+// maxPrepared is the most changed entries a write has for Prepare to decide it ahead: a write
+// of a few resources, not a bulk change (which the workers check zone by zone, as before).
+const maxPrepared = 16
+
+// atRest reports whether z is at rest at prev: open, neither checked nor queued, no work
+// pending, no verdict of its own, and its verdicts as of prev (base) published. Call with
+// Holds.mu.
+func (h *Holds) atRest(name string, z *zoneHolds, prev *kds.Snapshot) bool {
+	return z.open && !z.checking && !h.scheduled[name] && !z.full && len(z.keys) == 0 &&
+		z.own.len() == 0 && z.base == prev && z.pub != nil && z.pub.base == prev && len(z.pub.own) == 0
+}
+
+// prepareGroup is the zones at rest that ask the same of a write.
+type prepareGroup struct {
+	table  *table
+	digest kds.Digest
+	zones  []string
+}
+
+// Prepare decides snap, derived from the snapshot Holds checks against now by a write of a few
+// entries, for the zones at rest, before the cache serves it: zones that would ask the same are
+// decided by one check, and when it accepts the write they see it at once, with no check of
+// their own (Changed gives them none). It needs the policy's answers to be zone independent;
+// otherwise, for another kind of snapshot, or for zones not at rest, it does nothing and
+// Changed queues the checks as before. It returns when the groups are decided (each check is
+// one Predict call, within the policy's deadline).
+func (h *Holds) Prepare(snap *kds.Snapshot) {
+	h.prepareMu.Lock()
+	defer h.prepareMu.Unlock()
+	ctx := h.ctx
+	decl := h.described.get(ctx)
+	if !decl.shared || ctx.Err() != nil {
+		return
+	}
+	h.mu.RLock()
+	prev := h.snap
+	changed, delta := snap.ChangesFrom(prev)
+	n := 0
+	for _, names := range changed {
+		n += len(names)
+	}
+	if !delta || n == 0 || n > maxPrepared {
+		h.mu.RUnlock()
+		return
+	}
+	keys := make(map[resource.Key]bool, n)
+	var owners []string
+	for kind, names := range changed {
+		for _, name := range names {
+			k := resource.KeyFromXDSName(kind, name)
+			keys[k] = true
+			owners = append(owners, k.String())
+		}
+	}
+	var rest []string
+	tables := map[string]*table{}
+	for name, z := range h.zones {
+		if h.atRest(name, z, prev) && !waitsFor(z.table, owners) {
+			rest = append(rest, name)
+			tables[name] = z.table
+		}
+	}
+	h.mu.RUnlock()
+
+	// Grouped by view and inventory, outside the lock: the digest is the zone's stream's.
+	type groupKey struct {
+		table  *table
+		digest kds.Digest
+	}
+	groups := map[groupKey]*prepareGroup{}
+	var order []*prepareGroup
+	for _, name := range rest {
+		k := groupKey{tables[name], h.cfg.Inventory.InventoryDigest(name)}
+		g := groups[k]
+		if g == nil {
+			g = &prepareGroup{table: k.table, digest: k.digest}
+			groups[k] = g
+			order = append(order, g)
+		}
+		g.zones = append(g.zones, name)
+	}
+	for _, g := range order {
+		h.prepareGroup(ctx, g, prev, snap, keys, decl.kinds)
+	}
+}
+
+// waitsFor reports whether a table holds back anything that waits for one of owners (a changed
+// entry): its zones need that looked at again, which a check of their own does.
+func waitsFor(t *table, owners []string) bool {
+	if t == nil {
+		return false
+	}
+	for _, o := range owners {
+		if len(t.waiting[o]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareGroup decides the write for one group by a check of its first zone, and moves every
+// zone of it that is still at rest, with the same inventory, to snap.
+func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *kds.Snapshot, keys map[resource.Key]bool, kinds []string) {
+	first := g.zones[0]
+	o := h.decide(ctx, first, snap, false, keys, kinds)
+	if o == nil || o.d.Err != nil || len(o.d.Withheld) > 0 {
+		return // stopped, failed open, or something held back: the zones' own checks decide
+	}
+	probe := &zoneHolds{table: g.table, base: prev}
+	if !rebases(probe, snap, o) {
+		return
+	}
+	// Each zone's inventory as the answer was made for, read again now: what arrives from here
+	// on is weighed by Holds as for any zone (an ACK changes no verdict of a zone at rest; a
+	// removal that does gives it work, and it is no longer at rest).
+	same := make(map[string]bool, len(g.zones))
+	for _, name := range g.zones {
+		same[name] = h.cfg.Inventory.InventoryDigest(name) == g.digest
+	}
+	h.mu.Lock()
+	if h.snap != prev {
+		h.mu.Unlock()
+		return // another snapshot came in meanwhile (a caller not in guard's order)
+	}
+	h.views++
+	pub := &Published{table: g.table, base: snap, seq: h.views}
+	moved := make([]string, 0, len(g.zones))
+	for _, name := range g.zones {
+		z := h.zones[name]
+		if z == nil || !same[name] || !h.atRest(name, z, prev) || z.table != g.table {
+			continue
+		}
+		z.base, z.pub, z.prepared = snap, pub, snap
+		moved = append(moved, name)
+	}
+	h.mu.Unlock()
+	for _, name := range moved {
+		h.cfg.Refresher.Publish(name, pub)
+	}
+}

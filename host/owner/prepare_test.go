@@ -1,0 +1,158 @@
+package owner
+
+import (
+	"context"
+	"hash/maphash"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
+)
+
+// heldZones is an Inventory of zones that each hold what they are given (the same for every
+// zone unless told otherwise), a Source of one snapshot and a Refresher that records.
+type heldZones struct {
+	mu        sync.Mutex
+	snap      *kds.Snapshot
+	held      map[string]map[resource.Key]string // zone -> key -> version
+	published map[string]kds.ZoneView
+	refreshed map[string]int
+}
+
+func (w *heldZones) Snapshot() *kds.Snapshot { w.mu.Lock(); defer w.mu.Unlock(); return w.snap }
+func (w *heldZones) AckedVersion(zone, kind, name string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.held[zone][resource.KeyFromXDSName(kind, name)]
+	return v, ok
+}
+func (w *heldZones) InventoryKeys(zone string, _ []string, _ []resource.Key) []resource.Key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Keys(w.held[zone]))
+}
+func (w *heldZones) InventoryDigest(zone string) kds.Digest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := kds.Digest{N: len(w.held[zone])}
+	for k, v := range w.held[zone] {
+		var h maphash.Hash
+		h.SetSeed(testSeed)
+		h.WriteString(k.String() + "@" + v)
+		d.Sum ^= h.Sum64()
+	}
+	return d
+}
+func (*heldZones) Connected() []string { return nil }
+func (w *heldZones) Refresh(zone string, _ map[string][]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refreshed[zone]++
+}
+func (w *heldZones) Publish(zone string, v kds.ZoneView) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.published[zone] = v
+}
+
+var testSeed = maphash.MakeSeed()
+
+// counting is a policy that counts its Predict calls.
+type counting struct {
+	shared.OwnerCheck
+	calls atomic.Int32
+}
+
+func (c *counting) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	c.calls.Add(1)
+	return c.OwnerCheck.Predict(ctx, req)
+}
+
+// A write of a policy whose Mesh every zone holds is decided once, for every zone at rest, before
+// the cache serves it: each zone's published view shows the new version at once, and Changed
+// then queues no check. A zone that holds something else asks on its own; a write held back for
+// a zone leaves the zones to their checks.
+func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		var b kds.SnapshotBuilder
+		rs := []resource.Resource{mesh1, pol1}
+		for _, n := range []string{"m2", "m3", "m4", "m5"} { // a write is not most of the snapshot
+			rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
+		}
+		snap1, err := b.Build(rs)
+		g.Expect(err).NotTo(HaveOccurred())
+		w := &heldZones{snap: snap1, held: map[string]map[resource.Key]string{}, published: map[string]kds.ZoneView{}, refreshed: map[string]int{}}
+		zones := []string{"zone-1", "zone-2", "zone-3", "zone-4"}
+		for _, z := range zones {
+			w.held[z] = map[resource.Key]string{}
+			for _, e := range snap1.Kind(resource.MeshKind) {
+				w.held[z][e.Key] = e.Version
+			}
+			e := snap1.Kind("MeshTimeout")[pol1K.XDSName()]
+			w.held[z][e.Key] = e.Version
+		}
+		delete(w.held["zone-4"], resource.Key{Kind: resource.MeshKind, Name: "m5"}) // another inventory
+		p := &counting{OwnerCheck: ownerpredict.New()}
+		h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
+			Generation: func() uint64 { return 1 }})
+		g.Expect(err).NotTo(HaveOccurred())
+		defer h.Close()
+		h.Changed(snap1)
+		for i, z := range zones {
+			h.Observer().StreamOpened(int64(i+1), z)
+		}
+		synctest.Wait()
+
+		pol1v2 := pol1
+		pol1v2.Generation, pol1v2.Labels = 2, map[string]string{"team": "b"} // new content, a new version
+		snap2, err := b.Update([]resource.Resource{pol1v2}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		calls := p.calls.Load()
+		h.Prepare(snap2)
+		e2 := snap2.Kind("MeshTimeout")[pol1K.XDSName()]
+		g.Expect(e2.Version).NotTo(Equal(snap1.Kind("MeshTimeout")[pol1K.XDSName()].Version))
+		for _, z := range zones {
+			g.Expect(w.published[z].Visible(e2)).To(BeTrue(), "%s sees the write before the cache serves it", z)
+		}
+		g.Expect(p.calls.Load()-calls).To(BeNumerically("<=", 2), "one check a group: zones 1-3, and zone 4")
+		w.snap = snap2
+		h.Changed(snap2)
+		h.mu.RLock()
+		scheduled := len(h.scheduled)
+		h.mu.RUnlock()
+		g.Expect(scheduled).To(BeZero(), "no zone is checked again")
+		synctest.Wait()
+		for _, z := range zones {
+			g.Expect(h.Visible(z, e2)).To(BeTrue())
+		}
+
+		// A write held back (a policy of a Mesh no zone holds): nothing is prepared, the zones'
+		// checks hold it back.
+		pol3 := policy("MeshTimeout", "m9", "c")
+		snap3, err := b.Update([]resource.Resource{pol3}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		h.Prepare(snap3)
+		e3 := snap3.Kind("MeshTimeout")[pol3.Key().XDSName()]
+		for _, z := range zones {
+			g.Expect(w.published[z].Visible(e3)).To(BeFalse())
+		}
+		w.snap = snap3
+		h.Changed(snap3)
+		synctest.Wait()
+		for _, z := range zones {
+			g.Expect(h.Visible(z, e3)).To(BeFalse())
+			g.Expect(h.Visible(z, e2)).To(BeTrue())
+		}
+	})
+}
