@@ -17,6 +17,7 @@ package owner
 
 import (
 	"context"
+	"slices"
 
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -25,6 +26,10 @@ import (
 // maxPrepared is the most changed entries a write has for Prepare to decide it ahead: a write
 // of a few resources, not a bulk change (which the workers check zone by zone, as before).
 const maxPrepared = 16
+
+// maxGroups is the most groups of zones Prepare decides a write for: each is one Predict call
+// the snapshot waits for (zones that hold the same are most often one group).
+const maxGroups = 4
 
 // atRest reports whether z is at rest at prev: open, neither checked nor queued, no work
 // pending, no verdict of its own, and its verdicts as of prev (base) published. Call with
@@ -46,8 +51,9 @@ type prepareGroup struct {
 // decided by one check, and when it accepts the write they see it at once, with no check of
 // their own (Changed gives them none). It needs the policy's answers to be zone independent;
 // otherwise, for another kind of snapshot, or for zones not at rest, it does nothing and
-// Changed queues the checks as before. It returns when the groups are decided (each check is
-// one Predict call, within the policy's deadline).
+// Changed queues the checks as before. It returns when the groups are decided: the largest
+// maxGroups, each one Predict call within the policy's deadline, stopping at the first that
+// fails (the zones left are the workers', as before).
 func (h *Holds) Prepare(snap *kds.Snapshot) {
 	h.prepareMu.Lock()
 	defer h.prepareMu.Unlock()
@@ -103,8 +109,13 @@ func (h *Holds) Prepare(snap *kds.Snapshot) {
 		}
 		g.zones = append(g.zones, name)
 	}
-	for _, g := range order {
-		h.prepareGroup(ctx, g, prev, snap, keys, decl.kinds)
+	// The largest groups first, and a few of them: the snapshot waits for their checks, one
+	// Predict call each, and the zones left over are checked by the workers as before.
+	slices.SortStableFunc(order, func(a, b *prepareGroup) int { return len(b.zones) - len(a.zones) })
+	for _, g := range order[:min(len(order), maxGroups)] {
+		if !h.prepareGroup(ctx, g, prev, snap, keys, decl.kinds) {
+			return // the policy failed: no more waiting on it here
+		}
 	}
 }
 
@@ -123,16 +134,20 @@ func waitsFor(t *table, owners []string) bool {
 }
 
 // prepareGroup decides the write for one group by a check of its first zone, and moves every
-// zone of it that is still at rest, with the same inventory, to snap.
-func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *kds.Snapshot, keys map[resource.Key]bool, kinds []string) {
+// zone of it that is still at rest, with the same inventory, to snap. It reports false when the
+// check failed (stopped, or the policy failed open).
+func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *kds.Snapshot, keys map[resource.Key]bool, kinds []string) bool {
 	first := g.zones[0]
 	o := h.decide(ctx, first, snap, false, keys, kinds)
-	if o == nil || o.d.Err != nil || len(o.d.Withheld) > 0 {
-		return // stopped, failed open, or something held back: the zones' own checks decide
+	if o == nil || o.d.Err != nil {
+		return false
+	}
+	if len(o.d.Withheld) > 0 {
+		return true // something held back: the zones' own checks decide
 	}
 	probe := &zoneHolds{table: g.table, base: prev}
 	if !rebases(probe, snap, o) {
-		return
+		return true
 	}
 	// Each zone's inventory as the answer was made for, read again now: what arrives from here
 	// on is weighed by Holds as for any zone (an ACK changes no verdict of a zone at rest; a
@@ -144,7 +159,7 @@ func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *k
 	h.mu.Lock()
 	if h.snap != prev {
 		h.mu.Unlock()
-		return // another snapshot came in meanwhile (a caller not in guard's order)
+		return true // another snapshot came in meanwhile (a caller not in guard's order)
 	}
 	h.views++
 	pub := &Published{table: g.table, base: snap, seq: h.views}
@@ -161,4 +176,5 @@ func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *k
 	for _, name := range moved {
 		h.cfg.Refresher.Publish(name, pub)
 	}
+	return true
 }
