@@ -243,6 +243,7 @@ func (h *Holds) Observer() event.Observer {
 				h.zones[zone] = z
 			}
 			z.stream, z.open, z.full = id, true, true // back within its grace: its verdicts still hold
+			z.heard++
 			if z.checking {
 				z.moved = true // the new stream's inventory starts again from what it reports
 			}
@@ -276,6 +277,9 @@ func (h *Holds) Observer() event.Observer {
 func (h *Holds) arrived(zone, kind string, names event.Versions, removed []string) {
 	h.mu.Lock()
 	z := h.zones[zone]
+	if z != nil {
+		z.heard++
+	}
 	if z == nil || !z.open || (len(removed) == 0 && !z.checking && !z.holdsBack()) {
 		// Nothing held back and nothing being checked: what the zone now holds changes no
 		// verdict (a removal may: what depends on it was shown). The common ACK costs nothing.

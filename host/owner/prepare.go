@@ -11,6 +11,9 @@ package owner
 //     snap only when that check accepted every change and nothing held back waits for a changed
 //     key (the rebase a worker's check would make: rebases). Any other zone, or group, is left to
 //     Changed and the workers, as before.
+//   - A zone is moved only if Holds heard no change of its inventory (zoneHolds.heard) since it
+//     was grouped, nor of the first zone's while the check read it: a zone's inventory changes
+//     on its stream's goroutine, and Holds hears each change before the next is made.
 //   - A zone moved here keeps its verdicts' meaning: its base becomes snap, which differs from
 //     the old base only by entries the check accepted (or removed); its view is published before
 //     the cache evaluates its session for snap, so that one evaluation sends the write.
@@ -44,6 +47,7 @@ type prepareGroup struct {
 	table  *table
 	digest kds.Digest
 	zones  []string
+	heard  []uint64 // each zone's zoneHolds.heard when it was grouped
 }
 
 // Prepare decides snap, derived from the snapshot Holds checks against now by a write of a few
@@ -82,12 +86,17 @@ func (h *Holds) Prepare(snap *kds.Snapshot) {
 			owners = append(owners, k.String())
 		}
 	}
-	var rest []string
-	tables := map[string]*table{}
+	// The zones at rest, with what they had heard: a zone that hears anything more before its
+	// group is decided is left out (its inventory may differ from the one it was grouped by).
+	type atRestZone struct {
+		name  string
+		table *table
+		heard uint64
+	}
+	var rest []atRestZone
 	for name, z := range h.zones {
 		if h.atRest(name, z, prev) && !waitsFor(z.table, owners) {
-			rest = append(rest, name)
-			tables[name] = z.table
+			rest = append(rest, atRestZone{name, z.table, z.heard})
 		}
 	}
 	h.mu.RUnlock()
@@ -99,15 +108,16 @@ func (h *Holds) Prepare(snap *kds.Snapshot) {
 	}
 	groups := map[groupKey]*prepareGroup{}
 	var order []*prepareGroup
-	for _, name := range rest {
-		k := groupKey{tables[name], h.cfg.Inventory.InventoryDigest(name)}
+	for _, r := range rest {
+		k := groupKey{r.table, h.cfg.Inventory.InventoryDigest(r.name)}
 		g := groups[k]
 		if g == nil {
 			g = &prepareGroup{table: k.table, digest: k.digest}
 			groups[k] = g
 			order = append(order, g)
 		}
-		g.zones = append(g.zones, name)
+		g.zones = append(g.zones, r.name)
+		g.heard = append(g.heard, r.heard)
 	}
 	// The largest groups first, and a few of them: the snapshot waits for their checks, one
 	// Predict call each, and the zones left over are checked by the workers as before.
@@ -149,24 +159,24 @@ func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *k
 	if !rebases(probe, snap, o) {
 		return true
 	}
-	// Each zone's inventory as the answer was made for, read again now: what arrives from here
-	// on is weighed by Holds as for any zone (an ACK changes no verdict of a zone at rest; a
-	// removal that does gives it work, and it is no longer at rest).
-	same := make(map[string]bool, len(g.zones))
-	for _, name := range g.zones {
-		same[name] = h.cfg.Inventory.InventoryDigest(name) == g.digest
-	}
 	h.mu.Lock()
 	if h.snap != prev {
 		h.mu.Unlock()
 		return true // another snapshot came in meanwhile (a caller not in guard's order)
 	}
+	if z := h.zones[first]; z == nil || z.heard != g.heard[0] {
+		h.mu.Unlock()
+		return true // the first zone heard something while checked: the answer is its own
+	}
 	h.views++
 	pub := &Published{table: g.table, base: snap, seq: h.views}
 	moved := make([]string, 0, len(g.zones))
-	for _, name := range g.zones {
+	for i, name := range g.zones {
+		// A zone's inventory changes on its stream's goroutine and Holds hears each change
+		// (heard) before the next is made: one that heard nothing since it was grouped holds
+		// what it held then, which its group's answer is for.
 		z := h.zones[name]
-		if z == nil || !same[name] || !h.atRest(name, z, prev) || z.table != g.table {
+		if z == nil || z.heard != g.heard[i] || !h.atRest(name, z, prev) || z.table != g.table {
 			continue
 		}
 		z.base, z.pub, z.prepared = snap, pub, snap

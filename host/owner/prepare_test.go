@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
@@ -27,10 +28,15 @@ type heldZones struct {
 	held      map[string]map[resource.Key]string // zone -> key -> version
 	published map[string]kds.ZoneView
 	refreshed map[string]int
+	// during runs once, when a check next reads a zone's inventory, with that zone.
+	during atomic.Pointer[func(zone string)]
 }
 
 func (w *heldZones) Snapshot() *kds.Snapshot { w.mu.Lock(); defer w.mu.Unlock(); return w.snap }
 func (w *heldZones) AckedVersion(zone, kind, name string) (string, bool) {
+	if f := w.during.Swap(nil); f != nil {
+		(*f)(zone)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	v, ok := w.held[zone][resource.KeyFromXDSName(kind, name)]
@@ -125,7 +131,7 @@ func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T)
 		for _, z := range zones {
 			g.Expect(w.published[z].Visible(e2)).To(BeTrue(), "%s sees the write before the cache serves it", z)
 		}
-		g.Expect(p.calls.Load()-calls).To(BeNumerically("<=", 2), "one check a group: zones 1-3, and zone 4")
+		g.Expect(p.calls.Load()-calls).To(BeNumerically("<=", 2), "at most one Predict call a group: zones 1-3, and zone 4")
 		w.snap = snap2
 		h.Changed(snap2)
 		h.mu.RLock()
@@ -155,4 +161,93 @@ func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T)
 			g.Expect(h.Visible(z, e2)).To(BeTrue())
 		}
 	})
+}
+
+// A zone whose inventory changes while its group's write is decided is not moved by that answer
+// (it was made for what the zone held before); and when the zone whose inventory the check read
+// changes, no zone of the group is. Both are left to their own checks, which still show them the
+// write.
+func TestAZoneThatHearsSomethingWhileItsGroupIsDecidedChecksOnItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		moves func(first, other string) map[string]bool // zone -> moved by Prepare
+		hears func(first, other string) string
+	}{
+		{name: "another zone of the group", hears: func(_, other string) string { return other },
+			moves: func(first, other string) map[string]bool { return map[string]bool{first: true, other: false} }},
+		{name: "the zone the check read", hears: func(first, _ string) string { return first },
+			moves: func(first, other string) map[string]bool { return map[string]bool{first: false, other: false} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := NewWithT(t)
+				var b kds.SnapshotBuilder
+				rs := []resource.Resource{mesh1, pol1}
+				for _, n := range []string{"m2", "m3", "m4", "m5"} {
+					rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
+				}
+				snap1, err := b.Build(rs)
+				g.Expect(err).NotTo(HaveOccurred())
+				w := &heldZones{snap: snap1, held: map[string]map[resource.Key]string{}, published: map[string]kds.ZoneView{}, refreshed: map[string]int{}}
+				zones := []string{"zone-1", "zone-2"}
+				for _, z := range zones {
+					w.held[z] = map[resource.Key]string{}
+					for _, e := range snap1.Kind(resource.MeshKind) {
+						w.held[z][e.Key] = e.Version
+					}
+					e := snap1.Kind("MeshTimeout")[pol1K.XDSName()]
+					w.held[z][e.Key] = e.Version
+				}
+				p := &counting{OwnerCheck: ownerpredict.New()}
+				h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
+					Generation: func() uint64 { return 1 }})
+				g.Expect(err).NotTo(HaveOccurred())
+				defer h.Close()
+				h.Changed(snap1)
+				for i, z := range zones {
+					h.Observer().StreamOpened(int64(i+1), z)
+				}
+				synctest.Wait()
+
+				pol1v2 := pol1
+				pol1v2.Generation, pol1v2.Labels = 2, map[string]string{"team": "b"}
+				snap2, err := b.Update([]resource.Resource{pol1v2}, nil)
+				g.Expect(err).NotTo(HaveOccurred())
+				e2 := snap2.Kind("MeshTimeout")[pol1K.XDSName()]
+				// The zones share one group; which one the check reads is Prepare's pick.
+				var first string
+				heard := func(zone string) {
+					first = zone
+					z := tc.hears(first, otherThan(zones, first))
+					w.mu.Lock()
+					w.held[z][resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "r"}] = "v1"
+					w.mu.Unlock()
+					h.Observer().ACK(event.ACK{Zone: z, Kind: "MeshRetry", Versions: event.VersionsOf(map[string]string{"m1/r": "v1"})})
+				}
+				w.during.Store(&heard)
+				h.Prepare(snap2)
+				g.Expect(first).NotTo(BeEmpty(), "the group was checked")
+				for z, moved := range tc.moves(first, otherThan(zones, first)) {
+					g.Expect(w.published[z].Visible(e2)).To(Equal(moved), "%s moved by the group's answer", z)
+				}
+				w.mu.Lock()
+				w.snap = snap2
+				w.mu.Unlock()
+				h.Changed(snap2)
+				synctest.Wait()
+				for _, z := range zones {
+					g.Expect(h.Visible(z, e2)).To(BeTrue(), "%s's own check shows it", z)
+				}
+			})
+		})
+	}
+}
+
+func otherThan(zones []string, z string) string {
+	for _, o := range zones {
+		if o != z {
+			return o
+		}
+	}
+	return ""
 }

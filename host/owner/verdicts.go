@@ -51,6 +51,9 @@ type zoneHolds struct {
 	// prepared is the snapshot Prepare moved the zone to ahead of Changed (prepare.go), until
 	// Changed has seen it.
 	prepared *kds.Snapshot
+	// heard counts the changes of the zone's inventory Holds has heard (an ACK, a NACK's stored
+	// part, a new stream): Prepare tells by it that a zone holds what it held when grouped.
+	heard uint64
 }
 
 // holdsBack reports whether any of z's verdicts is held: when none is, an arrival (the zone now
