@@ -228,13 +228,20 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 	c.mu.Lock()
 	c.requests[req] = st
 	c.mu.Unlock()
-	if len(again) > 0 {
-		st.mu.Lock()
-		ks := st.kind(req.GetTypeUrl())
-		for _, n := range again {
-			ks.dirty[n], ks.forced[n] = true, true
-		}
-		st.mu.Unlock()
+	st.requestAgain(req.GetTypeUrl(), again)
+}
+
+// requestAgain makes the names of kind that the zone asked for again dirty and forced: sent
+// again although the zone was sent them.
+func (st *Session) requestAgain(kind string, again []string) {
+	if len(again) == 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ks := st.kind(kind)
+	for _, n := range again {
+		ks.dirty[n], ks.forced[n] = true, true
 	}
 }
 
@@ -342,6 +349,12 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	if !ok {
 		return nil, errors.New("kds: request was not seen by the stream callbacks")
 	}
+	return c.watchFor(st, req, sub, out), nil
+}
+
+// watchFor is CreateDeltaWatch for the request's session st (kds's own stream loop holds it, and
+// hands its requests to the tracker and then here with it, with no lookup).
+func (c *Cache) watchFor(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) func() {
 	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out}
 	if !st.info.loop {
 		// A sender goroutine delivers it: cancel and the sender signal each other. kds's own
@@ -383,7 +396,7 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	}
 	ks.watch = w
 	c.evaluateLocked(st, ks)
-	return func() { c.cancel(st, w) }, nil
+	return func() { c.cancel(st, w) }
 }
 
 // CreateWatch implements cache.ConfigWatcher; KDS is delta only.

@@ -118,7 +118,7 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 	if err := s.pump(); err != nil {
 		return err
 	}
-	if err := s.tracker.OnStreamDeltaRequest(s.id, req); err != nil {
+	if err := s.tracker.request(s.st, s.id, req); err != nil {
 		return err
 	}
 	// The node might come on the first request only: every request carries it on.
@@ -143,11 +143,7 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 		w.cancel()
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
-	cancel, err := s.cache.CreateDeltaWatch(req, w.sub, nil)
-	if err != nil {
-		return err
-	}
-	w.cancel = cancel
+	w.cancel = s.cache.watchFor(s.st, req, w.sub, nil)
 	return nil
 }
 
@@ -184,7 +180,7 @@ func (s *deltaStream) deliver() error {
 	s.st.admitted(w, s.cost)
 	resp := w.resp
 	s.st.finish(w, true)
-	return s.send(resp.DeltaDiscoveryResponse, resp.DeltaRequest)
+	return s.send(resp.DeltaDiscoveryResponse)
 }
 
 // deliverAndPump sends the pending response, whose room is taken, and what was queued after it.
@@ -215,9 +211,9 @@ func (s *deltaStream) stopTimer() {
 }
 
 // send numbers a response with the stream's next nonce, tells the tracker, and sends it.
-func (s *deltaStream) send(r *discovery.DeltaDiscoveryResponse, req *discovery.DeltaDiscoveryRequest) error {
+func (s *deltaStream) send(r *discovery.DeltaDiscoveryResponse) error {
 	s.nonce++
 	r.Nonce = strconv.FormatInt(s.nonce, 10)
-	s.tracker.OnStreamDeltaResponse(s.id, req, r)
+	s.tracker.sent(s.st, s.id, r)
 	return s.str.Send(r)
 }

@@ -131,6 +131,11 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	if s == nil {
 		return status.Error(codes.Internal, "stream not open")
 	}
+	return t.request(s, id, req)
+}
+
+// request is OnStreamDeltaRequest for the stream's session s (kds's own stream loop holds it).
+func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) error {
 	zone := s.Zone()
 	opened := false
 	if zone == "" {
@@ -189,7 +194,11 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	}
 	s.mu.Unlock()
 
-	t.cache.bindRequest(s, req, again)
+	if s.info.loop {
+		s.requestAgain(kind, again) // its loop hands the request to the cache with s (watchFor)
+	} else {
+		t.cache.bindRequest(s, req, again)
+	}
 	if reRequest {
 		t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
 	}
@@ -213,10 +222,13 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 // OnStreamDeltaResponse implements delta.Callbacks: it records the nonce of a response in
 // flight (the session counted it when its sender handed it over).
 func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	s := t.cache.Session(id)
-	if s == nil {
-		return
+	if s := t.cache.Session(id); s != nil {
+		t.sent(s, id, resp)
 	}
+}
+
+// sent is OnStreamDeltaResponse for the stream's session s (kds's own stream loop holds it).
+func (t *Tracker) sent(s *Session, id int64, resp *discovery.DeltaDiscoveryResponse) {
 	s.mu.Lock()
 	r := s.sentLocked(resp)
 	zone := s.zone
