@@ -113,10 +113,15 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 		streams = append(streams, st)
 	}
 	c.mu.Unlock()
+	// The kinds to look at, in the cache's order: every kind, or those the write changed.
+	kinds := c.kinds
+	if delta {
+		kinds = slices.DeleteFunc(slices.Clone(c.kinds), func(k string) bool { return len(changed[k]) == 0 })
+	}
 	c.each(streams, func(st *Session) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		for _, kind := range c.kinds {
+		for _, kind := range kinds {
 			ks := st.kinds[kind]
 			if ks == nil {
 				continue // not subscribed
@@ -313,6 +318,10 @@ func (c *Cache) closeStream(id int64) *Session {
 	}
 	c.mu.Unlock()
 	if st != nil {
+		if st.info.loop {
+			// Its loop ends on its stream's context (a cache closing under open streams).
+			st.info.close(status.Error(codes.Unavailable, "the control plane is stopping"))
+		}
 		st.retry.Close()
 		close(st.stop)
 		<-st.done

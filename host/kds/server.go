@@ -103,12 +103,12 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	defer stop()
 	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel, loop: true})
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
-	if s.Context().Err() == nil {
+	if err == nil && s.Context().Err() == nil {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
-			return cause // closed by the tracker: the zone is told why
+			return cause // closed by the tracker, or the cache closing: the zone is told why
 		}
 	}
-	return err
+	return err // the loop's own error first: the stream's close cancels its context as it ends
 }
 
 // refusalOf names, for the refusals metric, why a stream was refused.

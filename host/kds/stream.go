@@ -88,9 +88,7 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	for {
 		var err error
 		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.st.stop: // the cache is closing
+		case <-ctx.Done(): // the RPC ended, the tracker closed it, or the cache is closing
 			return nil
 		case <-s.st.wake:
 			err = s.pump()
