@@ -13,11 +13,11 @@
 //
 // By concern: decision.go is the pure decision (Plan, Decision); verdicts.go the verdicts Holds
 // keeps per zone; queue.go the zones waiting for a check and the workers; check.go one check;
-// shared.go the answers zones share; published.go the own verdicts' layers and the view of a
-// zone's verdicts published into its session (kds.ZoneView); describe.go the policy's Describe
-// declaration;
-// dependents.go the snapshot's entries by owner; this file Holds itself and the stream events
-// it hears. Each file states the invariants of what it owns (docs/architecture.md has the
+// shared.go the answers zones share; prepare.go a write decided once for the zones at rest
+// before the cache serves it; published.go the own verdicts' layers and the view of a zone's
+// verdicts published into its session (kds.ZoneView); describe.go the policy's Describe
+// declaration; dependents.go the snapshot's entries by owner; this file Holds itself and the
+// stream events it hears. Each file states the invariants of what it owns (docs/architecture.md has the
 // whole).
 package owner
 
