@@ -190,17 +190,8 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 	}
 	h.snap = snap
 	h.shared = nil
-	// The changed keys, once for every zone: as a map the zones with no other work share, and
-	// as the owner names what waits for them is indexed by.
-	keys := map[resource.Key]bool{}
-	var owners []string
-	for kind, names := range changed {
-		for _, n := range names {
-			k := resource.KeyFromXDSName(kind, n)
-			keys[k] = true
-			owners = append(owners, k.String())
-		}
-	}
+	// The changed keys, once for every zone: a map the zones with no other work share.
+	keys, owners := changedKeys(changed)
 	var zones []string
 	for name, z := range h.zones {
 		prepared := z.prepared == snap
@@ -228,6 +219,20 @@ func (h *Holds) Changed(snap *kds.Snapshot) {
 	}
 	h.mu.Unlock()
 	h.enqueue(zones...)
+}
+
+// changedKeys are a write's changed entries (kind -> xDS names) as keys, and as the owner names
+// that what waits for them is indexed by.
+func changedKeys(changed map[string][]string) (keys map[resource.Key]bool, owners []string) {
+	keys = map[resource.Key]bool{}
+	for kind, names := range changed {
+		for _, n := range names {
+			k := resource.KeyFromXDSName(kind, n)
+			keys[k] = true
+			owners = append(owners, k.String())
+		}
+	}
+	return keys, owners
 }
 
 // Observer is how Holds hears of stream events: a new stream is checked in full, an ACK (or the

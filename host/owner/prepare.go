@@ -77,15 +77,7 @@ func (h *Holds) Prepare(snap *kds.Snapshot) {
 		h.mu.RUnlock()
 		return
 	}
-	keys := make(map[resource.Key]bool, n)
-	var owners []string
-	for kind, names := range changed {
-		for _, name := range names {
-			k := resource.KeyFromXDSName(kind, name)
-			keys[k] = true
-			owners = append(owners, k.String())
-		}
-	}
+	keys, owners := changedKeys(changed)
 	// The zones at rest, with what they had heard: a zone that hears anything more before its
 	// group is decided is left out (its inventory may differ from the one it was grouped by).
 	type atRestZone struct {

@@ -84,6 +84,43 @@ func (c *counting) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*
 	return c.OwnerCheck.Predict(ctx, req)
 }
 
+// zonesAtRest is zones that each hold every Mesh of a snapshot (m1 to m5, so that a write is not
+// most of it) and a policy of m1, checked in full and at rest, under Holds with a counting policy
+// whose answers are shared.
+func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *kds.Snapshot, *heldZones, *Holds, *counting) {
+	t.Helper()
+	b := &kds.SnapshotBuilder{}
+	rs := []resource.Resource{mesh1, pol1}
+	for _, n := range []string{"m2", "m3", "m4", "m5"} {
+		rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
+	}
+	snap, err := b.Build(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &heldZones{snap: snap, held: map[string]map[resource.Key]string{}, published: map[string]kds.ZoneView{}, refreshed: map[string]int{}}
+	for _, z := range zones {
+		w.held[z] = map[resource.Key]string{}
+		for _, e := range snap.Kind(resource.MeshKind) {
+			w.held[z][e.Key] = e.Version
+		}
+		e := snap.Kind("MeshTimeout")[pol1K.XDSName()]
+		w.held[z][e.Key] = e.Version
+	}
+	p := &counting{OwnerCheck: ownerpredict.New()}
+	h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
+		Generation: func() uint64 { return 1 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Changed(snap)
+	for i, z := range zones {
+		h.Observer().StreamOpened(int64(i+1), z)
+	}
+	synctest.Wait()
+	return b, snap, w, h, p
+}
+
 // A write of a policy whose Mesh every zone holds is decided once, for every zone at rest, before
 // the cache serves it: each zone's published view shows the new version at once, and Changed
 // then queues no check. A zone that holds something else asks on its own; a write held back for
@@ -91,34 +128,10 @@ func (c *counting) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*
 func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var b kds.SnapshotBuilder
-		rs := []resource.Resource{mesh1, pol1}
-		for _, n := range []string{"m2", "m3", "m4", "m5"} { // a write is not most of the snapshot
-			rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
-		}
-		snap1, err := b.Build(rs)
-		g.Expect(err).NotTo(HaveOccurred())
-		w := &heldZones{snap: snap1, held: map[string]map[resource.Key]string{}, published: map[string]kds.ZoneView{}, refreshed: map[string]int{}}
 		zones := []string{"zone-1", "zone-2", "zone-3", "zone-4"}
-		for _, z := range zones {
-			w.held[z] = map[resource.Key]string{}
-			for _, e := range snap1.Kind(resource.MeshKind) {
-				w.held[z][e.Key] = e.Version
-			}
-			e := snap1.Kind("MeshTimeout")[pol1K.XDSName()]
-			w.held[z][e.Key] = e.Version
-		}
-		delete(w.held["zone-4"], resource.Key{Kind: resource.MeshKind, Name: "m5"}) // another inventory
-		p := &counting{OwnerCheck: ownerpredict.New()}
-		h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
-			Generation: func() uint64 { return 1 }})
-		g.Expect(err).NotTo(HaveOccurred())
+		b, snap1, w, h, p := zonesAtRest(t, zones)
 		defer h.Close()
-		h.Changed(snap1)
-		for i, z := range zones {
-			h.Observer().StreamOpened(int64(i+1), z)
-		}
-		synctest.Wait()
+		delete(w.held["zone-4"], resource.Key{Kind: resource.MeshKind, Name: "m5"}) // another inventory
 
 		pol1v2 := pol1
 		pol1v2.Generation, pol1v2.Labels = 2, map[string]string{"team": "b"} // new content, a new version
@@ -181,33 +194,9 @@ func TestAZoneThatHearsSomethingWhileItsGroupIsDecidedChecksOnItsOwn(t *testing.
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := NewWithT(t)
-				var b kds.SnapshotBuilder
-				rs := []resource.Resource{mesh1, pol1}
-				for _, n := range []string{"m2", "m3", "m4", "m5"} {
-					rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: n, Generation: 1})
-				}
-				snap1, err := b.Build(rs)
-				g.Expect(err).NotTo(HaveOccurred())
-				w := &heldZones{snap: snap1, held: map[string]map[resource.Key]string{}, published: map[string]kds.ZoneView{}, refreshed: map[string]int{}}
 				zones := []string{"zone-1", "zone-2"}
-				for _, z := range zones {
-					w.held[z] = map[resource.Key]string{}
-					for _, e := range snap1.Kind(resource.MeshKind) {
-						w.held[z][e.Key] = e.Version
-					}
-					e := snap1.Kind("MeshTimeout")[pol1K.XDSName()]
-					w.held[z][e.Key] = e.Version
-				}
-				p := &counting{OwnerCheck: ownerpredict.New()}
-				h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
-					Generation: func() uint64 { return 1 }})
-				g.Expect(err).NotTo(HaveOccurred())
+				b, _, w, h, _ := zonesAtRest(t, zones)
 				defer h.Close()
-				h.Changed(snap1)
-				for i, z := range zones {
-					h.Observer().StreamOpened(int64(i+1), z)
-				}
-				synctest.Wait()
 
 				pol1v2 := pol1
 				pol1v2.Generation, pol1v2.Labels = 2, map[string]string{"team": "b"}
