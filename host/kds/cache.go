@@ -318,10 +318,6 @@ func (c *Cache) closeStream(id int64) *Session {
 	}
 	c.mu.Unlock()
 	if st != nil {
-		if st.info.loop {
-			// Its loop ends on its stream's context (a cache closing under open streams).
-			st.info.close(status.Error(codes.Unavailable, "the control plane is stopping"))
-		}
 		st.retry.Close()
 		close(st.stop)
 		<-st.done
@@ -335,12 +331,17 @@ func (c *Cache) closeStream(id int64) *Session {
 	return st
 }
 
-// Close stops every stream's sender.
+// Close ends every stream: it stops the senders, and ends the loops of kds's own server with
+// codes.Unavailable.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	ids := make([]int64, 0, len(c.streams))
-	for id := range c.streams {
+	for id, st := range c.streams {
 		ids = append(ids, id)
+		if st.info.loop {
+			// kds's own stream loop ends on its stream's context, and the zone is told why.
+			st.info.close(status.Error(codes.Unavailable, "the control plane is stopping"))
+		}
 	}
 	c.mu.Unlock()
 	for _, id := range ids {
@@ -470,8 +471,8 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	default:
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
-	// The response is made only when it carries something: most evaluations after a write find
-	// the change withheld until the owner check answers.
+	// The response is made only when it carries something: an evaluation often finds nothing to
+	// send (a change withheld until the owner check answers, a name the zone holds already).
 	var resources []*discovery.Resource
 	var removed []string
 	if ks.full && ks.delivered.len() == 0 {

@@ -11,6 +11,8 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -129,5 +131,31 @@ func TestTheStreamLoopSendsWhenTheBudgetHasRoom(t *testing.T) {
 			g.Expect(<-z.done).To(Succeed())
 		}
 		g.Expect(c.budget.inUse()).To(BeZero())
+	})
+}
+
+// A cache closing under open streams ends each stream loop through its stream's context, whose
+// cause (codes.Unavailable) is what the zone is told; a stream that ends on its own is not given
+// that cause.
+func TestACacheClosingEndsTheStreamLoops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		tr := NewTracker(c)
+		var b SnapshotBuilder
+		s, err := b.Build([]resource.Resource{{Kind: "MeshTimeout", Mesh: "m", Name: "a", Spec: json.RawMessage(`{}`), Generation: 1}})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s)
+
+		ended := startLoopZone(c, tr, 1, "z1")
+		open := startLoopZone(c, tr, 2, "z2")
+		synctest.Wait()
+		ended.cancel() // its RPC ends
+		g.Expect(<-ended.done).To(Succeed())
+		g.Expect(context.Cause(ended.str.ctx)).To(MatchError(context.Canceled), "not the cache's cause")
+
+		c.Close()
+		g.Expect(<-open.done).To(Succeed(), "the loop ends")
+		g.Expect(status.Code(context.Cause(open.str.ctx))).To(Equal(codes.Unavailable), "the zone is told why")
 	})
 }
