@@ -30,13 +30,14 @@ func newRegistry() *prometheus.Registry {
 // after its series are deleted; here a zone's counters go with the zone (forget), and the map
 // is copied smaller once it shrinks, so zones that come and go leave nothing behind.
 type zoneMetrics struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex // guards zones and peak; each zone's counters have their own lock
 	zones map[string]*zoneCounts
 	peak  shrink.Peak
 }
 
 // zoneCounts are one zone's counters.
 type zoneCounts struct {
+	mu             sync.Mutex // guards the counters: every stream event counts here, so zones do not share a lock
 	kinds          map[string]*kindCounts
 	streams        float64
 	reRequests     [2]float64 // answered, limited
@@ -56,15 +57,22 @@ type kindCounts struct {
 
 func newZoneMetrics() *zoneMetrics { return &zoneMetrics{zones: map[string]*zoneCounts{}} }
 
-// count runs f on zone's counters under the lock.
+// count runs f on zone's counters under their lock. A zone forgotten meanwhile counts into
+// counters no longer shown, as it would have a moment before.
 func (m *zoneMetrics) count(zone string, f func(z *zoneCounts)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
 	z := m.zones[zone]
+	m.mu.RUnlock()
 	if z == nil {
-		z = &zoneCounts{kinds: map[string]*kindCounts{}}
-		m.zones[zone] = z
+		m.mu.Lock()
+		if z = m.zones[zone]; z == nil {
+			z = &zoneCounts{kinds: map[string]*kindCounts{}}
+			m.zones[zone] = z
+		}
+		m.mu.Unlock()
 	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
 	f(z)
 }
 
@@ -131,9 +139,10 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 	emit := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	for zone, z := range m.zones {
+		z.mu.Lock()
 		for kind, k := range z.kinds {
 			emit(d.responses, k.responses, zone, kind)
 			emit(d.resources, k.resources, zone, kind)
@@ -166,6 +175,7 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 		emit(d.ownerCalls, z.ownerCalls[0], zone, "ok")
 		emit(d.ownerCalls, z.ownerCalls[1], zone, "error")
 		emit(d.failOpen, z.ownerFailOpens, zone)
+		z.mu.Unlock()
 	}
 }
 
