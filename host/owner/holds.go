@@ -114,7 +114,8 @@ type Holds struct {
 	shared     map[shareKey]*outcome // answers zones share, for h.snap only
 	dependents dependents            // h.snap's entries by owner, once needed (dependents.go)
 
-	prepareMu sync.Mutex // one Prepare at a time (prepare.go)
+	prepareMu sync.Mutex // one Prepare at a time (prepare.go), and its restBuf
+	restBuf   []restZone
 
 	ctx    context.Context // until Close
 	cancel context.CancelFunc

@@ -42,13 +42,20 @@ func (h *Holds) atRest(name string, z *zoneHolds, prev *kds.Snapshot) bool {
 		z.own.len() == 0 && z.base == prev && z.pub != nil && z.pub.base == prev && len(z.pub.own) == 0
 }
 
-// prepareGroup is the zones at rest that ask the same of a write.
-type prepareGroup struct {
+// restZone is a zone at rest when Prepare looked: its view, what it had heard then (a zone that
+// hears anything more before its group is decided is left out: its inventory may differ from
+// the one it was grouped by), its inventory, its group, and whether it was moved.
+type restZone struct {
+	name   string
 	table  *table
+	heard  uint64
 	digest kds.Digest
-	zones  []string
-	heard  []uint64 // each zone's zoneHolds.heard when it was grouped
+	group  int
+	moved  bool
 }
+
+// prepareGroup is the zones at rest that ask the same of a write: a run of Prepare's buffer.
+type prepareGroup []restZone
 
 // Prepare decides snap, derived from the snapshot Holds checks against now by a write of a few
 // entries, for the zones at rest, before the cache serves it: zones that would ask the same are
@@ -78,46 +85,48 @@ func (h *Holds) Prepare(snap *kds.Snapshot) {
 		return
 	}
 	keys, owners := changedKeys(changed)
-	// The zones at rest, with what they had heard: a zone that hears anything more before its
-	// group is decided is left out (its inventory may differ from the one it was grouped by).
-	type atRestZone struct {
-		name  string
-		table *table
-		heard uint64
-	}
-	var rest []atRestZone
+	rest := h.restBuf[:0] // reused: a write at 10,000 zones makes no list of them
 	for name, z := range h.zones {
 		if h.atRest(name, z, prev) && !waitsFor(z.table, owners) {
-			rest = append(rest, atRestZone{name, z.table, z.heard})
+			rest = append(rest, restZone{name: name, table: z.table, heard: z.heard})
 		}
 	}
 	h.mu.RUnlock()
+	defer func() { clear(rest); h.restBuf = rest[:0] }() // kept for the next, holding nothing
 
-	// Grouped by view and inventory, outside the lock: the digest is the zone's stream's.
+	// Grouped by view and inventory, outside the lock (the digest is the zone's stream's), each
+	// group a run of rest: the largest first, and a few of them (the snapshot waits for their
+	// checks, one Predict call each; the zones left over are checked by the workers as before).
 	type groupKey struct {
 		table  *table
 		digest kds.Digest
 	}
-	groups := map[groupKey]*prepareGroup{}
-	var order []*prepareGroup
-	for _, r := range rest {
-		k := groupKey{r.table, h.cfg.Inventory.InventoryDigest(r.name)}
-		g := groups[k]
-		if g == nil {
-			g = &prepareGroup{table: k.table, digest: k.digest}
-			groups[k] = g
-			order = append(order, g)
+	ids := map[groupKey]int{}
+	var sizes []int
+	for i := range rest {
+		r := &rest[i]
+		r.digest = h.cfg.Inventory.InventoryDigest(r.name)
+		id, ok := ids[groupKey{r.table, r.digest}]
+		if !ok {
+			id = len(sizes)
+			ids[groupKey{r.table, r.digest}] = id
+			sizes = append(sizes, 0)
 		}
-		g.zones = append(g.zones, r.name)
-		g.heard = append(g.heard, r.heard)
+		r.group = id
+		sizes[id]++
 	}
-	// The largest groups first, and a few of them: the snapshot waits for their checks, one
-	// Predict call each, and the zones left over are checked by the workers as before.
-	slices.SortStableFunc(order, func(a, b *prepareGroup) int { return len(b.zones) - len(a.zones) })
-	for _, g := range order[:min(len(order), maxGroups)] {
-		if !h.prepareGroup(ctx, g, prev, snap, keys, decl.kinds) {
+	slices.SortStableFunc(rest, func(a, b restZone) int {
+		if sizes[a.group] != sizes[b.group] {
+			return sizes[b.group] - sizes[a.group]
+		}
+		return a.group - b.group
+	})
+	for start, groups := 0, 0; start < len(rest) && groups < maxGroups; groups++ {
+		end := start + sizes[rest[start].group]
+		if !h.prepareGroup(ctx, prepareGroup(rest[start:end]), prev, snap, keys, decl.kinds) {
 			return // the policy failed: no more waiting on it here
 		}
+		start = end
 	}
 }
 
@@ -138,16 +147,16 @@ func waitsFor(t *table, owners []string) bool {
 // prepareGroup decides the write for one group by a check of its first zone, and moves every
 // zone of it that is still at rest, with the same inventory, to snap. It reports false when the
 // check failed (stopped, or the policy failed open).
-func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *kds.Snapshot, keys map[resource.Key]bool, kinds []string) bool {
-	first := g.zones[0]
-	o := h.decide(ctx, first, snap, false, keys, kinds)
+func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *kds.Snapshot, keys map[resource.Key]bool, kinds []string) bool {
+	first := g[0]
+	o := h.decide(ctx, first.name, snap, false, keys, kinds)
 	if o == nil || o.d.Err != nil {
 		return false
 	}
 	if len(o.d.Withheld) > 0 {
 		return true // something held back: the zones' own checks decide
 	}
-	probe := &zoneHolds{table: g.table, base: prev}
+	probe := &zoneHolds{table: first.table, base: prev}
 	if !rebases(probe, snap, o) {
 		return true
 	}
@@ -156,27 +165,29 @@ func (h *Holds) prepareGroup(ctx context.Context, g *prepareGroup, prev, snap *k
 		h.mu.Unlock()
 		return true // another snapshot came in meanwhile (a caller not in guard's order)
 	}
-	if z := h.zones[first]; z == nil || z.heard != g.heard[0] {
+	if z := h.zones[first.name]; z == nil || z.heard != first.heard {
 		h.mu.Unlock()
 		return true // the first zone heard something while checked: the answer is its own
 	}
 	h.views++
-	pub := &Published{table: g.table, base: snap, seq: h.views}
-	moved := make([]string, 0, len(g.zones))
-	for i, name := range g.zones {
+	pub := &Published{table: first.table, base: snap, seq: h.views}
+	for i := range g {
 		// A zone's inventory changes on its stream's goroutine and Holds hears each change
 		// (heard) before the next is made: one that heard nothing since it was grouped holds
 		// what it held then, which its group's answer is for.
-		z := h.zones[name]
-		if z == nil || z.heard != g.heard[i] || !h.atRest(name, z, prev) || z.table != g.table {
+		r := &g[i]
+		z := h.zones[r.name]
+		if z == nil || z.heard != r.heard || !h.atRest(r.name, z, prev) || z.table != r.table {
 			continue
 		}
 		z.base, z.pub, z.prepared = snap, pub, snap
-		moved = append(moved, name)
+		r.moved = true
 	}
 	h.mu.Unlock()
-	for _, name := range moved {
-		h.cfg.Refresher.Publish(name, pub)
+	for _, r := range g {
+		if r.moved {
+			h.cfg.Refresher.Publish(r.name, pub)
+		}
 	}
 	return true
 }
