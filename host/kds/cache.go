@@ -47,7 +47,8 @@ type Cache struct {
 	budget     *budget      // bytes of the responses in flight, across streams
 	maxMessage atomic.Int64 // bytes of one response at most (Limits.MaxMessage)
 	snap       atomic.Pointer[Snapshot]
-	version    atomic.Int64
+	version    atomic.Pointer[string] // the snapshot's number, as responses carry it (system_version_info)
+	versions   atomic.Int64           // snapshots set so far
 	filter     atomic.Pointer[filterBox]
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
@@ -106,7 +107,8 @@ func NewCache(kinds []string) *Cache {
 func (c *Cache) SetSnapshot(s *Snapshot) {
 	changed, delta := s.ChangesFrom(c.snap.Load())
 	c.snap.Store(s)
-	c.version.Add(1)
+	v := strconv.FormatInt(c.versions.Add(1), 10)
+	c.version.Store(&v)
 	c.mu.Lock()
 	streams := make([]*Session, 0, len(c.streams))
 	for _, st := range c.streams {
@@ -162,6 +164,14 @@ func (c *Cache) each(streams []*Session, f func(*Session)) {
 		})
 	}
 	wg.Wait()
+}
+
+// versionInfo is the snapshot's number, as responses carry it ("0" before the first).
+func (c *Cache) versionInfo() string {
+	if v := c.version.Load(); v != nil {
+		return *v
+	}
+	return "0"
 }
 
 // SetFilter installs the per-zone filter (nil: every zone sees everything).
@@ -545,7 +555,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		return
 	}
 	slices.Sort(removed)
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: strconv.FormatInt(c.version.Load(), 10),
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
 		Resources: resources, RemovedResources: removed}
 	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
 	w.answered = true
