@@ -4,8 +4,8 @@ package owner
 //
 // Invariants:
 //   - Prepare runs before the cache serves snap (guard.Cache.SetSnapshot), one at a time
-//     (prepareMu); it changes a zone only under Holds.mu, and only a zone at rest (atRest) from
-//     the moment it grouped it to the moment it records the decision.
+//     (prepareMu); it changes a zone only under Holds.mu, and only a zone that was at rest
+//     (atRest) when it was grouped and still is when the decision is recorded.
 //   - A group is zones that would ask the same (one view: the same table and base, no own
 //     verdict; the same inventory digest), decided by one check of its first zone, and moved to
 //     snap only when that check accepted every change and nothing held back waits for a changed
