@@ -26,6 +26,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,6 +44,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -314,6 +317,9 @@ type fanOutFigures struct {
 	postgres time.Duration // net of the same window idle
 	// postgresRaw is PostgreSQL's CPU over the writes' window, per write, idle work included.
 	postgresRaw time.Duration
+	// listen is the part of postgres that the replicas' LISTEN backends used (each delivers
+	// every write's notification to its replica), net of idle.
+	listen time.Duration
 }
 
 // fanOut times a write through A to every stream of zones zones on A alone, then with the
@@ -341,7 +347,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	}
 	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each, medians of %d runs)\n", writes, runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tPostgreSQL with idle\t\n")
+	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tPostgreSQL with idle\t\n")
 	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration {
 		var ds []time.Duration
 		for _, f := range figs[i] {
@@ -367,6 +373,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		}
 		cells = append(cells, benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.zones })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgres })),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.listen })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgresRaw })))
 		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
 	}
@@ -387,10 +394,13 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	}
 	p1 := med(three, func(f fanOutFigures) time.Duration { return pct(f.lat, 50) })
 	p0 := med(one, func(f fanOutFigures) time.Duration { return pct(f.lat, 50) })
-	fmt.Printf("3 x %d vs 1 x %d: the busiest replica's CPU per write (%s) %.2fx the single replica's (limit 1.15); PostgreSQL's CPU per write %.2fx (limit: the same; %.2fx with its idle work over the longer window);\n",
+	pgAll := func(i int) time.Duration { return med(i, func(f fanOutFigures) time.Duration { return f.postgres }) }
+	pgListen := func(i int) time.Duration { return med(i, func(f fanOutFigures) time.Duration { return f.listen }) }
+	fmt.Printf("3 x %d vs 1 x %d: the busiest replica's CPU per write (%s) %.2fx the single replica's (limit 1.15); PostgreSQL's CPU per write %.2fx (limit: the same; %.2fx with its idle work over the longer window; %.2fx but for its LISTEN backends);\n",
 		zones, zones, worstID, ratio(worst, base),
-		ratio(med(three, func(f fanOutFigures) time.Duration { return f.postgres }), med(one, func(f fanOutFigures) time.Duration { return f.postgres })),
-		ratio(med(three, func(f fanOutFigures) time.Duration { return f.postgresRaw }), med(one, func(f fanOutFigures) time.Duration { return f.postgresRaw })))
+		ratio(pgAll(three), pgAll(one)),
+		ratio(med(three, func(f fanOutFigures) time.Duration { return f.postgresRaw }), med(one, func(f fanOutFigures) time.Duration { return f.postgresRaw })),
+		ratio(pgAll(three)-pgListen(three), pgAll(one)-pgListen(one)))
 	fmt.Printf("  wall clock p50 %.2fx, with every process on the same %d cores\n", ratio(p1, p0), runtime.NumCPU())
 	return nil
 }
@@ -425,7 +435,11 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 		cpu0[id] = cpuTime([]int{pids[id]})
 	}
 	fleet := []int{f.Cmd.Process.Pid}
-	fcpu0, pcpu0 := cpuTime(fleet), treeCPU(pg)
+	listeners, err := b.listenBackends()
+	if err != nil {
+		return fig, err
+	}
+	fcpu0, pcpu0, lcpu0 := cpuTime(fleet), treeCPU(pg), cpuTime(listeners)
 	start := time.Now()
 	if fig.lat, err = b.timeWrites(f, "A", prefix, writes); err != nil {
 		return fig, err
@@ -435,7 +449,7 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	for id, pid := range pids {
 		used[id] = cpuTime([]int{pid}) - cpu0[id]
 	}
-	fused, pused := cpuTime(fleet)-fcpu0, treeCPU(pg)-pcpu0
+	fused, pused, lused := cpuTime(fleet)-fcpu0, treeCPU(pg)-pcpu0, cpuTime(listeners)-lcpu0
 
 	// The same configuration idle for as long: what the processes use with no write (the
 	// replicas' heartbeats, PostgreSQL's own background work) grows with the window, and three
@@ -445,7 +459,7 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	for id, pid := range pids {
 		idle0[id] = cpuTime([]int{pid})
 	}
-	fidle0, pidle0 := cpuTime(fleet), treeCPU(pg)
+	fidle0, pidle0, lidle0 := cpuTime(fleet), treeCPU(pg), cpuTime(listeners)
 	time.Sleep(window)
 	per := func(d time.Duration) time.Duration { return max(0, d) / time.Duration(writes) }
 	fig.replica = map[string]time.Duration{}
@@ -455,7 +469,34 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	fig.zones = per(fused - (cpuTime(fleet) - fidle0))
 	pidle := treeCPU(pg) - pidle0
 	fig.postgres, fig.postgresRaw = per(pused-pidle), per(pused)
+	fig.listen = per(lused - (cpuTime(listeners) - lidle0))
 	return fig, nil
+}
+
+// listenBackends are the PostgreSQL backends of the replicas' LISTEN connections
+// (store.ListenApplicationName in pg_stat_activity).
+func (b *bench) listenBackends() ([]int, error) {
+	db, err := sql.Open("pgx", b.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", store.ListenApplicationName)
+	if err != nil {
+		return nil, fmt.Errorf("list the LISTEN backends: %w", err)
+	}
+	defer rows.Close()
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			return nil, err
+		}
+		pids = append(pids, pid)
+	}
+	return pids, rows.Err()
 }
 
 // cpuTime is the user and system time the processes used so far (/proc/PID/stat).
