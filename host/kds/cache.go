@@ -240,23 +240,18 @@ func (st *Session) mark(names map[string][]string, force bool) {
 // to send again although the zone was sent them (a re-request); the delta server calls the
 // request callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
 func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, again []string) {
-	c.mu.Lock()
-	c.requests[req] = st
-	c.mu.Unlock()
-	st.requestAgain(req.GetTypeUrl(), again)
-}
-
-// requestAgain makes the names of kind that the zone asked for again dirty and forced: sent
-// again although the zone was sent them.
-func (st *Session) requestAgain(kind string, again []string) {
-	if len(again) == 0 {
-		return
+	if !st.info.loop { // kds's own stream loop hands the request to watchFor with the session
+		c.mu.Lock()
+		c.requests[req] = st
+		c.mu.Unlock()
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	ks := st.kind(kind)
-	for _, n := range again {
-		ks.dirty[n], ks.forced[n] = true, true
+	if len(again) > 0 {
+		st.mu.Lock()
+		ks := st.kind(req.GetTypeUrl())
+		for _, n := range again {
+			ks.dirty[n], ks.forced[n] = true, true
+		}
+		st.mu.Unlock()
 	}
 }
 

@@ -194,11 +194,7 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 	}
 	s.mu.Unlock()
 
-	if s.info.loop {
-		s.requestAgain(kind, again) // its loop hands the request to the cache with s (watchFor)
-	} else {
-		t.cache.bindRequest(s, req, again)
-	}
+	t.cache.bindRequest(s, req, again)
 	if reRequest {
 		t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
 	}

@@ -659,11 +659,7 @@ func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []res
 // revisionRows reads the resource rows whose revision is op rev (op: ">" or "="), at most limit
 // of them (0: all).
 func (s *sqlStore) revisionRows(ctx context.Context, tx *sql.Tx, op string, rev int64, limit int) ([]logRow, error) {
-	q, args := `SELECT `+selectColumns+` FROM resources WHERE revision `+op+` ?`, []any{rev}
-	if limit > 0 {
-		q, args = q+` LIMIT ?`, append(args, limit)
-	}
-	rows, err := tx.QueryContext(ctx, s.d.rebind(q), args...)
+	rows, err := s.queryRevision(ctx, tx, `SELECT `+selectColumns+` FROM resources WHERE revision `+op+` ?`, rev, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -683,13 +679,9 @@ func (s *sqlStore) revisionRows(ctx context.Context, tx *sql.Tx, op string, rev 
 // absent (a key deleted and created again is a row, not a delete), at most limit of them (0:
 // all).
 func (s *sqlStore) revisionDeletes(ctx context.Context, tx *sql.Tx, op string, rev int64, limit int) ([]resource.Key, error) {
-	q, args := `SELECT t.kind, t.mesh, t.name FROM tombstones t
+	rows, err := s.queryRevision(ctx, tx, `SELECT t.kind, t.mesh, t.name FROM tombstones t
 		WHERE t.revision `+op+` ? AND NOT EXISTS (
-			SELECT 1 FROM resources r WHERE r.kind = t.kind AND r.mesh = t.mesh AND r.name = t.name)`, []any{rev}
-	if limit > 0 {
-		q, args = q+` LIMIT ?`, append(args, limit)
-	}
-	rows, err := tx.QueryContext(ctx, s.d.rebind(q), args...)
+			SELECT 1 FROM resources r WHERE r.kind = t.kind AND r.mesh = t.mesh AND r.name = t.name)`, rev, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -703,6 +695,14 @@ func (s *sqlStore) revisionDeletes(ctx context.Context, tx *sql.Tx, op string, r
 		out = append(out, k)
 	}
 	return out, rows.Err()
+}
+
+// queryRevision runs q, whose one parameter is a revision, with at most limit rows (0: all).
+func (s *sqlStore) queryRevision(ctx context.Context, tx *sql.Tx, q string, rev int64, limit int) (*sql.Rows, error) {
+	if limit > 0 {
+		return tx.QueryContext(ctx, s.d.rebind(q+` LIMIT ?`), rev, limit)
+	}
+	return tx.QueryContext(ctx, s.d.rebind(q), rev)
 }
 
 // errBeforeHorizon is ChangesSince's refusal of a revision older than the horizon.
