@@ -68,6 +68,9 @@ type ZoneView interface {
 	Visible(e *Entry) bool
 	// None reports that the zone may see nothing at all yet (its first check has not answered).
 	None() bool
+	// SeesAll reports that the zone may see every entry of snap, as it is: Visible of each
+	// would be true (the cache then asks no entry).
+	SeesAll(snap *Snapshot) bool
 	// Seq orders the views of one zone: a later one has a larger Seq.
 	Seq() uint64
 }
@@ -470,7 +473,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 				return
 			}
 			visible = func(*Entry) bool { return false }
-		} else {
+		} else if !v.ZoneView.SeesAll(snap) {
 			visible = v.ZoneView.Visible
 		}
 	default:
@@ -496,10 +499,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		size += n
 		return true
 	}
-	look := func(name string) {
+	look := func(name string, e *Entry) {
 		d, isKnown := ks.delivered.get(name)
-		e, served := entries[name]
-		served = served && w.subscribes(name)
+		served := e != nil && w.subscribes(name)
 		switch {
 		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
 			// The zone has it: whether it may see it or not, nothing to send.
@@ -527,17 +529,17 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		}
 	}
 	if ks.full {
-		for _, n := range snap.Names(w.kind) { // sorted: so is the response
-			look(n)
+		for _, e := range snap.order(w.kind).entries { // in name order: so is the response
+			look(e.Name, e)
 		}
 		ks.delivered.each(func(n string, _ *discovery.Resource) {
 			if _, ok := entries[n]; !ok {
-				look(n)
+				look(n, nil)
 			}
 		})
 	} else {
 		for n := range ks.dirty {
-			look(n)
+			look(n, entries[n])
 		}
 		slices.SortFunc(resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
 	}

@@ -109,8 +109,11 @@ type inflight struct {
 	resp   *discovery.DeltaDiscoveryResponse
 	nonce  string   // set when the server sends it
 	priors priorSet // what the zone had ACKed of its names before, for those it had ACKed
-	edits  uint64   // the kind's delivered edits once this response was counted in it
-	cost   int64    // the room it holds in the cache's budget, until it leaves inflight
+	// all is set when the response carries exactly all's entries of its kind, to a zone that
+	// was delivered none of them (handOverLocked): its ACK in step is one XOR (answerLocked).
+	all   *Snapshot
+	edits uint64 // the kind's delivered edits once this response was counted in it
+	cost  int64  // the room it holds in the cache's budget, until it leaves inflight
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -344,6 +347,8 @@ func (p *priorSet) get(name string) (string, bool) {
 	return "", false
 }
 
+func (p *priorSet) empty() bool { return len(p.few) == 0 && len(p.many) == 0 }
+
 func (p *priorSet) set(name, version string) {
 	if p.many != nil {
 		p.many[name] = version
@@ -429,6 +434,15 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 		}
 	}
 	inStep := r.edits == ks.edits && !s.layered(ks, r.kind, r)
+	if nack == nil && inStep && r.all != nil && r.priors.empty() {
+		// The zone held none of the kind and now holds exactly all's entries: what accounting
+		// each of them from nothing adds up to.
+		s.digest.Sum ^= r.all.order(r.kind).acked
+		s.digest.N += len(r.resp.Resources)
+		ks.acked += len(r.resp.Resources)
+		s.dropLocked(r)
+		return
+	}
 	apply := func(name string, had, now ackedVersion) {
 		if inStep && !rejected[name] {
 			s.account(r.kind, name, had, now)
@@ -793,8 +807,9 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 			r.setPrior(name, ackedVersion{old.Version, true})
 		}
 	}
-	if first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(s.cache.snap.Load(), kind, resp.Resources) {
+	if cur := s.cache.snap.Load(); first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(cur, kind, resp.Resources) {
 		ks.edits += uint64(len(resp.Resources)) // as setDelivered counts them; no prior, nothing to undo
+		r.all = cur
 	} else {
 		for _, res := range resp.Resources {
 			note(res.Name)
@@ -803,7 +818,6 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 			note(n)
 		}
 		// What the zone is sent now is most often exactly what is served: share the snapshot's.
-		cur := s.cache.snap.Load()
 		if ks.delivered.advance(cur, kind, resp.Resources, resp.RemovedResources) {
 			ks.edits += uint64(len(resp.Resources) + len(resp.RemovedResources)) // as setDelivered and dropDelivered count them
 		} else {

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/host/nack"
+	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
@@ -221,4 +222,45 @@ func TestAZonesCountersAddUpAcrossItsStreams(t *testing.T) {
 	g.Expect([]int64{ki.Responses, ki.Sent, ki.ACKs, ki.NACKs}).To(Equal([]int64{3, 6, 3, 0}))
 	g.Expect(ki.Known).To(Equal(2), "what the last stream's zone ACKed")
 	g.Expect(z.Streams()).To(BeEmpty(), "no stream is open")
+}
+
+// The ACK of a first response that carried every entry of its kind is accounted in one step
+// (the snapshot's sum of them): the digest and the count are what accounting each entry gives.
+func TestAnACKOfAWholeKindCountsEachOfItsEntries(t *testing.T) {
+	g := NewWithT(t)
+	var b SnapshotBuilder
+	snap, err := b.Build([]resource.Resource{{Kind: resource.MeshKind, Name: "m1", Generation: 1},
+		{Kind: resource.MeshKind, Name: "m2", Generation: 3}, {Kind: resource.MeshKind, Name: "m3", Generation: 2}})
+	g.Expect(err).NotTo(HaveOccurred())
+	c := NewCache([]string{resource.MeshKind})
+	defer c.Close()
+	c.SetSnapshot(snap)
+	tr := NewTracker(c)
+	g.Expect(tr.OnDeltaStreamOpen(context.Background(), 1, "")).To(Succeed())
+	defer tr.OnDeltaStreamClosed(1, nil)
+	g.Expect(tr.OnStreamDeltaRequest(1, &discovery.DeltaDiscoveryRequest{TypeUrl: resource.MeshKind, Node: &core.Node{Id: "zone-1"}})).To(Succeed())
+	z := NewZones(c)
+	z.streamOpened(1, "zone-1")
+	s := c.Session(1)
+
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: resource.MeshKind, Nonce: "1"}
+	want := &zoneModel{acked: map[string]map[string]string{resource.MeshKind: {}}}
+	for _, n := range snap.Names(resource.MeshKind) {
+		e := snap.Kind(resource.MeshKind)[n]
+		resp.Resources = append(resp.Resources, e.Wire)
+		want.acked[resource.MeshKind][n] = e.Version
+	}
+	tr.OnStreamDeltaResponse(1, nil, resp)
+	s.mu.Lock()
+	inflight := slices.Clone(s.inflight)
+	s.mu.Unlock()
+	g.Expect(inflight).To(HaveLen(1))
+	g.Expect(inflight[0].all).To(BeIdenticalTo(snap), "the response carries the whole kind")
+
+	g.Expect(tr.OnStreamDeltaRequest(1, &discovery.DeltaDiscoveryRequest{TypeUrl: resource.MeshKind, ResponseNonce: "1"})).To(Succeed())
+	g.Expect(z.InventoryDigest("zone-1")).To(Equal(want.digest()))
+	g.Expect(z.InventoryDigest("zone-1").N).To(Equal(3))
+	for _, ki := range s.Insight() {
+		g.Expect(ki.Known).To(Equal(3))
+	}
 }

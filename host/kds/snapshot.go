@@ -64,8 +64,43 @@ type Snapshot struct {
 	changed map[string][]string
 
 	namesMu sync.Mutex
-	names   map[string][]string  // kind -> xDS names, sorted; made on first use
-	wires   map[string]*kindWire // kind -> its entries' encoding end to end; made on first use (codec.go)
+	names   map[string][]string   // kind -> xDS names, sorted; made on first use
+	wires   map[string]*kindWire  // kind -> its entries' encoding end to end; made on first use (codec.go)
+	orders  map[string]*kindOrder // kind -> its entries in name order; made on first use
+}
+
+// kindOrder is a kind's entries in name order, and what a zone that ACKed exactly them adds to
+// its digest, made once per snapshot and kind: every stream's full sync of the kind walks it, and
+// the ACK of a response that carried all of it is one XOR (Session.answerLocked).
+type kindOrder struct {
+	once    sync.Once
+	entries []*Entry
+	acked   uint64 // XOR of ackedHash of every entry, as sent
+}
+
+// order is the kind's kindOrder, made on first use.
+func (s *Snapshot) order(kind string) *kindOrder {
+	s.namesMu.Lock()
+	ko := s.orders[kind]
+	if ko == nil {
+		ko = &kindOrder{}
+		if s.orders == nil {
+			s.orders = map[string]*kindOrder{}
+		}
+		s.orders[kind] = ko
+	}
+	s.namesMu.Unlock()
+	ko.once.Do(func() {
+		byName := s.Kind(kind)
+		names := s.Names(kind)
+		ko.entries = make([]*Entry, len(names))
+		for i, n := range names {
+			e := byName[n]
+			ko.entries[i] = e
+			ko.acked ^= ackedHash(kind, e.Wire.GetName(), e.Wire.GetVersion())
+		}
+	})
+	return ko
 }
 
 // Names returns the xDS names of one kind, sorted. The slice must not be modified.

@@ -11,9 +11,10 @@ type seqView struct {
 	visible bool
 }
 
-func (v seqView) Visible(*Entry) bool { return v.visible }
-func (v seqView) None() bool          { return false }
-func (v seqView) Seq() uint64         { return v.seq }
+func (v seqView) Visible(*Entry) bool    { return v.visible }
+func (v seqView) None() bool             { return false }
+func (v seqView) SeesAll(*Snapshot) bool { return false }
+func (v seqView) Seq() uint64            { return v.seq }
 
 // Views of a zone published out of order (a check's and a new stream's, from two goroutines):
 // the session keeps the latest.

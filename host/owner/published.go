@@ -12,6 +12,7 @@ package owner
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -115,6 +116,13 @@ func (p *Published) Visible(e *kds.Entry) bool {
 
 // None implements kds.ZoneView: no verdict at all yet (the zone's first check has not answered).
 func (p *Published) None() bool { return p.base == nil && p.table == nil && len(p.own) == 0 }
+
+// SeesAll implements kds.ZoneView: a view of snap with no verdict of its own and none held in
+// its table accepts every entry of snap at its version (below), as after a full check that held
+// nothing back.
+func (p *Published) SeesAll(snap *kds.Snapshot) bool {
+	return p.base == snap && snap != nil && (p.table == nil || len(p.table.held) == 0) && !slices.ContainsFunc(p.own, func(v Verdicts) bool { return len(v) > 0 })
+}
 
 // Seq implements kds.ZoneView: later views of a zone have larger ones.
 func (p *Published) Seq() uint64 { return p.seq }
