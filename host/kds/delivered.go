@@ -157,18 +157,17 @@ func (d *delivered) share(cur *Snapshot, entries map[string]*Entry) {
 	d.over = nil // not cleared: its buckets would stay
 }
 
-// sentAll makes an empty d hold rs when rs are exactly the kind's entries of cur (a stream's
-// first response of a kind, most often), without a map: it reports whether it did.
+// sentAll makes an empty d hold rs when rs are exactly the kind's entries of cur in name order
+// (a stream's first response of a kind, most often), without a map: it reports whether it did.
 func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource) bool {
-	entries := cur.Kind(kind)
-	if d.n != 0 || len(rs) == 0 || len(rs) != len(entries) {
+	if d.n != 0 || len(rs) == 0 || len(rs) != len(cur.Kind(kind)) {
 		return false
 	}
-	for _, r := range rs {
-		if e := entries[r.Name]; e == nil || e.Wire != r {
+	for i, e := range cur.order(kind).entries {
+		if e.Wire != rs[i] {
 			return false
 		}
 	}
-	d.share(cur, entries)
+	d.share(cur, cur.Kind(kind))
 	return true
 }
