@@ -14,6 +14,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -71,8 +72,8 @@ type typeState struct {
 	innerVersion  string
 	innerReturned map[string]string // what the wrapped cache says its last answer leaves the guard holding
 	served        map[string]*item
-	servedNames   []string // served's names, sorted; nil once served's names change
-	have          bool     // the wrapped cache answered once
+	servedItems   []*item // served's items, sorted by name; nil once served's names change
+	have          bool    // the wrapped cache answered once
 
 	// The server's side.
 	w   *watch             // the open watch, nil once answered
@@ -320,15 +321,19 @@ func (s *session) fromInner(r cache.Response) {
 		for n := range ts.innerReturned {
 			if _, ok := returned[n]; !ok && ts.served[n] != nil {
 				delete(ts.served, n)
-				ts.servedNames = nil
+				ts.servedItems = nil
 			}
 		}
 	} else {
-		ts.served, ts.servedNames = make(map[string]*item, len(answered)), nil
+		ts.served, ts.servedItems = make(map[string]*item, len(answered)), nil
 	}
 	for _, it := range answered {
-		if ts.served[it.name] == nil {
-			ts.servedNames = nil
+		switch old := ts.served[it.name]; {
+		case old == nil:
+			ts.servedItems = nil
+		case old != it && ts.servedItems != nil:
+			i, _ := slices.BinarySearchFunc(ts.servedItems, it.name, itemNamed)
+			ts.servedItems[i] = it // a new version of a name served: the order stays
 		}
 		ts.served[it.name] = it
 	}
@@ -507,29 +512,31 @@ func (s *session) addFlightLocked(ts *typeState, f *flight) {
 // name in it is forced (a retry round sends it although nothing changed). Call with s.mu.
 func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 	w := ts.w
-	var names []string
+	var view []*item // what the cache serves that the client asks for, sorted by name
 	if w.sub.IsWildcard() {
-		if ts.servedNames == nil {
-			ts.servedNames = make([]string, 0, len(ts.served))
-			for n := range ts.served {
-				ts.servedNames = append(ts.servedNames, n)
-			}
-			slices.Sort(ts.servedNames)
+		if ts.servedItems == nil {
+			ts.servedItems = slices.SortedFunc(maps.Values(ts.served), byItemName)
 		}
-		names = slices.Clip(ts.servedNames) // sorted; an append below copies it
+		view = slices.Clip(ts.servedItems) // an append below copies it
 	} else {
 		for n := range w.sub.SubscribedResources() {
-			if _, ok := ts.served[n]; ok {
-				names = append(names, n)
+			if it := ts.served[n]; it != nil {
+				view = append(view, it)
 			}
 		}
+		slices.SortFunc(view, byItemName)
 	}
+	items, forced, held := s.pickLocked(ts, view, nil)
 	// Names the client holds and the cache no longer serves are removed, but not while something
 	// else the client holds references them (break after make: an old route's cluster stays
-	// until the client has the route that no longer names it).
+	// until the client has the route that no longer names it). There are such names only when
+	// the client holds more than the view's names.
+	if held == len(ts.acked) || s.g.opts.NoHolds {
+		return items, forced
+	}
 	var kept map[string]string
-	for n := range ts.acked {
-		if _, ok := ts.served[n]; ok || !s.subscribedLocked(ts, n) || s.g.opts.NoHolds {
+	for n, a := range ts.acked {
+		if _, ok := ts.served[n]; ok || !s.subscribedLocked(ts, n) {
 			continue
 		}
 		if by := s.referencedByLocked(ts.typeURL, n); by != "" {
@@ -537,24 +544,38 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 				kept = map[string]string{}
 			}
 			kept[n] = "removed, kept while the client holds " + by + ", which references it"
-			names = append(names, n)
+			view = append(view, a)
 		}
 	}
-	if !slices.IsSorted(names) {
-		slices.Sort(names)
+	if kept == nil {
+		return items, forced
 	}
+	slices.SortFunc(view, byItemName)
+	items, forced, _ = s.pickLocked(ts, view, kept)
+	return items, forced
+}
+
+// pickLocked is what the client should hold of each of view's items: the item, what it holds
+// instead (a version held back, or kept: a name no longer served, with why), or nothing. It
+// reports whether one is forced, and how many of view's names the client holds. It notes what
+// it holds back in the type's insight. Call with s.mu.
+func (s *session) pickLocked(ts *typeState, view []*item, kept map[string]string) (items []*item, forced bool, held int) {
 	ins := s.insight[ts.typeURL]
 	ins.Withheld = ins.Withheld[:0]
-	for _, n := range names {
-		it := ts.served[n]
+	items = make([]*item, 0, len(view))
+	for _, it := range view {
+		n := it.name
+		a := ts.acked[n]
+		if a != nil {
+			held++
+		}
 		if why, ok := kept[n]; ok {
-			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Reason: why})
-			it = ts.acked[n]
-		} else if a := ts.acked[n]; a != nil && a.version == it.version {
+			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Reason: why}) // it is what the client holds
+		} else if a != nil && a.version == it.version {
 			// The client has this very version: nothing to hold back.
 		} else if why, warm := s.withholdLocked(ts, it); why != "" {
 			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Version: it.version, Reason: why})
-			it = ts.acked[n] // the client keeps what it has, if anything
+			it = a // the client keeps what it has, if anything
 			if it == nil {
 				continue
 			}
@@ -566,8 +587,12 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 		}
 		items = append(items, it)
 	}
-	return items, forced
+	return items, forced, held
 }
+
+func byItemName(a, b *item) int { return strings.Compare(a.name, b.name) }
+
+func itemNamed(it *item, name string) int { return strings.Compare(it.name, name) }
 
 // withholdLocked says why the client should not get it now, or "". warm are the clusters a
 // route configuration waits for that the client does not ask for yet: a client that asks for
@@ -696,19 +721,44 @@ func (s *session) sent(typeURL, nonce string, is func(*flight) bool) {
 	zone, opened := s.node, s.opened
 	s.mu.Unlock()
 	if opened {
-		s.g.obs.Sent(event.Sent{StreamID: s.id, Zone: zone, Kind: ts.typeURL, Versions: event.VersionsOf(fresh)})
+		s.g.obs.Sent(event.Sent{StreamID: s.id, Zone: zone, Kind: ts.typeURL, Versions: fresh.versions()})
 	}
 }
 
-// newVersions are the names of items at a version the client has not accepted.
-func newVersions(ts *typeState, items []*item) map[string]string {
-	fresh := map[string]string{}
+// freshItems are items at a version the client has not accepted, sorted by name.
+type freshItems []*item
+
+// newVersions are the items at a version the client has not accepted.
+func newVersions(ts *typeState, items []*item) freshItems {
+	var fresh freshItems
 	for _, it := range items {
 		if a := ts.acked[it.name]; a == nil || a.version != it.version {
-			fresh[it.name] = it.version
+			fresh = append(fresh, it)
 		}
 	}
+	if !slices.IsSortedFunc(fresh, byItemName) { // a view's are
+		slices.SortFunc(fresh, byItemName)
+	}
 	return fresh
+}
+
+// get is the version of name, if it is one of them.
+func (f freshItems) get(name string) (string, bool) {
+	if i, ok := slices.BinarySearchFunc(f, name, itemNamed); ok {
+		return f[i].version, true
+	}
+	return "", false
+}
+
+// versions is the view of them that events carry.
+func (f freshItems) versions() event.Versions {
+	return event.VersionsFunc(len(f), func(yield func(string, string) bool) {
+		for _, it := range f {
+			if !yield(it.name, it.version) {
+				return
+			}
+		}
+	}, f.get)
 }
 
 // request applies what a client's request says of the last response of its type: an ACK, or a
@@ -780,13 +830,13 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 			delete(ts.acked, n)
 		}
 		s.ownerArrivedLocked()
-		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: event.VersionsOf(fresh), Removed: f.removed}, nil
+		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: fresh.versions(), Removed: f.removed}, nil
 	}
 	ins.NACKs++
 	s.g.totals.add(&s.g.totals.nacks, ts.typeURL)
 	carried := make([]nack.Carried, len(f.items))
 	for i, it := range f.items {
-		_, isNew := fresh[it.name]
+		_, isNew := fresh.get(it.name)
 		carried[i] = nack.Carried{Name: it.name, Version: it.version, New: isNew}
 	}
 	// A plain client's NACK is about content (neither Envoy nor grpc-go has a transient cause).
@@ -806,7 +856,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 			continue
 		}
 		accepted = append(accepted, it)
-		if v, ok := fresh[it.name]; ok {
+		if v, ok := fresh.get(it.name); ok {
 			nk.Accepted[it.name] = v
 		}
 	}
