@@ -139,7 +139,7 @@ const runMin = 32
 // is then one slice of it.
 type kindWire struct {
 	once    sync.Once
-	entries []*Entry       // in name order
+	entries []*Entry       // in name order (Snapshot.order's)
 	index   map[string]int // name -> its place in entries
 	buf     []byte         // the entries' frames, end to end
 	off     []int          // where each entry's frame starts in buf, and len(buf) last
@@ -158,21 +158,18 @@ func (s *Snapshot) wire(kind string) *kindWire {
 	}
 	s.namesMu.Unlock()
 	kw.once.Do(func() {
-		names := s.Names(kind)
-		byName := s.Kind(kind)
+		entries := s.order(kind).entries
 		size := 0
-		for _, n := range names {
-			if e := byName[n]; e.frame != nil {
-				size += e.frame.Len()
-			} else {
+		for _, e := range entries {
+			if e.frame == nil {
 				return // an entry made elsewhere, with no encoding of its own: no run
 			}
+			size += e.frame.Len()
 		}
-		kw.entries, kw.index = make([]*Entry, len(names)), make(map[string]int, len(names))
-		kw.buf, kw.off = make([]byte, 0, size), make([]int, 0, len(names)+1)
-		for i, n := range names {
-			e := byName[n]
-			kw.entries[i], kw.index[n] = e, i
+		kw.entries, kw.index = entries, make(map[string]int, len(entries))
+		kw.buf, kw.off = make([]byte, 0, size), make([]int, 0, len(entries)+1)
+		for i, e := range entries {
+			kw.index[e.Name] = i
 			kw.off = append(kw.off, len(kw.buf))
 			kw.buf = append(kw.buf, e.frame.ReadOnlyData()...)
 		}

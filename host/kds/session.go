@@ -109,11 +109,13 @@ type inflight struct {
 	resp   *discovery.DeltaDiscoveryResponse
 	nonce  string   // set when the server sends it
 	priors priorSet // what the zone had ACKed of its names before, for those it had ACKed
-	// all is set when the response carries exactly all's entries of its kind, to a zone that
-	// was delivered none of them (handOverLocked): its ACK in step is one XOR (answerLocked).
-	all   *Snapshot
-	edits uint64 // the kind's delivered edits once this response was counted in it
-	cost  int64  // the room it holds in the cache's budget, until it leaves inflight
+	// all is set when the response carries exactly a snapshot's entries of its kind, to a zone
+	// that was delivered none of them (handOverLocked), and allSum is their kindOrder.acked: its
+	// ACK in step is one XOR (answerLocked).
+	all    bool
+	allSum uint64
+	edits  uint64 // the kind's delivered edits once this response was counted in it
+	cost   int64  // the room it holds in the cache's budget, until it leaves inflight
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -434,10 +436,10 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 		}
 	}
 	inStep := r.edits == ks.edits && !s.layered(ks, r.kind, r)
-	if nack == nil && inStep && r.all != nil && r.priors.empty() {
-		// The zone held none of the kind and now holds exactly all's entries: what accounting
-		// each of them from nothing adds up to.
-		s.digest.Sum ^= r.all.order(r.kind).acked
+	if nack == nil && inStep && r.all && r.priors.empty() {
+		// The zone held none of the kind and now holds exactly the response's entries: what
+		// accounting each of them from nothing adds up to.
+		s.digest.Sum ^= r.allSum
 		s.digest.N += len(r.resp.Resources)
 		ks.acked += len(r.resp.Resources)
 		s.dropLocked(r)
@@ -809,7 +811,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	}
 	if cur := s.cache.snap.Load(); first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(cur, kind, resp.Resources) {
 		ks.edits += uint64(len(resp.Resources)) // as setDelivered counts them; no prior, nothing to undo
-		r.all = cur
+		r.all, r.allSum = true, cur.order(kind).acked
 	} else {
 		for _, res := range resp.Resources {
 			note(res.Name)
