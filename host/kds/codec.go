@@ -147,16 +147,7 @@ type kindWire struct {
 
 // wire is the kind's kindWire, made on first use.
 func (s *Snapshot) wire(kind string) *kindWire {
-	s.namesMu.Lock()
-	kw := s.wires[kind]
-	if kw == nil {
-		kw = &kindWire{}
-		if s.wires == nil {
-			s.wires = map[string]*kindWire{}
-		}
-		s.wires[kind] = kw
-	}
-	s.namesMu.Unlock()
+	kw := perKind(s, &s.wires, kind)
 	kw.once.Do(func() {
 		entries := s.order(kind).entries
 		size := 0

@@ -78,18 +78,25 @@ type kindOrder struct {
 	acked   uint64 // XOR of ackedHash of every entry, as sent
 }
 
+// perKind is m's value for kind, a zero one added if there is none, under s.namesMu: what a
+// snapshot derives per kind on first use (its once then makes it).
+func perKind[T any](s *Snapshot, m *map[string]*T, kind string) *T {
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	v := (*m)[kind]
+	if v == nil {
+		v = new(T)
+		if *m == nil {
+			*m = map[string]*T{}
+		}
+		(*m)[kind] = v
+	}
+	return v
+}
+
 // order is the kind's kindOrder, made on first use.
 func (s *Snapshot) order(kind string) *kindOrder {
-	s.namesMu.Lock()
-	ko := s.orders[kind]
-	if ko == nil {
-		ko = &kindOrder{}
-		if s.orders == nil {
-			s.orders = map[string]*kindOrder{}
-		}
-		s.orders[kind] = ko
-	}
-	s.namesMu.Unlock()
+	ko := perKind(s, &s.orders, kind)
 	ko.once.Do(func() {
 		byName := s.Kind(kind)
 		names := s.Names(kind)
