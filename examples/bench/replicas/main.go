@@ -320,6 +320,10 @@ type fanOutFigures struct {
 	// listen is the part of postgres that the replicas' LISTEN backends used (each delivers
 	// every write's notification to its replica), net of idle.
 	listen time.Duration
+	// clients is the part that the other client backends used (the replicas' pools, the
+	// writes' own connections), net of idle; the rest of postgres is its background processes
+	// (WAL writer, checkpointer, autovacuum...) and backends that exited meanwhile.
+	clients time.Duration
 }
 
 // fanOut times a write through A to every stream of zones zones on A alone, then with the
@@ -347,7 +351,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	}
 	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each, medians of %d runs)\n", writes, runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tPostgreSQL with idle\t\n")
+	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tother client backends\tthe rest\tPostgreSQL with idle\t\n")
 	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration {
 		var ds []time.Duration
 		for _, f := range figs[i] {
@@ -374,6 +378,8 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		cells = append(cells, benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.zones })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgres })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.listen })),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.clients })),
+			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgres - f.listen - f.clients })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgresRaw })))
 		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
 	}
@@ -401,6 +407,12 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		ratio(pgAll(three), pgAll(one)),
 		ratio(med(three, func(f fanOutFigures) time.Duration { return f.postgresRaw }), med(one, func(f fanOutFigures) time.Duration { return f.postgresRaw })),
 		ratio(pgAll(three)-pgListen(three), pgAll(one)-pgListen(one)))
+	pgClients := func(i int) time.Duration { return med(i, func(f fanOutFigures) time.Duration { return f.clients }) }
+	pgRest := func(i int) time.Duration {
+		return med(i, func(f fanOutFigures) time.Duration { return f.postgres - f.listen - f.clients })
+	}
+	fmt.Printf("  of PostgreSQL's: LISTEN backends %.2fx, other client backends %.2fx, the rest (background processes, backends gone) %.2fx\n",
+		ratio(pgListen(three), pgListen(one)), ratio(pgClients(three), pgClients(one)), ratio(pgRest(three), pgRest(one)))
 	fmt.Printf("  wall clock p50 %.2fx, with every process on the same %d cores\n", ratio(p1, p0), runtime.NumCPU())
 	return nil
 }
@@ -439,6 +451,10 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	if err != nil {
 		return fig, err
 	}
+	clients0, err := b.clientBackends(nil)
+	if err != nil {
+		return fig, err
+	}
 	fcpu0, pcpu0, lcpu0 := cpuTime(fleet), treeCPU(pg), cpuTime(listeners)
 	start := time.Now()
 	if fig.lat, err = b.timeWrites(f, "A", prefix, writes); err != nil {
@@ -450,6 +466,10 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 		used[id] = cpuTime([]int{pid}) - cpu0[id]
 	}
 	fused, pused, lused := cpuTime(fleet)-fcpu0, treeCPU(pg)-pcpu0, cpuTime(listeners)-lcpu0
+	clients1, err := b.clientBackends(clients0)
+	if err != nil {
+		return fig, err
+	}
 
 	// The same configuration idle for as long: what the processes use with no write (the
 	// replicas' heartbeats, PostgreSQL's own background work) grows with the window, and three
@@ -461,6 +481,10 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	}
 	fidle0, pidle0, lidle0 := cpuTime(fleet), treeCPU(pg), cpuTime(listeners)
 	time.Sleep(window)
+	clients2, err := b.clientBackends(clients1)
+	if err != nil {
+		return fig, err
+	}
 	per := func(d time.Duration) time.Duration { return max(0, d) / time.Duration(writes) }
 	fig.replica = map[string]time.Duration{}
 	for id, pid := range pids {
@@ -470,7 +494,61 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	pidle := treeCPU(pg) - pidle0
 	fig.postgres, fig.postgresRaw = per(pused-pidle), per(pused)
 	fig.listen = per(lused - (cpuTime(listeners) - lidle0))
+	fig.clients = per(clients1.used(clients0) - clients2.used(clients1))
 	return fig, nil
+}
+
+// backendCPU is the CPU each client backend used so far, by pid.
+type backendCPU map[int]time.Duration
+
+// used is the CPU the backends used since before: a backend that was not there started at 0
+// (one that exited meanwhile is not counted: its CPU is in the postmaster's children's).
+func (now backendCPU) used(before backendCPU) time.Duration {
+	var d time.Duration
+	for pid, t := range now {
+		d += t - before[pid]
+	}
+	return d
+}
+
+// clientBackends is the CPU of PostgreSQL's client backends other than the LISTEN ones and the
+// bench's own (the replicas' pools, the writes' connections): those listed now, and those of
+// known that are still there.
+func (b *bench) clientBackends(known backendCPU) (backendCPU, error) {
+	db, err := sql.Open("pgx", b.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND application_name <> $1 AND pid <> pg_backend_pid()`, store.ListenApplicationName)
+	if err != nil {
+		return nil, fmt.Errorf("list the client backends: %w", err)
+	}
+	defer rows.Close()
+	pids := map[int]bool{}
+	for pid := range known {
+		pids[pid] = true
+	}
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			return nil, err
+		}
+		pids[pid] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := backendCPU{}
+	for pid := range pids {
+		if statFields(pid) != nil {
+			out[pid] = cpuTime([]int{pid})
+		}
+	}
+	return out, nil
 }
 
 // listenBackends are the PostgreSQL backends of the replicas' LISTEN connections
