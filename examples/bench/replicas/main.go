@@ -515,35 +515,18 @@ func (now backendCPU) used(before backendCPU) time.Duration {
 // bench's own (the replicas' pools, the writes' connections): those listed now, and those of
 // known that are still there.
 func (b *bench) clientBackends(known backendCPU) (backendCPU, error) {
-	db, err := sql.Open("pgx", b.dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT pid FROM pg_stat_activity
+	pids, err := b.backends("client backends", `SELECT pid FROM pg_stat_activity
 		WHERE backend_type = 'client backend' AND application_name <> $1 AND pid <> pg_backend_pid()`, store.ListenApplicationName)
 	if err != nil {
-		return nil, fmt.Errorf("list the client backends: %w", err)
-	}
-	defer rows.Close()
-	pids := map[int]bool{}
-	for pid := range known {
-		pids[pid] = true
-	}
-	for rows.Next() {
-		var pid int
-		if err := rows.Scan(&pid); err != nil {
-			return nil, err
-		}
-		pids[pid] = true
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	for pid := range known {
+		if !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
 	out := backendCPU{}
-	for pid := range pids {
+	for _, pid := range pids {
 		if statFields(pid) != nil {
 			out[pid] = cpuTime([]int{pid})
 		}
@@ -554,6 +537,11 @@ func (b *bench) clientBackends(known backendCPU) (backendCPU, error) {
 // listenBackends are the PostgreSQL backends of the replicas' LISTEN connections
 // (store.ListenApplicationName in pg_stat_activity).
 func (b *bench) listenBackends() ([]int, error) {
+	return b.backends("LISTEN backends", "SELECT pid FROM pg_stat_activity WHERE application_name = $1", store.ListenApplicationName)
+}
+
+// backends are the pids a query of pg_stat_activity lists (what names them, for its error).
+func (b *bench) backends(what, query string, args ...any) ([]int, error) {
 	db, err := sql.Open("pgx", b.dsn)
 	if err != nil {
 		return nil, err
@@ -561,9 +549,9 @@ func (b *bench) listenBackends() ([]int, error) {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rows, err := db.QueryContext(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", store.ListenApplicationName)
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list the LISTEN backends: %w", err)
+		return nil, fmt.Errorf("list the %s: %w", what, err)
 	}
 	defer rows.Close()
 	var pids []int
