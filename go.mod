@@ -3,6 +3,7 @@ module github.com/kds-host/kds-host
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/hashicorp/go-hclog v1.6.3

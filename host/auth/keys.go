@@ -13,13 +13,16 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"filippo.io/edwards25519"
 )
 
 // Keys signs tokens with one key and verifies them with every key it knows.
 type Keys struct {
 	signing   ed25519.PrivateKey
 	signingID string
-	verify    map[string]ed25519.PublicKey
+	verify    map[string]*verifyKey
+	batch     batcher
 }
 
 // SigningKeyFile is where a global keeps the key it signs tokens with, under its data dir.
@@ -42,25 +45,44 @@ func LoadKeys(dataDir, signingFile string, verifyFiles []string) (*Keys, error) 
 	if err != nil {
 		return nil, err
 	}
-	pub := priv.Public().(ed25519.PublicKey)
-	k := &Keys{signing: priv, signingID: keyID(pub), verify: map[string]ed25519.PublicKey{keyID(pub): pub}}
+	k := newKeys(priv)
 	for _, f := range verifyFiles {
 		p, err := readPublic(f)
 		if err != nil {
 			return nil, err
 		}
-		k.verify[keyID(p)] = p
+		if err := k.addVerify(p); err != nil {
+			return nil, fmt.Errorf("token verification key %s: %w", f, err)
+		}
 	}
 	return k, nil
 }
 
+func newKeys(signing ed25519.PrivateKey) *Keys {
+	k := &Keys{signing: signing, signingID: keyID(signing.Public().(ed25519.PublicKey)), verify: map[string]*verifyKey{}}
+	if err := k.addVerify(signing.Public().(ed25519.PublicKey)); err != nil {
+		panic(err) // the public half of a private key is a point
+	}
+	return k
+}
+
+// addVerify accepts tokens signed by pub.
+func (k *Keys) addVerify(pub ed25519.PublicKey) error {
+	point, err := new(edwards25519.Point).SetBytes(pub)
+	if err != nil {
+		return fmt.Errorf("not an Ed25519 public key: %w", err)
+	}
+	k.verify[keyID(pub)] = &verifyKey{pub: pub, point: point}
+	return nil
+}
+
 // NewKeys returns keys around a fresh signing key, kept in memory only (tests, benchmarks).
 func NewKeys() (*Keys, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	return &Keys{signing: priv, signingID: keyID(pub), verify: map[string]ed25519.PublicKey{keyID(pub): pub}}, nil
+	return newKeys(priv), nil
 }
 
 // KeyIDs lists the ids of the keys that verify, the signing key's first.
