@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
@@ -31,7 +31,8 @@ type fleetConfig struct {
 	tokensFile     string // a zone token per line; empty: no tokens (the stock server)
 	updates        int    // updates the driver will make (warm-up included)
 	streamsPerConn int
-	sotw           bool // state-of-the-world streams (StreamAggregatedResources) instead of delta
+	sotw           bool   // state-of-the-world streams (StreamAggregatedResources) instead of delta
+	cpuProfile     string // where to write the zones' process's CPU profile, from start to exit
 }
 
 // The zones' process prints, on its standard output:
@@ -43,6 +44,17 @@ type fleetConfig struct {
 // and closes every stream and exits once its standard input closes. A stream that fails while
 // it runs ends the process with an error.
 func runFleet(cfg fleetConfig) error {
+	if cfg.cpuProfile != "" {
+		pf, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var tokens []string
 	if cfg.tokensFile != "" {
 		b, err := os.ReadFile(cfg.tokensFile)
@@ -61,7 +73,7 @@ func runFleet(cfg fleetConfig) error {
 		cancel()
 	}()
 
-	f := &fleet{cfg: cfg, reached: make([]atomic.Int64, cfg.updates), failed: make(chan error, 1)}
+	f := &fleet{cfg: cfg, codec: newFrameCodec(), reached: make([]atomic.Int64, cfg.updates), failed: make(chan error, 1)}
 	f.remaining.Store(int64(cfg.zones))
 	start := time.Now()
 	f.start = start
@@ -127,6 +139,7 @@ type fleet struct {
 	acked     atomic.Int64   // resources ACKed, over every zone
 	reached   []atomic.Int64 // per update, the zones holding it
 	failed    chan error
+	codec     frameCodec // reads responses as frames
 	out       sync.Mutex // one line at a time on stdout
 }
 
@@ -176,107 +189,55 @@ func (h *holding) got(i int, update func() int) {
 // zone is one zone's delta stream: it subscribes Mesh and MeshTimeout (wildcard) and ACKs every
 // response.
 func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
-	if token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: open the stream: %w", name, err)
-	}
-	node := &core.Node{Id: name}
-	for _, k := range []string{resource.MeshKind, "MeshTimeout"} {
-		if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
-			return fmt.Errorf("%s: subscribe %s: %w", name, k, err)
-		}
-		node = nil
-	}
-	h := f.holding()
-	for {
-		resp, err := s.Recv()
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		for _, r := range resp.GetResources() {
-			if i, ok := benchproc.Index(resp.GetTypeUrl(), r.GetName()); ok {
-				h.got(i, func() int { return updateOf(r.GetResource()) })
-			}
-		}
-		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
-			return fmt.Errorf("%s: ACK: %w", name, err)
-		}
-	}
+	return f.stream(ctx, cc, name, token, false)
 }
 
 // zoneSotW is one zone's state-of-the-world stream: it subscribes Mesh and MeshTimeout (no
 // names: every resource of the type) and ACKs every response. Every response carries every
-// resource of its type; each resource's name is read from its envelope's name and mesh fields
-// without decoding the rest, and only the target is decoded.
+// resource of its type.
 func (f *fleet) zoneSotW(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
+	return f.stream(ctx, cc, name, token, true)
+}
+
+// stream is one zone's stream, delta or SotW, read as frames.
+func (f *fleet) stream(ctx context.Context, cc *grpc.ClientConn, name, token string, sotw bool) error {
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	desc, method := &discovery.AggregatedDiscoveryService_ServiceDesc.Streams[1], discovery.AggregatedDiscoveryService_DeltaAggregatedResources_FullMethodName
+	if sotw {
+		desc, method = &discovery.AggregatedDiscoveryService_ServiceDesc.Streams[0], discovery.AggregatedDiscoveryService_StreamAggregatedResources_FullMethodName
+	}
+	s, err := cc.NewStream(ctx, desc, method, grpc.ForceCodecV2(f.codec))
 	if err != nil {
 		return fmt.Errorf("%s: open the stream: %w", name, err)
 	}
+	request := func(typeURL, version, nonce string, node *core.Node) any {
+		if sotw {
+			return &discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce}
+		}
+		return &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResponseNonce: nonce}
+	}
 	node := &core.Node{Id: name}
 	for _, k := range []string{resource.MeshKind, "MeshTimeout"} {
-		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
+		if err := s.SendMsg(request(k, "", "", node)); err != nil {
 			return fmt.Errorf("%s: subscribe %s: %w", name, k, err)
 		}
 		node = nil
 	}
 	h := f.holding()
+	fr := &frame{sotw: sotw}
 	for {
-		resp, err := s.Recv()
-		if err != nil {
+		if err := s.RecvMsg(fr); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		for _, a := range resp.GetResources() {
-			if i, ok := benchproc.Index(resp.GetTypeUrl(), xdsNameOf(a)); ok {
-				h.got(i, func() int { return updateOf(a) })
-			}
+		for _, i := range fr.indexes {
+			h.got(i, func() int { return updateOf(fr.target) })
 		}
-		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+		if err := s.SendMsg(request(fr.typeURL, fr.version, fr.nonce, nil)); err != nil {
 			return fmt.Errorf("%s: ACK: %w", name, err)
 		}
 	}
-}
-
-// xdsNameOf reads a kds.v1.Resource's xDS name (mesh/name, or name) from its wire form: fields 2
-// (name) and 3 (mesh), which come first after the kind; "" when it is not one.
-func xdsNameOf(a *anypb.Any) string {
-	b := a.GetValue()
-	var name, mesh string
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return ""
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		switch num {
-		case 2:
-			name = string(v)
-		case 3:
-			mesh = string(v)
-		}
-		if num > 3 {
-			break
-		}
-	}
-	return resource.Key{Mesh: mesh, Name: name}.XDSName()
 }
 
 // updateOf reads which update (benchproc.Updated) a delivery of the target MeshTimeout carries:

@@ -129,7 +129,7 @@ func main() {
 	flag.DurationVar(&o.gap, "gap", 100*time.Millisecond, "pause after each update has reached every zone")
 	flag.DurationVar(&o.idle, "idle", 30*time.Second, "how long the idle server CPU is measured, every zone connected")
 	flag.StringVar(&o.out, "out", "bench-results", "directory for scale.json, latency.svg and cpu.svg (\"\": write nothing)")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each server process, from serving to exit, to DIR/SCENARIO-SERVER[-runN].pprof, and its heap profile at the end to ...heap.pprof")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each server process, from serving to exit, to DIR/SCENARIO-SERVER[-runN].pprof, its heap profile at the end to ...heap.pprof, and the zones' process's CPU profile to ...zones.pprof")
 	flag.StringVar(&o.bin, "bin", "", "directory holding prebuilt benchserver and stock binaries (default: build them into a temp dir)")
 	flag.StringVar(&o.tmp, "tmp", "", "where kds-host's SQLite temp dir goes (default: the system temp dir)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up one server's run of one scenario after this long")
@@ -149,6 +149,7 @@ func main() {
 	flag.IntVar(&fc.updates, "fleet-updates", 0, "internal: updates to report")
 	flag.IntVar(&fc.streamsPerConn, "fleet-streams-per-conn", 1, "internal: streams per connection")
 	flag.BoolVar(&fc.sotw, "fleet-sotw", false, "internal: state-of-the-world streams instead of delta")
+	flag.StringVar(&fc.cpuProfile, "fleet-cpuprofile", "", "internal: write the zones' process's CPU profile here")
 	flag.Parse()
 
 	if fc.addr != "" {

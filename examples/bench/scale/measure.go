@@ -125,6 +125,9 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	if tokens != "" {
 		fargs = append(fargs, "-fleet-tokens", tokens)
 	}
+	if prof != "" {
+		fargs = append(fargs, "-fleet-cpuprofile", strings.TrimSuffix(prof, ".pprof")+".zones.pprof")
+	}
 	cpu0 := cpu()
 	zones, err := startChild("zones", self, fargs...)
 	if err != nil {
