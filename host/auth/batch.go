@@ -40,7 +40,8 @@ type batcher struct {
 	onBatch func(n int) // tests: called with each batch's size
 }
 
-// check reports whether c.sig is c.key's signature of c.msg, as ed25519.Verify does.
+// check reports whether c.sig is c.key's signature of c.msg, as ed25519.Verify does (but for
+// the one difference verifyBatch names).
 func (b *batcher) check(c *sigCheck) bool {
 	b.mu.Lock()
 	if b.leading {
