@@ -9,7 +9,8 @@ package guard
 //     (or the check failed: fail-open, everything asked is accepted).
 //   - One check runs at a time per session; what needs a verdict meanwhile is asked next.
 //   - A WAIT or REJECT verdict is asked again once the client ACKs something: what it holds
-//     changed.
+//     changed. One made by a check that started before the change is not kept at all: it
+//     judged an inventory the client no longer has.
 
 import (
 	"context"
@@ -32,8 +33,9 @@ type ownerVerdict struct {
 // ownerState is a session's owner checks.
 type ownerState struct {
 	verdicts map[Ref]ownerVerdict
-	need     bool // some version in a view has no verdict
-	running  bool // a check is in flight
+	need     bool   // some version in a view has no verdict
+	running  bool   // a check is in flight
+	held     uint64 // how many times what the client holds changed: a check judges one inventory
 }
 
 // ownerWithholdLocked says why the plugin keeps it from the client, or "": no verdict of its
@@ -59,6 +61,7 @@ func (s *session) checkOwnersLocked() {
 		return
 	}
 	s.owner.need, s.owner.running = false, true
+	held := s.owner.held
 	req := &pluginv1.PredictRequest{Zone: s.node}
 	var asked []Ref
 	var versions []string
@@ -112,6 +115,11 @@ func (s *session) checkOwnersLocked() {
 		for i, ref := range asked {
 			v := ownerVerdict{version: versions[i], ok: true}
 			if err == nil && preds[i].GetVerdict() != pluginv1.Verdict_VERDICT_ACCEPT {
+				if s.owner.held != held {
+					// The client's ACK meanwhile may be what it waited for, and the client may
+					// send no other: left without a verdict, the version is asked again now.
+					continue
+				}
 				v.ok, v.reason = false, preds[i].GetReason()
 			}
 			s.owner.verdicts[ref] = v
@@ -125,6 +133,7 @@ func (s *session) checkOwnersLocked() {
 // ownerArrivedLocked forgets the verdicts that held something back: what the client holds
 // changed, so they are asked again. Call with s.mu.
 func (s *session) ownerArrivedLocked() {
+	s.owner.held++
 	for ref, v := range s.owner.verdicts {
 		if !v.ok {
 			delete(s.owner.verdicts, ref)
