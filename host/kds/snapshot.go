@@ -63,26 +63,26 @@ type Snapshot struct {
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
 
-	namesMu sync.Mutex
-	names   map[string][]string   // kind -> xDS names, sorted; made on first use
+	kindsMu sync.Mutex            // guards wires and orders
 	wires   map[string]*kindWire  // kind -> its entries' encoding end to end; made on first use (codec.go)
-	orders  map[string]*kindOrder // kind -> its entries in name order; made on first use
+	orders  map[string]*kindOrder // kind -> its names and entries in name order; made on first use
 }
 
-// kindOrder is a kind's entries in name order, and what a zone that ACKed exactly them adds to
-// its digest, made once per snapshot and kind: every stream's full sync of the kind walks it, and
-// the ACK of a response that carried all of it is one XOR (Session.answerLocked).
+// kindOrder is a kind's names and entries in name order, and what a zone that ACKed exactly them
+// adds to its digest, made once per snapshot and kind: every stream's full sync of the kind walks
+// it, and the ACK of a response that carried all of it is one XOR (Session.answerLocked).
 type kindOrder struct {
 	once    sync.Once
+	names   []string
 	entries []*Entry
 	acked   uint64 // XOR of ackedHash of every entry, as sent
 }
 
-// perKind is m's value for kind, a zero one added if there is none, under s.namesMu: what a
+// perKind is m's value for kind, a zero one added if there is none, under s.kindsMu: what a
 // snapshot derives per kind on first use (its once then makes it).
 func perKind[T any](s *Snapshot, m *map[string]*T, kind string) *T {
-	s.namesMu.Lock()
-	defer s.namesMu.Unlock()
+	s.kindsMu.Lock()
+	defer s.kindsMu.Unlock()
 	v := (*m)[kind]
 	if v == nil {
 		v = new(T)
@@ -99,9 +99,9 @@ func (s *Snapshot) order(kind string) *kindOrder {
 	ko := perKind(s, &s.orders, kind)
 	ko.once.Do(func() {
 		byName := s.Kind(kind)
-		names := s.Names(kind)
-		ko.entries = make([]*Entry, len(names))
-		for i, n := range names {
+		ko.names = slices.Sorted(maps.Keys(byName))
+		ko.entries = make([]*Entry, len(ko.names))
+		for i, n := range ko.names {
 			e := byName[n]
 			ko.entries[i] = e
 			ko.acked ^= ackedHash(kind, e.Wire.GetName(), e.Wire.GetVersion())
@@ -115,17 +115,7 @@ func (s *Snapshot) Names(kind string) []string {
 	if s == nil {
 		return nil
 	}
-	s.namesMu.Lock()
-	defer s.namesMu.Unlock()
-	if ns, ok := s.names[kind]; ok {
-		return ns
-	}
-	ns := slices.Sorted(maps.Keys(s.kinds[kind]))
-	if s.names == nil {
-		s.names = map[string][]string{}
-	}
-	s.names[kind] = ns
-	return ns
+	return s.order(kind).names
 }
 
 // ChangesFrom returns, when s was derived from prev by Update, the names by kind in which the
