@@ -59,9 +59,10 @@ func LoadKeys(dataDir, signingFile string, verifyFiles []string) (*Keys, error) 
 }
 
 func newKeys(signing ed25519.PrivateKey) *Keys {
-	k := &Keys{signing: signing, signingID: keyID(signing.Public().(ed25519.PublicKey)), verify: map[string]*verifyKey{}}
-	if err := k.addVerify(signing.Public().(ed25519.PublicKey)); err != nil {
-		panic(err) // the public half of a private key is a point
+	pub := signing.Public().(ed25519.PublicKey)
+	k := &Keys{signing: signing, signingID: keyID(pub), verify: map[string]*verifyKey{}}
+	if err := k.addVerify(pub); err != nil {
+		panic(err) // the public half of a private key (derived from its seed) is a point
 	}
 	return k
 }
