@@ -32,12 +32,12 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		// those, where they are the versions served.
 		ts.seeded = true
 		for n, v := range w.sub.ReturnedResources() {
-			if it := ts.served[n]; it != nil && it.version == v {
+			if it := ts.served.get(n); it != nil && it.version == v {
 				ts.sentView[n], ts.acked[n] = it, it
 			}
 		}
 	}
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.innerVersion}
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.served.version}
 	f := &flight{delta: resp, undo: map[string]*item{}}
 	in := make(map[string]bool, len(items))
 	for _, it := range items {

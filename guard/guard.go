@@ -13,7 +13,8 @@
 //
 // How the wrapping works: the server asks the guard for watches, as it would ask its cache. For
 // each client stream and type, the guard keeps one watch of its own on the wrapped cache for
-// every resource of the type (a wildcard request, whatever names the client asked for), and
+// every resource of the type (a wildcard request, whatever names the client asked for; one for
+// every stream of the type when the cache answers every node alike, Options.NodeIndependent), and
 // answers the server's watch with what this client should see of it: the names it subscribed,
 // each at the version the cache serves, except
 //   - a version the client refused (NACKed): the client keeps the version it last accepted (sent
@@ -98,6 +99,13 @@ type Options struct {
 	Owners func(typeURL string, r Resource) []Ref
 	// Logger logs refusals and decisions (default: none).
 	Logger hclog.Logger
+	// NodeIndependent says the wrapped cache answers every node alike: a MuxCache of
+	// LinearCaches chosen by type URL, as most servers with a cache per type have it. The guard
+	// then keeps one watch of it per type, shared by every stream, instead of one per stream and
+	// type: the cache works for one watch, and each of its answers is read once. A LinearCache
+	// is known to be, and needs no telling. Leave it false for a SnapshotCache (it answers by
+	// node) or a MuxCache that chooses by node.
+	NodeIndependent bool
 }
 
 // Guard is a cache.Cache that guards the wrapped one. Use Callbacks as the server's callbacks.
@@ -108,6 +116,11 @@ type Guard struct {
 	obs   event.Observer // the scheduler's
 	log   hclog.Logger
 	items *itemCache
+
+	nodeIndependent bool             // one watch of the wrapped cache per type (feeds), not one per stream and type
+	feedsMu         sync.Mutex       // guards feeds
+	feeds           map[string]*feed // by type URL, while a stream asks for the type
+	feedsRun        sync.WaitGroup   // the feeds' goroutines
 
 	totals totals
 
@@ -128,7 +141,9 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	_, linear := inner.(*cache.LinearCache)
 	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
+		nodeIndependent: opts.NodeIndependent || linear, feeds: map[string]*feed{},
 		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
 		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
 	sched, err := newScheduler(opts, retry.StandardConfig{Timeout: opts.PolicyTimeout}, loggingHooks(opts.Logger, retry.Hooks{}),
@@ -192,6 +207,7 @@ func (g *Guard) Close() {
 	for _, s := range streams {
 		g.closeStream(s.id)
 	}
+	g.stopFeeds()
 }
 
 func (g *Guard) owners(typeURL string, r Resource) []Ref { return g.opts.Owners(typeURL, r) }

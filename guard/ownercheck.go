@@ -69,7 +69,8 @@ func (s *session) checkOwnersLocked() {
 		for n := range ts.acked {
 			req.Inventory = append(req.Inventory, &kdsv1.ResourceKey{Kind: typeURL, Name: n})
 		}
-		for n, it := range ts.served {
+		for _, it := range ts.served.all() {
+			n := it.name
 			if a := ts.acked[n]; a != nil && a.version == it.version {
 				continue
 			}

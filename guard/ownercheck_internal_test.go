@@ -45,7 +45,7 @@ func TestAVerdictOnWhatTheClientNoLongerHoldsIsNotKept(t *testing.T) {
 		s.mu.Lock()
 		clusters, routes := s.typeOf(resource.ClusterType), s.typeOf(resource.RouteType)
 		clusters.sub, routes.sub = stream.NewSotwSubscription(nil, true), stream.NewSotwSubscription([]string{"r"}, true)
-		clusters.served, routes.served = map[string]*item{"c1": c1}, map[string]*item{"r": r}
+		clusters.served, routes.served = (*served)(nil).fold(resource.ClusterType, []*item{c1}, "1", nil, true), (*served)(nil).fold(resource.RouteType, []*item{r}, "1", nil, true)
 		s.owner.need = true
 		s.checkOwnersLocked() // c1 and r, with nothing held: c1 ACCEPT, r WAIT for c1
 		s.mu.Unlock()

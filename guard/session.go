@@ -14,7 +14,6 @@ package guard
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -66,14 +65,12 @@ type session struct {
 type typeState struct {
 	typeURL string
 
-	// The wrapped cache's side: every resource of the type, from the guard's own watch.
-	innerCancel   func()
-	innerFirst    *discovery.DiscoveryRequest // the client's first request, until the first watch of the wrapped cache is made
-	innerVersion  string
-	innerReturned map[string]string // what the wrapped cache says its last answer leaves the guard holding
-	served        map[string]*item
-	servedItems   []*item // served's items, sorted by name; nil once served's names change
-	have          bool    // the wrapped cache answered once
+	// The wrapped cache's side: every resource of the type, from the stream's own watch of it, or
+	// from the feed every stream of the type shares (Options.NodeIndependent).
+	innerCancel func()
+	innerFirst  *discovery.DiscoveryRequest // the client's first request, until the first watch of the wrapped cache is made
+	feed        *feed
+	served      *served // nil until the wrapped cache answers
 
 	// The server's side.
 	w   *watch             // the open watch, nil once answered
@@ -157,7 +154,7 @@ func newSession(g *Guard, id int64, delta bool) *session {
 func (s *session) typeOf(typeURL string) *typeState {
 	ts := s.types[typeURL]
 	if ts == nil {
-		ts = &typeState{typeURL: typeURL, served: map[string]*item{}, acked: map[string]*item{},
+		ts = &typeState{typeURL: typeURL, acked: map[string]*item{},
 			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}, sentView: map[string]*item{}}
 		s.types[typeURL] = ts
 		s.insight[typeURL] = &TypeInsight{TypeURL: typeURL}
@@ -204,6 +201,7 @@ func (s *session) run() {
 			s.fromInner(r)
 		case <-s.wake:
 			s.watchFirst()
+			s.fromFeeds()
 			s.reviewIfAsked()
 		case <-s.stop:
 			return
@@ -247,6 +245,16 @@ func (s *session) undo(q queued) {
 	s.mu.Unlock()
 }
 
+// closing reports whether close has begun: what it has not stopped by now, it will not stop.
+func (s *session) closing() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // close stops the session's goroutine and its watches of the wrapped cache.
 func (s *session) close() {
 	s.retry.Close()
@@ -256,15 +264,22 @@ func (s *session) close() {
 	s.wg.Wait()
 	s.mu.Lock()
 	var cancels []func()
+	var feeds []*feed
 	for _, ts := range s.types {
 		if ts.innerCancel != nil {
 			cancels = append(cancels, ts.innerCancel)
 			ts.innerCancel = nil
 		}
+		if ts.feed != nil {
+			feeds = append(feeds, ts.feed)
+		}
 	}
 	s.mu.Unlock()
 	for _, c := range cancels {
 		c()
+	}
+	for _, f := range feeds {
+		s.g.unsubscribe(s, f)
 	}
 }
 
@@ -286,60 +301,20 @@ func (s *session) watchFirst() {
 	}
 }
 
-// fromInner takes the wrapped cache's answer for a type: every resource it serves now. It
-// watches again for the next version, and answers the client's watch if its view changed.
+// fromInner takes the wrapped cache's answer for a type, to the stream's own watch: every
+// resource it serves now. It watches again for the next version, and answers the client's watch
+// if its view changed.
 func (s *session) fromInner(r cache.Response) {
-	resp, err := r.GetDiscoveryResponse()
+	resp, answered, err := s.g.answer(r)
 	if err != nil {
 		s.g.log.Error("the wrapped cache's response cannot be encoded", "error", err)
 		return
 	}
-	typeURL := r.GetRequest().GetTypeUrl()
-	raw := rawResources(r, len(resp.GetResources()))
-	answered := make([]*item, 0, len(resp.GetResources()))
-	for i, a := range resp.GetResources() {
-		var m Resource
-		if raw != nil {
-			m = raw[i].Resource
-		}
-		it, err := s.g.items.of(typeURL, a, m, s.g.owners)
-		if err != nil {
-			s.g.log.Error("a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
-			continue
-		}
-		answered = append(answered, it)
-	}
-	returned := r.GetReturnedResources()
+	typeURL, req := r.GetRequest().GetTypeUrl(), r.GetRequest()
 	s.mu.Lock()
 	ts := s.typeOf(typeURL)
-	if ts.have && !fullState(typeURL) && returned != nil {
-		// A type whose SotW response is not the whole state (all but Listeners and Clusters):
-		// go-control-plane's caches send what changed since what the guard's watch was
-		// returned. What it holds is what it had, changed by this response, less what the
-		// cache no longer returns (named as the cache names it: a cache that names a resource
-		// otherwise than cache.GetResourceName does cannot say it removed it).
-		for n := range ts.innerReturned {
-			if _, ok := returned[n]; !ok && ts.served[n] != nil {
-				delete(ts.served, n)
-				ts.servedItems = nil
-			}
-		}
-	} else {
-		ts.served, ts.servedItems = make(map[string]*item, len(answered)), nil
-	}
-	for _, it := range answered {
-		switch old := ts.served[it.name]; {
-		case old == nil:
-			ts.servedItems = nil
-		case old != it && ts.servedItems != nil:
-			i, _ := slices.BinarySearchFunc(ts.servedItems, it.name, itemNamed)
-			ts.servedItems[i] = it // a new version of a name served: the order stays
-		}
-		ts.served[it.name] = it
-	}
-	ts.innerVersion, ts.innerReturned, ts.have = resp.GetVersionInfo(), returned, true
+	ts.served = ts.served.fold(typeURL, answered, resp.GetVersionInfo(), r.GetReturnedResources(), true)
 	old := ts.innerCancel
-	req := r.GetRequest()
 	s.mu.Unlock()
 	if old != nil {
 		old()
@@ -348,6 +323,22 @@ func (s *session) fromInner(r cache.Response) {
 	s.mu.Lock()
 	s.evaluateLocked(ts)
 	s.mu.Unlock()
+}
+
+// fromFeeds takes, for each type served from a feed, what it serves now, and answers the
+// client's watch if its view changed.
+func (s *session) fromFeeds() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ts := range s.types {
+		if ts.feed == nil {
+			continue
+		}
+		if cur := ts.feed.cur.Load(); cur != ts.served {
+			ts.served = cur
+			s.evaluateLocked(ts)
+		}
+	}
 }
 
 // rawResources are the resources of a RawResponse, in the order of its encoded ones (n of
@@ -381,14 +372,12 @@ func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, v
 		return
 	}
 	s.mu.Lock()
-	select {
-	case <-s.stop:
+	if s.closing() {
 		s.mu.Unlock()
 		if cancel != nil {
 			cancel()
 		}
 		return
-	default:
 	}
 	s.types[typeURL].innerCancel = cancel
 	s.mu.Unlock()
@@ -405,10 +394,17 @@ func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), erro
 	}
 	ts := s.typeOf(typeURL)
 	ts.w, ts.sub = w, w.sub
-	if ts.innerCancel == nil && !ts.have {
+	switch {
+	case s.g.nodeIndependent:
+		if ts.feed == nil && !s.closing() {
+			ts.feed = s.g.subscribe(s, typeURL, node)
+			ts.served = ts.feed.cur.Load() // and a poke for each answer from now on
+		}
+		s.evaluateLocked(ts)
+	case ts.innerCancel == nil && ts.served == nil:
 		// The session's goroutine makes the first watch of the wrapped cache.
 		ts.innerFirst = &discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL}
-	} else {
+	default:
 		s.evaluateLocked(ts)
 	}
 	s.mu.Unlock()
@@ -431,7 +427,7 @@ func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), erro
 // what it was last sent. Call with s.mu.
 func (s *session) evaluateLocked(ts *typeState) {
 	w := ts.w
-	if w == nil || !ts.have {
+	if w == nil || ts.served == nil {
 		return
 	}
 	defer s.checkOwnersLocked() // what the view found without an owner verdict
@@ -476,7 +472,7 @@ func (s *session) evaluateLocked(ts *typeState) {
 		return // the view lost a name, which such a response cannot say: the watch stays open
 	}
 	ts.seq++
-	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.innerVersion, ts.seq), TypeUrl: ts.typeURL,
+	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.served.version, ts.seq), TypeUrl: ts.typeURL,
 		Resources: make([]*anypb.Any, len(items))}
 	for i, it := range items {
 		resp.Resources[i] = it.any
@@ -514,13 +510,10 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 	w := ts.w
 	var view []*item // what the cache serves that the client asks for, sorted by name
 	if w.sub.IsWildcard() {
-		if ts.servedItems == nil {
-			ts.servedItems = slices.SortedFunc(maps.Values(ts.served), byItemName)
-		}
-		view = slices.Clip(ts.servedItems) // an append below copies it
+		view = slices.Clip(ts.served.sorted) // an append below copies it
 	} else {
 		for n := range w.sub.SubscribedResources() {
-			if it := ts.served[n]; it != nil {
+			if it := ts.served.get(n); it != nil {
 				view = append(view, it)
 			}
 		}
@@ -536,7 +529,7 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 	}
 	var kept map[string]string
 	for n, a := range ts.acked {
-		if _, ok := ts.served[n]; ok || !s.subscribedLocked(ts, n) {
+		if ts.served.get(n) != nil || !s.subscribedLocked(ts, n) {
 			continue
 		}
 		if by := s.referencedByLocked(ts.typeURL, n); by != "" {
@@ -670,7 +663,7 @@ func (s *session) pendingRefsLocked(a *item) string {
 		if _, ok := rts.acked[ref.Name]; ok {
 			continue
 		}
-		if _, served := rts.served[ref.Name]; served {
+		if rts.served.get(ref.Name) != nil {
 			out = append(out, fmt.Sprintf("%s %q", shortType(ref.TypeURL), ref.Name))
 		}
 	}

@@ -6,8 +6,8 @@
 // authentication, no store, no retries, no owner holds.
 //
 // With -guard it serves the same caches through the guard package (guard.New over the
-// MuxCache, its defaults, and its callbacks): what a go-control-plane server that adopts kds-host
-// runs, over both protocols. With -floor it serves delta with no cache at all (floor.go): the
+// MuxCache, its defaults but NodeIndependent, and its callbacks): what a go-control-plane server
+// that adopts kds-host runs, over both protocols. With -floor it serves delta with no cache at all (floor.go): the
 // least any server on grpc-go does for the same fleet, the floor under every figure.
 //
 //	stock -resources 1000 [-guard|-floor] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
@@ -100,7 +100,8 @@ func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
 	var xdsCache cachev3.Cache = mux
 	var callbacks server.Callbacks
 	if wrap {
-		g, err := guard.New(mux, guard.Options{})
+		// The MuxCache chooses by type URL among LinearCaches: it answers every node alike.
+		g, err := guard.New(mux, guard.Options{NodeIndependent: true})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,218 @@
+package guard
+
+// What the wrapped cache serves of a type, and the one watch of it that every stream shares when
+// the cache answers every node alike.
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// served is what the wrapped cache serves of one type, as a watch of it last heard: the
+// answer's version, what the cache says the watch was returned, and the items, by name and
+// sorted by name. A served that streams share (a feed's) never changes: the next answer makes
+// another.
+type served struct {
+	version  string
+	returned map[string]string
+	byName   map[string]*item
+	sorted   []*item
+}
+
+// get is the item served under name, or nil (nothing served yet included).
+func (sv *served) get(name string) *item {
+	if sv == nil {
+		return nil
+	}
+	return sv.byName[name]
+}
+
+// all are the items served, sorted by name (none before the first answer).
+func (sv *served) all() []*item {
+	if sv == nil {
+		return nil
+	}
+	return sv.sorted
+}
+
+// fold is what is served after the wrapped cache's answer for typeURL (its items, version and
+// returned resources) on top of sv (nil before the first answer). inPlace reuses sv's map and
+// order (a stream's own served); else sv is left as it is (a feed's, which streams read).
+func (sv *served) fold(typeURL string, answered []*item, version string, returned map[string]string, inPlace bool) *served {
+	next := &served{version: version, returned: returned}
+	// A type whose SotW response is not the whole state (all but Listeners and Clusters):
+	// go-control-plane's caches send what changed since what the watch was returned. What is
+	// served is what was, changed by this answer, less what the cache no longer returns (named
+	// as the cache names it: a cache that names a resource otherwise than cache.GetResourceName
+	// does cannot say it removed it).
+	partial := sv != nil && !fullState(typeURL) && returned != nil
+	same := sv != nil // the names are sv's: its order holds, with new versions put in place
+	switch {
+	case partial && inPlace:
+		next.byName = sv.byName
+	case partial:
+		next.byName = maps.Clone(sv.byName)
+	default:
+		next.byName = make(map[string]*item, len(answered))
+		same = same && len(answered) == len(sv.byName)
+	}
+	if partial {
+		for n := range sv.returned {
+			if _, ok := returned[n]; !ok && next.byName[n] != nil {
+				delete(next.byName, n)
+				same = false
+			}
+		}
+	}
+	for _, it := range answered {
+		if sv.get(it.name) == nil {
+			same = false
+		}
+		next.byName[it.name] = it
+	}
+	if !same || len(next.byName) != len(sv.sorted) { // an answer that names a resource twice
+		next.sorted = slices.SortedFunc(maps.Values(next.byName), byItemName)
+		return next
+	}
+	next.sorted = sv.sorted
+	if !inPlace {
+		next.sorted = slices.Clone(sv.sorted)
+	}
+	for _, it := range answered {
+		i, _ := slices.BinarySearchFunc(next.sorted, it.name, itemNamed)
+		next.sorted[i] = next.byName[it.name]
+	}
+	return next
+}
+
+// answer reads an answer of the wrapped cache: its encoded response, and its resources as items,
+// each read once whatever the streams that get it (a resource that cannot be read is logged and
+// left out).
+func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*item, error) {
+	resp, err := r.GetDiscoveryResponse()
+	if err != nil {
+		return nil, nil, err
+	}
+	typeURL := r.GetRequest().GetTypeUrl()
+	raw := rawResources(r, len(resp.GetResources()))
+	answered := make([]*item, 0, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		var m Resource
+		if raw != nil {
+			m = raw[i].Resource
+		}
+		it, err := g.items.of(typeURL, a, m, g.owners)
+		if err != nil {
+			g.log.Error("a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
+			continue
+		}
+		answered = append(answered, it)
+	}
+	return resp, answered, nil
+}
+
+// feed is the guard's one watch of the wrapped cache for a type, shared by every stream that asks
+// for the type, when the cache answers every node alike (Options.NodeIndependent): the cache
+// works for one watch, and the guard reads each answer once, whatever the streams. It watches
+// until its last stream leaves, or the guard closes.
+type feed struct {
+	g       *Guard
+	typeURL string
+	node    *core.Node // the first stream's: the node the watches are made for
+	out     chan cache.Response
+	stop    chan struct{} // closed when the last stream leaves, or by Close
+
+	cur  atomic.Pointer[served] // nil until the first answer
+	mu   sync.Mutex             // guards subs
+	subs map[*session]struct{}
+}
+
+// subscribe adds s to the feed of typeURL, started for it if there is none. Call with s.mu
+// (the lock order is s.mu, g.feedsMu, feed.mu).
+func (g *Guard) subscribe(s *session, typeURL string, node *core.Node) *feed {
+	g.feedsMu.Lock()
+	defer g.feedsMu.Unlock()
+	f := g.feeds[typeURL]
+	if f == nil {
+		f = &feed{g: g, typeURL: typeURL, node: node, out: make(chan cache.Response, 1), stop: make(chan struct{}),
+			subs: map[*session]struct{}{}}
+		g.feeds[typeURL] = f
+		g.feedsRun.Go(f.run)
+	}
+	f.mu.Lock()
+	f.subs[s] = struct{}{}
+	f.mu.Unlock()
+	return f
+}
+
+// unsubscribe takes s off f, and stops f if it was its last stream.
+func (g *Guard) unsubscribe(s *session, f *feed) {
+	g.feedsMu.Lock()
+	defer g.feedsMu.Unlock()
+	f.mu.Lock()
+	delete(f.subs, s)
+	last := len(f.subs) == 0
+	f.mu.Unlock()
+	if last && g.feeds[f.typeURL] == f {
+		delete(g.feeds, f.typeURL)
+		close(f.stop)
+	}
+}
+
+// stopFeeds stops every feed and waits for them (Close).
+func (g *Guard) stopFeeds() {
+	g.feedsMu.Lock()
+	for t, f := range g.feeds {
+		delete(g.feeds, t)
+		close(f.stop)
+	}
+	g.feedsMu.Unlock()
+	g.feedsRun.Wait()
+}
+
+// run watches the wrapped cache for every resource of the type, one version after another, and
+// tells each stream of each new one, until stop.
+func (f *feed) run() {
+	like := &discovery.DiscoveryRequest{Node: f.node, TypeUrl: f.typeURL}
+	version, returned := "", map[string]string(nil)
+	for {
+		req, sub := wildcard(like, version, returned)
+		cancel, err := f.g.inner.CreateWatch(req, sub, f.out)
+		if err != nil {
+			f.g.log.Error("the wrapped cache refused a watch", "type", f.typeURL, "error", err)
+			<-f.stop
+			return
+		}
+		var r cache.Response
+		select {
+		case <-f.stop:
+			if cancel != nil {
+				cancel()
+			}
+			return
+		case r = <-f.out:
+		}
+		if cancel != nil {
+			cancel()
+		}
+		resp, answered, err := f.g.answer(r)
+		if err != nil {
+			f.g.log.Error("the wrapped cache's response cannot be encoded", "error", err)
+			<-f.stop
+			return
+		}
+		version, returned = resp.GetVersionInfo(), r.GetReturnedResources()
+		f.cur.Store(f.cur.Load().fold(f.typeURL, answered, version, returned, false))
+		f.mu.Lock()
+		for s := range f.subs {
+			s.poke() // its goroutine takes the new served (fromFeeds)
+		}
+		f.mu.Unlock()
+	}
+}

@@ -1,0 +1,68 @@
+package guard
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	. "github.com/onsi/gomega"
+)
+
+// What is served after each answer of the wrapped cache: a whole state replaces what was
+// (Clusters), a partial one changes it (Endpoints: what changed, less what the cache no longer
+// returns). A feed's served is shared by the streams that read it, so folding an answer into it
+// leaves it as it was; a stream's own is changed in place.
+func TestFoldingAnAnswerIntoWhatIsServed(t *testing.T) {
+	it := func(name, version string) *item { return &item{name: name, version: version} }
+	a1, b1, c1, a2, d1 := it("a", "1"), it("b", "1"), it("c", "1"), it("a", "2"), it("d", "1")
+	names := func(sv *served) []string {
+		var out []string
+		for _, x := range sv.all() {
+			out = append(out, x.name+"@"+x.version)
+		}
+		return out
+	}
+	returned := func(items ...*item) map[string]string {
+		m := map[string]string{}
+		for _, x := range items {
+			m[x.name] = x.version
+		}
+		return m
+	}
+	for _, inPlace := range []bool{false, true} {
+		g := NewWithT(t)
+		// Clusters: each answer is the whole state.
+		full := (*served)(nil).fold(resource.ClusterType, []*item{c1, a1, b1}, "v1", nil, inPlace)
+		g.Expect(names(full)).To(Equal([]string{"a@1", "b@1", "c@1"}))
+		next := full.fold(resource.ClusterType, []*item{b1, a2, c1}, "v2", nil, inPlace) // the same names
+		g.Expect(names(next)).To(Equal([]string{"a@2", "b@1", "c@1"}))
+		g.Expect(next.get("a")).To(BeIdenticalTo(a2))
+		g.Expect(next.version).To(Equal("v2"))
+		next = next.fold(resource.ClusterType, []*item{d1, a2}, "v3", nil, inPlace) // b and c gone, d new
+		g.Expect(names(next)).To(Equal([]string{"a@2", "d@1"}))
+		g.Expect(next.get("b")).To(BeNil())
+
+		// Endpoints: each answer is what changed since what the watch was returned.
+		part := (*served)(nil).fold(resource.EndpointType, []*item{a1, b1, c1}, "v1", returned(a1, b1, c1), inPlace)
+		before := slices.Clone(part.sorted)
+		beforeNames := maps.Clone(part.byName)
+		next = part.fold(resource.EndpointType, []*item{a2}, "v2", returned(a2, b1, c1), inPlace)
+		g.Expect(names(next)).To(Equal([]string{"a@2", "b@1", "c@1"}))
+		next2 := next.fold(resource.EndpointType, []*item{d1}, "v3", returned(a2, c1, d1), inPlace) // b no longer returned
+		g.Expect(names(next2)).To(Equal([]string{"a@2", "c@1", "d@1"}))
+		g.Expect(next2.returned).To(Equal(returned(a2, c1, d1)))
+		if !inPlace {
+			g.Expect(part.sorted).To(Equal(before), "a shared served is not changed by the next answer")
+			g.Expect(part.byName).To(Equal(beforeNames))
+			g.Expect(names(next)).To(Equal([]string{"a@2", "b@1", "c@1"}))
+		}
+	}
+	g := NewWithT(t)
+	g.Expect((*served)(nil).get("a")).To(BeNil())
+	g.Expect((*served)(nil).all()).To(BeEmpty())
+	// An answer that names a resource twice is served once.
+	twice := (*served)(nil).fold(resource.ClusterType, []*item{a1, b1}, "v1", nil, true)
+	twice = twice.fold(resource.ClusterType, []*item{a1, a2}, "v2", nil, true)
+	g.Expect(names(twice)).To(Equal([]string{"a@2"}))
+}
