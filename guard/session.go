@@ -84,6 +84,10 @@ type typeState struct {
 	lastView []*item   // SotW: the view the last response was made from, sorted by name
 	lastSub  string    // SotW: the names the client asked for then ("*": every one), sorted
 	seq      uint64
+	// evaluated is the count of changes to what the client holds (ownerState.held) when the
+	// type's view was last made for an open watch: a review after an ACK skips a type whose
+	// view was made since (the new watch that came with the ACK).
+	evaluated uint64
 	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
 	// differs from it. A refused name goes back to what the client kept.
 	sentView map[string]*item
@@ -431,7 +435,11 @@ func (s *session) evaluateLocked(ts *typeState) {
 		return
 	}
 	defer s.checkOwnersLocked() // what the view found without an owner verdict
-	items, forced := s.viewLocked(ts)
+	ts.evaluated = s.owner.held
+	buf := views.Get().(*[]*item)
+	defer views.Put(buf)
+	items, forced := s.viewLocked(ts, (*buf)[:0])
+	*buf = items[:0] // what it grew to, for the next view
 	if ts.seq == 0 && slices.ContainsFunc(s.insight[ts.typeURL].Withheld, func(w Withheld) bool { return w.Reason == ownerPending }) {
 		return // the type's first response waits for the first owner check
 	}
@@ -444,7 +452,8 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if slices.Equal(items, ts.lastView) && !forced && ts.seq > 0 {
 		return // nothing new: the watch stays open
 	}
-	view := items
+	view := slices.Clone(items) // items is the buffer's
+	items = view
 	// A type whose SotW response is not the client's whole state (all but Listeners and
 	// Clusters) gets what changed, as go-control-plane's caches send it: the names whose version
 	// the client has not accepted, and those a retry round forces. Its first response, and the
@@ -504,9 +513,10 @@ func (s *session) addFlightLocked(ts *typeState, f *flight) {
 	}
 }
 
-// viewLocked is what the client should hold of the type now, by name (sorted), and whether a
-// name in it is forced (a retry round sends it although nothing changed). Call with s.mu.
-func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
+// viewLocked is what the client should hold of the type now, by name (sorted), appended to
+// into, and whether a name in it is forced (a retry round sends it although nothing changed).
+// Call with s.mu.
+func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced bool) {
 	w := ts.w
 	var view []*item // what the cache serves that the client asks for, sorted by name
 	if w.sub.IsWildcard() {
@@ -519,7 +529,7 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 		}
 		slices.SortFunc(view, byItemName)
 	}
-	items, forced, held := s.pickLocked(ts, view, nil)
+	items, forced, held := s.pickLocked(ts, view, nil, into)
 	// Names the client holds and the cache no longer serves are removed, but not while something
 	// else the client holds references them (break after make: an old route's cluster stays
 	// until the client has the route that no longer names it). There are such names only when
@@ -544,18 +554,18 @@ func (s *session) viewLocked(ts *typeState) (items []*item, forced bool) {
 		return items, forced
 	}
 	slices.SortFunc(view, byItemName)
-	items, forced, _ = s.pickLocked(ts, view, kept)
+	items, forced, _ = s.pickLocked(ts, view, kept, into)
 	return items, forced
 }
 
-// pickLocked is what the client should hold of each of view's items: the item, what it holds
-// instead (a version held back, or kept: a name no longer served, with why), or nothing. It
-// reports whether one is forced, and how many of view's names the client holds. It notes what
-// it holds back in the type's insight. Call with s.mu.
-func (s *session) pickLocked(ts *typeState, view []*item, kept map[string]string) (items []*item, forced bool, held int) {
+// pickLocked is what the client should hold of each of view's items, appended to into: the
+// item, what it holds instead (a version held back, or kept: a name no longer served, with why),
+// or nothing. It reports whether one is forced, and how many of view's names the client holds.
+// It notes what it holds back in the type's insight. Call with s.mu.
+func (s *session) pickLocked(ts *typeState, view []*item, kept map[string]string, into []*item) (items []*item, forced bool, held int) {
 	ins := s.insight[ts.typeURL]
 	ins.Withheld = ins.Withheld[:0]
-	items = make([]*item, 0, len(view))
+	items = slices.Grow(into[:0], len(view))
 	for _, it := range view {
 		n := it.name
 		a := ts.acked[n]
@@ -582,6 +592,10 @@ func (s *session) pickLocked(ts *typeState, view []*item, kept map[string]string
 	}
 	return items, forced, held
 }
+
+// views are the buffers views are made in: a view is copied only when it differs from the one
+// last sent, which it seldom does (each ACK's new watch and each review make one).
+var views = sync.Pool{New: func() any { return new([]*item) }}
 
 func byItemName(a, b *item) int { return strings.Compare(a.name, b.name) }
 
@@ -806,7 +820,9 @@ func (s *session) reviewIfAsked() {
 	}
 	s.review = false
 	for _, ts := range s.types {
-		s.evaluateLocked(ts)
+		if ts.evaluated != s.owner.held { // else its view was made since, with what the client holds now
+			s.evaluateLocked(ts)
+		}
 	}
 }
 
@@ -881,6 +897,8 @@ func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
 			}
 		}
 		ts.acked = next
+	} else if len(ts.acked) == 0 {
+		ts.acked = make(map[string]*item, len(items)) // the first answer: grown once, not by doubling
 	}
 	for _, it := range items {
 		ts.acked[it.name] = it
