@@ -24,8 +24,8 @@ func (g *Guard) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	return s.watch(&watch{deltaReq: req, deltaOut: out, sub: sub}, req.GetTypeUrl(), req.GetNode())
 }
 
-// respondDeltaLocked answers the delta watch w with what items (the view) changes of what the
-// client was sent, if anything. Call with s.mu.
+// respondDeltaLocked answers the delta watch w with what items (the view, sorted by name)
+// changes of what the client was sent, if anything. Call with s.mu.
 func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	if !ts.seeded {
 		// What the client says it holds (initial_resource_versions, on a new stream): it has
@@ -37,23 +37,33 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 			}
 		}
 	}
+	changed, gone := comparedToSent(ts, items)
+	if !changed && !gone {
+		return // nothing new: the watch stays open
+	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.served.version}
 	f := &flight{delta: resp, undo: map[string]*item{}}
-	in := make(map[string]bool, len(items))
+	if len(ts.sentView) == 0 {
+		ts.sentView = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
+	}
 	for _, it := range items {
-		in[it.name] = true
 		cur := ts.sentView[it.name]
 		if cur != nil && cur.version == it.version && !ts.forced[it.name] {
 			continue
 		}
 		delete(ts.forced, it.name)
-		resp.Resources = append(resp.Resources, &discovery.Resource{Name: it.name, Version: it.version, Resource: it.any})
+		resp.Resources = append(resp.Resources, it.resource())
 		f.items = append(f.items, it)
-		f.undo[it.name] = cur
+		if cur != nil {
+			f.undo[it.name] = cur
+		}
 		ts.sentView[it.name] = it
 	}
 	for n, cur := range ts.sentView {
-		if in[n] {
+		if !gone {
+			break // every name sent is in the view: nothing to remove
+		}
+		if _, in := slices.BinarySearchFunc(items, n, itemNamed); in {
 			continue
 		}
 		if s.subscribedLocked(ts, n) {
@@ -68,14 +78,30 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	}
 	slices.Sort(resp.RemovedResources)
 	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
-	next := make(map[string]string, len(ts.sentView))
-	for n, it := range ts.sentView {
-		next[n] = it.version
-	}
 	s.addFlightLocked(ts, f)
 	ts.w = nil
+	// The delta server keeps NextVersionMap as the stream's returned resources, and edits it when
+	// the client unsubscribes: it must be the stream's own. The guard reads them once, when a
+	// stream starts (initial_resource_versions, above); after that what the client was sent is
+	// sentView. So the server is given an empty map, not a copy of sentView a response.
 	s.outq = append(s.outq, queued{w: w, ts: ts, f: f, delta: &cache.DeltaPassthroughResponse{
-		DeltaRequest: w.deltaReq, DeltaDiscoveryResponse: resp, NextVersionMap: next}})
+		DeltaRequest: w.deltaReq, DeltaDiscoveryResponse: resp, NextVersionMap: map[string]string{}}})
+}
+
+// comparedToSent compares items (a view) with what the client was sent: whether one is new, at
+// another version or forced (changed), and whether a name sent is not in the view (gone).
+func comparedToSent(ts *typeState, items []*item) (changed, gone bool) {
+	sent := 0
+	for _, it := range items {
+		cur := ts.sentView[it.name]
+		if cur != nil {
+			sent++
+		}
+		if cur == nil || cur.version != it.version || ts.forced[it.name] {
+			changed = true
+		}
+	}
+	return changed, sent < len(ts.sentView)
 }
 
 // keptLocked records that the client keeps what it held of name (it refused what it was sent).
@@ -109,12 +135,11 @@ func (s *session) undoLocked(ts *typeState, f *flight) {
 		ts.lastView = nil // the next watch gets the view, whatever it is
 		return
 	}
+	for _, it := range f.items {
+		delete(ts.sentView, it.name) // what it had of them, if anything, is in undo
+	}
 	for n, was := range f.undo {
-		if was == nil {
-			delete(ts.sentView, n)
-		} else {
-			ts.sentView[n] = was
-		}
+		ts.sentView[n] = was
 	}
 }
 

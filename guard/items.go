@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
@@ -29,6 +30,15 @@ type item struct {
 	version string
 	any     *anypb.Any
 	refs    []Ref
+	wire    *discovery.Resource // as a delta response carries it, shared by every one (nil: made for each)
+}
+
+// resource is the item as a delta response carries it.
+func (it *item) resource() *discovery.Resource {
+	if it.wire != nil {
+		return it.wire
+	}
+	return &discovery.Resource{Name: it.name, Version: it.version, Resource: it.any}
 }
 
 // itemCache decodes each resource content once, whatever the streams and responses that carry
@@ -68,6 +78,7 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 		}
 	}
 	it = &item{name: cache.GetResourceName(m), version: version, any: a, refs: owners(typeURL, m)}
+	it.wire = &discovery.Resource{Name: it.name, Version: version, Resource: a}
 	c.mu.Lock()
 	if len(c.cur) >= c.limit {
 		c.prev, c.cur = c.cur, map[string]*item{}

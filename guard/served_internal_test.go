@@ -5,7 +5,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	. "github.com/onsi/gomega"
 )
 
@@ -65,4 +67,45 @@ func TestFoldingAnAnswerIntoWhatIsServed(t *testing.T) {
 	twice := (*served)(nil).fold(resource.ClusterType, []*item{a1, b1}, "v1", nil, true)
 	twice = twice.fold(resource.ClusterType, []*item{a1, a2}, "v2", nil, true)
 	g.Expect(names(twice)).To(Equal([]string{"a@2"}))
+}
+
+// A delta response the server's watch was canceled before taking is undone: what the client
+// was sent goes back to what it was, names new in the response dropped, names updated or
+// removed by it restored.
+func TestAnUntakenDeltaResponseIsUndone(t *testing.T) {
+	g := NewWithT(t)
+	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{NoHolds: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	s := newSession(gd, -1, true)
+	it := func(name, version string) *item { return &item{name: name, version: version} }
+	a1, a2, b1, c1 := it("a", "1"), it("a", "2"), it("b", "1"), it("c", "1")
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.typeOf(resource.ClusterType)
+	ts.sub = stream.NewSotwSubscription(nil, true)
+	ts.seeded = true
+	ts.sentView = map[string]*item{"a": a1, "c": c1}
+	before := maps.Clone(ts.sentView)
+	ts.served = (*served)(nil).fold(resource.ClusterType, []*item{a2, b1}, "v2", nil, true)
+	w := &watch{sub: ts.sub}
+	s.respondDeltaLocked(ts, w, ts.served.all()) // a updated, b new, c removed
+	g.Expect(s.outq).To(HaveLen(1))
+	q := s.outq[0]
+	g.Expect(deltaNamesOf(q.f)).To(Equal([]string{"a", "b"}))
+	g.Expect(q.f.removed).To(Equal([]string{"c"}))
+	g.Expect(ts.sentView).To(Equal(map[string]*item{"a": a2, "b": b1}))
+
+	s.undoLocked(ts, q.f)
+	g.Expect(ts.sentView).To(Equal(before))
+	g.Expect(ts.flight).To(BeEmpty())
+}
+
+func deltaNamesOf(f *flight) []string {
+	var out []string
+	for _, r := range f.delta.GetResources() {
+		out = append(out, r.GetName())
+	}
+	return out
 }

@@ -124,7 +124,7 @@ type flight struct {
 	delta   *discovery.DeltaDiscoveryResponse // delta
 	items   []*item
 	removed []string         // delta: the names it removes
-	undo    map[string]*item // delta: what sentView had of its names before it
+	undo    map[string]*item // delta: what sentView had of its names before it (a name it had not: none)
 	nonce   string           // set when the server sends it
 }
 
