@@ -118,8 +118,9 @@ type Guard struct {
 	items *itemCache
 
 	nodeIndependent bool             // one watch of the wrapped cache per type (feeds), not one per stream and type
-	feedsMu         sync.Mutex       // guards feeds
+	feedsMu         sync.Mutex       // guards feeds and feedsStopped
 	feeds           map[string]*feed // by type URL, while a stream asks for the type
+	feedsStopped    bool             // Close stopped them: no feed starts again
 	feedsRun        sync.WaitGroup   // the feeds' goroutines
 
 	totals totals

@@ -142,6 +142,9 @@ func (g *Guard) subscribe(s *session, typeURL string, node *core.Node) *feed {
 	if f == nil {
 		f = &feed{g: g, typeURL: typeURL, node: node, out: make(chan cache.Response, 1), stop: make(chan struct{}),
 			subs: map[*session]struct{}{}}
+		if g.feedsStopped {
+			return f // the guard is closing: a stream that opens now is never answered
+		}
 		g.feeds[typeURL] = f
 		g.feedsRun.Go(f.run)
 	}
@@ -168,6 +171,7 @@ func (g *Guard) unsubscribe(s *session, f *feed) {
 // stopFeeds stops every feed and waits for them (Close).
 func (g *Guard) stopFeeds() {
 	g.feedsMu.Lock()
+	g.feedsStopped = true
 	for t, f := range g.feeds {
 		delete(g.feeds, t)
 		close(f.stop)
