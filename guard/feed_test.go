@@ -23,12 +23,7 @@ func TestStreamsOfANodeIndependentCacheShareOneWatchOfIt(t *testing.T) {
 		t.Run(map[bool]string{true: "shared", false: "one a stream"}[shared], func(t *testing.T) {
 			g := NewWithT(t)
 			clusters := cache.NewLinearCache(resource.ClusterType)
-			mux := &cache.MuxCache{
-				Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
-				ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
-				Caches:        map[string]cache.Cache{resource.ClusterType: clusters},
-			}
-			counting := &countingCache{Cache: mux}
+			counting := &countingCache{Cache: muxOf(clusters)}
 			gd, err := guard.New(counting, guard.Options{NodeIndependent: shared})
 			g.Expect(err).NotTo(HaveOccurred())
 			defer gd.Close()

@@ -308,17 +308,22 @@ func TestTheGuardWatchesTheWrappedCacheOnceAVersion(t *testing.T) {
 	g.Expect(counting.watches.Load()).To(BeNumerically("==", 3))
 }
 
+// muxOf is a MuxCache over clusters, chosen by type URL, as a server with one cache per type has
+// it.
+func muxOf(clusters *cache.LinearCache) *cache.MuxCache {
+	return &cache.MuxCache{
+		Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
+		ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
+		Caches:        map[string]cache.Cache{resource.ClusterType: clusters},
+	}
+}
+
 // The guard wraps any cache.Cache: a MuxCache of LinearCaches, as a server with one cache per
 // type has it, behaves as a SnapshotCache does.
 func TestTheGuardWrapsLinearCachesInAMuxCache(t *testing.T) {
 	g := NewWithT(t)
 	clusters := cache.NewLinearCache(resource.ClusterType)
-	mux := &cache.MuxCache{
-		Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
-		ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
-		Caches:        map[string]cache.Cache{resource.ClusterType: clusters},
-	}
-	gd, err := guard.New(mux, guard.Options{})
+	gd, err := guard.New(muxOf(clusters), guard.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer gd.Close()
 	ctx, cancel := context.WithCancel(context.Background())
