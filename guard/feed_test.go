@@ -2,6 +2,9 @@ package guard_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,4 +99,126 @@ func TestStreamsOfANodeIndependentCacheShareOneWatchOfIt(t *testing.T) {
 			g.Eventually(clusters.NumWildcardWatches, 5*time.Second).Should(BeZero())
 		})
 	}
+}
+
+// Clients that come and go while the cache changes: the shared watch starts with a type's first
+// client and stops with its last, again and again; a client gets every cluster served when it
+// asks, and what is added while it stays; and nothing is left behind once they leave (no watch
+// of the cache, and no goroutine: TestMain's goleak).
+func TestClientsThatComeAndGoWhileTheCacheChanges(t *testing.T) {
+	g := NewWithT(t)
+	clusters := cache.NewLinearCache(resource.ClusterType)
+	gd, err := guard.New(clusters, guard.Options{}) // a LinearCache: shared without asking
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, gd, gd.Callbacks(nil)))
+
+	var served atomic.Int64 // clusters c-0 ... c-(served-1) are in the cache
+	add := func() error {
+		name := fmt.Sprintf("c-%03d", served.Load())
+		if err := clusters.UpdateResource(name, edsCluster(name, cluster.Cluster_ROUND_ROBIN)); err != nil {
+			return err
+		}
+		served.Add(1)
+		return nil
+	}
+	g.Expect(add()).To(Succeed())
+
+	// A client: it asks for every cluster, and takes responses (ACKing each) until one holds at
+	// least want clusters.
+	type client struct {
+		st    discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+		leave context.CancelFunc
+	}
+	open := func(node string) (*client, error) {
+		cctx, leave := context.WithTimeout(ctx, 10*time.Second) // a client never answered fails
+
+		st, err := ads.StreamAggregatedResources(cctx)
+		if err == nil {
+			err = st.Send(&discovery.DiscoveryRequest{Node: nodeOf(node), TypeUrl: resource.ClusterType})
+		}
+		if err != nil {
+			leave()
+			return nil, err
+		}
+		return &client{st: st, leave: leave}, nil
+	}
+	until := func(c *client, want int) error {
+		for {
+			r, err := c.st.Recv()
+			if err != nil {
+				return err
+			}
+			if err := c.st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+				return err
+			}
+			if len(r.GetResources()) >= want {
+				return nil
+			}
+		}
+	}
+
+	// While clusters are added: six clients come and go, thirty times each, then one client
+	// alone, thirty times (the shared watch stops and starts again each time).
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	var writer sync.WaitGroup
+	writer.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				if err := add(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}
+	})
+	comeAndGo := func(who string, times int) error {
+		for j := range times {
+			c, err := open(fmt.Sprintf("%s-%d", who, j))
+			if err != nil {
+				return err
+			}
+			err = until(c, int(served.Load()))
+			c.leave()
+			if err != nil {
+				return fmt.Errorf("%s, time %d: %w", who, j, err)
+			}
+		}
+		return nil
+	}
+	var clients sync.WaitGroup
+	for i := range 6 {
+		clients.Go(func() {
+			if err := comeAndGo(fmt.Sprintf("client-%d", i), 30); err != nil {
+				errs <- err
+			}
+		})
+	}
+	clients.Wait()
+	if err := comeAndGo("alone", 30); err != nil {
+		errs <- err
+	}
+	close(stop)
+	writer.Wait()
+	close(errs)
+	for err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Eventually(clusters.NumWildcardWatches, 5*time.Second).Should(BeZero(), "the last client left: so did the shared watch")
+
+	// A client that comes now gets every cluster, and one added while it stays.
+	c, err := open("late")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(until(c, int(served.Load()))).To(Succeed())
+	g.Expect(add()).To(Succeed())
+	g.Expect(until(c, int(served.Load()))).To(Succeed())
+	g.Expect(clusters.NumWildcardWatches()).To(Equal(1))
+	c.leave()
+	g.Eventually(clusters.NumWildcardWatches, 5*time.Second).Should(BeZero())
 }
