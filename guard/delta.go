@@ -59,19 +59,18 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		}
 		ts.sentView[it.name] = it
 	}
-	for n, cur := range ts.sentView {
-		if !gone {
-			break // every name sent is in the view: nothing to remove
+	if gone { // a name sent is not in the view: removed, or no longer asked for
+		for n, cur := range ts.sentView {
+			if _, in := slices.BinarySearchFunc(items, n, itemNamed); in {
+				continue
+			}
+			if s.subscribedLocked(ts, n) {
+				resp.RemovedResources = append(resp.RemovedResources, n)
+				f.removed = append(f.removed, n)
+				f.undo[n] = cur
+			}
+			delete(ts.sentView, n) // unsubscribed: the client forgot it, nothing to tell
 		}
-		if _, in := slices.BinarySearchFunc(items, n, itemNamed); in {
-			continue
-		}
-		if s.subscribedLocked(ts, n) {
-			resp.RemovedResources = append(resp.RemovedResources, n)
-			f.removed = append(f.removed, n)
-			f.undo[n] = cur
-		}
-		delete(ts.sentView, n) // unsubscribed: the client forgot it, nothing to tell
 	}
 	if len(resp.Resources)+len(resp.RemovedResources) == 0 {
 		return // nothing new: the watch stays open
