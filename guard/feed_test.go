@@ -222,3 +222,52 @@ func TestClientsThatComeAndGoWhileTheCacheChanges(t *testing.T) {
 	c.leave()
 	g.Eventually(clusters.NumWildcardWatches, 5*time.Second).Should(BeZero())
 }
+
+// A resource the wrapped cache cannot encode (a string field that is not UTF-8: go-control-plane
+// then fails its whole answer, and stock's server ends every client's stream with the error) is
+// left out: the client gets the type's other resources and their changes, and the resource
+// itself once it is fixed. Whether the streams share the cache's watch or not.
+func TestAResourceTheCacheCannotEncodeIsLeftOut(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "shared", false: "one a stream"}[shared], func(t *testing.T) {
+			g := NewWithT(t)
+			clusters := cache.NewLinearCache(resource.ClusterType)
+			gd, err := guard.New(muxOf(clusters), guard.Options{NodeIndependent: shared})
+			g.Expect(err).NotTo(HaveOccurred())
+			defer gd.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, gd, gd.Callbacks(nil))).StreamAggregatedResources(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+
+			bad := &cluster.Cluster{Name: "bad", AltStatName: "not UTF-8: \xff"}
+			g.Expect(clusters.UpdateResource("a", edsCluster("a", cluster.Cluster_ROUND_ROBIN))).To(Succeed())
+			g.Expect(clusters.UpdateResource("bad", bad)).To(Succeed())
+			next := func() (*discovery.DiscoveryResponse, cluster.Cluster_LbPolicy) {
+				r, err := st.Recv()
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()})).To(Succeed())
+				var a cluster.Cluster
+				for _, res := range r.GetResources() {
+					if res.UnmarshalTo(&a) == nil && a.GetName() == "a" {
+						return r, a.GetLbPolicy()
+					}
+				}
+				return r, -1
+			}
+			g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType})).To(Succeed())
+			r, lb := next()
+			g.Expect(names(r)).To(Equal([]string{"a"}), "the bad one left out")
+			g.Expect(lb).To(Equal(cluster.Cluster_ROUND_ROBIN))
+
+			g.Expect(clusters.UpdateResource("a", edsCluster("a", cluster.Cluster_LEAST_REQUEST))).To(Succeed())
+			r, lb = next()
+			g.Expect(names(r)).To(Equal([]string{"a"}))
+			g.Expect(lb).To(Equal(cluster.Cluster_LEAST_REQUEST), "a change of another resource of the type goes through")
+
+			g.Expect(clusters.UpdateResource("bad", &cluster.Cluster{Name: "bad", AltStatName: "fixed"})).To(Succeed())
+			r, _ = next()
+			g.Expect(names(r)).To(Equal([]string{"a", "bad"}), "fixed, it goes too")
+		})
+	}
+}

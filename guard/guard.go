@@ -123,6 +123,9 @@ type Guard struct {
 	feedsStopped    bool             // Close stopped them: no feed starts again
 	feedsRun        sync.WaitGroup   // the feeds' goroutines
 
+	badMu   sync.Mutex // guards badLast
+	badLast string     // the last bad resource logged (logBad)
+
 	totals totals
 
 	mu            sync.Mutex

@@ -11,7 +11,9 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // served is what the wrapped cache serves of one type, as a watch of it last heard: the
@@ -92,15 +94,17 @@ func (sv *served) fold(typeURL string, answered []*item, version string, returne
 }
 
 // answer reads an answer of the wrapped cache: its encoded response, and its resources as items,
-// each read once whatever the streams that get it (a resource that cannot be read is logged and
-// left out).
+// each read once whatever the streams that get it (a resource that cannot be encoded or read is
+// logged and left out).
 func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*item, error) {
 	resp, err := r.GetDiscoveryResponse()
-	if err != nil {
+	var raw []types.ResourceWithTTL
+	if err == nil {
+		raw = rawResources(r, len(resp.GetResources()))
+	} else if resp, raw, err = g.encodeEach(r, err); err != nil {
 		return nil, nil, err
 	}
 	typeURL := r.GetRequest().GetTypeUrl()
-	raw := rawResources(r, len(resp.GetResources()))
 	answered := make([]*item, 0, len(resp.GetResources()))
 	for i, a := range resp.GetResources() {
 		var m Resource
@@ -109,12 +113,56 @@ func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*item,
 		}
 		it, err := g.items.of(typeURL, a, m, g.owners)
 		if err != nil {
-			g.log.Error("a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
+			g.logBad(typeURL+"@"+resp.GetVersionInfo()+": "+err.Error(), "a resource of the wrapped cache cannot be decoded; left out",
+				"type", typeURL, "error", err)
 			continue
 		}
 		answered = append(answered, it)
 	}
 	return resp, answered, nil
+}
+
+// logBad logs an error about what the wrapped cache serves, unless the last one logged was the
+// same (key): every stream that reads the same answer meets the same bad resource.
+func (g *Guard) logBad(key, msg string, args ...any) {
+	g.badMu.Lock()
+	again := g.badLast == key
+	g.badLast = key
+	g.badMu.Unlock()
+	if !again {
+		g.log.Error(msg, args...)
+	}
+}
+
+// encodeEach encodes the resources of a RawResponse that go-control-plane could not encode as a
+// whole (whole: why), one by one, and leaves out, logged, those that cannot be: one resource
+// with a bad field (a string that is not UTF-8) must not stop every other resource of its type
+// from reaching the clients. It returns the encoded response and the resources it carries, in
+// its order; another response, or one with TTLs (their wrappers are the cache's to make), fails
+// with whole.
+func (g *Guard) encodeEach(r cache.Response, whole error) (*discovery.DiscoveryResponse, []types.ResourceWithTTL, error) {
+	rr, ok := r.(*cache.RawResponse)
+	if !ok || rr.Heartbeat {
+		return nil, nil, whole
+	}
+	typeURL := r.GetRequest().GetTypeUrl()
+	resp := &discovery.DiscoveryResponse{VersionInfo: rr.Version, TypeUrl: typeURL}
+	var kept []types.ResourceWithTTL
+	for _, x := range rr.GetRawResources() {
+		if x.TTL != nil || x.Resource == nil {
+			return nil, nil, whole
+		}
+		b, err := cache.MarshalResource(x.Resource)
+		if err != nil {
+			name := cache.GetResourceName(x.Resource)
+			g.logBad(typeURL+"/"+name+"@"+rr.Version, "a resource of the wrapped cache cannot be encoded; left out until it changes",
+				"type", typeURL, "name", name, "error", err)
+			continue
+		}
+		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: b})
+		kept = append(kept, x)
+	}
+	return resp, kept, nil
 }
 
 // feed is the guard's one watch of the wrapped cache for a type, shared by every stream that asks
