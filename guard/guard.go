@@ -123,8 +123,8 @@ type Guard struct {
 	feedsStopped    bool             // Close stopped them: no feed starts again
 	feedsRun        sync.WaitGroup   // the feeds' goroutines
 
-	badMu   sync.Mutex // guards badLast
-	badLast string     // the last bad resource logged (logBad)
+	badMu     sync.Mutex          // guards badLogged
+	badLogged map[string]struct{} // the bad resources logged (logBad)
 
 	totals totals
 
@@ -147,7 +147,7 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 	}
 	_, linear := inner.(*cache.LinearCache)
 	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
-		nodeIndependent: opts.NodeIndependent || linear, feeds: map[string]*feed{},
+		nodeIndependent: opts.NodeIndependent || linear, feeds: map[string]*feed{}, badLogged: map[string]struct{}{},
 		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
 		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
 	sched, err := newScheduler(opts, retry.StandardConfig{Timeout: opts.PolicyTimeout}, loggingHooks(opts.Logger, retry.Hooks{}),

@@ -122,17 +122,26 @@ func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*item,
 	return resp, answered, nil
 }
 
-// logBad logs an error about what the wrapped cache serves, unless the last one logged was the
-// same (key): every stream that reads the same answer meets the same bad resource.
+// logBad logs an error about what the wrapped cache serves, once for each key (a bad resource
+// at a version): every stream that reads the same answer meets the same bad resources. It
+// remembers maxBadLogged keys, then starts afresh.
 func (g *Guard) logBad(key, msg string, args ...any) {
 	g.badMu.Lock()
-	again := g.badLast == key
-	g.badLast = key
+	_, again := g.badLogged[key]
+	if !again {
+		if len(g.badLogged) >= maxBadLogged {
+			clear(g.badLogged)
+		}
+		g.badLogged[key] = struct{}{}
+	}
 	g.badMu.Unlock()
 	if !again {
 		g.log.Error(msg, args...)
 	}
 }
+
+// maxBadLogged bounds the bad resources logBad remembers.
+const maxBadLogged = 256
 
 // encodeEach encodes the resources of a RawResponse that go-control-plane could not encode as a
 // whole (whole: why), one by one, and leaves out, logged, those that cannot be: one resource

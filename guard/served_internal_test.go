@@ -3,11 +3,13 @@ package guard
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 )
 
@@ -108,4 +110,20 @@ func deltaNamesOf(f *flight) []string {
 		out = append(out, r.GetName())
 	}
 	return out
+}
+
+// A bad resource met by every stream that reads the same answer is logged once, however the
+// streams interleave; the same resource at another version is logged again.
+func TestABadResourceIsLoggedOnce(t *testing.T) {
+	g := NewWithT(t)
+	var out strings.Builder
+	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{Logger: hclog.New(&hclog.LoggerOptions{Output: &out})})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	for range 100 { // two bad resources, met by a hundred streams in turn
+		gd.logBad("Cluster/a@1", "bad", "name", "a")
+		gd.logBad("Cluster/b@1", "bad", "name", "b")
+	}
+	gd.logBad("Cluster/a@2", "bad", "name", "a")
+	g.Expect(strings.Count(out.String(), "[ERROR] bad")).To(Equal(3))
 }
