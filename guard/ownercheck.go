@@ -33,9 +33,8 @@ type ownerVerdict struct {
 // ownerState is a session's owner checks.
 type ownerState struct {
 	verdicts map[Ref]ownerVerdict
-	need     bool   // some version in a view has no verdict
-	running  bool   // a check is in flight
-	held     uint64 // how many times what the client holds changed: a check judges one inventory
+	need     bool // some version in a view has no verdict
+	running  bool // a check is in flight
 }
 
 // ownerWithholdLocked says why the plugin keeps it from the client, or "": no verdict of its
@@ -61,7 +60,7 @@ func (s *session) checkOwnersLocked() {
 		return
 	}
 	s.owner.need, s.owner.running = false, true
-	held := s.owner.held
+	held := s.held // a check judges one inventory
 	req := &pluginv1.PredictRequest{Zone: s.node}
 	var asked []Ref
 	var versions []string
@@ -116,7 +115,7 @@ func (s *session) checkOwnersLocked() {
 		for i, ref := range asked {
 			v := ownerVerdict{version: versions[i], ok: true}
 			if err == nil && preds[i].GetVerdict() != pluginv1.Verdict_VERDICT_ACCEPT {
-				if s.owner.held != held {
+				if s.held != held {
 					// The client's ACK meanwhile may be what it waited for, and the client may
 					// send no other: left without a verdict, the version is asked again now.
 					continue
@@ -134,7 +133,7 @@ func (s *session) checkOwnersLocked() {
 // ownerArrivedLocked forgets the verdicts that held something back: what the client holds
 // changed, so they are asked again. Call with s.mu.
 func (s *session) ownerArrivedLocked() {
-	s.owner.held++
+	s.held++
 	for ref, v := range s.owner.verdicts {
 		if !v.ok {
 			delete(s.owner.verdicts, ref)

@@ -51,6 +51,7 @@ type session struct {
 	insight map[string]*TypeInsight
 
 	owner ownerState // ownercheck.go
+	held  uint64     // how many times what the client holds changed (an ACK, a NACK)
 
 	ctx      context.Context // canceled when the stream closes: the owner checks in flight
 	cancel   context.CancelFunc
@@ -84,7 +85,7 @@ type typeState struct {
 	lastView []*item   // SotW: the view the last response was made from, sorted by name
 	lastSub  string    // SotW: the names the client asked for then ("*": every one), sorted
 	seq      uint64
-	// evaluated is the count of changes to what the client holds (ownerState.held) when the
+	// evaluated is the count of changes to what the client holds (session.held) when the
 	// type's view was last made for an open watch: a review after an ACK skips a type whose
 	// view was made since (the new watch that came with the ACK).
 	evaluated uint64
@@ -435,7 +436,7 @@ func (s *session) evaluateLocked(ts *typeState) {
 		return
 	}
 	defer s.checkOwnersLocked() // what the view found without an owner verdict
-	ts.evaluated = s.owner.held
+	ts.evaluated = s.held
 	buf := views.Get().(*[]*item)
 	defer views.Put(buf)
 	items, forced := s.viewLocked(ts, (*buf)[:0])
@@ -820,7 +821,7 @@ func (s *session) reviewIfAsked() {
 	}
 	s.review = false
 	for _, ts := range s.types {
-		if ts.evaluated != s.owner.held { // else its view was made since, with what the client holds now
+		if ts.evaluated != s.held { // else its view was made since, with what the client holds now
 			s.evaluateLocked(ts)
 		}
 	}

@@ -7,8 +7,9 @@
 //
 // With -guard it serves the same caches through the guard package (guard.New over the
 // MuxCache, its defaults but NodeIndependent, and its callbacks): what a go-control-plane server
-// that adopts kds-host runs, over both protocols. With -floor it serves delta with no cache at all (floor.go): the
-// least any server on grpc-go does for the same fleet, the floor under every figure.
+// that adopts kds-host runs, over both protocols. With -floor it serves delta with no cache at
+// all (floor.go): the least any server on grpc-go does for the same fleet, the floor under every
+// figure.
 //
 //	stock -resources 1000 [-guard|-floor] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
 //
