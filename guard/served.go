@@ -25,6 +25,7 @@ type served struct {
 	returned map[string]string
 	byName   map[string]*item
 	sorted   []*item
+	anys     []*anypb.Any // sorted's resources in its order, for a response of them all; a shared served's only
 }
 
 // get is the item served under name, or nil (nothing served yet included).
@@ -80,17 +81,29 @@ func (sv *served) fold(typeURL string, answered []*item, version string, returne
 	}
 	if !same || len(next.byName) != len(sv.sorted) { // an answer that names a resource twice
 		next.sorted = slices.SortedFunc(maps.Values(next.byName), byItemName)
-		return next
+	} else {
+		next.sorted = sv.sorted
+		if !inPlace {
+			next.sorted = slices.Clone(sv.sorted)
+		}
+		for _, it := range answered {
+			i, _ := slices.BinarySearchFunc(next.sorted, it.name, itemNamed)
+			next.sorted[i] = next.byName[it.name]
+		}
 	}
-	next.sorted = sv.sorted
 	if !inPlace {
-		next.sorted = slices.Clone(sv.sorted)
-	}
-	for _, it := range answered {
-		i, _ := slices.BinarySearchFunc(next.sorted, it.name, itemNamed)
-		next.sorted[i] = next.byName[it.name]
+		next.anys = make([]*anypb.Any, len(next.sorted))
+		for i, it := range next.sorted {
+			next.anys[i] = it.any
+		}
 	}
 	return next
+}
+
+// whole reports whether items are everything served, in order, as a shared served holds them
+// (sorted itself): a response of them is then the same for every stream.
+func (sv *served) whole(items []*item) bool {
+	return sv.anys != nil && len(items) == len(sv.sorted) && (len(items) == 0 || &items[0] == &sv.sorted[0])
 }
 
 // answer reads an answer of the wrapped cache: its encoded response, and its resources as items,

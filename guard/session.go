@@ -453,7 +453,10 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if slices.Equal(items, ts.lastView) && !forced && ts.seq > 0 {
 		return // nothing new: the watch stays open
 	}
-	view := slices.Clone(items) // items is the buffer's
+	view := ts.served.sorted // what every stream is served, unchanged: shared, never changed
+	if !ts.served.whole(view) || !slices.Equal(items, view) {
+		view = slices.Clone(items) // items is the buffer's
+	}
 	items = view
 	// A type whose SotW response is not the client's whole state (all but Listeners and
 	// Clusters) gets what changed, as go-control-plane's caches send it: the names whose version
@@ -482,10 +485,14 @@ func (s *session) evaluateLocked(ts *typeState) {
 		return // the view lost a name, which such a response cannot say: the watch stays open
 	}
 	ts.seq++
-	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.served.version, ts.seq), TypeUrl: ts.typeURL,
-		Resources: make([]*anypb.Any, len(items))}
-	for i, it := range items {
-		resp.Resources[i] = it.any
+	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.served.version, ts.seq), TypeUrl: ts.typeURL}
+	if ts.served.whole(items) {
+		resp.Resources = ts.served.anys // shared by every stream's response of them
+	} else {
+		resp.Resources = make([]*anypb.Any, len(items))
+		for i, it := range items {
+			resp.Resources[i] = it.any
+		}
 	}
 	f := &flight{resp: resp, items: items}
 	s.addFlightLocked(ts, f)
@@ -738,13 +745,21 @@ type freshItems []*item
 
 // newVersions are the items at a version the client has not accepted.
 func newVersions(ts *typeState, items []*item) freshItems {
-	var fresh freshItems
-	for _, it := range items {
+	var fresh freshItems // nil while every item so far is new: then it is items itself
+	for i, it := range items {
 		if a := ts.acked[it.name]; a == nil || a.version != it.version {
-			fresh = append(fresh, it)
+			if fresh != nil {
+				fresh = append(fresh, it)
+			}
+		} else if fresh == nil {
+			fresh = append(make(freshItems, 0, len(items)-1), items[:i]...)
 		}
 	}
+	if fresh == nil {
+		fresh = items // read only, as a flight's items are
+	}
 	if !slices.IsSortedFunc(fresh, byItemName) { // a view's are
+		fresh = slices.Clone(fresh)
 		slices.SortFunc(fresh, byItemName)
 	}
 	return fresh
