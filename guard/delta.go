@@ -45,6 +45,17 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	f := &flight{delta: resp, undo: map[string]*item{}}
 	if len(ts.sentView) == 0 {
 		ts.sentView = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
+		if sv := ts.served; sv.wires != nil && len(items) > 0 && slices.Equal(items, sv.sorted) {
+			// Everything a shared served holds, to a client that holds nothing: the response
+			// every such stream gets, with the served's own slices (the codec's shared encoding).
+			resp.Resources, f.items = sv.wires, sv.sorted
+			for _, it := range items {
+				delete(ts.forced, it.name)
+				ts.sentView[it.name] = it
+			}
+			s.queueDeltaLocked(ts, w, f)
+			return
+		}
 	}
 	for _, it := range items {
 		cur := ts.sentView[it.name]
@@ -77,6 +88,12 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	}
 	slices.Sort(resp.RemovedResources)
 	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+	s.queueDeltaLocked(ts, w, f)
+}
+
+// queueDeltaLocked queues f's response to the delta watch w. Call with s.mu.
+func (s *session) queueDeltaLocked(ts *typeState, w *watch, f *flight) {
+	resp := f.delta
 	s.addFlightLocked(ts, f)
 	ts.w = nil
 	// The delta server keeps NextVersionMap as the stream's returned resources, and edits it when

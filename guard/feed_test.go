@@ -13,6 +13,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/guard"
 )
@@ -269,5 +272,70 @@ func TestAResourceTheCacheCannotEncodeIsLeftOut(t *testing.T) {
 			r, _ = next()
 			g.Expect(names(r)).To(Equal([]string{"a", "bad"}), "fixed, it goes too")
 		})
+	}
+}
+
+// Served through the guard's codec, every SotW client of the whole type gets every cluster as
+// it was set, version after version, and a delta client too (its responses are encoded as
+// gRPC's codec does). TestTheCodecWritesWhatEveryStreamIsServedOnce shows the sharing itself.
+func TestClientsServedThroughTheCodecGetWhatWasSet(t *testing.T) {
+	g := NewWithT(t)
+	clusters := cache.NewLinearCache(resource.ClusterType)
+	gd, err := guard.New(muxOf(clusters), guard.Options{NodeIndependent: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn := serve(t, ctx, gd, gd.Callbacks(nil), grpc.ForceServerCodecV2(gd.Codec()))
+	set := map[string]*cluster.Cluster{}
+	put := func(name string, lb cluster.Cluster_LbPolicy) {
+		c := edsCluster(name, lb).(*cluster.Cluster)
+		set[name] = c
+		g.Expect(clusters.UpdateResource(name, c)).To(Succeed())
+	}
+	for i := range 50 {
+		put(fmt.Sprintf("c%02d", i), cluster.Cluster_ROUND_ROBIN)
+	}
+	same := func(rs []*anypb.Any) {
+		g.Expect(rs).To(HaveLen(len(set)))
+		for _, a := range rs {
+			var c cluster.Cluster
+			g.Expect(a.UnmarshalTo(&c)).To(Succeed())
+			g.Expect(proto.Equal(&c, set[c.GetName()])).To(BeTrue(), c.GetName())
+		}
+	}
+
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	var sotw []discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	for _, node := range []string{"one", "two"} {
+		st, err := ads.StreamAggregatedResources(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf(node), TypeUrl: resource.ClusterType})).To(Succeed())
+		sotw = append(sotw, st)
+	}
+	dst, err := ads.DeltaAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dst.Send(&discovery.DeltaDiscoveryRequest{Node: nodeOf("three"), TypeUrl: resource.ClusterType})).To(Succeed())
+	for round := range 3 {
+		for _, st := range sotw {
+			r, err := st.Recv()
+			g.Expect(err).NotTo(HaveOccurred())
+			same(r.GetResources())
+			g.Expect(r.GetTypeUrl()).To(Equal(resource.ClusterType))
+			g.Expect(st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()})).To(Succeed())
+		}
+		d, err := dst.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		var got []*anypb.Any
+		for _, r := range d.GetResources() {
+			got = append(got, r.GetResource())
+		}
+		if round == 0 {
+			same(got)
+		} else {
+			g.Expect(deltaNames(d)).To(Equal([]string{fmt.Sprintf("c%02d", round)}))
+		}
+		g.Expect(dst.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: d.GetNonce()})).To(Succeed())
+		put(fmt.Sprintf("c%02d", round+1), cluster.Cluster_LEAST_REQUEST)
 	}
 }

@@ -127,6 +127,7 @@ type Guard struct {
 	badLogged map[string]struct{} // the bad resources logged (logBad)
 
 	totals totals
+	shares shares // the shared served's resources, for the codec
 
 	mu            sync.Mutex
 	streams       map[int64]*session                            // by the guard's id (deltaID for delta streams)

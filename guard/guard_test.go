@@ -109,11 +109,11 @@ func newSotwWith(t *testing.T, opts *guard.Options) *sotw {
 }
 
 // serve serves a go-control-plane server over c with cb (ADS and the per-type services) on
-// loopback until the test ends, and returns a connection to it.
-func serve(t *testing.T, ctx context.Context, c cache.Cache, cb server.Callbacks) *grpc.ClientConn {
+// loopback until the test ends, with the gRPC server's options, and returns a connection to it.
+func serve(t *testing.T, ctx context.Context, c cache.Cache, cb server.Callbacks, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	srv := server.NewServer(ctx, c, cb)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(gs, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

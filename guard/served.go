@@ -25,7 +25,13 @@ type served struct {
 	returned map[string]string
 	byName   map[string]*item
 	sorted   []*item
-	anys     []*anypb.Any // sorted's resources in its order, for a response of them all; a shared served's only
+
+	// A shared served's only: sorted's resources in its order as each protocol's response
+	// carries them, for a response of them all (whole), shared by every stream's; and their
+	// encoding end to end, made the first time the codec writes such a response.
+	anys              []*anypb.Any
+	wires             []*discovery.Resource
+	sotwRun, deltaRun run
 }
 
 // get is the item served under name, or nil (nothing served yet included).
@@ -93,8 +99,9 @@ func (sv *served) fold(typeURL string, answered []*item, version string, returne
 	}
 	if !inPlace {
 		next.anys = make([]*anypb.Any, len(next.sorted))
+		next.wires = make([]*discovery.Resource, len(next.sorted))
 		for i, it := range next.sorted {
-			next.anys[i] = it.any
+			next.anys[i], next.wires[i] = it.any, it.resource()
 		}
 	}
 	return next
@@ -253,6 +260,7 @@ func (g *Guard) stopFeeds() {
 // run watches the wrapped cache for every resource of the type, one version after another, and
 // tells each stream of each new one, until stop.
 func (f *feed) run() {
+	defer func() { f.g.share(f.cur.Load(), nil) }() // the codec forgets what the feed served
 	like := &discovery.DiscoveryRequest{Node: f.node, TypeUrl: f.typeURL}
 	version, returned := "", map[string]string(nil)
 	for {
@@ -282,7 +290,10 @@ func (f *feed) run() {
 			return
 		}
 		version, returned = resp.GetVersionInfo(), r.GetReturnedResources()
-		f.cur.Store(f.cur.Load().fold(f.typeURL, answered, version, returned, false))
+		was := f.cur.Load()
+		next := was.fold(f.typeURL, answered, version, returned, false)
+		f.g.share(was, next)
+		f.cur.Store(next)
 		f.mu.Lock()
 		for s := range f.subs {
 			s.poke() // its goroutine takes the new served (fromFeeds)

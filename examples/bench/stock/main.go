@@ -6,10 +6,10 @@
 // authentication, no store, no retries, no owner holds.
 //
 // With -guard it serves the same caches through the guard package (guard.New over the
-// MuxCache, its defaults but NodeIndependent, and its callbacks): what a go-control-plane server
-// that adopts kds-host runs, over both protocols. With -floor it serves delta with no cache at
-// all (floor.go): the least any server on grpc-go does for the same fleet, the floor under every
-// figure.
+// MuxCache, its defaults but NodeIndependent, its callbacks and its codec): what a
+// go-control-plane server that adopts kds-host runs, over both protocols. With -floor it serves
+// delta with no cache at all (floor.go): the least any server on grpc-go does for the same
+// fleet, the floor under every figure.
 //
 //	stock -resources 1000 [-guard|-floor] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
 //
@@ -100,6 +100,7 @@ func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
 
 	var xdsCache cachev3.Cache = mux
 	var callbacks server.Callbacks
+	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}
 	if wrap {
 		// The MuxCache chooses by type URL among LinearCaches: it answers every node alike.
 		g, err := guard.New(mux, guard.Options{NodeIndependent: true})
@@ -108,13 +109,14 @@ func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
 		}
 		defer g.Close()
 		xdsCache, callbacks = g, g.Callbacks(nil)
+		grpcOpts = append(grpcOpts, grpc.ForceServerCodecV2(g.Codec())) // what it serves every stream, encoded once
 	}
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	gs := grpc.NewServer(grpcOpts...)
 	var fl *floor
 	if bare {
 		fl = newFloor(entries)
