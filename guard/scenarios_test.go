@@ -7,30 +7,51 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
 
 	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/internal/xdstest"
 )
 
+// mode is the server a scenario runs against.
+type mode int
+
+const (
+	stockServer   mode = iota // stock go-control-plane v0.14's SotW ADS server over its SnapshotCache
+	guarded                   // the same, its cache wrapped by the guard: a watch of it per stream
+	guardedLinear             // the guard over LinearCaches, one per type: one watch a type for every stream, and the guard's codec
+)
+
+func (m mode) String() string {
+	return [...]string{"stock", "guard", "guard over LinearCaches"}[m]
+}
+
+// guards are the guarded modes every scenario's guarded outcome must hold in.
+var guards = []mode{guarded, guardedLinear}
+
 // run runs a scenario of grpc-go's own xDS client against a stock go-control-plane v0.14 SotW
-// ADS server (SnapshotCache), guarded or not, and logs what it counted.
+// ADS server, as m says, and logs what it counted.
 //
-// For the guarded run it returns the guard's insight as it was at the end, with the client
+// For a guarded run it returns the guard's insight as it was at the end, with the client
 // still connected.
-func run(t *testing.T, guarded bool, s func(context.Context, xdstest.Server, xdstest.Options) (*xdstest.Result, error)) (*xdstest.Result, []guard.ClientInsight) {
+func run(t *testing.T, m mode, s func(context.Context, xdstest.Server, xdstest.Options) (*xdstest.Result, error)) (*xdstest.Result, []guard.ClientInsight) {
 	t.Helper()
 	var g *guard.Guard
-	var wrap xdstest.Wrap
-	if guarded {
-		wrap = func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Callbacks, func()) {
+	cfg := xdstest.Config{Linear: m == guardedLinear}
+	if m != stockServer {
+		cfg.Wrap = func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Callbacks, func()) {
 			var err error
-			if g, err = guard.New(inner, guard.Options{}); err != nil {
+			// The MuxCache of LinearCaches chooses by type URL: it answers every node alike.
+			if g, err = guard.New(inner, guard.Options{NodeIndependent: m == guardedLinear}); err != nil {
 				t.Fatal(err)
 			}
 			return g, g.Callbacks(cb), g.Close
 		}
 	}
-	srv, err := xdstest.NewWrapped(wrap)
+	if m == guardedLinear {
+		cfg.ServerOptions = func() []grpc.ServerOption { return []grpc.ServerOption{grpc.ForceServerCodecV2(g.Codec())} }
+	}
+	srv, err := xdstest.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +67,13 @@ func run(t *testing.T, guarded bool, s func(context.Context, xdstest.Server, xds
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := map[bool]string{false: "stock", true: "guard"}[guarded]
 	t.Logf("%s, %s: nacks=%v responses=%v delivered=%v (%d) not-responding=%d\n  %s",
-		name, res.Scenario, res.NACKs, res.Responses, res.Delivered, res.DeliveredRPCs, srv.NotResponding(), res.RPCs)
+		m, res.Scenario, res.NACKs, res.Responses, res.Delivered, res.DeliveredRPCs, srv.NotResponding(), res.RPCs)
 	for _, r := range res.CSDS {
 		t.Logf("  csds %s %s %s v=%q nack=%q", r.TypeURL, r.Name, r.Status, r.Version, r.NACK)
 	}
 	if !res.Ready {
-		t.Fatalf("%s: the client never got ready: %v", name, res.Notes)
+		t.Fatalf("%s: the client never got ready: %v", m, res.Notes)
 	}
 	for _, c := range insight {
 		for _, ti := range c.Types {
@@ -78,28 +98,31 @@ func withheld(insight []guard.ClientInsight, typeURL string) []guard.Withheld {
 // Scenario 1: a cluster the client refuses (lb_policy MAGLEV). Stock resends it after every NACK
 // (a NACK storm); guarded, it is sent the policy's attempts (3, the built-in policy's
 // invalidAttempts), then withheld with the client's reason. RPCs keep flowing either way, and
-// another cluster's endpoint move reaches the client.
+// another cluster's endpoint move reaches the client. Each guarded outcome holds with the guard
+// over a SnapshotCache (a watch of it per stream) and over LinearCaches with its codec.
 func TestScenario1ARefusedCluster(t *testing.T) {
 	t.Parallel()
-	stock, _ := run(t, false, xdstest.Scenario1RefusedCluster)
-	if n := stock.NACKs[xdstest.ClusterType]; n <= 100 {
+	stocked, _ := run(t, stockServer, xdstest.Scenario1RefusedCluster)
+	if n := stocked.NACKs[xdstest.ClusterType]; n <= 100 {
 		t.Errorf("stock: CDS NACKs = %d, want a storm (> 100)", n)
 	}
-	res, g := run(t, true, xdstest.Scenario1RefusedCluster)
-	if n := res.NACKs[xdstest.ClusterType]; n < 1 || n > 3 {
-		t.Errorf("guard: CDS NACKs = %d, want 1 to 3 (the policy's attempts)", n)
+	for _, m := range guards {
+		res, g := run(t, m, xdstest.Scenario1RefusedCluster)
+		if n := res.NACKs[xdstest.ClusterType]; n < 1 || n > 3 {
+			t.Errorf("%s: CDS NACKs = %d, want 1 to 3 (the policy's attempts)", m, n)
+		}
+		if res.RPCs.Failed != 0 || res.RPCs.RPCs == 0 {
+			t.Errorf("%s: RPCs %s, want none failed", m, res.RPCs)
+		}
+		if !res.Delivered {
+			t.Errorf("%s: the good cluster's endpoint move was not delivered: %s", m, res.RPCs)
+		}
+		w := withheld(g, xdstest.ClusterType)
+		if len(w) != 1 || w[0].Name != "bad" {
+			t.Fatalf("%s: withheld clusters %+v, want bad", m, w)
+		}
+		t.Logf("%s: withheld %s: %s", m, w[0].Name, w[0].Reason)
 	}
-	if res.RPCs.Failed != 0 || res.RPCs.RPCs == 0 {
-		t.Errorf("guard: RPCs %s, want none failed", res.RPCs)
-	}
-	if !res.Delivered {
-		t.Errorf("guard: the good cluster's endpoint move was not delivered: %s", res.RPCs)
-	}
-	w := withheld(g, xdstest.ClusterType)
-	if len(w) != 1 || w[0].Name != "bad" {
-		t.Fatalf("guard: withheld clusters %+v, want bad", w)
-	}
-	t.Logf("guard: withheld %s: %s", w[0].Name, w[0].Reason)
 }
 
 // Scenario 2: 20 route switches, each to a new valid cluster with its endpoints. Guarded, each
@@ -108,20 +131,22 @@ func TestScenario1ARefusedCluster(t *testing.T) {
 // selected for RPC"); those are counted apart.
 func TestScenario2RouteSwitches(t *testing.T) {
 	t.Parallel()
-	stock, _ := run(t, false, xdstest.Scenario2RouteSwitches)
-	t.Logf("stock: failure kinds %v", stock.RPCs.Kinds())
-	res, _ := run(t, true, xdstest.Scenario2RouteSwitches)
-	kinds := res.RPCs.Kinds()
-	t.Logf("guard: failure kinds %v", kinds)
-	if n := res.RPCs.Failed - kinds[xdstest.KindMidSwitch]; n != 0 {
-		t.Errorf("guard: %d RPCs failed because of the server: %s", n, res.RPCs)
-	}
-	if !res.Delivered {
-		t.Errorf("guard: the last cluster's backend served no RPC: %s", res.RPCs)
-	}
-	for typeURL, n := range res.NACKs {
-		if n != 0 {
-			t.Errorf("guard: %d NACKs of %s, want none", n, typeURL)
+	stocked, _ := run(t, stockServer, xdstest.Scenario2RouteSwitches)
+	t.Logf("stock: failure kinds %v", stocked.RPCs.Kinds())
+	for _, m := range guards {
+		res, _ := run(t, m, xdstest.Scenario2RouteSwitches)
+		kinds := res.RPCs.Kinds()
+		t.Logf("%s: failure kinds %v", m, kinds)
+		if n := res.RPCs.Failed - kinds[xdstest.KindMidSwitch]; n != 0 {
+			t.Errorf("%s: %d RPCs failed because of the server: %s", m, n, res.RPCs)
+		}
+		if !res.Delivered {
+			t.Errorf("%s: the last cluster's backend served no RPC: %s", m, res.RPCs)
+		}
+		for typeURL, n := range res.NACKs {
+			if n != 0 {
+				t.Errorf("%s: %d NACKs of %s, want none", m, n, typeURL)
+			}
 		}
 	}
 }
@@ -131,37 +156,41 @@ func TestScenario2RouteSwitches(t *testing.T) {
 // it never does: 0 RPCs fail, and the route's reason names the cluster and why it was refused.
 func TestScenario3ARouteToARefusedCluster(t *testing.T) {
 	t.Parallel()
-	stock, _ := run(t, false, xdstest.Scenario3RefusedRoute)
-	if stock.RPCs.Failed*2 <= stock.RPCs.RPCs {
-		t.Errorf("stock: RPCs %s, want most to fail", stock.RPCs)
+	stocked, _ := run(t, stockServer, xdstest.Scenario3RefusedRoute)
+	if stocked.RPCs.Failed*2 <= stocked.RPCs.RPCs {
+		t.Errorf("stock: RPCs %s, want most to fail", stocked.RPCs)
 	}
-	res, g := run(t, true, xdstest.Scenario3RefusedRoute)
-	if res.RPCs.Failed != 0 || res.RPCs.RPCs == 0 {
-		t.Errorf("guard: RPCs %s, want none failed", res.RPCs)
+	for _, m := range guards {
+		res, g := run(t, m, xdstest.Scenario3RefusedRoute)
+		if res.RPCs.Failed != 0 || res.RPCs.RPCs == 0 {
+			t.Errorf("%s: RPCs %s, want none failed", m, res.RPCs)
+		}
+		if n := res.NACKs[xdstest.ClusterType]; n > 3 {
+			t.Errorf("%s: CDS NACKs = %d, want at most 3", m, n)
+		}
+		w := withheld(g, xdstest.RouteType)
+		if len(w) != 1 {
+			t.Fatalf("%s: withheld routes %+v, want the route", m, w)
+		}
+		t.Logf("%s: withheld %s: %s", m, w[0].Name, w[0].Reason)
 	}
-	if n := res.NACKs[xdstest.ClusterType]; n > 3 {
-		t.Errorf("guard: CDS NACKs = %d, want at most 3", n)
-	}
-	w := withheld(g, xdstest.RouteType)
-	if len(w) != 1 {
-		t.Fatalf("guard: withheld routes %+v, want the route", w)
-	}
-	t.Logf("guard: withheld %s: %s", w[0].Name, w[0].Reason)
 }
 
 // Scenario 4: an endpoint move on a cluster, with another cluster in the snapshot that the client
 // does not ask for. Stock never delivers it ("ADS mode: not responding"); guarded it is.
 func TestScenario4AnEndpointMoveBesideAnUnrequestedCluster(t *testing.T) {
 	t.Parallel()
-	stock, _ := run(t, false, xdstest.Scenario4UnrequestedCluster)
-	if stock.Delivered {
+	stocked, _ := run(t, stockServer, xdstest.Scenario4UnrequestedCluster)
+	if stocked.Delivered {
 		t.Errorf("stock delivered the move: the baseline changed")
 	}
-	res, _ := run(t, true, xdstest.Scenario4UnrequestedCluster)
-	if !res.Delivered {
-		t.Errorf("guard: the move was not delivered: %s", res.RPCs)
-	}
-	if res.RPCs.Failed != 0 {
-		t.Errorf("guard: RPCs %s, want none failed", res.RPCs)
+	for _, m := range guards {
+		res, _ := run(t, m, xdstest.Scenario4UnrequestedCluster)
+		if !res.Delivered {
+			t.Errorf("%s: the move was not delivered: %s", m, res.RPCs)
+		}
+		if res.RPCs.Failed != 0 {
+			t.Errorf("%s: RPCs %s, want none failed", m, res.RPCs)
+		}
 	}
 }

@@ -118,10 +118,12 @@ func short(typeURL string) string {
 }
 
 // Stock is the stock go-control-plane v0.14 SotW ADS server: cache.NewSnapshotCache(ads=true,
-// IDHash) and server.NewServer, with a Counter as callbacks, serving on 127.0.0.1:0.
+// IDHash) and server.NewServer, with a Counter as callbacks, serving on 127.0.0.1:0. Built
+// with Config.Linear, its cache is a MuxCache of LinearCaches instead.
 type Stock struct {
 	Counter
-	Cache   cache.SnapshotCache
+	Cache   cache.SnapshotCache           // nil with Config.Linear
+	linear  map[string]*cache.LinearCache // by type URL, with Config.Linear
 	addr    string
 	grpc    *grpc.Server
 	cancel  context.CancelFunc
@@ -141,23 +143,56 @@ type Wrap func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Call
 // NewWrapped starts the stock server with wrap (nil: none) between the server and its cache,
 // the same SnapshotCache and the same counting callbacks: the guard runs here exactly as an
 // outside server would adopt it.
-func NewWrapped(wrap Wrap) (*Stock, error) {
+func NewWrapped(wrap Wrap) (*Stock, error) { return NewServer(Config{Wrap: wrap}) }
+
+// Config is how NewServer builds the server.
+type Config struct {
+	// Wrap is put between the server and its cache (nil: none).
+	Wrap Wrap
+	// Linear serves from a MuxCache of one LinearCache per type, chosen by type URL (a cache
+	// that answers every node alike), instead of the SnapshotCache.
+	Linear bool
+	// ServerOptions, when set, gives the gRPC server's options, once the cache is wrapped.
+	ServerOptions func() []grpc.ServerOption
+}
+
+// NewServer starts the stock server as cfg says.
+func NewServer(cfg Config) (*Stock, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	s := &Stock{log: &countingLogger{}}
-	s.Cache = cache.NewSnapshotCache(true, cache.IDHash{}, s.log)
+	var c cache.Cache
+	if cfg.Linear {
+		mux := &cache.MuxCache{
+			Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
+			ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
+			Caches:        map[string]cache.Cache{},
+		}
+		s.linear = map[string]*cache.LinearCache{}
+		for _, t := range []string{ListenerType, RouteType, ClusterType, EndpointType} {
+			s.linear[t] = cache.NewLinearCache(t)
+			mux.Caches[t] = s.linear[t]
+		}
+		c = mux
+	} else {
+		s.Cache = cache.NewSnapshotCache(true, cache.IDHash{}, s.log)
+		c = s.Cache
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	cb := s.Counter.Callbacks()
-	var c cache.Cache = s.Cache
 	var callbacks server.Callbacks = &cb
-	if wrap != nil {
-		c, callbacks, s.unwrap = wrap(c, callbacks)
+	if cfg.Wrap != nil {
+		c, callbacks, s.unwrap = cfg.Wrap(c, callbacks)
 	}
 	xds := server.NewServer(ctx, c, callbacks)
-	s.grpc = grpc.NewServer()
+	var opts []grpc.ServerOption
+	if cfg.ServerOptions != nil {
+		opts = cfg.ServerOptions()
+	}
+	s.grpc = grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
 	s.addr = lis.Addr().String()
 	go s.grpc.Serve(lis)
@@ -167,8 +202,19 @@ func NewWrapped(wrap Wrap) (*Stock, error) {
 // Addr is where the server serves ADS.
 func (s *Stock) Addr() string { return s.addr }
 
-// Set sets the snapshot of NodeID to resources at version.
+// Set sets the snapshot of NodeID to resources at version; with Config.Linear, each type's
+// LinearCache to its resources (at versions of its own).
 func (s *Stock) Set(version string, resources map[string][]types.Resource) error {
+	if s.linear != nil {
+		for t, lc := range s.linear {
+			byName := map[string]types.Resource{}
+			for _, r := range resources[t] {
+				byName[cache.GetResourceName(r)] = r
+			}
+			lc.SetResources(byName)
+		}
+		return nil
+	}
 	rs := map[resource.Type][]types.Resource{}
 	for k, v := range resources {
 		rs[k] = v
