@@ -453,8 +453,8 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if slices.Equal(items, ts.lastView) && !forced && ts.seq > 0 {
 		return // nothing new: the watch stays open
 	}
-	view := ts.served.sorted // what every stream is served, unchanged: shared, never changed
-	if !ts.served.whole(view) || !slices.Equal(items, view) {
+	view := ts.served.sorted // everything a shared served holds: its own slice, which never changes
+	if ts.served.anys == nil || !slices.Equal(items, view) {
 		view = slices.Clone(items) // items is the buffer's
 	}
 	items = view
