@@ -56,6 +56,20 @@ func TestFoldingAnAnswerIntoWhatIsServed(t *testing.T) {
 		next2 := next.fold(resource.EndpointType, []*item{d1}, "v3", returned(a2, c1, d1), inPlace) // b no longer returned
 		g.Expect(names(next2)).To(Equal([]string{"a@2", "c@1", "d@1"}))
 		g.Expect(next2.returned).To(Equal(returned(a2, c1, d1)))
+		if inPlace {
+			g.Expect(next2.anys).To(BeNil(), "a stream's own served changes: no list to share")
+		} else {
+			g.Expect(next2.anys).To(HaveLen(3))
+			g.Expect(next2.wires).To(HaveLen(3))
+			for i, x := range next2.sorted {
+				g.Expect(next2.anys[i]).To(BeIdenticalTo(x.any))
+				g.Expect(next2.wires[i].GetName()).To(Equal(x.name))
+				g.Expect(next2.wires[i].GetVersion()).To(Equal(x.version))
+			}
+			g.Expect(next2.whole(next2.sorted)).To(BeTrue())
+			g.Expect(next2.whole(slices.Clone(next2.sorted))).To(BeFalse(), "a copy is not the served's own")
+			g.Expect(next2.whole(next2.sorted[:2])).To(BeFalse())
+		}
 		if !inPlace {
 			g.Expect(part.sorted).To(Equal(before), "a shared served is not changed by the next answer")
 			g.Expect(part.byName).To(Equal(beforeNames))
@@ -69,6 +83,34 @@ func TestFoldingAnAnswerIntoWhatIsServed(t *testing.T) {
 	twice := (*served)(nil).fold(resource.ClusterType, []*item{a1, b1}, "v1", nil, true)
 	twice = twice.fold(resource.ClusterType, []*item{a1, a2}, "v2", nil, true)
 	g.Expect(names(twice)).To(Equal([]string{"a@2"}))
+}
+
+// The versions a response brings that the client has not accepted: the response's own items
+// when all are new (no copy), else those new to it, sorted by name; the items given are never
+// changed.
+func TestTheNewVersionsOfAResponse(t *testing.T) {
+	g := NewWithT(t)
+	it := func(name, version string) *item { return &item{name: name, version: version} }
+	a1, b1, b2, c1 := it("a", "1"), it("b", "1"), it("b", "2"), it("c", "1")
+	ts := &typeState{acked: map[string]*item{}}
+	items := []*item{a1, b2, c1}
+	fresh := newVersions(ts, items)
+	g.Expect(fresh).To(HaveLen(3))
+	g.Expect(&fresh[0]).To(BeIdenticalTo(&items[0]), "all new: the items themselves")
+
+	ts.acked["a"], ts.acked["b"] = a1, b1
+	fresh = newVersions(ts, items)
+	g.Expect([]*item(fresh)).To(Equal([]*item{b2, c1}))
+	v, ok := fresh.get("b")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(v).To(Equal("2"))
+	_, ok = fresh.get("a")
+	g.Expect(ok).To(BeFalse(), "a is accepted at that version")
+
+	unsorted := []*item{c1, b2}
+	fresh = newVersions(&typeState{acked: map[string]*item{}}, unsorted)
+	g.Expect([]*item(fresh)).To(Equal([]*item{b2, c1}))
+	g.Expect(unsorted).To(Equal([]*item{c1, b2}), "the items given are left as they were")
 }
 
 // A delta response the server's watch was canceled before taking is undone: what the client
