@@ -40,6 +40,31 @@ func Example() {
 	// Output: clients: 0
 }
 
+// A server with a cache per type (a MuxCache of LinearCaches, chosen by type URL) answers every
+// node alike: the guard keeps one watch of it per type for every stream, and its codec writes
+// what they are all served from one encoding of it.
+func ExampleGuard_Codec() {
+	clusters := cache.NewLinearCache(resource.ClusterType)
+	mux := &cache.MuxCache{
+		Classify:      func(r *cache.Request) string { return r.GetTypeUrl() },
+		ClassifyDelta: func(r *cache.DeltaRequest) string { return r.GetTypeUrl() },
+		Caches:        map[string]cache.Cache{resource.ClusterType: clusters},
+	}
+
+	g, err := guard.New(mux, guard.Options{NodeIndependent: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Close()
+	xds := server.NewServer(context.Background(), g, g.Callbacks(nil))
+
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(g.Codec())) // with the server's other options
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xds)
+	// ... gs.Serve(listener), and clusters.UpdateResource(...) as before.
+	fmt.Println(g.Codec().Name())
+	// Output: proto
+}
+
 // The guard composes with the server's own callbacks, and its insight mounts in the server's
 // own admin listener: a JSON handler and a Prometheus collector.
 func Example_insight() {
