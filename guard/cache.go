@@ -337,9 +337,12 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
 	for _, ref := range c.owners(typeURL, r) {
 		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
 	}
-	wire := &discovery.Resource{Name: name, Version: version, Resource: a}
-	return &kds.Entry{Key: resource.Key{Kind: typeURL, Name: name}, Name: name, Version: version, Resource: env, Any: a,
-		Wire: wire, Size: proto.Size(wire) + kds.WireOverhead}, nil
+	e := &kds.Entry{Key: resource.Key{Kind: typeURL, Name: name}, Name: name, Version: version, Resource: env, Any: a,
+		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
+	if err := e.EncodeWire(); err != nil { // once, for every client (the codec)
+		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)
+	}
+	return e, nil
 }
 
 // counter counts NACKs and responses by type for the collector.

@@ -12,6 +12,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	. "github.com/onsi/gomega"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 
 	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
@@ -33,7 +34,8 @@ func TestKDSCacheHoldsARouteUntilTheClientHasItsCluster(t *testing.T) {
 	set := func(rc *route.RouteConfiguration, clusters ...types.Resource) {
 		g.Expect(c.SetResources(map[string][]types.Resource{resource.RouteType: {rc}, resource.ClusterType: clusters})).To(Succeed())
 	}
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, c, c.Callbacks(nil))).DeltaAggregatedResources(ctx)
+	// Through the cache's codec: what it sends is written from the snapshot's encoding.
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, c, c.Callbacks(nil), grpc.ForceServerCodecV2(c.Codec()))).DeltaAggregatedResources(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	set(routeTo("c1"), staticCluster("c1", cluster.Cluster_ROUND_ROBIN))

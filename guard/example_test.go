@@ -114,7 +114,7 @@ func ExampleNewCache() {
 	}
 	defer c.Close()
 	xds := server.NewServer(context.Background(), c, c.Callbacks(nil))
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(c.Codec())) // each version encoded once, for every client
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xds)
 
 	// Every resource of every type, each time: a client is sent what changed.

@@ -37,6 +37,12 @@ type responseCodec struct {
 	proto encoding.CodecV2
 }
 
+// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, but that a delta
+// response's resources of the current snapshot are written from the snapshot's one encoding of
+// them, shared by every stream. NewGRPCServer installs it; a server of its own installs it with
+// grpc.ForceServerCodecV2.
+func (c *Cache) Codec() encoding.CodecV2 { return newResponseCodec(c) }
+
 func newResponseCodec(c *Cache) responseCodec {
 	return responseCodec{cache: c, proto: encoding.GetCodecV2(protocodec.Name)}
 }

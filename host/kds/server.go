@@ -53,7 +53,7 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20),
 		// A version's resources are encoded once, by the snapshot, for every stream (codec.go).
-		grpc.ForceServerCodecV2(newResponseCodec(c)),
+		grpc.ForceServerCodecV2(c.Codec()),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Zones ping every 10s at most (zone.Keepalive, gRPC's minimum): allowed with room.

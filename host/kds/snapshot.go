@@ -336,13 +336,23 @@ func NewEntry(r *resource.Resource) (*Entry, error) {
 	name, version := r.Key().XDSName(), resource.Version(p)
 	e := &Entry{Key: r.Key(), Name: name, Version: version, Resource: p, Any: a,
 		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
-	f, err := encodeFrame(e.Wire)
-	if err != nil {
+	if err := e.EncodeWire(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
 	}
-	e.frame = mem.SliceBuffer(f)
-	e.Size = e.wireSize()
 	return e, nil
+}
+
+// EncodeWire encodes e's Wire once, as the Cache's codec writes it in every response that
+// carries this version (without it, it is encoded for each), and sets Size to match. NewEntry
+// does it; an Entry built otherwise calls it once its Wire is set, before a snapshot holds it.
+func (e *Entry) EncodeWire() error {
+	f, err := encodeFrame(e.Wire)
+	if err != nil {
+		return err
+	}
+	e.frame = mem.SliceBuffer(f)
+	e.Size = proto.Size(e.Wire) + WireOverhead
+	return nil
 }
 
 // Decode reads a resource out of an Any from a KDS response. The Any's type URL is the request's
