@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
@@ -92,6 +93,34 @@ func TestKDSCacheHoldsARouteUntilTheClientHasItsCluster(t *testing.T) {
 	set(routeTo("c2"), staticCluster("c1", cluster.Cluster_ROUND_ROBIN), staticCluster("c2", cluster.Cluster_ROUND_ROBIN))
 	run()
 	g.Expect(routes).To(Equal([][]string{{"c1"}, {"c2"}}), "the route goes once the client has its cluster")
+}
+
+// Each resource set is encoded once: every response that carries a version, whatever its
+// stream, is written (through the cache's codec) from the same bytes. A client decodes what it
+// was sent.
+func TestKDSCacheEncodesAVersionOnceForEveryClient(t *testing.T) {
+	g := NewWithT(t)
+	c, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {
+		staticCluster("a", cluster.Cluster_ROUND_ROBIN), staticCluster("b", cluster.Cluster_LEAST_REQUEST)}})).To(Succeed())
+	var rs []*discovery.Resource
+	for _, e := range c.Snapshot().Kind(resource.ClusterType) {
+		rs = append(rs, e.Wire)
+	}
+	var written [][]byte
+	for _, nonce := range []string{"1", "2"} { // two streams' responses
+		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: resource.ClusterType, Nonce: nonce, Resources: rs}
+		b, err := c.Codec().Marshal(resp)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(b).To(HaveLen(1+len(rs)), "its own fields, then each resource's encoding")
+		var got discovery.DeltaDiscoveryResponse
+		g.Expect(proto.Unmarshal(b.Materialize(), &got)).To(Succeed())
+		g.Expect(proto.Equal(&got, resp)).To(BeTrue())
+		written = append(written, b[1].ReadOnlyData())
+	}
+	g.Expect(&written[0][0]).To(BeIdenticalTo(&written[1][0]), "the same bytes for both")
 }
 
 // SetResources refuses what it cannot serve, and changes nothing then.
