@@ -37,7 +37,7 @@ type responseCodec struct {
 	proto encoding.CodecV2
 }
 
-// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, but that a delta
+// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, except that a delta
 // response's resources of the current snapshot are written from the snapshot's one encoding of
 // them, shared by every stream. NewGRPCServer installs it; a server of its own installs it with
 // grpc.ForceServerCodecV2.
