@@ -45,10 +45,10 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	f := &flight{delta: resp, undo: map[string]*item{}}
 	if len(ts.sentView) == 0 {
 		ts.sentView = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
-		if sv := ts.served; sv.wires != nil && len(items) > 0 && slices.Equal(items, sv.sorted) {
+		if sv := ts.served; len(items) > 0 && sv.holdsAll(items) {
 			// Everything a shared served holds, to a client that holds nothing: the response
 			// every such stream gets, with the served's own slices (the codec's shared encoding).
-			resp.Resources, f.items = sv.wires, sv.sorted
+			resp.Resources, f.items = sv.wires, sv.sorted // wires is set with anys
 			for _, it := range items {
 				delete(ts.forced, it.name)
 				ts.sentView[it.name] = it

@@ -107,6 +107,12 @@ func (sv *served) fold(typeURL string, answered []*item, version string, returne
 	return next
 }
 
+// holdsAll reports whether items, a view, are every item a shared served holds, in order: the
+// view is then sorted itself, the same for every stream.
+func (sv *served) holdsAll(items []*item) bool {
+	return sv.anys != nil && slices.Equal(items, sv.sorted)
+}
+
 // whole reports whether items are everything served, in order, as a shared served holds them
 // (sorted itself): a response of them is then the same for every stream.
 func (sv *served) whole(items []*item) bool {

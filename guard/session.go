@@ -454,7 +454,7 @@ func (s *session) evaluateLocked(ts *typeState) {
 		return // nothing new: the watch stays open
 	}
 	view := ts.served.sorted // everything a shared served holds: its own slice, which never changes
-	if ts.served.anys == nil || !slices.Equal(items, view) {
+	if !ts.served.holdsAll(items) {
 		view = slices.Clone(items) // items is the buffer's
 	}
 	items = view
