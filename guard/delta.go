@@ -1,7 +1,7 @@
 package guard
 
 // The delta server's side of a session: a response carries what differs from what the client
-// was sent and keeps (sentView), made from the same view as a state-of-the-world response.
+// was sent and keeps (the sent view), made from the same view as a state-of-the-world response.
 
 import (
 	"slices"
@@ -33,7 +33,7 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		ts.seeded = true
 		for n, v := range w.sub.ReturnedResources() {
 			if it := ts.served.get(n); it != nil && it.version == v {
-				ts.sentView[n], ts.acked[n] = it, it
+				ts.acked[n] = it // and so sent: nothing was sent yet
 			}
 		}
 	}
@@ -43,22 +43,24 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.served.version}
 	f := &flight{delta: resp, undo: map[string]*item{}}
-	if len(ts.sentView) == 0 {
-		ts.sentView = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
+	if ts.sentLen() == 0 {
+		if ts.sentOver == nil && len(ts.acked) == 0 {
+			ts.sentOver = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
+		}
 		if sv := ts.served; len(items) > 0 && sv.holdsAll(items) {
 			// Everything a shared served holds, to a client that holds nothing: the response
 			// every such stream gets, with the served's own slices (the codec's shared encoding).
 			resp.Resources, f.items = sv.wires, sv.sorted // wires is set with anys
 			for _, it := range items {
 				delete(ts.forced, it.name)
-				ts.sentView[it.name] = it
+				ts.setSent(it.name, it)
 			}
 			s.queueDeltaLocked(ts, w, f)
 			return
 		}
 	}
 	for _, it := range items {
-		cur := ts.sentView[it.name]
+		cur := ts.sent(it.name)
 		if cur != nil && cur.version == it.version && !ts.forced[it.name] {
 			continue
 		}
@@ -68,19 +70,16 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		if cur != nil {
 			f.undo[it.name] = cur
 		}
-		ts.sentView[it.name] = it
+		ts.setSent(it.name, it)
 	}
 	if gone { // a name sent is not in the view: removed, or no longer asked for
-		for n, cur := range ts.sentView {
-			if _, in := slices.BinarySearchFunc(items, n, itemNamed); in {
-				continue
-			}
+		for n, cur := range ts.sentNotIn(items) {
 			if s.subscribedLocked(ts, n) {
 				resp.RemovedResources = append(resp.RemovedResources, n)
 				f.removed = append(f.removed, n)
 				f.undo[n] = cur
 			}
-			delete(ts.sentView, n) // unsubscribed: the client forgot it, nothing to tell
+			ts.setSent(n, nil) // unsubscribed: the client forgot it, nothing to tell
 		}
 	}
 	if len(resp.Resources)+len(resp.RemovedResources) == 0 {
@@ -99,7 +98,7 @@ func (s *session) queueDeltaLocked(ts *typeState, w *watch, f *flight) {
 	// The delta server keeps NextVersionMap as the stream's returned resources, and edits it when
 	// the client unsubscribes: it must be the stream's own. The guard reads them once, when a
 	// stream starts (initial_resource_versions, above); after that what the client was sent is
-	// sentView. So the server is given an empty map, not a copy of sentView a response.
+	// the sent view. So the server is given an empty map, not a copy of the sent view a response.
 	s.outq = append(s.outq, queued{w: w, ts: ts, f: f, delta: &cache.DeltaPassthroughResponse{
 		DeltaRequest: w.deltaReq, DeltaDiscoveryResponse: resp, NextVersionMap: map[string]string{}}})
 }
@@ -109,7 +108,7 @@ func (s *session) queueDeltaLocked(ts *typeState, w *watch, f *flight) {
 func comparedToSent(ts *typeState, items []*item) (changed, gone bool) {
 	sent := 0
 	for _, it := range items {
-		cur := ts.sentView[it.name]
+		cur := ts.sent(it.name)
 		if cur != nil {
 			sent++
 		}
@@ -117,16 +116,86 @@ func comparedToSent(ts *typeState, items []*item) (changed, gone bool) {
 			changed = true
 		}
 	}
-	return changed, sent < len(ts.sentView)
+	return changed, sent < ts.sentLen()
 }
 
 // keptLocked records that the client keeps what it held of name (it refused what it was sent).
 func (s *session) keptLocked(ts *typeState, name string) {
-	if a := ts.acked[name]; a != nil {
-		ts.sentView[name] = a
-	} else {
-		delete(ts.sentView, name)
+	ts.setSent(name, ts.acked[name])
+}
+
+// sent is what the client was sent and keeps of name: nil if nothing.
+func (ts *typeState) sent(name string) *item {
+	if it, ok := ts.sentOver[name]; ok {
+		return it
 	}
+	return ts.acked[name]
+}
+
+// setSent records what the client was sent and keeps of name (nil: nothing). Where that is
+// what it accepted, sentOver forgets the name, and is dropped once empty: a map does not
+// shrink, and the first response's holds every name.
+func (ts *typeState) setSent(name string, it *item) {
+	if it != ts.acked[name] {
+		if ts.sentOver == nil {
+			ts.sentOver = map[string]*item{}
+		}
+		ts.sentOver[name] = it
+		return
+	}
+	delete(ts.sentOver, name)
+	if len(ts.sentOver) == 0 {
+		ts.sentOver = nil
+	}
+}
+
+// sentIsAll reports whether sentOver holds items and nothing else: with nothing accepted, the
+// sent view is items.
+func (ts *typeState) sentIsAll(items []*item) bool {
+	if len(items) == 0 || len(ts.sentOver) != len(items) {
+		return false
+	}
+	for _, it := range items {
+		if ts.sentOver[it.name] != it {
+			return false
+		}
+	}
+	return true
+}
+
+// sentLen is the number of names in the sent view.
+func (ts *typeState) sentLen() int {
+	n := len(ts.acked)
+	for name, it := range ts.sentOver {
+		_, had := ts.acked[name] // acked holds no nil
+		if it != nil && !had {
+			n++
+		} else if it == nil && had {
+			n--
+		}
+	}
+	return n
+}
+
+// sentNotIn is what the sent view holds of names not in items (sorted by name), by name.
+func (ts *typeState) sentNotIn(items []*item) map[string]*item {
+	out := map[string]*item{}
+	add := func(n string, it *item) {
+		if _, in := slices.BinarySearchFunc(items, n, itemNamed); !in {
+			out[n] = it
+		}
+	}
+	for n, it := range ts.acked {
+		if _, over := ts.sentOver[n]; !over {
+			add(n, it)
+		}
+	}
+	for n, it := range ts.sentOver {
+		if it != nil {
+			add(n, it)
+		}
+	}
+	return out
 }
 
 // unsentLocked undoes the responses made for w that the server will never send (its watch was
@@ -152,10 +221,10 @@ func (s *session) undoLocked(ts *typeState, f *flight) {
 		return
 	}
 	for _, it := range f.items {
-		delete(ts.sentView, it.name) // what it had of them, if anything, is in undo
+		ts.setSent(it.name, nil) // what it had of them, if anything, is in undo
 	}
 	for n, was := range f.undo {
-		ts.sentView[n] = was
+		ts.setSent(n, was)
 	}
 }
 

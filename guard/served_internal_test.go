@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -130,8 +132,9 @@ func TestAnUntakenDeltaResponseIsUndone(t *testing.T) {
 	ts := s.typeOf(resource.ClusterType)
 	ts.sub = stream.NewSotwSubscription(nil, true)
 	ts.seeded = true
-	ts.sentView = map[string]*item{"a": a1, "c": c1}
-	before := maps.Clone(ts.sentView)
+	ts.setSent("a", a1)
+	ts.setSent("c", c1)
+	before := sentView(ts)
 	ts.served = (*served)(nil).fold(resource.ClusterType, []*item{a2, b1}, "v2", nil, true)
 	w := &watch{sub: ts.sub}
 	s.respondDeltaLocked(ts, w, ts.served.all()) // a updated, b new, c removed
@@ -139,11 +142,134 @@ func TestAnUntakenDeltaResponseIsUndone(t *testing.T) {
 	q := s.outq[0]
 	g.Expect(deltaNamesOf(q.f)).To(Equal([]string{"a", "b"}))
 	g.Expect(q.f.removed).To(Equal([]string{"c"}))
-	g.Expect(ts.sentView).To(Equal(map[string]*item{"a": a2, "b": b1}))
+	g.Expect(sentView(ts)).To(Equal(map[string]*item{"a": a2, "b": b1}))
 
 	s.undoLocked(ts, q.f)
-	g.Expect(ts.sentView).To(Equal(before))
+	g.Expect(sentView(ts)).To(Equal(before))
 	g.Expect(ts.flight).To(BeEmpty())
+}
+
+// A delta client that has accepted everything it was sent costs the session one map of it, not
+// two: after its first response, and after an update.
+func TestADeltaClientInSyncKeepsOneMapOfWhatItHolds(t *testing.T) {
+	g := NewWithT(t)
+	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{NoHolds: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	s := newSession(gd, -1, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.typeOf(resource.ClusterType)
+	ts.sub = stream.NewDeltaSubscription(nil, nil, nil, true)
+	it := func(name, version string) *item { return &item{name: name, version: version} }
+	var items []*item
+	for i := range 100 {
+		items = append(items, it(fmt.Sprintf("c%03d", i), "1"))
+	}
+	answer := func(want int) {
+		g.Expect(s.outq).To(HaveLen(1))
+		q := s.outq[0]
+		s.outq = nil
+		g.Expect(q.f.items).To(HaveLen(want))
+		ts.flight = slices.DeleteFunc(ts.flight, func(f *flight) bool { return f == q.f })
+		s.answerLocked(ts, q.f, nil)
+	}
+
+	ts.served = (*served)(nil).fold(resource.ClusterType, items, "v1", nil, false)
+	s.respondDeltaLocked(ts, &watch{sub: ts.sub}, ts.served.all())
+	g.Expect(ts.sentOver).To(HaveLen(100), "in flight: the sent view is ahead of what was accepted")
+	answer(100)
+	g.Expect(ts.acked).To(HaveLen(100))
+	g.Expect(ts.sentOver).To(BeNil())
+
+	updated := slices.Clone(items)
+	updated[7] = it("c007", "2")
+	ts.served = (*served)(nil).fold(resource.ClusterType, updated, "v2", nil, false)
+	s.respondDeltaLocked(ts, &watch{sub: ts.sub}, ts.served.all())
+	g.Expect(ts.sentOver).To(HaveLen(1))
+	answer(1)
+	g.Expect(ts.acked["c007"]).To(BeIdenticalTo(updated[7]))
+	g.Expect(ts.sentOver).To(BeNil())
+	g.Expect(sentView(ts)).To(HaveLen(100))
+}
+
+// sentView is a delta stream's sent view of ts as one map.
+func sentView(ts *typeState) map[string]*item {
+	out := map[string]*item{}
+	for n, it := range ts.acked {
+		out[n] = it
+	}
+	for n, it := range ts.sentOver {
+		if it != nil {
+			out[n] = it
+		} else {
+			delete(out, n)
+		}
+	}
+	return out
+}
+
+// The sent view is kept as what the client accepted and what differs from that. Random edits
+// of both, as a delta session makes them, leave it as two separate maps would: every name, its
+// count, the names beyond a view. What differs holds no name that the accepted map has at the
+// same item, and once nothing differs it is gone (its map does not stay at the first response's
+// size).
+func TestTheSentViewIsWhatWasAcceptedAndWhatDiffers(t *testing.T) {
+	g := NewWithT(t)
+	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{NoHolds: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	s := newSession(gd, -1, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.typeOf(resource.ClusterType)
+
+	var pool []*item
+	for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
+		for _, v := range []string{"1", "2", "3"} {
+			pool = append(pool, &item{name: n, version: v})
+		}
+	}
+	wantSent, wantAcked := map[string]*item{}, map[string]*item{}
+	set := func(m map[string]*item, n string, it *item) {
+		if it == nil {
+			delete(m, n)
+		} else {
+			m[n] = it
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 24))
+	for step := range 20000 {
+		it := pool[rng.IntN(len(pool))]
+		var val *item
+		if rng.IntN(4) > 0 {
+			val = it
+		}
+		switch rng.IntN(3) {
+		case 0: // a response sends it, or removes it, or the client unsubscribes
+			ts.setSent(it.name, val)
+			set(wantSent, it.name, val)
+		case 1: // an answer: the client accepted it, or the removal
+			s.setAckedLocked(ts, it.name, val)
+			set(wantAcked, it.name, val)
+		case 2: // a refusal: the client keeps what it accepted
+			s.keptLocked(ts, it.name)
+			set(wantSent, it.name, wantAcked[it.name])
+		}
+		g.Expect(ts.acked).To(Equal(wantAcked), "step %d", step)
+		g.Expect(sentView(ts)).To(Equal(wantSent), "step %d", step)
+		g.Expect(ts.sentLen()).To(Equal(len(wantSent)), "step %d", step)
+		for n, over := range ts.sentOver {
+			g.Expect(over).NotTo(BeIdenticalTo(ts.acked[n]), "step %d: %s differs for nothing", step, n)
+		}
+		if len(wantSent) == len(wantAcked) && maps.Equal(wantSent, wantAcked) {
+			g.Expect(ts.sentOver).To(BeNil(), "step %d", step)
+		}
+		view := []*item{pool[rng.IntN(len(pool))]}
+		notIn := maps.Clone(wantSent)
+		delete(notIn, view[0].name)
+		g.Expect(ts.sentNotIn(view)).To(Equal(notIn), "step %d", step)
+	}
 }
 
 func deltaNamesOf(f *flight) []string {

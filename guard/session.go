@@ -89,10 +89,12 @@ type typeState struct {
 	// type's view was last made for an open watch: a review after an ACK skips a type whose
 	// view was made since (the new watch that came with the ACK).
 	evaluated uint64
-	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
-	// differs from it. A refused name goes back to what the client kept.
-	sentView map[string]*item
-	seeded   bool              // delta: sentView was seeded with what the client said it holds
+	// The sent view (delta) is what the client was sent and keeps, by name: a response carries
+	// what differs from it. A refused name goes back to what the client kept. It is acked but
+	// for the names in sentOver (nil: not held), so a stream that has acknowledged everything
+	// keeps one map of what it holds, not two (sent, setSentLocked).
+	sentOver map[string]*item
+	seeded   bool              // delta: the sent view was seeded with what the client said it holds
 	warm     map[string]warmed // route configurations made to warm clusters up, by name
 }
 
@@ -125,7 +127,7 @@ type flight struct {
 	delta   *discovery.DeltaDiscoveryResponse // delta
 	items   []*item
 	removed []string         // delta: the names it removes
-	undo    map[string]*item // delta: what sentView had of its names before it (a name it had not: none)
+	undo    map[string]*item // delta: what the sent view had of its names before it (a name it had not: none)
 	nonce   string           // set when the server sends it
 }
 
@@ -160,7 +162,7 @@ func (s *session) typeOf(typeURL string) *typeState {
 	ts := s.types[typeURL]
 	if ts == nil {
 		ts = &typeState{typeURL: typeURL, acked: map[string]*item{},
-			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}, sentView: map[string]*item{}}
+			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}}
 		s.types[typeURL] = ts
 		s.insight[typeURL] = &TypeInsight{TypeURL: typeURL}
 	}
@@ -852,7 +854,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		ins.LastError = ""
 		s.acceptLocked(ts, f.items, nil)
 		for _, n := range f.removed {
-			delete(ts.acked, n)
+			s.setAckedLocked(ts, n, nil)
 		}
 		s.ownerArrivedLocked()
 		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: fresh.versions(), Removed: f.removed}, nil
@@ -894,7 +896,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		}
 		for _, n := range f.removed {
 			if !isRefused[n] {
-				delete(ts.acked, n)
+				s.setAckedLocked(ts, n, nil)
 			}
 		}
 	}
@@ -905,6 +907,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 // client's whole state (fullState), it holds nothing else, but for the names it refused in the
 // same answer (kept: it keeps the version it had). Call with s.mu.
 func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
+	set := items
 	if s.fullStateLocked(ts.typeURL) {
 		next := make(map[string]*item, len(items)+len(kept))
 		for _, n := range kept {
@@ -914,13 +917,38 @@ func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
 		}
 		ts.acked = next
 	} else if len(ts.acked) == 0 {
-		ts.acked = make(map[string]*item, len(items)) // the first answer: grown once, not by doubling
+		if s.delta && ts.sentIsAll(items) {
+			// A delta client's first answer, to a response of everything it was sent: the sent
+			// view's map is what it holds now, and the sent view is that.
+			ts.acked, ts.sentOver, set = ts.sentOver, nil, nil
+		} else {
+			ts.acked = make(map[string]*item, len(items)) // the first answer: grown once, not by doubling
+		}
+	}
+	for _, it := range set {
+		s.setAckedLocked(ts, it.name, it)
 	}
 	for _, it := range items {
-		ts.acked[it.name] = it
 		if r, ok := ts.refused[it.name]; ok && r.version == it.version {
 			delete(ts.refused, it.name)
 		}
+	}
+}
+
+// setAckedLocked records what the client accepted of name (nil: nothing). A delta client's
+// sent view stays as it was. Call with s.mu.
+func (s *session) setAckedLocked(ts *typeState, name string, it *item) {
+	var sent *item
+	if s.delta {
+		sent = ts.sent(name)
+	}
+	if it != nil {
+		ts.acked[name] = it
+	} else {
+		delete(ts.acked, name)
+	}
+	if s.delta {
+		ts.setSent(name, sent)
 	}
 }
 
