@@ -33,7 +33,7 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		ts.seeded = true
 		for n, v := range w.sub.ReturnedResources() {
 			if it := ts.served.get(n); it != nil && it.version == v {
-				ts.acked[n] = it // and so sent: nothing was sent yet
+				ts.acked.set(n, it) // and so sent: nothing was sent yet
 			}
 		}
 	}
@@ -44,13 +44,13 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.served.version}
 	f := &flight{delta: resp, undo: map[string]*item{}}
 	if ts.sentLen() == 0 {
-		if ts.sentOver == nil && len(ts.acked) == 0 {
+		if ts.sentOver == nil && ts.acked.len() == 0 {
 			ts.sentOver = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
 		}
 		if sv := ts.served; len(items) > 0 && sv.holdsAll(items) {
 			// Everything a shared served holds, to a client that holds nothing: the response
 			// every such stream gets, with the served's own slices (the codec's shared encoding).
-			resp.Resources, f.items = sv.wires, sv.sorted // wires is set with anys
+			resp.Resources, f.items, f.whole = sv.wires, sv.sorted, sv // wires is set with anys
 			for _, it := range items {
 				delete(ts.forced, it.name)
 				ts.setSent(it.name, it)
@@ -121,7 +121,7 @@ func comparedToSent(ts *typeState, items []*item) (changed, gone bool) {
 
 // keptLocked records that the client keeps what it held of name (it refused what it was sent).
 func (s *session) keptLocked(ts *typeState, name string) {
-	ts.setSent(name, ts.acked[name])
+	ts.setSent(name, ts.acked.get(name))
 }
 
 // sent is what the client was sent and keeps of name: nil if nothing.
@@ -129,14 +129,14 @@ func (ts *typeState) sent(name string) *item {
 	if it, ok := ts.sentOver[name]; ok {
 		return it
 	}
-	return ts.acked[name]
+	return ts.acked.get(name)
 }
 
 // setSent records what the client was sent and keeps of name (nil: nothing). Where that is
 // what it accepted, sentOver forgets the name, and is dropped once empty: a map does not
 // shrink, and the first response's holds every name.
 func (ts *typeState) setSent(name string, it *item) {
-	if it != ts.acked[name] {
+	if it != ts.acked.get(name) {
 		if ts.sentOver == nil {
 			ts.sentOver = map[string]*item{}
 		}
@@ -165,9 +165,9 @@ func (ts *typeState) sentIsAll(items []*item) bool {
 
 // sentLen is the number of names in the sent view.
 func (ts *typeState) sentLen() int {
-	n := len(ts.acked)
+	n := ts.acked.len()
 	for name, it := range ts.sentOver {
-		_, had := ts.acked[name] // acked holds no nil
+		had := ts.acked.get(name) != nil
 		if it != nil && !had {
 			n++
 		} else if it == nil && had {
@@ -185,7 +185,7 @@ func (ts *typeState) sentNotIn(items []*item) map[string]*item {
 			out[n] = it
 		}
 	}
-	for n, it := range ts.acked {
+	for n, it := range ts.acked.all() {
 		if _, over := ts.sentOver[n]; !over {
 			add(n, it)
 		}

@@ -65,12 +65,12 @@ func (s *session) checkOwnersLocked() {
 	var asked []Ref
 	var versions []string
 	for typeURL, ts := range s.types {
-		for n := range ts.acked {
+		for n := range ts.acked.all() {
 			req.Inventory = append(req.Inventory, &kdsv1.ResourceKey{Kind: typeURL, Name: n})
 		}
 		for _, it := range ts.served.all() {
 			n := it.name
-			if a := ts.acked[n]; a != nil && a.version == it.version {
+			if a := ts.acked.get(n); a != nil && a.version == it.version {
 				continue
 			}
 			c := &kdsv1.Resource{Kind: typeURL, Name: n}

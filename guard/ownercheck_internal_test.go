@@ -55,7 +55,7 @@ func TestAVerdictOnWhatTheClientNoLongerHoldsIsNotKept(t *testing.T) {
 		g.Expect(req.GetInventory()).To(BeEmpty())
 		if ackMeanwhile {
 			s.mu.Lock()
-			clusters.acked["c1"] = c1 // the client's ACK of c1, while the check runs
+			clusters.acked.set("c1", c1) // the client's ACK of c1, while the check runs
 			s.ownerArrivedLocked()
 			s.mu.Unlock()
 		}

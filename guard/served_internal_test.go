@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -94,13 +95,14 @@ func TestTheNewVersionsOfAResponse(t *testing.T) {
 	g := NewWithT(t)
 	it := func(name, version string) *item { return &item{name: name, version: version} }
 	a1, b1, b2, c1 := it("a", "1"), it("b", "1"), it("b", "2"), it("c", "1")
-	ts := &typeState{acked: map[string]*item{}}
+	ts := &typeState{}
 	items := []*item{a1, b2, c1}
 	fresh := newVersions(ts, items)
 	g.Expect(fresh).To(HaveLen(3))
 	g.Expect(&fresh[0]).To(BeIdenticalTo(&items[0]), "all new: the items themselves")
 
-	ts.acked["a"], ts.acked["b"] = a1, b1
+	ts.acked.set("a", a1)
+	ts.acked.set("b", b1)
 	fresh = newVersions(ts, items)
 	g.Expect([]*item(fresh)).To(Equal([]*item{b2, c1}))
 	v, ok := fresh.get("b")
@@ -110,7 +112,7 @@ func TestTheNewVersionsOfAResponse(t *testing.T) {
 	g.Expect(ok).To(BeFalse(), "a is accepted at that version")
 
 	unsorted := []*item{c1, b2}
-	fresh = newVersions(&typeState{acked: map[string]*item{}}, unsorted)
+	fresh = newVersions(&typeState{}, unsorted)
 	g.Expect([]*item(fresh)).To(Equal([]*item{b2, c1}))
 	g.Expect(unsorted).To(Equal([]*item{c1, b2}), "the items given are left as they were")
 }
@@ -149,54 +151,90 @@ func TestAnUntakenDeltaResponseIsUndone(t *testing.T) {
 	g.Expect(ts.flight).To(BeEmpty())
 }
 
-// A delta client that has accepted everything it was sent costs the session one map of it, not
-// two: after its first response, and after an update.
-func TestADeltaClientInSyncKeepsOneMapOfWhatItHolds(t *testing.T) {
+// Delta clients in step with what a feed serves hold its own map of it, one for every client,
+// whatever the updates: after their first response, each update, and more updates than what
+// differs from that map may hold (they then take the newest feed's map).
+func TestDeltaClientsInStepShareTheFeedsMapOfWhatTheyHold(t *testing.T) {
 	g := NewWithT(t)
 	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{NoHolds: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer gd.Close()
-	s := newSession(gd, -1, true)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ts := s.typeOf(resource.ClusterType)
-	ts.sub = stream.NewDeltaSubscription(nil, nil, nil, true)
 	it := func(name, version string) *item { return &item{name: name, version: version} }
 	var items []*item
 	for i := range 100 {
 		items = append(items, it(fmt.Sprintf("c%03d", i), "1"))
 	}
-	answer := func(want int) {
-		g.Expect(s.outq).To(HaveLen(1))
-		q := s.outq[0]
-		s.outq = nil
-		g.Expect(q.f.items).To(HaveLen(want))
-		ts.flight = slices.DeleteFunc(ts.flight, func(f *flight) bool { return f == q.f })
-		s.answerLocked(ts, q.f, nil)
+	sv := (*served)(nil).fold(resource.ClusterType, items, "v1", nil, false)
+
+	var sessions []*session
+	var states []*typeState
+	for id := range int64(2) {
+		s := newSession(gd, -1-id, true)
+		s.mu.Lock()
+		ts := s.typeOf(resource.ClusterType)
+		ts.sub = stream.NewDeltaSubscription(nil, nil, nil, true)
+		s.mu.Unlock()
+		sessions, states = append(sessions, s), append(states, ts)
+	}
+	// respond serves sv to every session, and answers its response, which carries want names.
+	respond := func(want int) {
+		for i, s := range sessions {
+			ts := states[i]
+			s.mu.Lock()
+			ts.served = sv
+			s.respondDeltaLocked(ts, &watch{sub: ts.sub}, sv.all())
+			g.Expect(s.outq).To(HaveLen(1))
+			f := s.outq[0].f
+			s.outq = nil
+			g.Expect(f.items).To(HaveLen(want))
+			g.Expect(sentView(ts)).To(HaveLen(len(items)))
+			g.Expect(ts.sentOver).NotTo(BeEmpty(), "in flight: the sent view is ahead of what was accepted")
+			ts.flight = slices.DeleteFunc(ts.flight, func(x *flight) bool { return x == f })
+			s.answerLocked(ts, f, nil)
+			g.Expect(ts.sentOver).To(BeNil(), "accepted: the sent view is what the client holds")
+			g.Expect(held(&ts.acked)).To(Equal(sv.byName))
+			s.mu.Unlock()
+		}
 	}
 
-	ts.served = (*served)(nil).fold(resource.ClusterType, items, "v1", nil, false)
-	s.respondDeltaLocked(ts, &watch{sub: ts.sub}, ts.served.all())
-	g.Expect(ts.sentOver).To(HaveLen(100), "in flight: the sent view is ahead of what was accepted")
-	answer(100)
-	g.Expect(ts.acked).To(HaveLen(100))
-	g.Expect(ts.sentOver).To(BeNil())
+	respond(100)
+	for _, ts := range states {
+		g.Expect(sameMap(ts.acked.base, sv.byName)).To(BeTrue(), "the feed's map")
+		g.Expect(ts.acked.over).To(BeNil())
+	}
+	first := sv.byName
+	for u := range 20 {
+		items = slices.Clone(items)
+		items[u] = it(items[u].name, "2")
+		sv = (*served)(nil).fold(resource.ClusterType, items, fmt.Sprintf("v%d", u+2), nil, false)
+		respond(1)
+		for _, ts := range states {
+			g.Expect(len(ts.acked.over)).To(BeNumerically("<=", 8), "update %d", u)
+		}
+	}
+	for _, ts := range states {
+		g.Expect(sameMap(ts.acked.base, first)).To(BeFalse(), "settled on a newer feed's map")
+		g.Expect(sameMap(ts.acked.base, states[0].acked.base)).To(BeTrue(), "the same for both")
+	}
+}
 
-	updated := slices.Clone(items)
-	updated[7] = it("c007", "2")
-	ts.served = (*served)(nil).fold(resource.ClusterType, updated, "v2", nil, false)
-	s.respondDeltaLocked(ts, &watch{sub: ts.sub}, ts.served.all())
-	g.Expect(ts.sentOver).To(HaveLen(1))
-	answer(1)
-	g.Expect(ts.acked["c007"]).To(BeIdenticalTo(updated[7]))
-	g.Expect(ts.sentOver).To(BeNil())
-	g.Expect(sentView(ts)).To(HaveLen(100))
+// held is what h holds, as one map.
+func held(h *holding) map[string]*item {
+	out := map[string]*item{}
+	for n, it := range h.all() {
+		out[n] = it
+	}
+	return out
+}
+
+func sameMap(a, b map[string]*item) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // sentView is a delta stream's sent view of ts as one map.
 func sentView(ts *typeState) map[string]*item {
 	out := map[string]*item{}
-	for n, it := range ts.acked {
+	for n, it := range ts.acked.all() {
 		out[n] = it
 	}
 	for n, it := range ts.sentOver {
@@ -256,11 +294,11 @@ func TestTheSentViewIsWhatWasAcceptedAndWhatDiffers(t *testing.T) {
 			s.keptLocked(ts, it.name)
 			set(wantSent, it.name, wantAcked[it.name])
 		}
-		g.Expect(ts.acked).To(Equal(wantAcked), "step %d", step)
+		g.Expect(held(&ts.acked)).To(Equal(wantAcked), "step %d", step)
 		g.Expect(sentView(ts)).To(Equal(wantSent), "step %d", step)
 		g.Expect(ts.sentLen()).To(Equal(len(wantSent)), "step %d", step)
 		for n, over := range ts.sentOver {
-			g.Expect(over).NotTo(BeIdenticalTo(ts.acked[n]), "step %d: %s differs for nothing", step, n)
+			g.Expect(over).NotTo(BeIdenticalTo(ts.acked.get(n)), "step %d: %s differs for nothing", step, n)
 		}
 		if len(wantSent) == len(wantAcked) && maps.Equal(wantSent, wantAcked) {
 			g.Expect(ts.sentOver).To(BeNil(), "step %d", step)

@@ -5,7 +5,7 @@ package guard
 // goroutine that talks to the wrapped cache and the server.
 //
 // Invariants (under mu):
-//   - acked[name] is the version the client last accepted of name, with its content (what the
+//   - acked.get(name) is the version the client last accepted of name, with its content (what the
 //     client keeps while a newer version is refused or withheld).
 //   - A response is made only for an open watch (w), at most one per watch, and only when what
 //     the client should see (view) differs from what it was last sent, or a name is forced.
@@ -78,7 +78,7 @@ type typeState struct {
 	sub cache.Subscription // what the client asked for last
 
 	// The client's side.
-	acked    map[string]*item
+	acked    holding
 	refused  map[string]refusal
 	forced   map[string]bool
 	flight   []*flight // responses made and not answered, oldest first
@@ -126,6 +126,7 @@ type flight struct {
 	resp    *discovery.DiscoveryResponse      // SotW
 	delta   *discovery.DeltaDiscoveryResponse // delta
 	items   []*item
+	whole   *served          // the shared served whose every item items are (its own slice), if any
 	removed []string         // delta: the names it removes
 	undo    map[string]*item // delta: what the sent view had of its names before it (a name it had not: none)
 	nonce   string           // set when the server sends it
@@ -161,7 +162,7 @@ func newSession(g *Guard, id int64, delta bool) *session {
 func (s *session) typeOf(typeURL string) *typeState {
 	ts := s.types[typeURL]
 	if ts == nil {
-		ts = &typeState{typeURL: typeURL, acked: map[string]*item{},
+		ts = &typeState{typeURL: typeURL,
 			refused: map[string]refusal{}, forced: map[string]bool{}, warm: map[string]warmed{}}
 		s.types[typeURL] = ts
 		s.insight[typeURL] = &TypeInsight{TypeURL: typeURL}
@@ -473,7 +474,7 @@ func (s *session) evaluateLocked(ts *typeState) {
 	if partial {
 		changed := make([]*item, 0, 1)
 		for _, it := range items {
-			if a := ts.acked[it.name]; a == nil || a.version != it.version || ts.forced[it.name] {
+			if a := ts.acked.get(it.name); a == nil || a.version != it.version || ts.forced[it.name] {
 				changed = append(changed, it)
 			}
 		}
@@ -497,6 +498,9 @@ func (s *session) evaluateLocked(ts *typeState) {
 		}
 	}
 	f := &flight{resp: resp, items: items}
+	if ts.served.whole(items) {
+		f.whole = ts.served
+	}
 	s.addFlightLocked(ts, f)
 	ts.w = nil
 	s.outq = append(s.outq, queued{w: w, ts: ts, f: f, resp: &response{req: w.req, resp: resp}})
@@ -544,11 +548,11 @@ func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced
 	// else the client holds references them (break after make: an old route's cluster stays
 	// until the client has the route that no longer names it). There are such names only when
 	// the client holds more than the view's names.
-	if held == len(ts.acked) || s.g.opts.NoHolds {
+	if held == ts.acked.len() || s.g.opts.NoHolds {
 		return items, forced
 	}
 	var kept map[string]string
-	for n, a := range ts.acked {
+	for n, a := range ts.acked.all() {
 		if ts.served.get(n) != nil || !s.subscribedLocked(ts, n) {
 			continue
 		}
@@ -578,7 +582,7 @@ func (s *session) pickLocked(ts *typeState, view []*item, kept map[string]string
 	items = slices.Grow(into[:0], len(view))
 	for _, it := range view {
 		n := it.name
-		a := ts.acked[n]
+		a := ts.acked.get(n)
 		if a != nil {
 			held++
 		}
@@ -627,7 +631,7 @@ func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []st
 	for _, ref := range it.refs {
 		rts := s.types[ref.TypeURL]
 		if rts != nil {
-			if a, ok := rts.acked[ref.Name]; ok {
+			if a := rts.acked.get(ref.Name); a != nil {
 				// A route's cluster: and what the cluster references in turn (its endpoints),
 				// when served.
 				if ts.typeURL == resource.RouteType {
@@ -647,7 +651,7 @@ func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []st
 		switch {
 		case rts != nil && s.subscribedLocked(rts, ref.Name):
 			waiting = append(waiting, what)
-		case rts != nil && ts.typeURL == resource.RouteType && ref.TypeURL == resource.ClusterType && ts.acked[it.name] != nil:
+		case rts != nil && ts.typeURL == resource.RouteType && ref.TypeURL == resource.ClusterType && ts.acked.get(it.name) != nil:
 			waiting = append(waiting, what)
 			warm = append(warm, ref.Name)
 		default:
@@ -665,7 +669,7 @@ func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []st
 func (s *session) referencedByLocked(typeURL, name string) string {
 	want := Ref{TypeURL: typeURL, Name: name}
 	for _, ts := range s.types {
-		for _, a := range ts.acked {
+		for _, a := range ts.acked.all() {
 			if slices.Contains(a.refs, want) {
 				return fmt.Sprintf("%s %q", shortType(ts.typeURL), a.name)
 			}
@@ -684,7 +688,7 @@ func (s *session) pendingRefsLocked(a *item) string {
 		if rts == nil {
 			continue // the client has not asked for any of the type: nothing to know
 		}
-		if _, ok := rts.acked[ref.Name]; ok {
+		if rts.acked.get(ref.Name) != nil {
 			continue
 		}
 		if rts.served.get(ref.Name) != nil {
@@ -749,7 +753,7 @@ type freshItems []*item
 func newVersions(ts *typeState, items []*item) freshItems {
 	var fresh freshItems // nil while every item so far is new: then it is items itself
 	for i, it := range items {
-		if a := ts.acked[it.name]; a == nil || a.version != it.version {
+		if a := ts.acked.get(it.name); a == nil || a.version != it.version {
 			if fresh != nil {
 				fresh = append(fresh, it)
 			}
@@ -852,10 +856,11 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 	if detail == nil {
 		ins.ACKs++
 		ins.LastError = ""
-		s.acceptLocked(ts, f.items, nil)
+		s.acceptLocked(ts, f.items, nil, f.whole)
 		for _, n := range f.removed {
 			s.setAckedLocked(ts, n, nil)
 		}
+		ts.acked.settle(ts.served)
 		s.ownerArrivedLocked()
 		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: fresh.versions(), Removed: f.removed}, nil
 	}
@@ -888,7 +893,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		}
 	}
 	// grpc-go and Envoy take the valid resources of a response they NACK.
-	s.acceptLocked(ts, accepted, refused)
+	s.acceptLocked(ts, accepted, refused, nil)
 	s.ownerArrivedLocked()
 	if s.delta {
 		for _, n := range refused {
@@ -900,33 +905,39 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 			}
 		}
 	}
+	ts.acked.settle(ts.served)
 	return nil, nk
 }
 
-// acceptLocked records that the client holds items now. Of a type whose response is the
-// client's whole state (fullState), it holds nothing else, but for the names it refused in the
-// same answer (kept: it keeps the version it had). Call with s.mu.
-func (s *session) acceptLocked(ts *typeState, items []*item, kept []string) {
-	set := items
-	if s.fullStateLocked(ts.typeURL) {
-		next := make(map[string]*item, len(items)+len(kept))
-		for _, n := range kept {
-			if it := ts.acked[n]; it != nil {
-				next[n] = it
+// acceptLocked records that the client holds items now, whole if they are everything a shared
+// served holds. Of a type whose response is the client's whole state (fullState), it holds
+// nothing else, but for the names it refused in the same answer (kept: it keeps the version it
+// had). Call with s.mu.
+func (s *session) acceptLocked(ts *typeState, items []*item, kept []string, whole *served) {
+	full := s.fullStateLocked(ts.typeURL)
+	switch {
+	case whole != nil && !s.delta && len(kept) == 0 && (full || ts.acked.holdsWithin(whole)):
+		ts.acked.holdServed(whole) // everything whole holds, and nothing else
+	case whole != nil && s.delta && ts.acked.len() == 0 && ts.sentIsAll(items):
+		// A delta client's first answer, to a response of everything it was sent: it holds
+		// that, and so what it was sent is what it holds.
+		ts.acked.holdServed(whole)
+		ts.sentOver = nil
+	default:
+		if full {
+			was := ts.acked
+			ts.acked.own(len(items) + len(kept))
+			for _, n := range kept {
+				if it := was.get(n); it != nil {
+					ts.acked.set(n, it)
+				}
 			}
+		} else if ts.acked.len() == 0 {
+			ts.acked.own(len(items)) // the first answer: grown once, not by doubling
 		}
-		ts.acked = next
-	} else if len(ts.acked) == 0 {
-		if s.delta && ts.sentIsAll(items) {
-			// A delta client's first answer, to a response of everything it was sent: the sent
-			// view's map is what it holds now, and the sent view is that.
-			ts.acked, ts.sentOver, set = ts.sentOver, nil, nil
-		} else {
-			ts.acked = make(map[string]*item, len(items)) // the first answer: grown once, not by doubling
+		for _, it := range items {
+			s.setAckedLocked(ts, it.name, it)
 		}
-	}
-	for _, it := range set {
-		s.setAckedLocked(ts, it.name, it)
 	}
 	for _, it := range items {
 		if r, ok := ts.refused[it.name]; ok && r.version == it.version {
@@ -942,11 +953,7 @@ func (s *session) setAckedLocked(ts *typeState, name string, it *item) {
 	if s.delta {
 		sent = ts.sent(name)
 	}
-	if it != nil {
-		ts.acked[name] = it
-	} else {
-		delete(ts.acked, name)
-	}
+	ts.acked.set(name, it)
 	if s.delta {
 		ts.setSent(name, sent)
 	}

@@ -1,0 +1,117 @@
+package guard
+
+import "iter"
+
+// holding is what a client accepted of a type, by name. A client that accepted everything a
+// served shared by every stream holds (a feed's) keeps that served's own map, which never
+// changes, as its base, and in over what it accepted since, by name (nil: not held): ten
+// thousand clients in step cost one map, not ten thousand. Any other keeps a map of its own
+// (over, with no base). The zero holding holds nothing.
+type holding struct {
+	base  map[string]*item
+	over  map[string]*item
+	n     int // names held
+	tried int // len(over) when settle last found base could not go
+}
+
+// get is what the client holds of name, or nil.
+func (h *holding) get(name string) *item {
+	if it, ok := h.over[name]; ok {
+		return it
+	}
+	return h.base[name]
+}
+
+// len is the number of names held.
+func (h *holding) len() int { return h.n }
+
+// set records what the client holds of name (nil: nothing).
+func (h *holding) set(name string, it *item) {
+	if h.get(name) != nil {
+		h.n--
+	}
+	if it != nil {
+		h.n++
+	}
+	if h.base != nil && h.base[name] == it || h.base == nil && it == nil {
+		delete(h.over, name)
+		return
+	}
+	if h.over == nil {
+		h.over = map[string]*item{}
+	}
+	h.over[name] = it
+}
+
+// all is every name held, with what is held of it, in no order.
+func (h *holding) all() iter.Seq2[string, *item] {
+	return func(yield func(string, *item) bool) {
+		for n, it := range h.base {
+			if _, changed := h.over[n]; !changed && !yield(n, it) {
+				return
+			}
+		}
+		for n, it := range h.over {
+			if it != nil && !yield(n, it) {
+				return
+			}
+		}
+	}
+}
+
+// own makes the client hold nothing, in a map of its own grown for hint names.
+func (h *holding) own(hint int) {
+	*h = holding{over: make(map[string]*item, hint)}
+}
+
+// holdServed makes the client hold everything sv (a shared served) holds, and nothing else.
+func (h *holding) holdServed(sv *served) {
+	*h = holding{base: sv.byName, n: len(sv.byName)}
+}
+
+// holdsWithin reports whether every name held is one sv holds.
+func (h *holding) holdsWithin(sv *served) bool {
+	if h.n > len(sv.byName) {
+		return false
+	}
+	for n := range h.all() {
+		if sv.byName[n] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// settle keeps over small. Once it holds more than a sixteenth of base's names, the client
+// holds sv's own map as its base if what it holds is exactly what sv (a shared served) holds: a
+// client in step with its feed settles on the feed's newest map, at the cost of one walk of it
+// every sixteenth of its names changed. If not (an answer still to come, a version refused),
+// it tries again once over has doubled, and takes a map of its own once over holds half as many
+// names as base.
+func (h *holding) settle(sv *served) {
+	if h.base == nil || len(h.over) <= max(8, len(h.base)/16, 2*h.tried) {
+		return
+	}
+	switch {
+	case sv != nil && sv.anys != nil && h.n == len(sv.sorted) && h.holdsAll(sv.sorted):
+		h.holdServed(sv)
+	case len(h.over) > len(h.base)/2:
+		own := make(map[string]*item, h.n)
+		for n, it := range h.all() {
+			own[n] = it
+		}
+		*h = holding{over: own, n: len(own)}
+	default:
+		h.tried = len(h.over)
+	}
+}
+
+// holdsAll reports whether the client holds each of items.
+func (h *holding) holdsAll(items []*item) bool {
+	for _, it := range items {
+		if h.get(it.name) != it {
+			return false
+		}
+	}
+	return true
+}
