@@ -44,19 +44,28 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.served.version}
 	f := &flight{delta: resp, undo: map[string]*item{}}
 	if ts.sentLen() == 0 {
-		if ts.sentOver == nil && ts.acked.len() == 0 {
-			ts.sentOver = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
-		}
+		clean := ts.sentOver == nil && ts.acked.len() == 0
 		if sv := ts.served; len(items) > 0 && sv.holdsAll(items) {
 			// Everything a shared served holds, to a client that holds nothing: the response
 			// every such stream gets, with the served's own slices (the codec's shared encoding).
 			resp.Resources, f.items, f.whole = sv.wires, sv.sorted, sv // wires is set with anys
-			for _, it := range items {
-				delete(ts.forced, it.name)
-				ts.setSent(it.name, it)
+			if len(ts.forced) > 0 {
+				for _, it := range items {
+					delete(ts.forced, it.name)
+				}
+			}
+			if clean {
+				ts.sentWhole = sv // and no map of what the client was sent
+			} else {
+				for _, it := range items {
+					ts.setSent(it.name, it)
+				}
 			}
 			s.queueDeltaLocked(ts, w, f)
 			return
+		}
+		if clean {
+			ts.sentOver = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
 		}
 	}
 	for _, it := range items {
@@ -126,6 +135,9 @@ func (s *session) keptLocked(ts *typeState, name string) {
 
 // sent is what the client was sent and keeps of name: nil if nothing.
 func (ts *typeState) sent(name string) *item {
+	if ts.sentWhole != nil {
+		return ts.sentWhole.byName[name]
+	}
 	if it, ok := ts.sentOver[name]; ok {
 		return it
 	}
@@ -136,6 +148,7 @@ func (ts *typeState) sent(name string) *item {
 // what it accepted, sentOver forgets the name, and is dropped once empty: a map does not
 // shrink, and the first response's holds every name.
 func (ts *typeState) setSent(name string, it *item) {
+	ts.ownSent()
 	if it != ts.acked.get(name) {
 		if ts.sentOver == nil {
 			ts.sentOver = map[string]*item{}
@@ -149,22 +162,29 @@ func (ts *typeState) setSent(name string, it *item) {
 	}
 }
 
-// sentIsAll reports whether sentOver holds items and nothing else: with nothing accepted, the
-// sent view is items.
-func (ts *typeState) sentIsAll(items []*item) bool {
-	if len(items) == 0 || len(ts.sentOver) != len(items) {
-		return false
+// ownSent makes the sent view what differs from what the client accepted, where it was
+// everything sentWhole holds.
+func (ts *typeState) ownSent() {
+	sv := ts.sentWhole
+	if sv == nil {
+		return
 	}
-	for _, it := range items {
-		if ts.sentOver[it.name] != it {
-			return false
+	ts.sentWhole = nil
+	for n := range ts.acked.all() {
+		if sv.byName[n] == nil {
+			ts.setSent(n, nil)
 		}
 	}
-	return true
+	for _, it := range sv.sorted {
+		ts.setSent(it.name, it)
+	}
 }
 
 // sentLen is the number of names in the sent view.
 func (ts *typeState) sentLen() int {
+	if ts.sentWhole != nil {
+		return len(ts.sentWhole.sorted)
+	}
 	n := ts.acked.len()
 	for name, it := range ts.sentOver {
 		had := ts.acked.get(name) != nil
@@ -184,6 +204,12 @@ func (ts *typeState) sentNotIn(items []*item) map[string]*item {
 		if _, in := slices.BinarySearchFunc(items, n, itemNamed); !in {
 			out[n] = it
 		}
+	}
+	if ts.sentWhole != nil {
+		for _, it := range ts.sentWhole.sorted {
+			add(it.name, it)
+		}
+		return out
 	}
 	for n, it := range ts.acked.all() {
 		if _, over := ts.sentOver[n]; !over {
@@ -218,6 +244,10 @@ func (s *session) undoLocked(ts *typeState, f *flight) {
 	ts.flight = slices.DeleteFunc(ts.flight, func(x *flight) bool { return x == f })
 	if !s.delta {
 		ts.lastView = nil // the next watch gets the view, whatever it is
+		return
+	}
+	if ts.sentWhole != nil && ts.sentWhole == f.whole {
+		ts.sentWhole = nil // nothing changed the sent view since f: it is what was accepted
 		return
 	}
 	for _, it := range f.items {

@@ -8,10 +8,10 @@ import "iter"
 // thousand clients in step cost one map, not ten thousand. Any other keeps a map of its own
 // (over, with no base). The zero holding holds nothing.
 type holding struct {
-	base  map[string]*item
-	over  map[string]*item
-	n     int // names held
-	tried int // len(over) when settle last found base could not go
+	base    map[string]*item
+	over    map[string]*item
+	n       int // names held
+	changed int // names set since settle last looked
 }
 
 // get is what the client holds of name, or nil.
@@ -33,6 +33,7 @@ func (h *holding) set(name string, it *item) {
 	if it != nil {
 		h.n++
 	}
+	h.changed++
 	if h.base != nil && h.base[name] == it || h.base == nil && it == nil {
 		delete(h.over, name)
 		return
@@ -82,27 +83,29 @@ func (h *holding) holdsWithin(sv *served) bool {
 	return true
 }
 
-// settle keeps over small. Once it holds more than a sixteenth of base's names, the client
-// holds sv's own map as its base if what it holds is exactly what sv (a shared served) holds: a
-// client in step with its feed settles on the feed's newest map, at the cost of one walk of it
-// every sixteenth of its names changed. If not (an answer still to come, a version refused),
-// it tries again once over has doubled, and takes a map of its own once over holds half as many
-// names as base.
+// settle keeps what differs small, and takes a shared map where it can. Once more names were
+// set than a sixteenth of those held (at least 8) since it last looked, the client holds sv's
+// own map as its base if what it holds is exactly what sv (a shared served) holds: a client in
+// step with its feed settles on the feed's newest map, at the cost of one walk of it every
+// sixteenth of its names changed, whether it held a base before or a map of its own (a delta
+// client that came back holding what it had). If not (an answer still to come, a version
+// refused), it looks again after as many more, and takes a map of its own once what differs
+// from base is half as large as base.
 func (h *holding) settle(sv *served) {
-	if h.base == nil || len(h.over) <= max(8, len(h.base)/16, 2*h.tried) {
+	if h.changed <= max(8, h.n/16) {
 		return
 	}
 	switch {
 	case sv != nil && sv.anys != nil && h.n == len(sv.sorted) && h.holdsAll(sv.sorted):
 		h.holdServed(sv)
-	case len(h.over) > len(h.base)/2:
+	case h.base != nil && len(h.over) > len(h.base)/2:
 		own := make(map[string]*item, h.n)
 		for n, it := range h.all() {
 			own[n] = it
 		}
 		*h = holding{over: own, n: len(own)}
 	default:
-		h.tried = len(h.over)
+		h.changed = 0
 	}
 }
 

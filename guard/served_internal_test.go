@@ -152,8 +152,10 @@ func TestAnUntakenDeltaResponseIsUndone(t *testing.T) {
 }
 
 // Delta clients in step with what a feed serves hold its own map of it, one for every client,
-// whatever the updates: after their first response, each update, and more updates than what
-// differs from that map may hold (they then take the newest feed's map).
+// whatever the updates: while their first response is in flight, after it, each update, and more updates than what
+// differs from that map may hold (they then take the newest feed's map). A client that comes
+// back holding everything (initial_resource_versions) gets nothing, and joins them once updates
+// have changed a sixteenth of its names.
 func TestDeltaClientsInStepShareTheFeedsMapOfWhatTheyHold(t *testing.T) {
 	g := NewWithT(t)
 	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{NoHolds: true})
@@ -168,11 +170,18 @@ func TestDeltaClientsInStepShareTheFeedsMapOfWhatTheyHold(t *testing.T) {
 
 	var sessions []*session
 	var states []*typeState
-	for id := range int64(2) {
+	for id := range int64(3) {
+		var holds map[string]string
+		if id == 2 { // back, holding everything
+			holds = map[string]string{}
+			for _, it := range items {
+				holds[it.name] = it.version
+			}
+		}
 		s := newSession(gd, -1-id, true)
 		s.mu.Lock()
 		ts := s.typeOf(resource.ClusterType)
-		ts.sub = stream.NewDeltaSubscription(nil, nil, nil, true)
+		ts.sub = stream.NewDeltaSubscription(nil, nil, holds, true)
 		s.mu.Unlock()
 		sessions, states = append(sessions, s), append(states, ts)
 	}
@@ -183,12 +192,22 @@ func TestDeltaClientsInStepShareTheFeedsMapOfWhatTheyHold(t *testing.T) {
 			s.mu.Lock()
 			ts.served = sv
 			s.respondDeltaLocked(ts, &watch{sub: ts.sub}, sv.all())
+			if want == len(items) && i == 2 {
+				g.Expect(s.outq).To(BeEmpty(), "it holds everything")
+				g.Expect(held(&ts.acked)).To(Equal(sv.byName))
+				s.mu.Unlock()
+				continue
+			}
 			g.Expect(s.outq).To(HaveLen(1))
 			f := s.outq[0].f
 			s.outq = nil
 			g.Expect(f.items).To(HaveLen(want))
 			g.Expect(sentView(ts)).To(HaveLen(len(items)))
-			g.Expect(ts.sentOver).NotTo(BeEmpty(), "in flight: the sent view is ahead of what was accepted")
+			g.Expect(sentView(ts)).NotTo(Equal(held(&ts.acked)), "in flight: the sent view is ahead of what was accepted")
+			if want == len(items) {
+				g.Expect(ts.sentWhole).To(BeIdenticalTo(sv), "no map of the first response: the served's")
+				g.Expect(ts.sentOver).To(BeNil())
+			}
 			ts.flight = slices.DeleteFunc(ts.flight, func(x *flight) bool { return x == f })
 			s.answerLocked(ts, f, nil)
 			g.Expect(ts.sentOver).To(BeNil(), "accepted: the sent view is what the client holds")
@@ -198,10 +217,11 @@ func TestDeltaClientsInStepShareTheFeedsMapOfWhatTheyHold(t *testing.T) {
 	}
 
 	respond(100)
-	for _, ts := range states {
+	for _, ts := range states[:2] {
 		g.Expect(sameMap(ts.acked.base, sv.byName)).To(BeTrue(), "the feed's map")
 		g.Expect(ts.acked.over).To(BeNil())
 	}
+	g.Expect(states[2].acked.base).To(BeNil(), "a map of its own, seeded")
 	first := sv.byName
 	for u := range 20 {
 		items = slices.Clone(items)
@@ -213,9 +233,10 @@ func TestDeltaClientsInStepShareTheFeedsMapOfWhatTheyHold(t *testing.T) {
 		}
 	}
 	for _, ts := range states {
+		g.Expect(ts.acked.base).NotTo(BeNil())
 		g.Expect(sameMap(ts.acked.base, first)).To(BeFalse(), "settled on a newer feed's map")
-		g.Expect(sameMap(ts.acked.base, states[0].acked.base)).To(BeTrue(), "the same for both")
 	}
+	g.Expect(sameMap(states[0].acked.base, states[1].acked.base)).To(BeTrue(), "the same for clients in step")
 }
 
 // held is what h holds, as one map.
@@ -234,6 +255,14 @@ func sameMap(a, b map[string]*item) bool {
 // sentView is a delta stream's sent view of ts as one map.
 func sentView(ts *typeState) map[string]*item {
 	out := map[string]*item{}
+	if ts.sentWhole != nil {
+		g := ts.sentWhole.byName
+		if ts.sentOver != nil || ts.acked.len() > 0 {
+			panic("sentWhole with what differs from what the client accepted")
+		}
+		maps.Copy(out, g)
+		return out
+	}
 	for n, it := range ts.acked.all() {
 		out[n] = it
 	}
@@ -277,13 +306,28 @@ func TestTheSentViewIsWhatWasAcceptedAndWhatDiffers(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 24))
+	wholes := 0
 	for step := range 20000 {
 		it := pool[rng.IntN(len(pool))]
 		var val *item
 		if rng.IntN(4) > 0 {
 			val = it
 		}
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
+		case 3: // a response of everything a shared served holds, to a client that holds nothing
+			if rng.IntN(10) > 0 {
+				continue
+			}
+			ts.acked, ts.sentOver, ts.sentWhole = holding{}, nil, nil // a new stream
+			clear(wantSent)
+			clear(wantAcked)
+			var items []*item
+			for _, n := range rng.Perm(6)[:1+rng.IntN(6)] {
+				items = append(items, pool[3*n+rng.IntN(3)])
+			}
+			ts.sentWhole = (*served)(nil).fold(resource.ClusterType, items, "v", nil, false)
+			maps.Copy(wantSent, ts.sentWhole.byName)
+			wholes++
 		case 0: // a response sends it, or removes it, or the client unsubscribes
 			ts.setSent(it.name, val)
 			set(wantSent, it.name, val)
@@ -308,6 +352,7 @@ func TestTheSentViewIsWhatWasAcceptedAndWhatDiffers(t *testing.T) {
 		delete(notIn, view[0].name)
 		g.Expect(ts.sentNotIn(view)).To(Equal(notIn), "step %d", step)
 	}
+	g.Expect(wholes).To(BeNumerically(">", 10), "responses of everything were made")
 }
 
 func deltaNamesOf(f *flight) []string {

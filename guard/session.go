@@ -92,10 +92,13 @@ type typeState struct {
 	// The sent view (delta) is what the client was sent and keeps, by name: a response carries
 	// what differs from it. A refused name goes back to what the client kept. It is acked but
 	// for the names in sentOver (nil: not held), so a stream that has acknowledged everything
-	// keeps one map of what it holds, not two (sent, setSentLocked).
+	// keeps no map of it (sent, setSent).
 	sentOver map[string]*item
-	seeded   bool              // delta: the sent view was seeded with what the client said it holds
-	warm     map[string]warmed // route configurations made to warm clusters up, by name
+	// sentWhole (delta), when set, is the sent view instead: everything a shared served holds,
+	// sent to a client that held nothing (ownSent).
+	sentWhole *served
+	seeded    bool              // delta: the sent view was seeded with what the client said it holds
+	warm      map[string]warmed // route configurations made to warm clusters up, by name
 }
 
 // warmed is a route configuration the client holds, with routes added that make it ask for
@@ -918,11 +921,11 @@ func (s *session) acceptLocked(ts *typeState, items []*item, kept []string, whol
 	switch {
 	case whole != nil && !s.delta && len(kept) == 0 && (full || ts.acked.holdsWithin(whole)):
 		ts.acked.holdServed(whole) // everything whole holds, and nothing else
-	case whole != nil && s.delta && ts.acked.len() == 0 && ts.sentIsAll(items):
+	case whole != nil && s.delta && ts.sentWhole == whole && ts.acked.len() == 0:
 		// A delta client's first answer, to a response of everything it was sent: it holds
 		// that, and so what it was sent is what it holds.
 		ts.acked.holdServed(whole)
-		ts.sentOver = nil
+		ts.sentWhole = nil
 	default:
 		if full {
 			was := ts.acked
