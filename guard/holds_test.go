@@ -50,7 +50,9 @@ type byName struct {
 	route    *route.RouteConfiguration
 	clusters map[string]*cluster.Cluster
 	asked    []string // the clusters asked for
+	keep     []string // clusters asked for besides the route's (grpc-go's, while RPCs use them)
 	routes   []*route.RouteConfiguration
+	got      []string // the clusters of the last response
 }
 
 func (c *byName) handle(r *discovery.DiscoveryResponse) {
@@ -67,17 +69,24 @@ func (c *byName) handle(r *discovery.DiscoveryResponse) {
 		for _, rt := range rc.GetVirtualHosts()[0].GetRoutes() {
 			want = append(want, rt.GetRoute().GetCluster())
 		}
+		for _, k := range c.keep {
+			if !slices.Contains(want, k) {
+				want = append(want, k)
+			}
+		}
 		if strconv.Quote(want[len(want)-1]) != strconv.Quote(lastOf(c.asked)) || len(want) != len(c.asked) {
 			c.asked = want
 			c.h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType, ResourceNames: want, VersionInfo: c.acked[resource.ClusterType]})
 		}
 	case resource.ClusterType:
 		refused := ""
+		c.got = nil
 		for _, a := range r.GetResources() {
 			var cl cluster.Cluster
 			if err := a.UnmarshalTo(&cl); err != nil {
 				c.h.t.Fatal(err)
 			}
+			c.got = append(c.got, cl.GetName())
 			if cl.GetLbPolicy() == cluster.Cluster_MAGLEV {
 				refused = cl.GetName()
 			} else {
@@ -187,4 +196,36 @@ func TestARouteWaitsUntilTheClientAcceptedItsNewCluster(t *testing.T) {
 	plain, warm = routesTo(c.route)
 	g.Expect(plain).To(Equal([]string{"c2"}))
 	g.Expect(warm).To(BeEmpty())
+}
+
+// A cluster the cache no longer serves stays while the client asks for it by name, though no
+// route it holds names it: grpc-go asks for a cluster until its last RPC on it is done, and
+// fails that RPC if the cluster goes first. Once the client stops asking, it is gone.
+func TestARemovedClusterStaysWhileTheClientAsksForIt(t *testing.T) {
+	g := NewWithT(t)
+	h := newSotw(t, true)
+	c := &byName{h: h, acked: map[string]string{}, clusters: map[string]*cluster.Cluster{}}
+	h.setAll(routeTo("c1"), edsCluster("c1", cluster.Cluster_ROUND_ROBIN))
+	h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.RouteType, ResourceNames: []string{"r"}})
+	c.runUntil(func() bool { _, ok := c.clusters["c1"]; return ok }, 10*time.Second)
+	c.run(200 * time.Millisecond)
+
+	c.keep = []string{"c1"} // an RPC on c1 runs on
+	h.setAll(routeTo("c2"), edsCluster("c2", cluster.Cluster_ROUND_ROBIN))
+	c.runUntil(func() bool { p, _ := routesTo(c.route); return slices.Equal(p, []string{"c2"}) }, 10*time.Second)
+	c.run(300 * time.Millisecond)
+	g.Expect(c.asked).To(ConsistOf("c1", "c2"))
+	g.Expect(c.got).To(ConsistOf("c1", "c2"), "c1 is asked for: it stays")
+	var withheld []guard.Withheld
+	for _, ti := range h.guard.Clients()[0].Types {
+		if ti.TypeURL == resource.ClusterType {
+			withheld = ti.Withheld
+		}
+	}
+	g.Expect(withheld).To(ConsistOf(And(HaveField("Name", "c1"), HaveField("Reason", "removed, kept while the client asks for it"))))
+
+	c.keep, c.asked = nil, []string{"c2"} // the RPC is done
+	g.Expect(h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.ClusterType, ResourceNames: c.asked, VersionInfo: c.acked[resource.ClusterType]})).To(Succeed())
+	c.runUntil(func() bool { return slices.Equal(c.got, []string{"c2"}) }, 10*time.Second)
+	g.Expect(c.got).To(Equal([]string{"c2"}), "no longer asked for: gone")
 }

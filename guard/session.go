@@ -549,8 +549,10 @@ func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced
 	items, forced, held := s.pickLocked(ts, view, nil, into)
 	// Names the client holds and the cache no longer serves are removed, but not while something
 	// else the client holds references them (break after make: an old route's cluster stays
-	// until the client has the route that no longer names it). There are such names only when
-	// the client holds more than the view's names.
+	// until the client has the route that no longer names it), nor, but for a Listener (what
+	// nothing references), while the client still asks for them by name: grpc-go asks for a
+	// cluster until its last RPC on it is done, though its route no longer names it. There are
+	// such names only when the client holds more than the view's names.
 	if held == ts.acked.len() || s.g.opts.NoHolds {
 		return items, forced
 	}
@@ -559,13 +561,19 @@ func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced
 		if ts.served.get(n) != nil || !s.subscribedLocked(ts, n) {
 			continue
 		}
+		why := ""
 		if by := s.referencedByLocked(ts.typeURL, n); by != "" {
-			if kept == nil {
-				kept = map[string]string{}
-			}
-			kept[n] = "removed, kept while the client holds " + by + ", which references it"
-			view = append(view, a)
+			why = "removed, kept while the client holds " + by + ", which references it"
+		} else if !ts.sub.IsWildcard() && ts.typeURL != resource.ListenerType {
+			why = "removed, kept while the client asks for it"
+		} else {
+			continue
 		}
+		if kept == nil {
+			kept = map[string]string{}
+		}
+		kept[n] = why
+		view = append(view, a)
 	}
 	if kept == nil {
 		return items, forced
