@@ -56,7 +56,7 @@ type session struct {
 	ctx      context.Context // canceled when the stream closes: the owner checks in flight
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup      // the owner checks in flight
-	innerOut chan cache.Response // every watch of the wrapped cache answers here
+	innerOut chan cache.Response // every watch of the wrapped cache answers here (nil with feeds)
 	wake     chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
@@ -157,9 +157,14 @@ const (
 
 func newSession(g *Guard, id int64, delta bool) *session {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &session{g: g, id: id, delta: delta, ctx: ctx, cancel: cancel, types: map[string]*typeState{}, bound: map[string]any{},
-		insight: map[string]*TypeInsight{}, innerOut: make(chan cache.Response, 2*maxTypes), wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	s := &session{g: g, id: id, delta: delta, ctx: ctx, cancel: cancel, types: map[string]*typeState{}, bound: map[string]any{},
+		insight: map[string]*TypeInsight{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if !g.nodeIndependent {
+		// The stream's own watches of the wrapped cache answer here; feeds (a kilobyte a
+		// stream saved) answer through wake.
+		s.innerOut = make(chan cache.Response, 2*maxTypes)
+	}
+	return s
 }
 
 func (s *session) typeOf(typeURL string) *typeState {
