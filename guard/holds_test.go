@@ -153,6 +153,18 @@ func routesTo(rc *route.RouteConfiguration) (plain, warmUp []string) {
 	return plain, warmUp
 }
 
+// routedToC1 is a guarded client that asks for clusters by name (byName), which holds route
+// configuration "r" to cluster c1, and c1.
+func routedToC1(t *testing.T) (*sotw, *byName) {
+	h := newSotw(t, true)
+	c := &byName{h: h, acked: map[string]string{}, clusters: map[string]*cluster.Cluster{}}
+	h.setAll(routeTo("c1"), edsCluster("c1", cluster.Cluster_ROUND_ROBIN))
+	h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.RouteType, ResourceNames: []string{"r"}})
+	c.runUntil(func() bool { _, ok := c.clusters["c1"]; return ok }, 10*time.Second)
+	c.run(200 * time.Millisecond) // and whatever follows it
+	return h, c
+}
+
 // Make-before-break for a client that asks for clusters by name once a route names them: a
 // route configuration switched to a new cluster is withheld until the client has accepted the
 // cluster; meanwhile the client keeps its route configuration, with a route that matches no
@@ -160,12 +172,7 @@ func routesTo(rc *route.RouteConfiguration) (plain, warmUp []string) {
 // keeps the new route back, with the reason; new content of the cluster releases it.
 func TestARouteWaitsUntilTheClientAcceptedItsNewCluster(t *testing.T) {
 	g := NewWithT(t)
-	h := newSotw(t, true)
-	c := &byName{h: h, acked: map[string]string{}, clusters: map[string]*cluster.Cluster{}}
-	h.setAll(routeTo("c1"), edsCluster("c1", cluster.Cluster_ROUND_ROBIN))
-	h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.RouteType, ResourceNames: []string{"r"}})
-	c.runUntil(func() bool { _, ok := c.clusters["c1"]; return ok }, 10*time.Second)
-	c.run(200 * time.Millisecond) // and whatever follows it
+	h, c := routedToC1(t)
 	g.Expect(c.clusters).To(HaveKey("c1"))
 	g.Expect(c.asked).To(Equal([]string{"c1"}))
 
@@ -203,12 +210,7 @@ func TestARouteWaitsUntilTheClientAcceptedItsNewCluster(t *testing.T) {
 // fails that RPC if the cluster goes first. Once the client stops asking, it is gone.
 func TestARemovedClusterStaysWhileTheClientAsksForIt(t *testing.T) {
 	g := NewWithT(t)
-	h := newSotw(t, true)
-	c := &byName{h: h, acked: map[string]string{}, clusters: map[string]*cluster.Cluster{}}
-	h.setAll(routeTo("c1"), edsCluster("c1", cluster.Cluster_ROUND_ROBIN))
-	h.stream.Send(&discovery.DiscoveryRequest{Node: nodeOf("client"), TypeUrl: resource.RouteType, ResourceNames: []string{"r"}})
-	c.runUntil(func() bool { _, ok := c.clusters["c1"]; return ok }, 10*time.Second)
-	c.run(200 * time.Millisecond)
+	h, c := routedToC1(t)
 
 	c.keep = []string{"c1"} // an RPC on c1 runs on
 	h.setAll(routeTo("c2"), edsCluster("c2", cluster.Cluster_ROUND_ROBIN))
