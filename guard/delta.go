@@ -33,7 +33,8 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		ts.seeded = true
 		for n, v := range w.sub.ReturnedResources() {
 			if it := ts.served.get(n); it != nil && it.version == v {
-				ts.acked.set(n, it) // and so sent: nothing was sent yet
+				ts.acked.set(n, it)
+				ts.sentView.set(n, it)
 			}
 		}
 	}
@@ -43,8 +44,7 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 	}
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: ts.typeURL, SystemVersionInfo: ts.served.version}
 	f := &flight{delta: resp, undo: map[string]*item{}}
-	if ts.sentLen() == 0 {
-		clean := ts.sentOver == nil && ts.acked.len() == 0
+	if ts.sentView.len() == 0 {
 		if sv := ts.served; len(items) > 0 && sv.holdsAll(items) {
 			// Everything a shared served holds, to a client that holds nothing: the response
 			// every such stream gets, with the served's own slices (the codec's shared encoding).
@@ -54,22 +54,14 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 					delete(ts.forced, it.name)
 				}
 			}
-			if clean {
-				ts.sentWhole = sv // and no map of what the client was sent
-			} else {
-				for _, it := range items {
-					ts.setSent(it.name, it)
-				}
-			}
+			ts.sentView.holdServed(sv)
 			s.queueDeltaLocked(ts, w, f)
 			return
 		}
-		if clean {
-			ts.sentOver = make(map[string]*item, len(items)) // the first response: grown once, not by doubling
-		}
+		ts.sentView.own(len(items)) // the first response: grown once, not by doubling
 	}
 	for _, it := range items {
-		cur := ts.sent(it.name)
+		cur := ts.sentView.get(it.name)
 		if cur != nil && cur.version == it.version && !ts.forced[it.name] {
 			continue
 		}
@@ -79,7 +71,7 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		if cur != nil {
 			f.undo[it.name] = cur
 		}
-		ts.setSent(it.name, it)
+		ts.sentView.set(it.name, it)
 	}
 	if gone { // a name sent is not in the view: removed, or no longer asked for
 		for n, cur := range ts.sentNotIn(items) {
@@ -88,9 +80,10 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 				f.removed = append(f.removed, n)
 				f.undo[n] = cur
 			}
-			ts.setSent(n, nil) // unsubscribed: the client forgot it, nothing to tell
+			ts.sentView.set(n, nil) // unsubscribed: the client forgot it, nothing to tell
 		}
 	}
+	ts.sentView.settle(ts.served)
 	if len(resp.Resources)+len(resp.RemovedResources) == 0 {
 		return // nothing new: the watch stays open
 	}
@@ -117,7 +110,7 @@ func (s *session) queueDeltaLocked(ts *typeState, w *watch, f *flight) {
 func comparedToSent(ts *typeState, items []*item) (changed, gone bool) {
 	sent := 0
 	for _, it := range items {
-		cur := ts.sent(it.name)
+		cur := ts.sentView.get(it.name)
 		if cur != nil {
 			sent++
 		}
@@ -125,100 +118,20 @@ func comparedToSent(ts *typeState, items []*item) (changed, gone bool) {
 			changed = true
 		}
 	}
-	return changed, sent < ts.sentLen()
+	return changed, sent < ts.sentView.len()
 }
 
 // keptLocked records that the client keeps what it held of name (it refused what it was sent).
 func (s *session) keptLocked(ts *typeState, name string) {
-	ts.setSent(name, ts.acked.get(name))
-}
-
-// sent is what the client was sent and keeps of name: nil if nothing.
-func (ts *typeState) sent(name string) *item {
-	if ts.sentWhole != nil {
-		return ts.sentWhole.byName[name]
-	}
-	if it, ok := ts.sentOver[name]; ok {
-		return it
-	}
-	return ts.acked.get(name)
-}
-
-// setSent records what the client was sent and keeps of name (nil: nothing). Where that is
-// what it accepted, sentOver forgets the name, and is dropped once empty: a map does not
-// shrink, and the first response's holds every name.
-func (ts *typeState) setSent(name string, it *item) {
-	ts.ownSent()
-	if it != ts.acked.get(name) {
-		if ts.sentOver == nil {
-			ts.sentOver = map[string]*item{}
-		}
-		ts.sentOver[name] = it
-		return
-	}
-	delete(ts.sentOver, name)
-	if len(ts.sentOver) == 0 {
-		ts.sentOver = nil
-	}
-}
-
-// ownSent makes the sent view what differs from what the client accepted, where it was
-// everything sentWhole holds.
-func (ts *typeState) ownSent() {
-	sv := ts.sentWhole
-	if sv == nil {
-		return
-	}
-	ts.sentWhole = nil
-	for n := range ts.acked.all() {
-		if sv.byName[n] == nil {
-			ts.setSent(n, nil)
-		}
-	}
-	for _, it := range sv.sorted {
-		ts.setSent(it.name, it)
-	}
-}
-
-// sentLen is the number of names in the sent view.
-func (ts *typeState) sentLen() int {
-	if ts.sentWhole != nil {
-		return len(ts.sentWhole.sorted)
-	}
-	n := ts.acked.len()
-	for name, it := range ts.sentOver {
-		had := ts.acked.get(name) != nil
-		if it != nil && !had {
-			n++
-		} else if it == nil && had {
-			n--
-		}
-	}
-	return n
+	ts.sentView.set(name, ts.acked.get(name))
 }
 
 // sentNotIn is what the sent view holds of names not in items (sorted by name), by name.
 func (ts *typeState) sentNotIn(items []*item) map[string]*item {
 	out := map[string]*item{}
-	add := func(n string, it *item) {
+	for n, it := range ts.sentView.all() {
 		if _, in := slices.BinarySearchFunc(items, n, itemNamed); !in {
 			out[n] = it
-		}
-	}
-	if ts.sentWhole != nil {
-		for _, it := range ts.sentWhole.sorted {
-			add(it.name, it)
-		}
-		return out
-	}
-	for n, it := range ts.acked.all() {
-		if _, over := ts.sentOver[n]; !over {
-			add(n, it)
-		}
-	}
-	for n, it := range ts.sentOver {
-		if it != nil {
-			add(n, it)
 		}
 	}
 	return out
@@ -246,15 +159,11 @@ func (s *session) undoLocked(ts *typeState, f *flight) {
 		ts.lastView = nil // the next watch gets the view, whatever it is
 		return
 	}
-	if ts.sentWhole != nil && ts.sentWhole == f.whole {
-		ts.sentWhole = nil // nothing changed the sent view since f: it is what was accepted
-		return
-	}
 	for _, it := range f.items {
-		ts.setSent(it.name, nil) // what it had of them, if anything, is in undo
+		ts.sentView.set(it.name, nil) // what it had of them, if anything, is in undo
 	}
 	for n, was := range f.undo {
-		ts.setSent(n, was)
+		ts.sentView.set(n, was)
 	}
 }
 

@@ -89,16 +89,11 @@ type typeState struct {
 	// type's view was last made for an open watch: a review after an ACK skips a type whose
 	// view was made since (the new watch that came with the ACK).
 	evaluated uint64
-	// The sent view (delta) is what the client was sent and keeps, by name: a response carries
-	// what differs from it. A refused name goes back to what the client kept. It is acked but
-	// for the names in sentOver (nil: not held), so a stream that has acknowledged everything
-	// keeps no map of it (sent, setSent).
-	sentOver map[string]*item
-	// sentWhole (delta), when set, is the sent view instead: everything a shared served holds,
-	// sent to a client that held nothing (ownSent).
-	sentWhole *served
-	seeded    bool              // delta: the sent view was seeded with what the client said it holds
-	warm      map[string]warmed // route configurations made to warm clusters up, by name
+	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
+	// differs from it. A refused name goes back to what the client kept.
+	sentView holding
+	seeded   bool              // delta: sentView was seeded with what the client said it holds
+	warm     map[string]warmed // route configurations made to warm clusters up, by name
 }
 
 // warmed is a route configuration the client holds, with routes added that make it ask for
@@ -131,7 +126,7 @@ type flight struct {
 	items   []*item
 	whole   *served          // the shared served whose every item items are (its own slice), if any
 	removed []string         // delta: the names it removes
-	undo    map[string]*item // delta: what the sent view had of its names before it (a name it had not: none)
+	undo    map[string]*item // delta: what sentView had of its names before it (a name it had not: none)
 	nonce   string           // set when the server sends it
 }
 
@@ -497,17 +492,14 @@ func (s *session) evaluateLocked(ts *typeState) {
 	}
 	ts.seq++
 	resp := &discovery.DiscoveryResponse{VersionInfo: fmt.Sprintf("%s.%d", ts.served.version, ts.seq), TypeUrl: ts.typeURL}
+	f := &flight{resp: resp, items: items}
 	if ts.served.whole(items) {
-		resp.Resources = ts.served.anys // shared by every stream's response of them
+		resp.Resources, f.whole = ts.served.anys, ts.served // shared by every stream's response of them
 	} else {
 		resp.Resources = make([]*anypb.Any, len(items))
 		for i, it := range items {
 			resp.Resources[i] = it.any
 		}
-	}
-	f := &flight{resp: resp, items: items}
-	if ts.served.whole(items) {
-		f.whole = ts.served
 	}
 	s.addFlightLocked(ts, f)
 	ts.w = nil
@@ -874,7 +866,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		ins.LastError = ""
 		s.acceptLocked(ts, f.items, nil, f.whole)
 		for _, n := range f.removed {
-			s.setAckedLocked(ts, n, nil)
+			ts.acked.set(n, nil)
 		}
 		ts.acked.settle(ts.served)
 		s.ownerArrivedLocked()
@@ -917,7 +909,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		}
 		for _, n := range f.removed {
 			if !isRefused[n] {
-				s.setAckedLocked(ts, n, nil)
+				ts.acked.set(n, nil)
 			}
 		}
 	}
@@ -932,13 +924,8 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 func (s *session) acceptLocked(ts *typeState, items []*item, kept []string, whole *served) {
 	full := s.fullStateLocked(ts.typeURL)
 	switch {
-	case whole != nil && !s.delta && len(kept) == 0 && (full || ts.acked.holdsWithin(whole)):
+	case whole != nil && len(kept) == 0 && (full || ts.acked.holdsWithin(whole)):
 		ts.acked.holdServed(whole) // everything whole holds, and nothing else
-	case whole != nil && s.delta && ts.sentWhole == whole && ts.acked.len() == 0:
-		// A delta client's first answer, to a response of everything it was sent: it holds
-		// that, and so what it was sent is what it holds.
-		ts.acked.holdServed(whole)
-		ts.sentWhole = nil
 	default:
 		if full {
 			was := ts.acked
@@ -952,26 +939,13 @@ func (s *session) acceptLocked(ts *typeState, items []*item, kept []string, whol
 			ts.acked.own(len(items)) // the first answer: grown once, not by doubling
 		}
 		for _, it := range items {
-			s.setAckedLocked(ts, it.name, it)
+			ts.acked.set(it.name, it)
 		}
 	}
 	for _, it := range items {
 		if r, ok := ts.refused[it.name]; ok && r.version == it.version {
 			delete(ts.refused, it.name)
 		}
-	}
-}
-
-// setAckedLocked records what the client accepted of name (nil: nothing). A delta client's
-// sent view stays as it was. Call with s.mu.
-func (s *session) setAckedLocked(ts *typeState, name string, it *item) {
-	var sent *item
-	if s.delta {
-		sent = ts.sent(name)
-	}
-	ts.acked.set(name, it)
-	if s.delta {
-		ts.setSent(name, sent)
 	}
 }
 
