@@ -206,6 +206,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		return nil, err
 	}
 	g.Cache, g.Zones, g.Retry, g.Holds, g.tracker = g.kds.Cache, g.kds.Zones(), g.kds.Retry(), g.kds.Holds(), g.kds.Tracker()
+	g.zoneMetrics.insights = g.Zones.Insights
 	if cfg.Emulate != "" {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}

@@ -29,7 +29,13 @@ func newRegistry() *prometheus.Registry {
 // scrape time. A Prometheus vector keeps a map entry for every label value it ever saw, even
 // after its series are deleted; here a zone's counters go with the zone (forget), and the map
 // is copied smaller once it shrinks, so zones that come and go leave nothing behind.
+//
+// What every write costs a stream (responses, resources, ACKs, NACKs per kind) is not counted
+// here: each zone's session counts it already, and Collect reads it from the zone table
+// (insights), so that a write to 10,000 zones does not also count into 10,000 zones' metrics.
 type zoneMetrics struct {
+	insights func() []kds.ZoneInsight // the zone table's, with every kind's counters; nil: none
+
 	mu    sync.RWMutex // guards zones and peak; each zone's counters have their own lock
 	zones map[string]*zoneCounts
 	peak  shrink.Peak
@@ -50,9 +56,8 @@ type zoneCounts struct {
 
 // kindCounts are one zone's counters of one kind.
 type kindCounts struct {
-	responses, resources, acks, nacks float64
-	rejected                          map[event.Cause]float64
-	resent, parked, released          float64
+	rejected                 map[event.Cause]float64
+	resent, parked, released float64
 }
 
 func newZoneMetrics() *zoneMetrics { return &zoneMetrics{zones: map[string]*zoneCounts{}} }
@@ -139,15 +144,21 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 	emit := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
 	}
+	if m.insights != nil {
+		for _, zi := range m.insights() {
+			for _, ki := range zi.Kinds {
+				emit(d.responses, float64(ki.Responses), zi.Zone, ki.Kind)
+				emit(d.resources, float64(ki.Sent), zi.Zone, ki.Kind)
+				emit(d.acks, float64(ki.ACKs), zi.Zone, ki.Kind)
+				emit(d.nacks, float64(ki.NACKs), zi.Zone, ki.Kind)
+			}
+		}
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for zone, z := range m.zones {
 		z.mu.Lock()
 		for kind, k := range z.kinds {
-			emit(d.responses, k.responses, zone, kind)
-			emit(d.resources, k.resources, zone, kind)
-			emit(d.acks, k.acks, zone, kind)
-			emit(d.nacks, k.nacks, zone, kind)
 			for cause, n := range k.rejected {
 				c := string(cause)
 				if c == "" {
@@ -212,22 +223,10 @@ func (m *kdsMetrics) observer() event.Observer {
 			m.zones.count(zone, func(z *zoneCounts) { z.streams++ })
 		},
 		StreamClosed: func(int64, string) { m.streams.Dec() },
-		Sent: func(s event.Sent) {
-			m.zones.count(s.Zone, func(z *zoneCounts) {
-				k := z.kind(s.Kind)
-				k.responses++
-				k.resources += float64(s.Versions.Len() + len(s.Removed))
-			})
-		},
-		ACK: func(a event.ACK) {
-			if !a.Initial {
-				m.zones.count(a.Zone, func(z *zoneCounts) { z.kind(a.Kind).acks++ })
-			}
-		},
+		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights).
 		NACK: func(n event.NACK) {
 			m.zones.count(n.Zone, func(z *zoneCounts) {
 				k := z.kind(n.Kind)
-				k.nacks++
 				if k.rejected == nil {
 					k.rejected = map[event.Cause]float64{}
 				}

@@ -94,6 +94,14 @@ func TestConnectionAndStoreMetricsFollowTheZoneAndTheStore(t *testing.T) {
 	g.Eventually(sampleOf(t, zoneDiag, "kds_zone_client_apply_seconds_count", zone1), 10*time.Second).Should(BeNumerically(">=", 1))
 	g.Expect(sampleOf(t, zoneDiag, "kds_zone_client_responses_total", zone1)()).To(BeNumerically(">=", 1))
 	g.Expect(sampleOf(t, zoneDiag, "kds_zone_client_acks_total", zone1)()).To(BeNumerically(">=", 1))
+	// The global's per-kind series are its sessions' counters: the Mesh went out in a response
+	// and was ACKed.
+	const meshOfZone1 = `kind="Mesh",zone="zone-1"`
+	g.Eventually(sampleOf(t, global, "kds_acks_total", meshOfZone1), 10*time.Second).Should(BeNumerically(">=", 1))
+	g.Expect(sampleOf(t, global, "kds_responses_total", meshOfZone1)()).To(BeNumerically(">=", 1))
+	g.Expect(sampleOf(t, global, "kds_resources_sent_total", meshOfZone1)()).To(BeNumerically(">=", 1))
+	g.Expect(sampleOf(t, global, "kds_nacks_total", meshOfZone1)()).To(Equal(0.0))
+	acks := sampleOf(t, global, "kds_acks_total", meshOfZone1)()
 
 	// The global's store stops answering, and answers again.
 	gst.down.Store(true)
@@ -108,6 +116,8 @@ func TestConnectionAndStoreMetricsFollowTheZoneAndTheStore(t *testing.T) {
 	z = startZone(t, "zone-1", gl.KDSAddr(), zst, reg)
 	g.Eventually(sampleOf(t, global, "kds_zone_connected", zone1), 10*time.Second).Should(Equal(1.0))
 	g.Expect(sampleOf(t, global, "kds_zone_streams_total", zone1)()).To(Equal(2.0))
+	// A counter never goes back: the first stream's ACKs stay counted on the second's.
+	g.Expect(sampleOf(t, global, "kds_acks_total", meshOfZone1)()).To(BeNumerically(">=", acks))
 
 	// The global goes: the zone says it is not connected.
 	g.Eventually(sampleOf(t, z.DiagAddr(), "kds_zone_client_connected", zone1), 10*time.Second).Should(Equal(1.0))

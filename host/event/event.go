@@ -85,9 +85,20 @@ type Sent struct {
 // itself: no map is made per response for the observers. The zero value is empty.
 type Versions struct {
 	n    int
+	src  VersionSource // when set, each and get are not
 	each func(yield func(name, version string) bool)
 	get  func(name string) (string, bool)
 }
+
+// A VersionSource is a response's pairs read in place, for VersionsFrom: a pointer to what the
+// sender keeps of the response, so that a view costs no allocation on every send and answer.
+type VersionSource interface {
+	EachVersion(yield func(name, version string) bool)
+	Version(name string) (string, bool)
+}
+
+// VersionsFrom is a view of the n pairs of src.
+func VersionsFrom(n int, src VersionSource) Versions { return Versions{n: n, src: src} }
 
 // VersionsOf is a view of m.
 func VersionsOf(m map[string]string) Versions {
@@ -115,7 +126,10 @@ func (v Versions) Len() int { return v.n }
 // All yields every name and its version.
 func (v Versions) All() iter.Seq2[string, string] {
 	return func(yield func(string, string) bool) {
-		if v.each != nil {
+		switch {
+		case v.src != nil:
+			v.src.EachVersion(yield)
+		case v.each != nil:
 			v.each(yield)
 		}
 	}
@@ -123,10 +137,13 @@ func (v Versions) All() iter.Seq2[string, string] {
 
 // Get is the version of name, if the response carried it.
 func (v Versions) Get(name string) (string, bool) {
-	if v.get == nil {
-		return "", false
+	switch {
+	case v.src != nil:
+		return v.src.Version(name)
+	case v.get != nil:
+		return v.get(name)
 	}
-	return v.get(name)
+	return "", false
 }
 
 // Observer is told what happens on zone streams; a nil func is not told. The funcs run on the

@@ -370,9 +370,16 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	return c.watchFor(st, req, sub, out), nil
 }
 
-// watchFor is CreateDeltaWatch for the request's session st (kds's own stream loop holds it, and
-// hands its requests to the tracker and then here with it, with no lookup).
+// watchFor is CreateDeltaWatch for the request's session st.
 func (c *Cache) watchFor(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) func() {
+	w := c.openWatch(st, req, sub, out)
+	return func() { c.cancel(st, w) }
+}
+
+// openWatch opens the watch of watchFor, which cancel closes: kds's own stream loop holds st,
+// hands its requests to the tracker and then here with it, with no lookup, and keeps the watch
+// (no cancel func made on every request).
+func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) *watch {
 	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out}
 	if !st.info.loop {
 		// A sender goroutine delivers it: cancel and the sender signal each other. kds's own
@@ -414,7 +421,7 @@ func (c *Cache) watchFor(st *Session, req *discovery.DeltaDiscoveryRequest, sub 
 	}
 	ks.watch = w
 	c.evaluateLocked(st, ks)
-	return func() { c.cancel(st, w) }
+	return w
 }
 
 // CreateWatch implements cache.ConfigWatcher; KDS is delta only.
@@ -481,7 +488,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	}
 	// The response is made only when it carries something: an evaluation often finds nothing to
 	// send (a change withheld until the owner check answers, a name the zone holds already).
-	var resources []*discovery.Resource
+	resources := w.answer.res[:0]
 	var removed []string
 	if ks.full && ks.delivered.len() == 0 {
 		resources = make([]*discovery.Resource, 0, len(entries)) // a first sync: most often all of them
@@ -552,11 +559,13 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		return
 	}
 	slices.Sort(removed)
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
+	a := &w.answer
+	a.delta = discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
 		Resources: resources, RemovedResources: removed}
 	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
 	w.answered = true
-	w.resp = &cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
+	a.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: &a.delta}
+	w.resp = &a.pass
 	w.forced = sentForced
 	st.queue = append(st.queue, w)
 	select {

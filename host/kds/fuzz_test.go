@@ -41,7 +41,7 @@ func FuzzNACK(f *testing.F) {
 			t.Fatalf("detail of %d bytes kept", len(n.Detail))
 		}
 		for _, r := range n.Rejected {
-			if _, ok := answered.version(r.Name); !ok {
+			if _, ok := answered.Version(r.Name); !ok {
 				t.Fatalf("rejected %q, which the response did not carry", r.Name)
 			}
 			if len(r.Reason) > maxText {

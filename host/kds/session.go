@@ -124,7 +124,7 @@ func (r *inflight) covers(name string) (ackedVersion, bool) {
 	if v, ok := r.priors.get(name); ok {
 		return ackedVersion{v, true}, true
 	}
-	if _, ok := r.version(name); ok {
+	if _, ok := r.Version(name); ok {
 		return ackedVersion{}, true
 	}
 	if _, ok := slices.BinarySearch(r.resp.RemovedResources, name); ok {
@@ -133,10 +133,10 @@ func (r *inflight) covers(name string) (ackedVersion, bool) {
 	return ackedVersion{}, false
 }
 
-// version is the version of name the response carries, if it does: the response's resources
+// Version is the version of name the response carries, if it does: the response's resources
 // and removals are sorted by name (handOverLocked), so it is a binary search, with no map made
 // per response.
-func (r *inflight) version(name string) (string, bool) {
+func (r *inflight) Version(name string) (string, bool) {
 	i, ok := slices.BinarySearchFunc(r.resp.Resources, name, func(res *discovery.Resource, n string) int { return strings.Compare(res.Name, n) })
 	if !ok {
 		return "", false
@@ -144,15 +144,16 @@ func (r *inflight) version(name string) (string, bool) {
 	return r.resp.Resources[i].Version, true
 }
 
-// view is the response's resources as the stream events show them.
-func (r *inflight) view() event.Versions {
-	return event.VersionsFunc(len(r.resp.Resources), func(yield func(string, string) bool) {
-		for _, res := range r.resp.Resources {
-			if !yield(res.Name, res.Version) {
-				return
-			}
+// view is the response's resources as the stream events show them, read in place.
+func (r *inflight) view() event.Versions { return event.VersionsFrom(len(r.resp.Resources), r) }
+
+// EachVersion yields the name and version of every resource the response carries (view).
+func (r *inflight) EachVersion(yield func(name, version string) bool) {
+	for _, res := range r.resp.Resources {
+		if !yield(res.Name, res.Version) {
+			return
 		}
-	}, r.version)
+	}
 }
 
 func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
@@ -298,9 +299,6 @@ func (s *Session) dropLocked(r *inflight) {
 	}
 	s.cache.budget.release(r.cost)
 	r.cost = 0
-	if len(s.inflight) == 0 {
-		s.inflight = nil
-	}
 }
 
 // carrier is the oldest response in flight (but except) that carries name of kind, or nil.
@@ -329,6 +327,7 @@ func (r *inflight) setPrior(name string, h ackedVersion) {
 type priorSet struct {
 	few  []namedVersion
 	many map[string]string
+	one  [1]namedVersion // few's first room: an update's one name costs no allocation (never copied once set)
 }
 
 type namedVersion struct{ name, version string }
@@ -363,6 +362,9 @@ func (p *priorSet) set(name, version string) {
 		}
 	}
 	if len(p.few) < priorSetFew {
+		if p.few == nil {
+			p.few = p.one[:0]
+		}
 		p.few = append(p.few, namedVersion{name, version})
 		return
 	}
@@ -499,7 +501,7 @@ func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse) *inflight {
 		}
 	}
 	if r == nil {
-		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp)
+		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp, nil, nil)
 	}
 	r.nonce = resp.GetNonce()
 	ks := s.kind(r.kind)
@@ -767,10 +769,10 @@ func (s *Session) next() *watch {
 		return nil
 	}
 	w := s.queue[0]
-	s.queue = s.queue[1:]
+	s.queue = slices.Delete(s.queue, 0, 1) // the queue keeps its room: a slice a response, not one each
 	w.sending = true
 	ks := s.kind(w.kind)
-	w.flight, w.undo = s.handOverLocked(w.kind, w.resp.DeltaDiscoveryResponse)
+	w.flight, w.undo = s.handOverLocked(w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}
@@ -778,9 +780,9 @@ func (s *Session) next() *watch {
 }
 
 // handOverLocked counts a response as handed to the server: delivered, and in flight with what
-// the zone had ACKed of its names. It returns the in-flight record and what delivered had of
-// the names it carries, for takeBack. Call with s.mu.
-func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResponse) (*inflight, []prior) {
+// the zone had ACKed of its names. It returns the in-flight record (r, when not nil) and what
+// delivered had of the names it carries (appended to undo), for takeBack. Call with s.mu.
+func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResponse, r *inflight, undo []prior) (*inflight, []prior) {
 	ks := s.kind(kind)
 	// With nothing of the kind refused or in flight, what the zone ACKed is what it was
 	// delivered: one lookup a name.
@@ -791,8 +793,10 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	if !slices.IsSorted(resp.RemovedResources) {
 		slices.Sort(resp.RemovedResources)
 	}
-	r := &inflight{kind: kind, resp: resp}
-	var undo []prior
+	if r == nil {
+		r = &inflight{}
+	}
+	*r = inflight{kind: kind, resp: resp}
 	first := ks.delivered.len() == 0
 	note := func(name string) {
 		if first && !layered {
@@ -877,7 +881,7 @@ type watch struct {
 	out  chan cache.DeltaResponse
 
 	answered    bool                            // at most once
-	resp        *cache.DeltaPassthroughResponse // the answer, until it is delivered
+	resp        *cache.DeltaPassthroughResponse // the answer (answer), until it is delivered
 	undo        []prior                         // what delivered had before the response, of the names it had
 	flight      *inflight                       // the response in flight, until it is delivered
 	forced      []string                        // forced names the response carries
@@ -885,6 +889,16 @@ type watch struct {
 	canceled    chan struct{}                   // closed by cancel (nil in kds's own stream loop)
 	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in kds's own stream loop)
 	sending     bool                            // the sender has taken it off the queue
+
+	// What a response allocates, in the watch's own allocation: a watch answers once, and most
+	// answers carry one resource to a zone that held one version of it (an update).
+	answer struct {
+		pass  cache.DeltaPassthroughResponse
+		delta discovery.DeltaDiscoveryResponse
+		res   [1]*discovery.Resource
+	}
+	record  inflight
+	undoBuf [1]prior
 }
 
 // subscribes reports whether the watch's subscription covers name.

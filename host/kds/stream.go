@@ -44,9 +44,11 @@ type deltaStream struct {
 }
 
 type deltaWatch struct {
-	cancel func()
-	sub    stream.Subscription
+	w   *watch // the open watch, closed by cancel
+	sub stream.Subscription
 }
+
+func (s *deltaStream) cancel(dw *deltaWatch) { s.cache.cancel(s.st, dw.w) }
 
 // serveDelta serves one delta stream until ctx ends (the RPC ended, the tracker closed it, or the
 // server stops), the zone stops sending, or a callback or send fails.
@@ -56,7 +58,7 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	defer func() {
 		s.abandon() // before the watches: canceling the pending one waits for it
 		for _, w := range s.watches {
-			w.cancel()
+			s.cancel(w)
 		}
 		t.OnDeltaStreamClosed(id, node)
 	}()
@@ -138,10 +140,12 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 		if s.pending != nil && s.pending.kind == kind {
 			s.abandon() // its watch is canceled now: its names are dirty again for the next
 		}
-		w.cancel()
+		s.cancel(w)
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
-	w.cancel = s.cache.watchFor(s.st, req, w.sub, nil)
+	// The watch reads the stream's subscription in place: a request changes it only once the
+	// kind's watch is canceled (above).
+	w.w = s.cache.openWatch(s.st, req, &w.sub, nil)
 	return nil
 }
 
