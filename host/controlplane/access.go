@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kds-host/kds-host/host/api"
@@ -141,6 +142,7 @@ func (g *Global) logObserver() event.Observer {
 	}
 	var mu sync.Mutex
 	failing := map[streamKind]bool{}
+	var nFailing atomic.Int64 // len(failing), read without mu: an ACK while nothing fails takes no lock
 	return event.Observer{
 		StreamOpened: func(id int64, zone string) { log.Info("zone connected", "zone", zone, "stream", id) },
 		StreamClosed: func(id int64, zone string) {
@@ -152,23 +154,26 @@ func (g *Global) logObserver() event.Observer {
 					delete(failing, k)
 				}
 			}
+			nFailing.Store(int64(len(failing)))
 		},
 		NACK: func(n event.NACK) {
 			mu.Lock()
 			first := !failing[streamKind{n.StreamID, n.Kind}]
 			failing[streamKind{n.StreamID, n.Kind}] = true
+			nFailing.Store(int64(len(failing)))
 			mu.Unlock()
 			if first {
 				log.Info("zone rejects a kind", "zone", n.Zone, "kind", n.Kind, "rejected", len(n.Rejected), "detail", n.Detail)
 			}
 		},
 		ACK: func(a event.ACK) {
-			if a.Initial {
-				return
+			if a.Initial || nFailing.Load() == 0 {
+				return // (the stream's NACK was counted before its next ACK is heard)
 			}
 			mu.Lock()
 			was := failing[streamKind{a.StreamID, a.Kind}]
 			delete(failing, streamKind{a.StreamID, a.Kind})
+			nFailing.Store(int64(len(failing)))
 			mu.Unlock()
 			if was {
 				log.Info("zone accepts the kind again", "zone", a.Zone, "kind", a.Kind)

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -60,6 +61,9 @@ type TimelineReport struct {
 type timeline struct {
 	mu    sync.Mutex
 	zones map[string]*zoneTimeline
+	// failing counts the zones' failing kinds (changed under mu): while none is, an ACK, which
+	// every stream sends on every write, records nothing and takes no lock.
+	failing atomic.Int64
 }
 
 type zoneTimeline struct {
@@ -113,6 +117,7 @@ func (t *timeline) observer() event.Observer {
 	return event.Observer{
 		StreamOpened: func(_ int64, zone string) {
 			t.record(zone, true, func(z *zoneTimeline) {
+				t.failing.Add(-int64(len(z.failing)))
 				clear(z.failing)
 				z.round = 0
 				z.add(TimelineEvent{At: time.Now(), Type: TimelineConnected})
@@ -123,19 +128,23 @@ func (t *timeline) observer() event.Observer {
 		},
 		NACK: func(n event.NACK) {
 			t.record(n.Zone, false, func(z *zoneTimeline) {
-				z.failing[n.Kind] = true
+				if !z.failing[n.Kind] {
+					z.failing[n.Kind] = true
+					t.failing.Add(1)
+				}
 				z.add(TimelineEvent{At: time.Now(), Type: TimelineNACK, Kind: n.Kind, Count: len(n.Rejected), Detail: n.Detail})
 			})
 		},
 		ACK: func(a event.ACK) {
-			if a.Initial {
-				return
+			if a.Initial || t.failing.Load() == 0 {
+				return // (a zone's NACK was counted before its stream's next ACK is heard)
 			}
 			t.record(a.Zone, false, func(z *zoneTimeline) {
 				if !z.failing[a.Kind] {
 					return
 				}
 				delete(z.failing, a.Kind)
+				t.failing.Add(-1)
 				if len(z.failing) == 0 {
 					z.round = 0
 				}
@@ -174,6 +183,9 @@ func (t *timeline) hooks(next retry.Hooks) retry.Hooks {
 func (t *timeline) forget(zone string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if z := t.zones[zone]; z != nil {
+		t.failing.Add(-int64(len(z.failing)))
+	}
 	delete(t.zones, zone)
 }
 

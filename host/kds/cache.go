@@ -389,6 +389,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	ks := st.kind(w.kind)
+	w.ks = ks
 	if !ks.started {
 		// What the zone said it holds when it subscribed (initial_resource_versions): it has
 		// them, as if ACKed.
@@ -568,8 +569,5 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	w.resp = &a.pass
 	w.forced = sentForced
 	st.queue = append(st.queue, w)
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
+	st.signal()
 }

@@ -106,6 +106,7 @@ type ackedVersion struct {
 // inflight is one response handed to the delta server and not answered yet.
 type inflight struct {
 	kind   string
+	ks     *kindState // the session's state of kind
 	resp   *discovery.DeltaDiscoveryResponse
 	nonce  string   // set when the server sends it
 	priors priorSet // what the zone had ACKed of its names before, for those it had ACKed
@@ -157,6 +158,14 @@ func (r *inflight) EachVersion(yield func(name, version string) bool) {
 }
 
 func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
+
+// signal wakes the session's sender (or stream loop), unless it has a wake-up pending already.
+func (s *Session) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
 
 func newSession(c *Cache, id int64, info *streamInfo) *Session {
 	return &Session{
@@ -250,15 +259,14 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 func (s *Session) setView(kind, name string, change func()) {
 	before := s.ackedLocked(kind, name)
 	change()
-	s.account(kind, name, before, s.ackedLocked(kind, name))
+	s.account(s.kind(kind), kind, name, before, s.ackedLocked(kind, name))
 }
 
-// account moves the digest and the kind's count from before to after.
-func (s *Session) account(kind, name string, before, after ackedVersion) {
+// account moves the digest and the kind's count (in ks, the kind's state) from before to after.
+func (s *Session) account(ks *kindState, kind, name string, before, after ackedVersion) {
 	if before == after {
 		return
 	}
-	ks := s.kind(kind)
 	if before.ok {
 		s.digest.Sum ^= ackedHash(kind, name, before.version)
 		s.digest.N--
@@ -275,7 +283,7 @@ func (s *Session) account(kind, name string, before, after ackedVersion) {
 // before, as if it had refused them all (so acked does not change). Call with s.mu.
 func (s *Session) forgetLocked(r *inflight) {
 	s.dropLocked(r)
-	ks := s.kind(r.kind)
+	ks := r.ks
 	r.eachName(func(name string) {
 		h, _ := r.covers(name)
 		s.layLocked(ks, r.kind, name, h, nil)
@@ -424,7 +432,7 @@ func (r *inflight) eachName(f func(string)) {
 // zone in step), the zone now holds what it was delivered of every name r carried and accepted:
 // no lookup of delivered. Any other name goes through the layers.
 func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
-	ks := s.kind(r.kind)
+	ks := r.ks
 	var rejected map[string]bool
 	if nack == nil {
 		ks.acks++
@@ -449,12 +457,12 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	}
 	apply := func(name string, had, now ackedVersion) {
 		if inStep && !rejected[name] {
-			s.account(r.kind, name, had, now)
+			s.account(ks, r.kind, name, had, now)
 			return
 		}
 		before := s.ackedLocked(r.kind, name)
 		s.layLocked(ks, r.kind, name, now, r)
-		s.account(r.kind, name, before, s.ackedExcept(r.kind, name, r))
+		s.account(ks, r.kind, name, before, s.ackedExcept(r.kind, name, r))
 	}
 	for _, res := range r.resp.Resources {
 		had := r.prior(res.Name)
@@ -501,10 +509,10 @@ func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse) *inflight {
 		}
 	}
 	if r == nil {
-		r, _ = s.handOverLocked(resp.GetTypeUrl(), resp, nil, nil)
+		r, _ = s.handOverLocked(s.kind(resp.GetTypeUrl()), resp.GetTypeUrl(), resp, nil, nil)
 	}
 	r.nonce = resp.GetNonce()
-	ks := s.kind(r.kind)
+	ks := r.ks
 	ks.responses++
 	ks.sent += int64(len(resp.GetResources()) + len(resp.GetRemovedResources()))
 	return r
@@ -771,8 +779,8 @@ func (s *Session) next() *watch {
 	w := s.queue[0]
 	s.queue = slices.Delete(s.queue, 0, 1) // the queue keeps its room: a slice a response, not one each
 	w.sending = true
-	ks := s.kind(w.kind)
-	w.flight, w.undo = s.handOverLocked(w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
+	ks := w.ks
+	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}
@@ -782,8 +790,7 @@ func (s *Session) next() *watch {
 // handOverLocked counts a response as handed to the server: delivered, and in flight with what
 // the zone had ACKed of its names. It returns the in-flight record (r, when not nil) and what
 // delivered had of the names it carries (appended to undo), for takeBack. Call with s.mu.
-func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResponse, r *inflight, undo []prior) (*inflight, []prior) {
-	ks := s.kind(kind)
+func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.DeltaDiscoveryResponse, r *inflight, undo []prior) (*inflight, []prior) {
 	// With nothing of the kind refused or in flight, what the zone ACKed is what it was
 	// delivered: one lookup a name.
 	layered := s.layered(ks, kind, nil)
@@ -796,7 +803,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 	if r == nil {
 		r = &inflight{}
 	}
-	*r = inflight{kind: kind, resp: resp}
+	*r = inflight{kind: kind, ks: ks, resp: resp}
 	first := ks.delivered.len() == 0
 	note := func(name string) {
 		if first && !layered {
@@ -847,7 +854,7 @@ func (s *Session) handOverLocked(kind string, resp *discovery.DeltaDiscoveryResp
 // takeBack undoes a response that was not delivered: what the zone was sent is as before, and
 // its names are dirty again (forced ones forced again). Call with s.mu.
 func (s *Session) takeBack(w *watch) {
-	ks := s.kind(w.kind)
+	ks := w.ks
 	w.eachName(ks.dropDelivered)
 	for _, p := range w.undo {
 		ks.setDelivered(p.name, p.was)
@@ -863,7 +870,7 @@ func (s *Session) takeBack(w *watch) {
 
 // requeue makes the names of an answered, undelivered response dirty again. Call with s.mu.
 func (s *Session) requeue(w *watch) {
-	ks := s.kind(w.kind)
+	ks := w.ks
 	w.eachName(func(name string) { ks.dirty[name] = true })
 }
 
@@ -876,6 +883,7 @@ type prior struct {
 // watch is one open delta watch: the server's request for a kind, answered at most once.
 type watch struct {
 	kind string
+	ks   *kindState // the session's state of kind
 	req  *discovery.DeltaDiscoveryRequest
 	sub  cache.Subscription
 	out  chan cache.DeltaResponse

@@ -1,18 +1,21 @@
 package kds
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14), with
-// what KDS needs of it and no more. It differs in four ways: it ends when the stream's own
+// what KDS needs of it and no more. It differs in five ways: it ends when the stream's own
 // context does (the tracker closes a stream that a newer one of its zone replaced, and the loop
 // must end without waiting for the zone's next request); it sends the session's answered
 // responses itself, in their order, when the budget has room for them, instead of receiving them
 // from a sender goroutine over a channel (two goroutines a stream: this one and the one reading
-// requests); it keeps no copy of what each subscription was sent (the session keeps what the
-// zone holds); and its state grows with the kinds the zone asks for, not with every kind there
-// is. Callbacks are called as that loop calls them.
+// requests); the goroutine reading requests handles them itself, under the stream's lock, rather
+// than waking this one for each (an ACK costs one goroutine wake-up, not two); it keeps no copy
+// of what each subscription was sent (the session keeps what the zone holds); and its state
+// grows with the kinds the zone asks for, not with every kind there is. Callbacks are called in
+// the order that loop calls them, one at a time (the stream's lock), from either goroutine.
 
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -22,8 +25,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// deltaStream is one stream's state in the loop.
+// deltaStream is one stream's state in the loop. Its two goroutines (the loop, and the one
+// reading requests) change it and send on the stream under mu.
 type deltaStream struct {
+	mu      sync.Mutex
+	closed  bool  // the loop has ended: no request is handled any more
+	err     error // why the request goroutine ended the stream (nil: the zone closed its side)
 	id      int64
 	str     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
 	cache   *Cache
@@ -56,29 +63,14 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	s := &deltaStream{id: id, str: str, cache: c, tracker: t, watches: map[string]*deltaWatch{}}
 	node := &core.Node{}
 	defer func() {
+		s.mu.Lock()
+		s.closed = true
 		s.abandon() // before the watches: canceling the pending one waits for it
 		for _, w := range s.watches {
 			s.cancel(w)
 		}
+		s.mu.Unlock()
 		t.OnDeltaStreamClosed(id, node)
-	}()
-
-	// The zone's requests, read on a goroutine of their own; it ends with the RPC (Recv fails
-	// once the handler returned) or when the loop has ended.
-	requests := make(chan *discovery.DeltaDiscoveryRequest)
-	go func() {
-		defer close(requests)
-		for {
-			req, err := str.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case requests <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
 	}()
 
 	if err := t.OnDeltaStreamOpen(ctx, id, ""); err != nil {
@@ -87,24 +79,67 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	if s.st = c.Session(id); s.st == nil {
 		return status.Error(codes.Unavailable, "the stream's session is closed")
 	}
+	// The zone's requests, read and handled on a goroutine of their own; it ends with the RPC
+	// (Recv fails once the handler returned), when the loop has ended, or when a request fails
+	// (ended closed, with the loop's error in err).
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			req, err := str.Recv()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				return
+			}
+			// A response this leaves waiting for room was queued with a wake-up that the loop
+			// has not handled yet: the loop's pump finds it pending, and the loop then waits on
+			// its freed and deadline.
+			err = s.request(req, &node)
+			if err != nil {
+				s.closed, s.err = true, err
+			}
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+
 	for {
+		s.mu.Lock()
+		freed, deadline := s.freed, s.deadline
+		s.mu.Unlock()
 		var err error
 		select {
 		case <-ctx.Done(): // the RPC ended, the tracker closed it, or the cache is closing
 			return nil
+		case <-ended: // the zone closed its side, the RPC ended, or a request failed
+			s.mu.Lock()
+			err := s.err
+			s.mu.Unlock()
+			return err
 		case <-s.st.wake:
-			err = s.pump()
-		case <-s.freed: // the budget took the room for it
-			err = s.deliverAndPump()
-		case <-s.deadline:
+			err = s.locked(s.pump)
+		case <-freed: // the budget took the room for it
+			err = s.locked(func() error {
+				if s.freed != freed {
+					return nil // taken back meanwhile (abandon gave the room back)
+				}
+				return s.deliverAndPump()
+			})
+		case <-deadline:
 			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
-			c.budget.force(s.wait)
-			err = s.deliverAndPump()
-		case req, more := <-requests:
-			if !more {
-				return nil // the zone closed its side, or the RPC ended
-			}
-			err = s.request(req, &node)
+			err = s.locked(func() error {
+				if s.deadline != deadline {
+					return nil // delivered or taken back meanwhile
+				}
+				c.budget.force(s.wait)
+				return s.deliverAndPump()
+			})
 		}
 		if err != nil {
 			return err
@@ -112,8 +147,18 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	}
 }
 
+// locked runs f under the stream's lock, unless the stream has closed.
+func (s *deltaStream) locked(f func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	return f()
+}
+
 // request handles one request of the zone: what was answered goes out first, then the tracker
-// hears the request, and the kind's watch is made anew.
+// hears the request, and the kind's watch is made anew. Call with s.mu.
 func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.Node) error {
 	if err := s.pump(); err != nil {
 		return err
