@@ -147,7 +147,9 @@ func (v Versions) Get(name string) (string, bool) {
 }
 
 // Observer is told what happens on zone streams; a nil func is not told. The funcs run on the
-// stream's goroutine, inside the xDS callbacks: they must record and return, never block.
+// stream's goroutines, one call at a time per stream, inside the xDS callbacks (kds-host's own
+// stream loop tells of a request on the goroutine that read it, of a response on the one that
+// sends it): they must record and return, never block.
 type Observer struct {
 	StreamOpened func(streamID int64, zone string)
 	Sent         func(Sent)
