@@ -42,13 +42,15 @@ type Filter interface {
 // is sent and never resends after a NACK, the names the retry scheduler forces are dirty until
 // sent again. The cache is also the registry of sessions: by stream, and each zone's current one.
 type Cache struct {
-	kinds []string // kind order: owners first; responses that are ready together go in this order
+	kinds  []string       // kind order: owners first; responses that are ready together go in this order
+	kindAt map[string]int // kind -> its place in kinds
 
 	budget     *budget      // bytes of the responses in flight, across streams
 	maxMessage atomic.Int64 // bytes of one response at most (Limits.MaxMessage)
 	snap       atomic.Pointer[Snapshot]
-	version    atomic.Pointer[string] // the snapshot's number, as responses carry it (system_version_info)
-	versions   atomic.Int64           // snapshots set so far
+	version    atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
+	versions   atomic.Int64                  // snapshots set so far
+	answers    atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
 	filter     atomic.Pointer[filterBox]
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
@@ -94,9 +96,12 @@ type filterBox struct{ Filter }
 
 // NewCache returns a cache for the given kinds, in owner-first order.
 func NewCache(kinds []string) *Cache {
-	c := &Cache{kinds: kinds, budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
+	c := &Cache{kinds: kinds, kindAt: make(map[string]int, len(kinds)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
 		budgets:  map[string]*tokenBucket{},
 		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}}
+	for i, k := range kinds {
+		c.kindAt[k] = i
+	}
 	c.snap.Store(&Snapshot{})
 	c.filter.Store(&filterBox{})
 	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
@@ -109,8 +114,13 @@ func NewCache(kinds []string) *Cache {
 // parallel, one worker a core.
 func (c *Cache) SetSnapshot(s *Snapshot) {
 	changed, delta := s.ChangesFrom(c.snap.Load())
-	c.snap.Store(s)
 	v := strconv.FormatInt(c.versions.Add(1), 10)
+	if delta {
+		c.answers.Store(shareAnswers(s, v, c.kinds, changed))
+	} else {
+		c.answers.Store(nil)
+	}
+	c.snap.Store(s)
 	c.version.Store(&v)
 	c.mu.Lock()
 	streams := make([]*Session, 0, len(c.streams))
@@ -118,29 +128,28 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 		streams = append(streams, st)
 	}
 	c.mu.Unlock()
-	// The kinds to look at, in the cache's order: every kind, or those the write changed.
-	kinds := c.kinds
-	if delta {
-		kinds = slices.DeleteFunc(slices.Clone(c.kinds), func(k string) bool { return len(changed[k]) == 0 })
+	// The kinds to look at, by their place in the cache's order: every kind, or those the write
+	// changed.
+	kinds := make([]int, 0, len(c.kinds))
+	for i, k := range c.kinds {
+		if !delta || len(changed[k]) > 0 {
+			kinds = append(kinds, i)
+		}
 	}
 	c.each(streams, func(st *Session) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		for _, kind := range kinds {
-			ks := st.kinds[kind]
+		for _, i := range kinds {
+			ks := st.kinds.known[i]
 			if ks == nil {
 				continue // not subscribed
 			}
-			names := changed[kind]
-			switch {
-			case !delta:
-				ks.full = true
-			case len(names) == 0:
-				continue
-			default:
-				for _, n := range names {
+			if delta {
+				for _, n := range changed[c.kinds[i]] {
 					ks.dirty[n] = true
 				}
+			} else {
+				ks.full = true
 			}
 			c.evaluateLocked(st, ks)
 		}
@@ -437,7 +446,7 @@ func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
 
 func (c *Cache) cancel(st *Session, w *watch) {
 	st.mu.Lock()
-	if ks := st.kinds[w.kind]; ks != nil && ks.watch == w {
+	if ks := w.ks; ks.watch == w {
 		ks.watch = nil
 	}
 	if w.wasCanceled {
@@ -561,11 +570,18 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	}
 	slices.Sort(removed)
 	a := &w.answer
-	a.delta = discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
-		Resources: resources, RemovedResources: removed}
+	resp := &a.delta
+	if sh := c.shared(snap, w.kind); sh != nil && st.info.loop && sh.is(resources, removed) && !st.carries(&sh.resp) {
+		// Every stream's answer: kds's own loop sends it as it is (go-control-plane's numbers
+		// each response it sends, in the response).
+		resp = &sh.resp
+	} else {
+		a.delta = discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
+			Resources: resources, RemovedResources: removed}
+	}
 	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
 	w.answered = true
-	a.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: &a.delta}
+	a.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
 	w.resp = &a.pass
 	w.forced = sentForced
 	st.queue = append(st.queue, w)

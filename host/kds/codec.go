@@ -2,6 +2,8 @@ package kds
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -55,6 +57,13 @@ func (rc responseCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	resp, ok := v.(*discovery.DeltaDiscoveryResponse)
+	if ok {
+		if sa := rc.cache.answers.Load(); sa != nil {
+			if sh := sa.kinds[resp.TypeUrl]; sh != nil && &sh.resp == resp && sh.wire != nil {
+				return sh.wire, nil // every stream's: encoded once
+			}
+		}
+	}
 	if !ok || len(resp.Resources) == 0 || len(resp.ProtoReflect().GetUnknown()) > 0 {
 		return rc.proto.Marshal(v)
 	}
@@ -188,4 +197,87 @@ func (kw *kindWire) run(rs []*discovery.Resource) []byte {
 		}
 	}
 	return kw.buf[kw.off[i]:kw.off[i+len(rs)]]
+}
+
+// One message for every stream: a write that changes a few names is most often answered to
+// every stream of its kind with the same response (the changed entries, the removed names).
+// SetSnapshot makes that response once per changed kind, encoded whole, nonce included; a
+// stream of kds's own loop whose answer is exactly it sends it as it is, and the codec writes
+// its one encoding. Its nonce names the snapshot and the kind ("<version>.<kind's place>"), so
+// it is unique on a stream as long as the stream does not have it in flight already (the cache
+// then makes the stream its own response); a stream's own responses are numbered "1", "2", ...
+
+// sharedAnswers are the shared responses of one snapshot, by kind.
+type sharedAnswers struct {
+	snap  *Snapshot
+	kinds map[string]*sharedAnswer
+}
+
+// sharedAnswer is one kind's shared response and its encoding (nil: the codec encodes it per
+// send, as any response).
+type sharedAnswer struct {
+	resp discovery.DeltaDiscoveryResponse
+	wire mem.BufferSlice
+}
+
+// shareAnswers makes the shared response of each kind that changed from the last snapshot
+// (changed: kind -> names), as version of snap.
+func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[string][]string) *sharedAnswers {
+	sa := &sharedAnswers{snap: snap, kinds: make(map[string]*sharedAnswer, len(changed))}
+	for i, kind := range kinds {
+		names := changed[kind]
+		if len(names) == 0 {
+			continue
+		}
+		names = slices.Sorted(slices.Values(names))
+		entries := snap.Kind(kind)
+		sh := &sharedAnswer{resp: discovery.DeltaDiscoveryResponse{
+			TypeUrl: kind, SystemVersionInfo: version, Nonce: version + "." + strconv.Itoa(i)}}
+		for _, n := range names {
+			if e := entries[n]; e != nil {
+				sh.resp.Resources = append(sh.resp.Resources, e.Wire)
+			} else {
+				sh.resp.RemovedResources = append(sh.resp.RemovedResources, n)
+			}
+		}
+		sh.wire = encodeShared(&sh.resp, entries)
+		sa.kinds[kind] = sh
+	}
+	return sa
+}
+
+// encodeShared is resp's encoding, from its entries' frames where they have one; nil when it
+// cannot be encoded (the codec then encodes it per send, and says why).
+func encodeShared(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Entry) mem.BufferSlice {
+	hb, err := encodeHead(resp)
+	if err != nil {
+		return nil
+	}
+	out := make(mem.BufferSlice, 0, 1+len(resp.Resources))
+	out = append(out, mem.SliceBuffer(hb))
+	for _, r := range resp.Resources {
+		if e := entries[r.GetName()]; e != nil && e.Wire == r && e.frame != nil {
+			out = append(out, e.frame)
+			continue
+		}
+		f, err := encodeFrame(r)
+		if err != nil {
+			return nil
+		}
+		out = append(out, mem.SliceBuffer(f))
+	}
+	return out
+}
+
+// is reports whether a response of resources and removed (both in name order) is sh's.
+func (sh *sharedAnswer) is(resources []*discovery.Resource, removed []string) bool {
+	return slices.Equal(resources, sh.resp.Resources) && slices.Equal(removed, sh.resp.RemovedResources)
+}
+
+// shared is the shared response of kind for snap, if the cache made one.
+func (c *Cache) shared(snap *Snapshot, kind string) *sharedAnswer {
+	if sa := c.answers.Load(); sa != nil && sa.snap == snap {
+		return sa.kinds[kind]
+	}
+	return nil
 }

@@ -51,7 +51,7 @@ type Session struct {
 
 	mu         sync.Mutex
 	zone       string // "" until the first request names it
-	kinds      map[string]*kindState
+	kinds      kindStates
 	queue      []*watch                       // answered watches waiting for the sender, in order
 	inflight   []*inflight                    // responses handed to the server and not answered yet, oldest first
 	reRequests *tokenBucket                   // the zone's (Cache.admit): its re-request budget
@@ -75,6 +75,7 @@ const MaxInFlight = 64
 
 // kindState is what a session knows of one kind.
 type kindState struct {
+	name      string // the kind
 	requested bool   // the zone asked for the kind on this stream
 	watch     *watch // the open watch, if any
 	started   bool   // delivered was seeded from the zone's initial versions
@@ -169,18 +170,60 @@ func (s *Session) signal() {
 
 func newSession(c *Cache, id int64, info *streamInfo) *Session {
 	return &Session{
-		cache: c, id: id, info: info, kinds: map[string]*kindState{},
+		cache: c, id: id, info: info, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
+// kind is the session's state of kind k, made on first use.
 func (s *Session) kind(k string) *kindState {
-	ks := s.kinds[k]
+	i, known := s.cache.kindAt[k]
+	var ks *kindState
+	if known {
+		ks = s.kinds.known[i]
+	} else {
+		ks = s.kinds.other[k]
+	}
 	if ks == nil {
-		ks = &kindState{dirty: map[string]bool{}, forced: map[string]bool{}}
-		s.kinds[k] = ks
+		ks = &kindState{name: k, dirty: map[string]bool{}, forced: map[string]bool{}}
+		if known {
+			s.kinds.known[i] = ks
+		} else {
+			if s.kinds.other == nil {
+				s.kinds.other = map[string]*kindState{}
+			}
+			s.kinds.other[k] = ks
+		}
 	}
 	return ks
+}
+
+// kindStates is a session's state of each kind it was asked for: the cache's kinds by their
+// place in its order (no lookup of a session's map by a kind's name for each write and each
+// request, the session's memory touched once), any other kind a zone asks for by its name.
+type kindStates struct {
+	known []*kindState // by the kind's place in Cache.kinds; nil: not asked for
+	other map[string]*kindState
+}
+
+// get is the state of kind, nil if the session has none.
+func (k *kindStates) get(c *Cache, kind string) *kindState {
+	if i, ok := c.kindAt[kind]; ok {
+		return k.known[i]
+	}
+	return k.other[kind]
+}
+
+// each calls f with every kind's state, the cache's kinds first, in their order.
+func (k *kindStates) each(f func(*kindState)) {
+	for _, ks := range k.known {
+		if ks != nil {
+			f(ks)
+		}
+	}
+	for _, ks := range k.other {
+		f(ks)
+	}
 }
 
 // ackedLocked is the version of kind/name the zone has ACKed. Call with s.mu.
@@ -192,7 +235,7 @@ func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion 
 		h, _ := o.covers(name)
 		return h
 	}
-	ks := s.kinds[kind]
+	ks := s.kinds.get(s.cache, kind)
 	if ks == nil {
 		return ackedVersion{}
 	}
@@ -225,7 +268,7 @@ func (ks *kindState) dropDelivered(name string) {
 // eachAckedLocked calls f with every name of kind the zone has ACKed, and its version. Call with
 // s.mu.
 func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
-	ks := s.kinds[kind]
+	ks := s.kinds.get(s.cache, kind)
 	if ks == nil {
 		return
 	}
@@ -518,6 +561,17 @@ func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse) *inflight {
 	return r
 }
 
+// carries reports whether resp is in flight on the stream (a shared response is sent once at a
+// time, its nonce unique). Call with s.mu.
+func (s *Session) carries(resp *discovery.DeltaDiscoveryResponse) bool {
+	for _, r := range s.inflight {
+		if r.resp == resp {
+			return true
+		}
+	}
+	return false
+}
+
 // byNonce finds the response in flight a request answers.
 func (s *Session) byNonce(nonce string) *inflight {
 	for _, r := range s.inflight {
@@ -619,9 +673,9 @@ func (s *Session) Acked(kinds []string, f func(kind, name, version string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if kinds == nil {
-		for kind := range s.kinds {
-			s.eachAckedLocked(kind, func(n, v string) { f(kind, n, v) })
-		}
+		s.kinds.each(func(ks *kindState) {
+			s.eachAckedLocked(ks.name, func(n, v string) { f(ks.name, n, v) })
+		})
 		return
 	}
 	for _, kind := range kinds {
@@ -642,14 +696,14 @@ func (s *Session) Digest() Digest {
 func (s *Session) Insight() []*KindInsight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*KindInsight, 0, len(s.kinds))
-	for kind, ks := range s.kinds {
+	var out []*KindInsight
+	s.kinds.each(func(ks *kindState) {
 		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 {
-			continue
+			return
 		}
-		out = append(out, &KindInsight{Kind: kind, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
+		out = append(out, &KindInsight{Kind: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
 			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked})
-	}
+	})
 	return out
 }
 

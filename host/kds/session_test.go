@@ -264,3 +264,23 @@ func TestAnACKOfAWholeKindCountsEachOfItsEntries(t *testing.T) {
 		g.Expect(ki.Known).To(Equal(3))
 	}
 }
+
+// A session keeps a state per kind the zone asks for: the cache's kinds by their place, any
+// other type a zone names by its name; each is made once, and each is visited once, the cache's
+// kinds first in the cache's order.
+func TestASessionKeepsEveryKindItIsAskedFor(t *testing.T) {
+	g := NewWithT(t)
+	s := newSession(NewCache([]string{"Mesh", "MeshTimeout"}), 1, nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range []string{"MeshTimeout", "NotServed", "Mesh"} {
+		ks := s.kind(k)
+		g.Expect(s.kind(k)).To(BeIdenticalTo(ks), k)
+		g.Expect(s.kinds.get(s.cache, k)).To(BeIdenticalTo(ks), k)
+		g.Expect(ks.name).To(Equal(k))
+	}
+	g.Expect(s.kinds.get(s.cache, "NeverAsked")).To(BeNil())
+	var order []string
+	s.kinds.each(func(ks *kindState) { order = append(order, ks.name) })
+	g.Expect(order).To(Equal([]string{"Mesh", "MeshTimeout", "NotServed"}))
+}

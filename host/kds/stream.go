@@ -257,10 +257,13 @@ func (s *deltaStream) stopTimer() {
 	}
 }
 
-// send numbers a response with the stream's next nonce, tells the tracker, and sends it.
+// send numbers a response with the stream's next nonce (a shared one has its own), tells the
+// tracker, and sends it.
 func (s *deltaStream) send(r *discovery.DeltaDiscoveryResponse) error {
-	s.nonce++
-	r.Nonce = strconv.FormatInt(s.nonce, 10)
+	if r.Nonce == "" {
+		s.nonce++
+		r.Nonce = strconv.FormatInt(s.nonce, 10)
+	}
 	s.tracker.sent(s.st, s.id, r)
 	return s.str.Send(r)
 }

@@ -3,16 +3,20 @@ package kds
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -157,5 +161,102 @@ func TestACacheClosingEndsTheStreamLoops(t *testing.T) {
 		c.Close()
 		g.Expect(<-open.done).To(Succeed(), "the loop ends")
 		g.Expect(status.Code(context.Cause(open.str.ctx))).To(Equal(codes.Unavailable), "the zone is told why")
+	})
+}
+
+// A write is one message for every stream of kds's own loop that is answered exactly the write's
+// change: the same response, nonce included, encoded once. A stream that already has it in flight
+// when it is answered the same again is sent a response of its own, numbered as the stream's;
+// each stream's ACK or NACK of the shared one is its own.
+func TestAWriteIsOneMessageForEveryStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		defer c.Close()
+		tr := NewTracker(c)
+		var b SnapshotBuilder
+		mt := func(name string, gen int64) resource.Resource {
+			return resource.Resource{Kind: "MeshTimeout", Mesh: "m", Name: name, Spec: json.RawMessage(fmt.Sprintf(`{"gen":%d}`, gen)), Generation: gen}
+		}
+		s, err := b.Build([]resource.Resource{mt("a", 1), mt("b", 1)})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s)
+		zones := []*loopZone{startLoopZone(c, tr, 1, "z1"), startLoopZone(c, tr, 2, "z2"), startLoopZone(c, tr, 3, "z3")}
+		synctest.Wait()
+		for _, z := range zones {
+			r := <-z.str.sent
+			g.Expect(r.Resources).To(HaveLen(2))
+			g.Expect(r.Nonce).To(Equal("1"), "a stream's own numbering")
+			z.ack(r)
+		}
+		synctest.Wait()
+
+		s2, err := b.Update([]resource.Resource{mt("a", 2)}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s2)
+		synctest.Wait()
+		var got []*discovery.DeltaDiscoveryResponse
+		for _, z := range zones {
+			g.Expect(z.str.sent).To(HaveLen(1))
+			got = append(got, <-z.str.sent)
+		}
+		shared := got[0]
+		g.Expect(got[1]).To(BeIdenticalTo(shared))
+		g.Expect(got[2]).To(BeIdenticalTo(shared))
+		a := s2.Kind("MeshTimeout")[s2.Names("MeshTimeout")[0]]
+		g.Expect(shared.Resources).To(Equal([]*discovery.Resource{a.Wire}))
+		g.Expect(shared.RemovedResources).To(BeEmpty())
+		g.Expect(shared.Nonce).To(Equal(shared.SystemVersionInfo+".0"), "the snapshot's and the kind's")
+
+		// Its encoding is made once, and decodes to the response.
+		data, err := newResponseCodec(c).Marshal(shared)
+		g.Expect(err).NotTo(HaveOccurred())
+		again, err := newResponseCodec(c).Marshal(shared)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(unsafe.SliceData(again)).To(Equal(unsafe.SliceData(data)), "one encoding, every stream's")
+		decoded := &discovery.DeltaDiscoveryResponse{}
+		g.Expect(proto.Unmarshal(data.Materialize(), decoded)).To(Succeed())
+		g.Expect(proto.Equal(decoded, shared)).To(BeTrue(), "decoded: %v", decoded)
+
+		// z1 asks for the kind again while the shared response is in flight: the same answer
+		// comes with a nonce of its own.
+		zones[0].str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResourceNamesSubscribe: []string{a.Name}}
+		synctest.Wait()
+		g.Expect(zones[0].str.sent).To(HaveLen(1))
+		own := <-zones[0].str.sent
+		g.Expect(own).NotTo(BeIdenticalTo(shared))
+		g.Expect(own.Nonce).To(Equal("2"))
+		g.Expect(own.Resources).To(Equal([]*discovery.Resource{a.Wire}))
+
+		// z2 ACKs the shared response, z3 refuses it: each stream's answer is its own.
+		zones[1].ack(shared)
+		zones[2].str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResponseNonce: shared.Nonce, ErrorDetail: &rpcstatus.Status{Code: 3, Message: "no"}}
+		synctest.Wait()
+		v, ok := c.Session(2).AckedVersion("MeshTimeout", a.Name)
+		g.Expect(ok).To(BeTrue())
+		g.Expect(v).To(Equal(a.Version))
+		v, _ = c.Session(3).AckedVersion("MeshTimeout", a.Name)
+		g.Expect(v).NotTo(Equal(a.Version), "z3 refused it")
+		g.Expect(c.Session(2).InFlight()).To(BeZero())
+		g.Expect(c.Session(3).InFlight()).To(BeZero())
+		g.Expect(c.Session(1).InFlight()).To(Equal(2), "the shared response and its own")
+
+		// A removal is shared as well, under the next snapshot's nonce.
+		s3, err := b.Update(nil, []resource.Key{{Kind: "MeshTimeout", Mesh: "m", Name: "b"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s3)
+		synctest.Wait()
+		g.Expect(zones[0].str.sent).To(BeEmpty(), "z1 has not asked since")
+		removal := <-zones[1].str.sent
+		g.Expect(<-zones[2].str.sent).To(BeIdenticalTo(removal))
+		g.Expect(removal.Resources).To(BeEmpty())
+		g.Expect(removal.RemovedResources).To(ConsistOf(HaveSuffix("b")))
+		g.Expect(removal.Nonce).To(Equal(removal.SystemVersionInfo + ".0"))
+		g.Expect(removal.Nonce).NotTo(Equal(shared.Nonce))
+
+		for _, z := range zones {
+			z.cancel()
+			g.Expect(<-z.done).To(Succeed())
+		}
 	})
 }
