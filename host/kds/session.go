@@ -177,23 +177,17 @@ func newSession(c *Cache, id int64, info *streamInfo) *Session {
 
 // kind is the session's state of kind k, made on first use.
 func (s *Session) kind(k string) *kindState {
-	i, known := s.cache.kindAt[k]
-	var ks *kindState
-	if known {
-		ks = s.kinds.known[i]
-	} else {
-		ks = s.kinds.other[k]
+	if ks := s.kinds.get(s.cache, k); ks != nil {
+		return ks
 	}
-	if ks == nil {
-		ks = &kindState{name: k, dirty: map[string]bool{}, forced: map[string]bool{}}
-		if known {
-			s.kinds.known[i] = ks
-		} else {
-			if s.kinds.other == nil {
-				s.kinds.other = map[string]*kindState{}
-			}
-			s.kinds.other[k] = ks
+	ks := &kindState{name: k, dirty: map[string]bool{}, forced: map[string]bool{}}
+	if i, ok := s.cache.kindAt[k]; ok {
+		s.kinds.known[i] = ks
+	} else {
+		if s.kinds.other == nil {
+			s.kinds.other = map[string]*kindState{}
 		}
+		s.kinds.other[k] = ks
 	}
 	return ks
 }
