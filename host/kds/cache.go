@@ -569,20 +569,19 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		return
 	}
 	slices.Sort(removed)
-	a := &w.answer
-	resp := &a.delta
+	var resp *discovery.DeltaDiscoveryResponse
 	if sh := c.shared(snap, w.kind); sh != nil && st.info.loop && sh.is(resources, removed) && !st.carries(&sh.resp) {
 		// Every stream's answer: kds's own loop sends it as it is (go-control-plane's numbers
 		// each response it sends, in the response).
 		resp = &sh.resp
 	} else {
-		a.delta = discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
+		resp = &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
 			Resources: resources, RemovedResources: removed}
 	}
 	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
 	w.answered = true
-	a.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
-	w.resp = &a.pass
+	w.answer.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
+	w.resp = &w.answer.pass
 	w.forced = sentForced
 	st.queue = append(st.queue, w)
 	st.signal()

@@ -947,11 +947,12 @@ type watch struct {
 	sending     bool                            // the sender has taken it off the queue
 
 	// What a response allocates, in the watch's own allocation: a watch answers once, and most
-	// answers carry one resource to a zone that held one version of it (an update).
+	// answers carry one resource to a zone that held one version of it (an update). The response
+	// itself is most often the one every stream is sent (Cache.shared), made once: a stream's own
+	// is allocated when it is made.
 	answer struct {
-		pass  cache.DeltaPassthroughResponse
-		delta discovery.DeltaDiscoveryResponse
-		res   [1]*discovery.Resource
+		pass cache.DeltaPassthroughResponse
+		res  [1]*discovery.Resource
 	}
 	record  inflight
 	undoBuf [1]prior
