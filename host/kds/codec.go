@@ -67,28 +67,36 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok || len(resp.Resources) == 0 || len(resp.ProtoReflect().GetUnknown()) > 0 {
 		return rc.proto.Marshal(v)
 	}
-	hb, err := encodeHead(resp)
-	if err != nil {
-		return nil, err
-	}
 	snap := rc.cache.snap.Load()
 	if len(resp.Resources) >= runMin {
 		if run := snap.wire(resp.TypeUrl).run(resp.Resources); run != nil {
 			// A run of the kind's entries in name order (a full sync's response, or a part of one
 			// cut at the message limit): one buffer, no copy.
+			hb, err := encodeHead(resp)
+			if err != nil {
+				return nil, err
+			}
 			return mem.BufferSlice{mem.SliceBuffer(hb), mem.SliceBuffer(run)}, nil
 		}
 	}
+	return encodeDelta(resp, snap.Kind(resp.TypeUrl))
+}
+
+// encodeDelta is resp's encoding: its head, then each resource from its entry's frame when it
+// is the entry of entries, else encoded here (a version the snapshot has moved past, a
+// version-only resource).
+func encodeDelta(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Entry) (mem.BufferSlice, error) {
+	hb, err := encodeHead(resp)
+	if err != nil {
+		return nil, err
+	}
 	out := make(mem.BufferSlice, 0, 1+len(resp.Resources))
 	out = append(out, mem.SliceBuffer(hb))
-	entries := snap.Kind(resp.TypeUrl)
 	for _, r := range resp.Resources {
 		if e := entries[r.GetName()]; e != nil && e.Wire == r && e.frame != nil {
 			out = append(out, e.frame)
 			continue
 		}
-		// Not the current snapshot's (a version the snapshot has moved past, a version-only
-		// resource): encoded here.
 		f, err := encodeFrame(r)
 		if err != nil {
 			return nil, fmt.Errorf("encode delta response: %w", err)
@@ -240,33 +248,11 @@ func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[st
 				sh.resp.RemovedResources = append(sh.resp.RemovedResources, n)
 			}
 		}
-		sh.wire = encodeShared(&sh.resp, entries)
+		// Not encoded (nil): the codec encodes it per send, and says why.
+		sh.wire, _ = encodeDelta(&sh.resp, entries)
 		sa.kinds[kind] = sh
 	}
 	return sa
-}
-
-// encodeShared is resp's encoding, from its entries' frames where they have one; nil when it
-// cannot be encoded (the codec then encodes it per send, and says why).
-func encodeShared(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Entry) mem.BufferSlice {
-	hb, err := encodeHead(resp)
-	if err != nil {
-		return nil
-	}
-	out := make(mem.BufferSlice, 0, 1+len(resp.Resources))
-	out = append(out, mem.SliceBuffer(hb))
-	for _, r := range resp.Resources {
-		if e := entries[r.GetName()]; e != nil && e.Wire == r && e.frame != nil {
-			out = append(out, e.frame)
-			continue
-		}
-		f, err := encodeFrame(r)
-		if err != nil {
-			return nil
-		}
-		out = append(out, mem.SliceBuffer(f))
-	}
-	return out
 }
 
 // is reports whether a response of resources and removed (both in name order) is sh's.
