@@ -24,6 +24,9 @@ import (
 const (
 	KindZone = "zone" // a zone control plane's KDS stream
 	KindUser = "user" // an operator on the API
+	// KindReplica is a global replica following another's changes relay. Replicas issue these
+	// to themselves, for a minute, from the signing key they share; no API issues one.
+	KindReplica = "replica"
 )
 
 // The groups of a user token.
@@ -41,7 +44,7 @@ const prefix = "kds1."
 // Claims are what a token says.
 type Claims struct {
 	Kind string `json:"kind"`
-	// Name is the zone's name (KindZone) or the user's (KindUser).
+	// Name is the zone's name (KindZone), the user's (KindUser) or the replica's (KindReplica).
 	Name   string   `json:"name"`
 	Groups []string `json:"groups,omitempty"`
 	// IssuedAt and Expires are Unix seconds; Expires 0 never expires.
@@ -77,8 +80,8 @@ func ValidName(name string) error {
 
 // Issue signs claims with the signing key. validFor 0 never expires.
 func (k *Keys) Issue(c Claims, validFor time.Duration, now time.Time) (string, error) {
-	if c.Kind != KindZone && c.Kind != KindUser {
-		return "", fmt.Errorf("token kind %q: want %s or %s", c.Kind, KindZone, KindUser)
+	if !validKind(c.Kind) {
+		return "", fmt.Errorf("token kind %q: want %s, %s or %s", c.Kind, KindZone, KindUser, KindReplica)
 	}
 	if err := ValidName(c.Name); err != nil {
 		return "", err
@@ -147,11 +150,13 @@ func (k *Keys) Verify(token string, now time.Time) (Claims, error) {
 	if c.Expires != 0 && now.Unix() >= c.Expires {
 		return Claims{}, fmt.Errorf("%w at %s", ErrExpired, time.Unix(c.Expires, 0).UTC().Format(time.RFC3339))
 	}
-	if c.Kind != KindZone && c.Kind != KindUser || ValidName(c.Name) != nil {
+	if !validKind(c.Kind) || ValidName(c.Name) != nil {
 		return Claims{}, fmt.Errorf("%w: kind %q, name %q", ErrMalformed, c.Kind, c.Name)
 	}
 	return c, nil
 }
+
+func validKind(k string) bool { return k == KindZone || k == KindUser || k == KindReplica }
 
 // keyID names a public key: the first 8 bytes of its SHA-256, in hex.
 func keyID(pub ed25519.PublicKey) string {

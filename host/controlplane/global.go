@@ -30,6 +30,7 @@ import (
 	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -115,6 +116,11 @@ type GlobalConfig struct {
 	// shows them all.
 	ReplicaID, ReplicaAddress string
 	HeartbeatInterval         time.Duration
+	// StoreRelay shares one LISTEN among the replicas of a PostgreSQL store (store.Relay): the
+	// replica that holds the relay lock listens and passes each write's notification on over
+	// kds.v1.ChangesRelay on its KDS listener; the others follow it with a replica token signed
+	// by Keys. It needs Keys, shared by the replicas; other stores ignore it.
+	StoreRelay bool
 }
 
 // Global is a running global control plane.
@@ -270,6 +276,11 @@ func (g *Global) Run(ctx context.Context) error {
 		scfg.Header = metadata.Pairs(StoreIDHeader, g.cfg.StoreID)
 	}
 	grpcServer, health := kds.NewGRPCServer(ctx, g.Cache, g.tracker, scfg)
+	relayStore, relay := g.storeRelay()
+	if relay != nil {
+		kdsv1.RegisterChangesRelayServer(grpcServer, relayServer{r: relay})
+		relayStore.SetRelay(relay)
+	}
 	apiServer := newHTTPServer(g.apiHandler())
 	diagServer := newHTTPServer(diagHandler(g.metrics, func(ctx context.Context) error {
 		if !g.isReady() {
@@ -314,6 +325,11 @@ func (g *Global) Run(ctx context.Context) error {
 	}
 	health.Shutdown()
 	shutdown(apiServer, diagServer)
+	if relay != nil {
+		// Before the KDS server stops: the hub's followers' streams end at once, and the relay
+		// lock is free for the next hub.
+		relayStore.SetRelay(nil)
+	}
 	stopGRPC(grpcServer)
 	wg.Wait()
 	close(errs)

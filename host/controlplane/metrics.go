@@ -421,16 +421,19 @@ type storeCollector struct {
 	st store.Store
 }
 
-var storeDescs = struct{ up, listenUp, listenConnects, changes *prometheus.Desc }{
+var storeDescs = struct{ up, listenUp, listenConnects, changes, relay *prometheus.Desc }{
 	up: prometheus.NewDesc("kds_store_up",
 		"1 when the store answered a revision read within 2s at this scrape (what /readyz checks), 0 when it did not.", nil, nil),
 	listenUp: prometheus.NewDesc("kds_store_listen_up",
-		"1 while the store's PostgreSQL LISTEN connection is up (other replicas' writes are heard at once), 0 while it is down and the store polls the revision instead. PostgreSQL stores only.", nil, nil),
+		"1 while the store hears other replicas' writes at once (by its PostgreSQL LISTEN connection, or from the changes relay's hub), 0 while it cannot and polls the revision instead. PostgreSQL stores only.", nil, nil),
 	listenConnects: prometheus.NewDesc("kds_store_listen_connects_total",
-		"LISTEN connections the store made to PostgreSQL (the first, then one after each loss). PostgreSQL stores only.", nil, nil),
+		"Connections the store made to PostgreSQL to hear other replicas' writes (the first, then one after each loss). PostgreSQL stores only.", nil, nil),
 	changes: prometheus.NewDesc("kds_store_changes_total",
 		"The store's answers to what changed since a revision (one per snapshot update and poll), by source: log (the changes carried by the writes' notifications, no database read) or query (read from the database: a write too large to carry, one missed while the LISTEN connection was down, a replica just started). PostgreSQL stores only.",
 		[]string{"source"}, nil),
+	relay: prometheus.NewDesc("kds_store_relay",
+		"1 for this replica's part in the changes relay, 0 for the other: hub (its LISTEN hears writes for every replica that follows it) or follower (it hears writes from the hub, without a LISTEN of its own); both 0 while it listens alone (no relay, or no hub it can follow: see the relay's errors in the log). PostgreSQL stores only.",
+		[]string{"role"}, nil),
 }
 
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -438,6 +441,7 @@ func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- storeDescs.listenUp
 	ch <- storeDescs.listenConnects
 	ch <- storeDescs.changes
+	ch <- storeDescs.relay
 }
 
 func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -467,6 +471,13 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(storeDescs.listenConnects, prometheus.CounterValue, float64(s.Connects))
 	ch <- prometheus.MustNewConstMetric(storeDescs.changes, prometheus.CounterValue, float64(s.ChangesFromLog), "log")
 	ch <- prometheus.MustNewConstMetric(storeDescs.changes, prometheus.CounterValue, float64(s.ChangesQueried), "query")
+	for _, role := range []string{store.RelayHub, store.RelayFollower} {
+		v := 0.0
+		if s.Relay == role {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(storeDescs.relay, prometheus.GaugeValue, v, role)
+	}
 }
 
 // newSnapshotUpdateSeconds is the histogram of the global's snapshot updates (Global.sync).

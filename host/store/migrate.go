@@ -163,6 +163,16 @@ func migrations() []migration {
 				heartbeat_ms BIGINT NOT NULL
 			)`,
 		}},
+		// Where the replicas of a PostgreSQL store follow the changes relay: the hub, the one
+		// replica that holds the relay lock and LISTENs, writes its address here once it holds
+		// the lock (listen.go). One row; unused by SQLite.
+		{version: 7, name: "changes relay hub", stmts: []string{
+			`CREATE TABLE relay_hub (
+				id      INTEGER PRIMARY KEY CHECK (id = 1),
+				replica TEXT NOT NULL,
+				address TEXT NOT NULL
+			)`,
+		}},
 	}
 }
 

@@ -754,6 +754,13 @@ func (s *sqlStore) SetMeta(ctx context.Context, key, value string) error {
 	return nil
 }
 
+// SetRelay implements Relayer for a PostgreSQL store; a SQLite store has no listener to share.
+func (s *sqlStore) SetRelay(r Relay) {
+	if s.listen != nil {
+		s.listen.setRelay(r)
+	}
+}
+
 // Close stops the listener and closes the database connections. Changes is not closed.
 func (s *sqlStore) Close() error {
 	if s.listen != nil {

@@ -1,8 +1,8 @@
 // Command replicas measures global replicas sharing one PostgreSQL, each replica a process of
 // its own (this program, re-run as -replica), on a throwaway PostgreSQL server:
 //
-//  1. a write through replica A's API reaching a zone stream on replica B (LISTEN/NOTIFY), over
-//     -writes writes: p50, p90, max;
+//  1. a write through replica A's API reaching a zone stream on replica B (NOTIFY, heard by the
+//     changes relay's hub and passed on), over -writes writes: p50, p90, max;
 //
 //  2. kill -9 of the replica a zone control plane is connected to, -rounds times: how long until
 //     the zone is connected to another replica, until it holds the 5 writes made meanwhile, and
@@ -13,12 +13,13 @@
 //     stopped), then of -zones zones on each of 3 replicas, -fanout-runs times: p50 of each, and
 //     the CPU per write of each replica, of the zones' process and of PostgreSQL (the postmaster
 //     and its backends, from /proc): the busiest replica's against the single replica's (the
-//     issue's limit 1.15x), PostgreSQL's with three replicas against one.
+//     issue's limit 1.15x), PostgreSQL's with three replicas against one; and the three replicas'
+//     once more with the changes relay off (each replica LISTENs), the baseline of the same run.
 //
 //     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 100] [-fanout-runs 3]
 //
 // The replicas run as kds-host does by default (zone tokens required, owner holds on, the
-// built-in retry policy), with plaintext KDS on loopback, sharing one token signing key file.
+// built-in retry policy, the changes relay on), with plaintext KDS on loopback, sharing one token signing key file.
 // The zones of 1 and 3 are raw delta xDS clients with zone tokens, in a child process (-fleet);
 // the zone of 2 is a real zone control plane (SQLite) in this process.
 package main
@@ -75,12 +76,13 @@ func main() {
 	dsn := flag.String("dsn", "", "internal: the replica's store")
 	key := flag.String("key", "", "internal: the replica's token signing key file")
 	kdsAddr := flag.String("kds-addr", "", "internal: the replica's KDS address")
+	relay := flag.Bool("store-relay", true, "internal: the replica shares one LISTEN with the others (GlobalConfig.StoreRelay)")
 	fleet := flag.String("fleet", "", "internal: be the zones' process; a file of ADDRESS TOKEN NAME lines")
 	flag.Parse()
 	var err error
 	switch {
 	case *replica != "":
-		err = runReplica(*replica, *dsn, *key, *kdsAddr)
+		err = runReplica(*replica, *dsn, *key, *kdsAddr, *relay)
 	case *fleet != "":
 		err = runFleet(*fleet)
 	default:
@@ -111,6 +113,7 @@ type bench struct {
 	replicas map[string]*replicaProc
 	kdsAddrs map[string]string // replica id -> KDS address, kept over restarts
 	seq      int
+	noRelay  bool // the replicas started now listen each for itself (GlobalConfig.StoreRelay off)
 }
 
 func run(writes, rounds, zones, fanoutWrites, fanoutRuns int) error {
@@ -301,10 +304,12 @@ func (b *bench) failOver(ctx context.Context, rounds int) error {
 	return nil
 }
 
-// fanOutCase is one fan-out configuration: the replicas up and the zones on each.
+// fanOutCase is one fan-out configuration: the replicas up and the zones on each, and whether
+// they listen each for itself (the changes relay off).
 type fanOutCase struct {
-	up []string
-	on map[string]int
+	up      []string
+	on      map[string]int
+	noRelay bool
 }
 
 // fanOutFigures is one configuration's run: latencies, and CPU per write of each replica, of the
@@ -334,10 +339,12 @@ type fanOutFigures struct {
 // scale out.
 func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	cases := []fanOutCase{
-		{[]string{"A"}, map[string]int{"A": zones}},
-		{[]string{"A", "B", "C"}, map[string]int{"A": zones}},
-		{[]string{"A", "B", "C"}, map[string]int{"B": zones}},
-		{[]string{"A", "B", "C"}, map[string]int{"A": zones, "B": zones, "C": zones}},
+		{[]string{"A"}, map[string]int{"A": zones}, false},
+		{[]string{"A", "B", "C"}, map[string]int{"A": zones}, false},
+		{[]string{"A", "B", "C"}, map[string]int{"B": zones}, false},
+		{[]string{"A", "B", "C"}, map[string]int{"A": zones, "B": zones, "C": zones}, false},
+		// The same without the changes relay: every replica LISTENs.
+		{[]string{"A", "B", "C"}, map[string]int{"A": zones, "B": zones, "C": zones}, true},
 	}
 	figs := make([][]fanOutFigures, len(cases))
 	for run := range runs {
@@ -351,7 +358,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	}
 	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each, medians of %d runs)\n", writes, runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "replicas up\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tother client backends\tthe rest\tPostgreSQL with idle\t\n")
+	fmt.Fprintf(w, "replicas up\trelay\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tother client backends\tthe rest\tPostgreSQL with idle\t\n")
 	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration {
 		var ds []time.Duration
 		for _, f := range figs[i] {
@@ -364,7 +371,11 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		for _, n := range c.on {
 			streams += n
 		}
-		cells := []string{strings.Join(c.up, ","), strings.Join(slices.Sorted(maps.Keys(c.on)), ","), strconv.Itoa(streams),
+		relay := "on"
+		if c.noRelay {
+			relay = "off"
+		}
+		cells := []string{strings.Join(c.up, ","), relay, strings.Join(slices.Sorted(maps.Keys(c.on)), ","), strconv.Itoa(streams),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return pct(f.lat, 50) })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return pct(f.lat, 90) })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return slices.Max(f.lat) }))}
@@ -384,7 +395,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
 	}
 	w.Flush()
-	one, three := 0, len(cases)-1
+	one, three, threeAlone := 0, len(cases)-2, len(cases)-1
 	base := med(one, func(f fanOutFigures) time.Duration { return f.replica["A"] })
 	worst, worstID := time.Duration(0), ""
 	for _, id := range []string{"A", "B", "C"} {
@@ -413,6 +424,11 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	}
 	fmt.Printf("  of PostgreSQL's: LISTEN backends %.2fx, other client backends %.2fx, the rest (background processes, backends gone) %.2fx\n",
 		ratio(pgListen(three), pgListen(one)), ratio(pgClients(three), pgClients(one)), ratio(pgRest(three), pgRest(one)))
+	fmt.Printf("  without the changes relay (every replica LISTENs): PostgreSQL's CPU per write %.2fx, its LISTEN backends %.2fx; the busiest replica %.2fx\n",
+		ratio(pgAll(threeAlone), pgAll(one)), ratio(pgListen(threeAlone), pgListen(one)),
+		ratio(max(med(threeAlone, func(f fanOutFigures) time.Duration { return f.replica["A"] }),
+			med(threeAlone, func(f fanOutFigures) time.Duration { return f.replica["B"] }),
+			med(threeAlone, func(f fanOutFigures) time.Duration { return f.replica["C"] })), base))
 	fmt.Printf("  wall clock p50 %.2fx, with every process on the same %d cores\n", ratio(p1, p0), runtime.NumCPU())
 	return nil
 }
@@ -420,6 +436,14 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 // fanOutOnce brings up c's replicas, starts its zones, and times writes through A.
 func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, error) {
 	var fig fanOutFigures
+	if c.noRelay != b.noRelay {
+		// Every replica again, in the other mode; A first, as run starts it.
+		b.stopAll()
+		b.noRelay = c.noRelay
+		if err := b.start("A"); err != nil {
+			return fig, err
+		}
+	}
 	for _, id := range []string{"B", "C"} {
 		_, up := b.replicas[id]
 		switch want := slices.Contains(c.up, id); {
@@ -717,7 +741,7 @@ func (b *bench) start(id string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "-replica", id, "-dsn", b.dsn, "-key", b.keyFile, "-kds-addr", addr)
+	cmd := exec.Command(self, "-replica", id, "-dsn", b.dsn, "-key", b.keyFile, "-kds-addr", addr, fmt.Sprintf("-store-relay=%t", !b.noRelay))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -767,7 +791,7 @@ func (b *bench) stopAll() {
 
 // runReplica is a replica's process: it prints "ready KDS API DIAG" and runs until its
 // standard input closes.
-func runReplica(id, dsn, keyFile, kdsAddr string) error {
+func runReplica(id, dsn, keyFile, kdsAddr string, relay bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := store.Open(ctx, dsn, "")
@@ -780,7 +804,7 @@ func runReplica(id, dsn, keyFile, kdsAddr string) error {
 		return err
 	}
 	gl, err := benchcp.StartGlobal(ctx, controlplane.GlobalConfig{Store: st, Registry: resource.Default(), Builtin: retrypolicy.New(),
-		OwnerHolds: true, Keys: keys, KDSAuth: true, KDSAddr: kdsAddr, ReplicaID: id, Logger: benchcp.Logger(os.Getenv("KDS_BENCH_LOG"), "replica-"+id)})
+		OwnerHolds: true, Keys: keys, KDSAuth: true, KDSAddr: kdsAddr, ReplicaID: id, StoreRelay: relay, Logger: benchcp.Logger(os.Getenv("KDS_BENCH_LOG"), "replica-"+id)})
 	if err != nil {
 		return err
 	}

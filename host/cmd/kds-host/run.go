@@ -34,6 +34,7 @@ type runFlags struct {
 	acceptNewStore    bool
 	replicaID         string
 	replicaAddress    string
+	storeRelay        bool
 	kdsAddr           string
 	apiAddr           string
 	diagAddr          string
@@ -84,6 +85,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.kdsAddr, "kds-addr", ":5685", "global: KDS gRPC listen address")
 	f.StringVar(&flags.replicaID, "replica-id", "", "global: this replica's name among the replicas sharing a PostgreSQL store, shown in /api/zones (default: host name and KDS port)")
 	f.StringVar(&flags.replicaAddress, "replica-address", "", "global: the KDS address zones reach this replica at, shown in /api/zones (default: grpc(s)://<host name>:<KDS port>)")
+	f.BoolVar(&flags.storeRelay, "store-relay", true, "global, PostgreSQL store: let one replica (the holder of the database's relay lock) LISTEN for writes and pass them on to the others over their KDS listeners, so PostgreSQL wakes one backend per write whatever the replicas; the others follow it with a replica token signed by the shared --signing-key (over TLS, they must share the KDS certificate or its issuer), and any that cannot follow listens itself. Off: every replica LISTENs")
 	f.StringVar(&flags.apiAddr, "api-addr", "", "HTTP API listen address (default 127.0.0.1:5681 global, 127.0.0.1:15681 zone)")
 	f.StringVar(&flags.diagAddr, "diag-addr", "", "metrics, /healthz and /readyz listen address (default 127.0.0.1:5680 global, 127.0.0.1:15680 zone)")
 	f.StringVar(&flags.zoneName, "zone-name", "", "zone: this zone's name, sent as the xDS node id")
@@ -219,7 +221,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn,
 		Profiles:  flags.profiles,
 		KDSAddr:   flags.kdsAddr,
-		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress,
+		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress, StoreRelay: flags.storeRelay,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:5681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:5680"),
 	}
