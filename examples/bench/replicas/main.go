@@ -16,7 +16,7 @@
 //     issue's limit 1.15x), PostgreSQL's with three replicas against one; and the three replicas'
 //     once more with the changes relay off (each replica LISTENs), the baseline of the same run.
 //
-//     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 100] [-fanout-runs 3]
+//     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 100] [-fanout-runs 3] [-replica-procs N]
 //
 // The replicas run as kds-host does by default (zone tokens required, owner holds on, the
 // built-in retry policy, the changes relay on), with plaintext KDS on loopback, sharing one token signing key file.
@@ -77,6 +77,7 @@ func main() {
 	key := flag.String("key", "", "internal: the replica's token signing key file")
 	kdsAddr := flag.String("kds-addr", "", "internal: the replica's KDS address")
 	relay := flag.Bool("store-relay", true, "internal: the replica shares one LISTEN with the others (GlobalConfig.StoreRelay)")
+	procs := flag.Int("replica-procs", 0, "GOMAXPROCS of each replica process (0: Go's default, the machine's cores); 1 stands for a replica on a core of its own, without the Go scheduler's spinning for work against the other processes")
 	fleet := flag.String("fleet", "", "internal: be the zones' process; a file of ADDRESS TOKEN NAME lines")
 	flag.Parse()
 	var err error
@@ -86,7 +87,7 @@ func main() {
 	case *fleet != "":
 		err = runFleet(*fleet)
 	default:
-		err = run(*writes, *rounds, *zones, *fanoutWrites, *fanoutRuns)
+		err = run(*writes, *rounds, *zones, *fanoutWrites, *fanoutRuns, *procs)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replicas:", err)
@@ -114,9 +115,10 @@ type bench struct {
 	kdsAddrs map[string]string // replica id -> KDS address, kept over restarts
 	seq      int
 	noRelay  bool // the replicas started now listen each for itself (GlobalConfig.StoreRelay off)
+	procs    int  // GOMAXPROCS of the replica processes, 0: the default
 }
 
-func run(writes, rounds, zones, fanoutWrites, fanoutRuns int) error {
+func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
 	if writes < 1 || rounds < 0 || zones < 1 || fanoutWrites < 1 || fanoutRuns < 1 {
 		return fmt.Errorf("-writes, -zones, -fanout-writes and -fanout-runs must be at least 1, -rounds at least 0")
 	}
@@ -143,7 +145,7 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns int) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin,
+	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin, procs: procs,
 		replicas: map[string]*replicaProc{}, kdsAddrs: map[string]string{}}
 	defer b.stopAll()
 	st, err := store.Open(ctx, dsn, "")
@@ -160,7 +162,11 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns int) error {
 			return err
 		}
 	}
-	fmt.Printf("PostgreSQL 15, 3 replicas (processes) on one database, %d resources; %d cores\n\n", len(seed()), runtime.NumCPU())
+	gomaxprocs := "Go's default"
+	if procs > 0 {
+		gomaxprocs = strconv.Itoa(procs)
+	}
+	fmt.Printf("PostgreSQL 15, 3 replicas (processes) on one database, %d resources; %d cores; each replica's GOMAXPROCS: %s\n\n", len(seed()), runtime.NumCPU(), gomaxprocs)
 
 	if err := b.crossReplica(writes); err != nil {
 		return fmt.Errorf("cross-replica write: %w", err)
@@ -422,13 +428,16 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	pgRest := func(i int) time.Duration {
 		return med(i, func(f fanOutFigures) time.Duration { return f.postgres - f.listen - f.clients })
 	}
-	fmt.Printf("  of PostgreSQL's: LISTEN backends %.2fx, other client backends %.2fx, the rest (background processes, backends gone) %.2fx\n",
-		ratio(pgListen(three), pgListen(one)), ratio(pgClients(three), pgClients(one)), ratio(pgRest(three), pgRest(one)))
-	fmt.Printf("  without the changes relay (every replica LISTENs): PostgreSQL's CPU per write %.2fx, its LISTEN backends %.2fx; the busiest replica %.2fx\n",
-		ratio(pgAll(threeAlone), pgAll(one)), ratio(pgListen(threeAlone), pgListen(one)),
+	// The LISTEN backends' share is a few 10 ms clock ticks over the writes: in ms, not a ratio.
+	fmt.Printf("  of PostgreSQL's: LISTEN backends %s against %s a write, other client backends %.2fx, the rest (background processes, backends gone) %s against %s\n",
+		benchcp.Ms(pgListen(three)), benchcp.Ms(pgListen(one)), ratio(pgClients(three), pgClients(one)), benchcp.Ms(pgRest(three)), benchcp.Ms(pgRest(one)))
+	fmt.Printf("  without the changes relay (every replica LISTENs): PostgreSQL's CPU per write %.2fx (LISTEN backends %s a write); the busiest replica %.2fx\n",
+		ratio(pgAll(threeAlone), pgAll(one)), benchcp.Ms(pgListen(threeAlone)),
 		ratio(max(med(threeAlone, func(f fanOutFigures) time.Duration { return f.replica["A"] }),
 			med(threeAlone, func(f fanOutFigures) time.Duration { return f.replica["B"] }),
 			med(threeAlone, func(f fanOutFigures) time.Duration { return f.replica["C"] })), base))
+	fmt.Printf("  A with three replicas up and only its own zones' streams (the others idle): %.2fx the single replica's\n",
+		ratio(med(1, func(f fanOutFigures) time.Duration { return f.replica["A"] }), base))
 	fmt.Printf("  wall clock p50 %.2fx, with every process on the same %d cores\n", ratio(p1, p0), runtime.NumCPU())
 	return nil
 }
@@ -743,6 +752,9 @@ func (b *bench) start(id string) error {
 	}
 	cmd := exec.Command(self, "-replica", id, "-dsn", b.dsn, "-key", b.keyFile, "-kds-addr", addr, fmt.Sprintf("-store-relay=%t", !b.noRelay))
 	cmd.Stderr = os.Stderr
+	if b.procs > 0 {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", b.procs))
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
