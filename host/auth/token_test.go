@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/host/auth"
 )
@@ -141,4 +145,21 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", tok, c)
 		}
 	})
+}
+
+// A replica token is a kind of its own: issued and verified as one, and never a zone's.
+func TestReplicaTokens(t *testing.T) {
+	g := NewWithT(t)
+	k, err := auth.NewKeys()
+	g.Expect(err).NotTo(HaveOccurred())
+	tok, err := k.Issue(auth.Claims{Kind: auth.KindReplica, Name: "global-1-5685"}, time.Minute, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := k.Verify(tok, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Kind).To(Equal(auth.KindReplica))
+	_, err = k.Verify(tok, now.Add(time.Minute))
+	g.Expect(err).To(MatchError(auth.ErrExpired))
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok))
+	_, err = auth.ZoneAuth{Keys: k, Now: func() time.Time { return now }}.Authenticate(ctx)
+	g.Expect(status.Code(err)).To(Equal(codes.PermissionDenied))
 }

@@ -26,6 +26,21 @@ type ZoneAuth struct {
 // mintHint is how to get a zone token, for the messages that refuse one.
 const mintHint = "mint one on the global with `kds-host token zone --name ZONE` and give it to the zone with --zone-token-file"
 
+// BearerToken returns the token of ctx's `authorization: Bearer TOKEN` gRPC metadata, "" when
+// there is none, or an Unauthenticated status when the metadata is not of that form.
+func BearerToken(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return "", nil
+	}
+	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	if tok = strings.TrimSpace(tok); !ok || tok == "" {
+		return "", status.Error(codes.Unauthenticated, "the authorization metadata must be `Bearer TOKEN`")
+	}
+	return tok, nil
+}
+
 // Authenticate returns the zone that ctx's credentials prove, or an Unauthenticated or
 // PermissionDenied status that says what is wrong.
 func (a ZoneAuth) Authenticate(ctx context.Context) (string, error) {
@@ -33,13 +48,12 @@ func (a ZoneAuth) Authenticate(ctx context.Context) (string, error) {
 	if a.Now != nil {
 		now = a.Now
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if vals := md.Get("authorization"); len(vals) > 0 {
-		tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-		if !ok {
-			return "", status.Error(codes.Unauthenticated, "the authorization metadata must be `Bearer TOKEN`")
-		}
-		c, err := a.Keys.Verify(strings.TrimSpace(tok), now())
+	tok, err := BearerToken(ctx)
+	if err != nil {
+		return "", err
+	}
+	if tok != "" {
+		c, err := a.Keys.Verify(tok, now())
 		switch {
 		case errors.Is(err, ErrExpired):
 			return "", status.Errorf(codes.Unauthenticated, "zone token refused: %v; %s", err, mintHint)

@@ -192,14 +192,12 @@ func (s relayServer) Follow(req *kdsv1.FollowRequest, stream grpc.ServerStreamin
 
 // authenticate accepts a call that carries a replica token signed by a key of the fleet's.
 func (r *changesRelay) authenticate(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
-	if len(vals) == 0 {
-		return status.Error(codes.Unauthenticated, "the changes relay needs a replica token in the authorization metadata")
+	tok, err := auth.BearerToken(ctx)
+	if err != nil {
+		return err
 	}
-	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	if !ok {
-		return status.Error(codes.Unauthenticated, "the authorization metadata must be `Bearer TOKEN`")
+	if tok == "" {
+		return status.Error(codes.Unauthenticated, "the changes relay needs a replica token in the authorization metadata")
 	}
 	c, err := r.keys.Verify(tok, r.now())
 	if err != nil {
