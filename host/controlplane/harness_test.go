@@ -86,7 +86,13 @@ func openSQLite(t testing.TB) store.Store {
 
 func openPostgres(t testing.TB) store.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), pg.Database(t), "")
+	return openPostgresAt(t, pg.Database(t))
+}
+
+// openPostgresAt opens a store of the PostgreSQL database dsn, closed when the test ends.
+func openPostgresAt(t testing.TB, dsn string) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), dsn, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,13 +33,7 @@ func TestReplicasShareOneListenOverTheRelay(t *testing.T) {
 	g, ctx := NewWithT(t), context.Background()
 	reg := resource.Default()
 	dsn := pg.Database(t)
-	open := func() store.Store {
-		st, err := store.Open(ctx, dsn, "")
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	stA, stB := open(), open()
+	stA, stB := openPostgresAt(t, dsn), openPostgresAt(t, dsn)
 	put(t, stA, reg, mesh("default"))
 	relay := func(id string) func(*controlplane.GlobalConfig) {
 		return func(c *controlplane.GlobalConfig) {

@@ -50,13 +50,7 @@ func TestReplicasShareOnePostgreSQL(t *testing.T) {
 	g, ctx := NewWithT(t), context.Background()
 	reg := resource.Default()
 	dsn := pg.Database(t)
-	open := func() store.Store {
-		st, err := store.Open(ctx, dsn, "")
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	stA, stB := open(), open()
+	stA, stB := openPostgresAt(t, dsn), openPostgresAt(t, dsn)
 	put(t, stA, reg, mesh("default"))
 	for i := range 10 {
 		put(t, stA, reg, timeout("default", fmt.Sprintf("t-%02d", i), "1s"))

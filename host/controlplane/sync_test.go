@@ -213,13 +213,7 @@ func TestAWriteThroughOneReplicaReachesAZoneOfAnother(t *testing.T) {
 	reg := resource.Default()
 	ctx := context.Background()
 	dsn := pg.Database(t)
-	open := func() store.Store {
-		st, err := store.Open(ctx, dsn, "")
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	st1, st2 := open(), open()
+	st1, st2 := openPostgresAt(t, dsn), openPostgresAt(t, dsn)
 	put(t, st1, reg, mesh("default"))
 	put(t, st1, reg, timeout("default", "old", "1s"))
 	gl1 := startGlobal(t, st1, reg)
