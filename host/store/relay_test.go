@@ -110,9 +110,7 @@ func (r *testRelay) Follow(ctx context.Context, address string, ready func(), he
 		select {
 		case <-ctx.Done():
 			hub.mu.Lock()
-			if _, ok := hub.subs[ch]; ok {
-				delete(hub.subs, ch)
-			}
+			delete(hub.subs, ch)
 			hub.mu.Unlock()
 			return ctx.Err()
 		case p, ok := <-ch:
