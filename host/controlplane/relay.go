@@ -44,6 +44,9 @@ type changesRelay struct {
 	log         hclog.Logger
 	now         func() time.Time
 
+	// lastFollowErr is why the last Follow failed, logged once; Follow's caller is one goroutine.
+	lastFollowErr string
+
 	mu        sync.Mutex
 	leading   bool
 	followers map[*relayFollower]struct{}
@@ -210,8 +213,31 @@ func (r *changesRelay) authenticate(ctx context.Context) error {
 }
 
 // Follow is the follower's end: it follows the hub at address (grpc:// or grpcs://, as
-// ReplicaAddress) until ctx ends or the stream fails.
+// ReplicaAddress) until ctx ends or the stream fails. It logs when it is taken on, and why it
+// could not be or the stream ended, once for as long as the reason stays the same: a replica
+// that cannot follow tries again every few seconds.
 func (r *changesRelay) Follow(ctx context.Context, address string, ready func(), heard func(payload string)) error {
+	followed := false
+	err := r.follow(ctx, address, func() {
+		followed = true
+		r.lastFollowErr = ""
+		r.log.Info("following the changes relay's hub", "hub", address)
+		ready()
+	}, heard)
+	if ctx.Err() == nil {
+		if why := err.Error(); followed || why != r.lastFollowErr {
+			r.lastFollowErr = why
+			msg := "could not follow the changes relay's hub: listening alone until it can"
+			if followed {
+				msg = "the changes relay's hub ended the stream"
+			}
+			r.log.Warn(msg, "hub", address, "error", err)
+		}
+	}
+	return err
+}
+
+func (r *changesRelay) follow(ctx context.Context, address string, ready func(), heard func(payload string)) error {
 	target, creds, err := r.dialOptions(address)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
+	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -103,4 +105,40 @@ func TestReplicasShareOneListenOverTheRelay(t *testing.T) {
 	g.Eventually(statusB, 10*time.Second).Should(And(HaveField("Relay", store.RelayHub), HaveField("Listening", true)))
 	put(t, stA, reg, timeout("default", "t-01", "3s"))
 	g.Eventually(specOf(zst, "t-01"), 10*time.Second).Should(ContainSubstring("3s"))
+}
+
+// TestTheRelayOverTLS: replicas that serve KDS over TLS with one certificate follow the hub over
+// TLS; a replica with a certificate of its own (its self-signed default) cannot verify the hub,
+// says so, and listens itself, hearing every write all the same.
+func TestTheRelayOverTLS(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	dsn := pg.Database(t)
+	shared, err := kds.ServerTLS("", "", t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	own, err := kds.ServerTLS("", "", t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	replica := func(id string, tc *tls.Config) func(*controlplane.GlobalConfig) {
+		return func(c *controlplane.GlobalConfig) {
+			c.ReplicaID, c.PollInterval, c.StoreRelay, c.TLS = id, time.Hour, true, tc
+		}
+	}
+	stA, stB, stC := openPostgresAt(t, dsn), openPostgresAt(t, dsn), openPostgresAt(t, dsn)
+	put(t, stA, reg, mesh("default"))
+	glA := startGlobal(t, stA, reg, replica("A", shared))
+	g.Eventually(func() string { return stA.(store.Listener).ListenStatus().Relay }, 10*time.Second).Should(Equal(store.RelayHub))
+	startGlobal(t, stB, reg, replica("B", shared))
+	startGlobal(t, stC, reg, replica("C", own))
+	statusOf := func(st store.Store) func() store.ListenStatus {
+		return func() store.ListenStatus { return st.(store.Listener).ListenStatus() }
+	}
+	g.Eventually(statusOf(stB), 10*time.Second).Should(And(HaveField("Relay", store.RelayFollower), HaveField("Hub", "grpcs://"+glA.KDSAddr())))
+	g.Eventually(statusOf(stC), 10*time.Second).Should(And(HaveField("Relay", ""), HaveField("Listening", true),
+		HaveField("LastError", And(ContainSubstring("grpcs://"+glA.KDSAddr()), ContainSubstring("certificate")))))
+
+	notifiedB, notifiedC := statusOf(stB)().Notified, statusOf(stC)().Notified
+	put(t, stA, reg, timeout("default", "t-00", "2s"))
+	g.Eventually(func() int64 { return statusOf(stB)().Notified }, 10*time.Second).Should(BeNumerically(">", notifiedB), "B heard it from the hub, over TLS")
+	g.Eventually(func() int64 { return statusOf(stC)().Notified }, 10*time.Second).Should(BeNumerically(">", notifiedC), "C heard it by its own LISTEN")
+	g.Expect(statusOf(stB)().Relay).To(Equal(store.RelayFollower))
 }
