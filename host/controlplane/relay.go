@@ -178,6 +178,11 @@ func (s relayServer) Follow(req *kdsv1.FollowRequest, stream grpc.ServerStreamin
 	}
 	for {
 		select {
+		case <-f.dropped: // before whatever is left of the backlog
+			return f.why
+		default:
+		}
+		select {
 		case <-stream.Context().Done():
 			return stream.Context().Err()
 		case <-f.dropped:
