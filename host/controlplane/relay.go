@@ -77,7 +77,7 @@ func newChangesRelay(id, address string, keys *auth.Keys, serverTLS *tls.Config,
 
 // relayClientTLS is how a follower dials a hub served with serverTLS: it trusts the system's
 // roots and every certificate of its own serving chain, so replicas that share a certificate, or
-// its issuer, verify each other, and it presents its own certificate when the hub asks for one.
+// its issuer, verify each other. It presents no certificate: the replica token says who it is.
 // Replicas with certificates of their own that nothing here signed (each one's self-signed
 // default) do not verify each other: each then listens itself.
 func relayClientTLS(serverTLS *tls.Config) *tls.Config {
@@ -95,7 +95,7 @@ func relayClientTLS(serverTLS *tls.Config) *tls.Config {
 			}
 		}
 	}
-	return &tls.Config{RootCAs: pool, Certificates: serverTLS.Certificates, MinVersion: tls.VersionTLS12}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
 
 func (r *changesRelay) ID() string      { return r.id }
