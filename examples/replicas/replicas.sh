@@ -11,9 +11,11 @@
 #
 # Needs the PostgreSQL server binaries (KDS_POSTGRES_BIN, default /usr/lib/postgresql/15/bin or
 # pg_config --bindir), curl and jq. KDS_BIN names the folder of kds-host (default ./bin). Last, it
-# kills every replica's LISTEN connection (pg_terminate_backend) and shows that a write still
-# reaches both zones. It ends with a line `RESULT moved=yes|no failover_ms=... resent=...
-# changed=2 listen_killed=N` and exits 1 when a zone did not move, missed a write, or was sent
+# kills every replica's listener connection (pg_terminate_backend) and shows that a write still
+# reaches both zones. Twice it waits for the changes relay to settle, one replica its hub (the
+# one LISTEN) and the others following it: at the start, and among the survivors at the end. It
+# ends with a line `RESULT moved=yes|no failover_ms=... resent=... changed=2 listen_killed=N
+# relay_hubs=N` and exits 1 when a zone did not move, missed a write, or was sent
 # anything unchanged. --keep leaves everything running until Ctrl-C. Every process it started is
 # stopped on exit (and on Ctrl-C), PostgreSQL included.
 set -euo pipefail
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     --port-base) port_base="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "replicas.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -144,6 +146,17 @@ sent() { # i zone: resources replica i sent the zone (0 when the replica is gone
   curl -fsS -m 2 "http://127.0.0.1:$(diag "$1")/metrics" 2>/dev/null |
     awk -v z="zone=\"$2\"" '/^kds_resources_sent_total/ && index($0, z) { s += $NF } END { print s + 0 }'
 }
+relay_role() { # i: the replica's part in the changes relay: hub, follower, or alone (it LISTENs itself)
+  curl -fsS -m 2 "http://127.0.0.1:$(diag "$1")/metrics" 2>/dev/null |
+    awk '/^kds_store_relay\{/ && $NF == 1 && match($0, /role="[a-z]+"/) { r = substr($0, RSTART + 6, RLENGTH - 7) } END { print (r == "" ? "alone" : r) }'
+}
+relay_roles() { # i...: "r1=hub r2=follower ..."
+  local i out=""; for i in "$@"; do out+="r$i=$(relay_role "$i") "; done; echo "${out% }"
+}
+relay_settled() { # i...: one of the replicas is the hub and every other follows it
+  local roles; roles=" $(relay_roles "$@") "
+  [ "$(grep -o '=hub ' <<<"$roles" | wc -l)" = 1 ] && [ "$(grep -o '=follower ' <<<"$roles" | wc -l)" = $(( $# - 1 )) ]
+}
 show_zones() { # i: /api/zones as replica i sees it
   curl -fsS -m 2 -H "Authorization: Bearer $(cat "$WORK/r$1/admin.token")" "http://127.0.0.1:$(api "$1")/api/zones" |
     jq -r '(.items // [])[] | "  \(.zone) -> \(.replica // "?") (\(.replicaAddress // "")) connected=\(.connected)"'
@@ -155,6 +168,8 @@ for i in 1 2 3; do for j in 1 2; do before[$i,$j]=$(sent "$i" "zone-$j"); done; 
 echo "synced: zone-1 on $on1, zone-2 on $on2; /api/zones on r3 says:"
 wait_for 10 "r3 to see both zones" bash -c "[ \$(curl -fsS -m 2 -H 'Authorization: Bearer $(cat "$WORK/r3/admin.token")' http://127.0.0.1:$(api 3)/api/zones | jq '[(.items // [])[] | select(.replica != null)] | length') = 2 ]"
 show_zones 3
+wait_for 10 "one replica to be the changes relay's hub and the others to follow it" relay_settled 1 2 3
+echo "changes relay (one LISTEN for the three): $(relay_roles 1 2 3)"
 
 # Kill the replica zone-1 is on; change one policy and add one through another replica.
 victim=${on1#r}
@@ -210,8 +225,8 @@ wait_for 10 "r$survivor to see zone-1 on $after1" bash -c "curl -fsS -m 2 -H 'Au
 show_zones "$survivor"
 [ "$resent1" = 2 ] || ok=0
 
-# Kill every replica's LISTEN connection: a write still reaches both zones (the replicas poll
-# until they listen again).
+# Kill every replica's listener connection (the hub's LISTEN, the followers' idle one): a write
+# still reaches both zones (the replicas poll until they hear writes again).
 killed=$(as_pg "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -Atqc \
   "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'kds-host listen'")
 third=$(( survivor % 3 + 1 )); [ "$third" = "$victim" ] && third=$(( third % 3 + 1 ))
@@ -219,9 +234,12 @@ t3=$(now_ms)
 timeout_yaml t-02 5s >"$WORK/change2.yaml"
 cli apply -f "$WORK/change2.yaml" --cp "http://127.0.0.1:$(api "$third")" --data-dir "$WORK/r$third" >/dev/null
 has_t02() { [ "$(zone_spec 1 t-02 | jq -r '.default.connectionTimeout')" = 5s ] && [ "$(zone_spec 2 t-02 | jq -r '.default.connectionTimeout')" = 5s ]; }
-wait_for 10 "the zones to hold t-02 with the LISTEN connections killed" has_t02
-echo "killed $killed LISTEN connections; t-02 applied through r$third reached both zones in $(( $(now_ms) - t3 )) ms"
-echo "RESULT moved=$([ "$after1" != "r$victim" ] && echo yes || echo no) failover_ms=$((t1 - t0)) resent=$resent1 changed=2 listen_killed=$killed"
+wait_for 10 "the zones to hold t-02 with the listener connections killed" has_t02
+echo "killed $killed listener connections; t-02 applied through r$third reached both zones in $(( $(now_ms) - t3 )) ms"
+wait_for 10 "one survivor to be the changes relay's hub and the other to follow it" relay_settled "$survivor" "$third"
+echo "changes relay after the kill and the killed connections: $(relay_roles "$survivor" "$third")"
+hubs=$(relay_roles "$survivor" "$third" | grep -o '=hub' | wc -l)
+echo "RESULT moved=$([ "$after1" != "r$victim" ] && echo yes || echo no) failover_ms=$((t1 - t0)) resent=$resent1 changed=2 listen_killed=$killed relay_hubs=$hubs"
 if [ "$keep" = 1 ]; then
   echo "running on (logs in $WORK); Ctrl-C stops everything"
   wait

@@ -54,5 +54,6 @@ func TestAZoneMovesWhenItsReplicaIsKilled(t *testing.T) {
 	g.Expect(result).NotTo(BeNil(), "no RESULT line:\n%s", out)
 	g.Expect(result).To(HaveKeyWithValue("moved", "yes"), "%s", out)
 	g.Expect(result).To(HaveKeyWithValue("resent", "2"), "the two changed resources, nothing unchanged:\n%s", out)
-	g.Expect(strconv.Atoi(result["listen_killed"])).To(Equal(2), "one LISTEN connection per surviving replica:\n%s", out)
+	g.Expect(strconv.Atoi(result["listen_killed"])).To(Equal(2), "one listener connection per surviving replica:\n%s", out)
+	g.Expect(result).To(HaveKeyWithValue("relay_hubs", "1"), "one hub of the changes relay among the survivors:\n%s", out)
 }
