@@ -335,9 +335,8 @@ func (l *listener) listen(ctx context.Context, conn *pgx.Conn, until time.Time, 
 	// Whatever committed before the LISTEN took effect was notified to nobody here; from
 	// Listening on, every write is heard by its notification.
 	l.poll(ctx, false)
-	l.update(func(s *ListenStatus) { s.Listening = true })
 	l.mu.Lock()
-	l.pid = conn.PgConn().PID()
+	l.status.Listening, l.pid = true, conn.PgConn().PID()
 	l.mu.Unlock()
 	err = l.wait(ctx, conn, until)
 	l.mu.Lock()
@@ -376,8 +375,8 @@ func (l *listener) wait(ctx context.Context, conn *pgx.Conn, until time.Time) er
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil && timedOut:
-			if !until.IsZero() && !time.Now().Before(until) {
-				return nil
+			if !until.IsZero() && time.Until(until) <= 0 {
+				continue // the loop's first check returns
 			}
 			pctx, cancel := context.WithTimeout(ctx, l.opts.timeout)
 			err = conn.Ping(pctx)
