@@ -123,6 +123,16 @@ func VersionsFunc(n int, each func(yield func(name, version string) bool), get f
 // Len is how many names the response carried.
 func (v Versions) Len() int { return v.n }
 
+// Copy is v's pairs in a map of their own, for an observer that reads them after its call
+// returns (the view reads the response in place, and the sender may reuse what it read).
+func (v Versions) Copy() Versions {
+	m := make(map[string]string, v.n)
+	for name, version := range v.All() {
+		m[name] = version
+	}
+	return VersionsOf(m)
+}
+
 // All yields every name and its version.
 func (v Versions) All() iter.Seq2[string, string] {
 	return func(yield func(string, string) bool) {

@@ -381,22 +381,35 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 
 // watchFor is CreateDeltaWatch for the request's session st.
 func (c *Cache) watchFor(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) func() {
-	w := c.openWatch(st, req, sub, out)
+	w := c.openWatch(st, req, sub, out, nil)
 	return func() { c.cancel(st, w) }
 }
 
 // openWatch opens the watch of watchFor, which cancel closes: kds's own stream loop holds st,
 // hands its requests to the tracker and then here with it, with no lookup, and keeps the watch
 // (no cancel func made on every request).
-func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) *watch {
-	w := &watch{kind: req.GetTypeUrl(), req: req, sub: sub, out: out}
+//
+// old is the kind's watch that kds's own stream loop has just canceled (nil: none). A zone's
+// every ACK opens its kind's watch anew, so the new watch is old itself, made afresh, when
+// nothing holds old any more: its response, if it had one, is no longer in flight (answered,
+// forgotten or never sent). Observers that read an event's versions after their call copy them
+// (event.Versions), so old's in-flight record is the session's alone.
+func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse, old *watch) *watch {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var w *watch
+	if old != nil && st.info.loop && old.wasCanceled && !slices.Contains(st.inflight, &old.record) {
+		*old = watch{}
+		w = old
+	} else {
+		w = &watch{}
+	}
+	w.kind, w.req, w.sub, w.out = req.GetTypeUrl(), req, sub, out
 	if !st.info.loop {
 		// A sender goroutine delivers it: cancel and the sender signal each other. kds's own
 		// stream loop delivers and cancels on one goroutine, and needs neither.
 		w.canceled, w.finished = make(chan struct{}), make(chan struct{})
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	ks := st.kind(w.kind)
 	w.ks = ks
 	if !ks.started {

@@ -177,6 +177,7 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
 	}
 	w := s.watches[kind]
+	var old *watch // the kind's watch until now, which the new one may reuse
 	if w == nil {
 		// The legacy wildcard: a first request that names nothing subscribes to all.
 		w = &deltaWatch{sub: stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)}
@@ -186,11 +187,12 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 			s.abandon() // its watch is canceled now: its names are dirty again for the next
 		}
 		s.cancel(w)
+		old = w.w
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
 	// The watch reads the stream's subscription in place: a request changes it only once the
 	// kind's watch is canceled (above).
-	w.w = s.cache.openWatch(s.st, req, &w.sub, nil)
+	w.w = s.cache.openWatch(s.st, req, &w.sub, nil, old)
 	return nil
 }
 

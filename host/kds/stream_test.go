@@ -260,3 +260,65 @@ func TestAWriteIsOneMessageForEveryStream(t *testing.T) {
 		}
 	})
 }
+
+// A zone's ACK opens its kind's watch anew, and the new watch is the old one made afresh (no
+// allocation a stream a write). A watch whose response is still in flight is not reused: a
+// request while it is (a re-request) gets a new watch, and the zone's later ACK of that response
+// still finds it.
+func TestAnACKReusesTheKindsWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		defer c.Close()
+		tr := NewTracker(c)
+		var b SnapshotBuilder
+		mt := func(name string, gen int64) resource.Resource {
+			return resource.Resource{Kind: "MeshTimeout", Mesh: "m", Name: name, Spec: json.RawMessage(fmt.Sprintf(`{"gen":%d}`, gen)), Generation: gen}
+		}
+		s, err := b.Build([]resource.Resource{mt("a", 1)})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s)
+		z := startLoopZone(c, tr, 1, "z1")
+		synctest.Wait()
+		st := c.Session(1)
+		watch := func() *watch {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return st.kind("MeshTimeout").watch
+		}
+
+		sent := <-z.str.sent
+		answered := watch()
+		g.Expect(answered).NotTo(BeNil())
+		g.Expect(answered.answered).To(BeTrue())
+		z.ack(sent)
+		synctest.Wait()
+		w := watch()
+		g.Expect(w).To(BeIdenticalTo(answered), "the ACKed response's watch, reused")
+		g.Expect(w.answered).To(BeFalse(), "made afresh")
+		g.Expect(w.resp).To(BeNil())
+		g.Expect(st.InFlight()).To(BeZero())
+
+		// An update goes out; the zone asks again before it answers it.
+		s2, err := b.Update([]resource.Resource{mt("a", 2)}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s2)
+		synctest.Wait()
+		update := <-z.str.sent
+		inFlight := watch()
+		z.str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResourceNamesSubscribe: []string{"*"}}
+		synctest.Wait()
+		g.Expect(watch()).NotTo(BeIdenticalTo(inFlight), "its response is in flight: a new watch")
+		g.Expect(st.InFlight()).To(Equal(1))
+		z.ack(update)
+		synctest.Wait()
+		a := s2.Kind("MeshTimeout")[s2.Names("MeshTimeout")[0]]
+		v, ok := st.AckedVersion("MeshTimeout", a.Name)
+		g.Expect(ok).To(BeTrue())
+		g.Expect(v).To(Equal(a.Version), "the ACK found the response it answers")
+		g.Expect(st.InFlight()).To(BeZero())
+
+		z.cancel()
+		g.Expect(<-z.done).To(Succeed())
+	})
+}

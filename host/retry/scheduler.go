@@ -152,13 +152,17 @@ func (s *Scheduler) Observer() event.Observer {
 				})
 			}
 		},
+		// A step runs later, on the session's queue, and an event's Versions are read in place
+		// only during the call: a stepped event takes a copy of them.
 		Sent: func(e event.Sent) {
 			if !s.skips(e.StreamID) {
+				e.Versions = e.Versions.Copy()
 				s.step(e.StreamID, func(m *Machine) Ready { return m.Sent(e, time.Now()) })
 			}
 		},
 		ACK: func(a event.ACK) {
 			if !s.skips(a.StreamID) {
+				a.Versions = a.Versions.Copy()
 				s.step(a.StreamID, func(m *Machine) Ready { return m.ACK(a, time.Now()) })
 			}
 		},

@@ -582,3 +582,29 @@ func TestCloseRacesANACKThatAsksForADecision(t *testing.T) {
 		<-done
 	}
 }
+
+// An event queued behind a resend is applied as it was when its callback returned: the callback
+// copies its versions, which the stream reads in place and reuses once the call is over.
+func TestAQueuedACKKeepsItsVersionsAfterItsCallbackReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		r := &resender{}
+		release := make(chan struct{})
+		r.onSend = func(map[string][]string) { <-release }
+		done := sync.OnceFunc(func() { close(release) })
+		defer done()
+		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
+		s.StreamOpened(1, "zone-1")
+		s.NACK(nack("Mesh", "default"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
+
+		carried := map[string]string{"default": "v1"} // the response, read in place
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(carried)})
+		clear(carried) // the stream reuses what the view read
+		done()
+		synctest.Wait()
+		g.Expect(s.State()[0].Failing).To(BeEmpty(), "the ACK applied is the one the callback was given")
+	})
+}
