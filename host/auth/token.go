@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -66,17 +65,22 @@ var (
 	ErrExpired      = errors.New("token expired")
 )
 
-// names a zone or a user may have: what a Kuma zone name may be, and no longer than a DNS label
-// run of 253 characters.
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
-
-// ValidName reports what is wrong with a zone or user name, or nil.
+// ValidName reports what is wrong with a zone or user name, or nil. A name is what a Kuma zone
+// name may be, no longer than a DNS name's 253 characters: lowercase letters, digits, '-' and
+// '.', starting and ending with a letter or digit. (Every zone stream checks its token's name: a
+// loop, not a regular expression: BenchmarkValidName, about a fiftieth of its cost.)
 func ValidName(name string) error {
-	if !nameRE.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 253 && alnum(name[0]) && alnum(name[len(name)-1])
+	for i := 1; ok && i < len(name)-1; i++ {
+		ok = alnum(name[i]) || name[i] == '-' || name[i] == '.'
+	}
+	if !ok {
 		return fmt.Errorf("name %q: want lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", name)
 	}
 	return nil
 }
+
+func alnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 // Issue signs claims with the signing key. validFor 0 never expires.
 func (k *Keys) Issue(c Claims, validFor time.Duration, now time.Time) (string, error) {

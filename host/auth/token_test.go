@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,40 @@ func TestReplicaTokens(t *testing.T) {
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok))
 	_, err = auth.ZoneAuth{Keys: k, Now: func() time.Time { return now }}.Authenticate(ctx)
 	g.Expect(status.Code(err)).To(Equal(codes.PermissionDenied))
+}
+
+// The names ValidName takes are exactly those of the pattern a Kuma zone name follows, at most
+// 253 characters: every string of the pattern's alphabet and a few others, up to 4 long, and
+// the lengths around the limit.
+func TestValidNameIsTheZoneNamePattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	alphabet := []byte("az09-.A_ /é")
+	check := func(name string) {
+		t.Helper()
+		if got, want := auth.ValidName(name) == nil, pattern.MatchString(name); got != want {
+			t.Fatalf("ValidName(%q) accepts: %v, the pattern: %v", name, got, want)
+		}
+	}
+	var each func(prefix string, n int)
+	each = func(prefix string, n int) {
+		check(prefix)
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			each(prefix+string(c), n-1)
+		}
+	}
+	each("", 4)
+	for _, n := range []int{252, 253, 254, 300} {
+		check(strings.Repeat("a", n))
+		check(strings.Repeat("a", n-1) + "-")
+		check("a" + strings.Repeat(".", n-2) + "a")
+	}
+}
+
+func BenchmarkValidName(b *testing.B) {
+	for b.Loop() {
+		_ = auth.ValidName("zone-0042.eu-west-1")
+	}
 }
