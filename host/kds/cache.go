@@ -138,22 +138,37 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	}
 	c.each(streams, func(st *Session) {
 		st.mu.Lock()
-		defer st.mu.Unlock()
-		for _, i := range kinds {
-			ks := st.kinds.known[i]
-			if ks == nil {
-				continue // not subscribed
-			}
-			if delta {
-				for _, n := range changed[c.kinds[i]] {
-					ks.dirty[n] = true
-				}
-			} else {
-				ks.full = true
-			}
-			c.evaluateLocked(st, ks)
+		st.deferWake = true
+		c.answerWrite(st, kinds, changed, delta)
+		st.deferWake = false
+		queued, sendNow := len(st.queue) > 0, st.sendNow
+		st.mu.Unlock()
+		// A stream of kds's own loop that is in step sends its answer here, as a server with
+		// no loop would: no wake-up of its loop a stream a write.
+		if queued && (sendNow == nil || !sendNow()) {
+			st.signal()
 		}
 	})
+}
+
+// answerWrite makes the write's changed names (those of kinds, by their place in the cache's
+// order; every name unless delta) dirty for the session, and answers its watches. Call with
+// st.mu.
+func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]string, delta bool) {
+	for _, i := range kinds {
+		ks := st.kinds.known[i]
+		if ks == nil {
+			continue // not subscribed
+		}
+		if delta {
+			for _, n := range changed[c.kinds[i]] {
+				ks.dirty[n] = true
+			}
+		} else {
+			ks.full = true
+		}
+		c.evaluateLocked(st, ks)
+	}
 }
 
 // each runs f on every stream, on as many goroutines as there are cores, and returns when all
@@ -597,5 +612,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 	w.resp = &w.answer.pass
 	w.forced = sentForced
 	st.queue = append(st.queue, w)
-	st.signal()
+	if !st.deferWake {
+		st.signal()
+	}
 }

@@ -377,3 +377,65 @@ func TestNamesTheGlobalDoesNotHoldAreBoundedPerStream(t *testing.T) {
 	defer mu.Unlock()
 	g.Expect(refusals).To(ConsistOf(HaveField("Reason", "limit")))
 }
+
+// A zone that stops reading holds up nobody's writes: a write's fan-out sends a stream's answer
+// itself only while what the stream has not had answered stays well under grpc-go's write quota
+// of a stream, so its send never waits for a zone that reads nothing. The stuck zone's
+// connection has a fixed window (no BDP growth), so its server side stops writing at 64 KiB.
+func TestAZoneThatStopsReadingHoldsUpNoWrite(t *testing.T) {
+	g := NewWithT(t)
+	kinds := []string{"MeshCircuitBreaker", "MeshFaultInjection", "MeshHealthCheck", "MeshRateLimit", "MeshRetry", "MeshTimeout"}
+	h := newHarness(t, kinds)
+	var rs []resource.Resource
+	for _, k := range kinds {
+		rs = append(rs, policy(k, "m", "p", `{}`))
+	}
+	h.set(rs)
+	h.subscribe(kinds...)
+	for range kinds {
+		h.ack(h.recv())
+	}
+
+	// The stuck zone: takes its full sync, ACKs it, then reads nothing more.
+	conn, err := grpc.NewClient(h.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	stuck, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	for i, k := range kinds {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: k}
+		if i == 0 {
+			req.Node = &core.Node{Id: "zone-2"}
+		}
+		g.Expect(stuck.Send(req)).To(Succeed())
+	}
+	for range kinds {
+		r, err := stuck.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(stuck.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})).To(Succeed())
+	}
+	g.Eventually(func() int { return len(h.zones.Connected()) }).Should(Equal(2))
+
+	// Writes of 40 KiB, a kind each, twice over: without the bound the fan-out's fifth send to
+	// the stuck zone would wait for it for ever, and every later write with it.
+	pad := strings.Repeat("x", 40<<10)
+	for round := range 2 {
+		for _, k := range kinds {
+			s, err := h.b.Update([]resource.Resource{policy(k, "m", "p", fmt.Sprintf(`{"round":%d,"pad":%q}`, round, pad))}, nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			done := make(chan struct{})
+			go func() { h.cache.SetSnapshot(s); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the write to %s (round %d) waited for the zone that reads nothing", k, round)
+			}
+			r := h.recv()
+			g.Expect(r.TypeUrl).To(Equal(k))
+			h.ack(r)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package kds
 
 import (
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +58,13 @@ type Session struct {
 	reRequests *tokenBucket                   // the zone's (Cache.admit): its re-request budget
 	digest     Digest                         // of what the zone ACKed
 	unknown    map[string]map[string]struct{} // by kind: names subscribed that the snapshot did not hold then
+	forgot     bool                           // a response in flight was forgotten (MaxInFlight): unanswered holds no longer counts all
+
+	// sendNow, set by kds's own stream loop, sends the queued responses on the caller's goroutine
+	// when it can without waiting, and reports whether it sent them all (stream.go). A write's
+	// fan-out holds back the wake-up while it evaluates (deferWake) and calls it first.
+	sendNow   func() bool
+	deferWake bool
 
 	// view is what the zone may see, as its filter last published it (Cache.Publish): read
 	// without any lock of the filter's.
@@ -320,6 +328,7 @@ func (s *Session) account(ks *kindState, kind, name string, before, after ackedV
 // before, as if it had refused them all (so acked does not change). Call with s.mu.
 func (s *Session) forgetLocked(r *inflight) {
 	s.dropLocked(r)
+	s.forgot = true
 	ks := r.ks
 	r.eachName(func(name string) {
 		h, _ := r.covers(name)
@@ -335,6 +344,22 @@ func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion, ex
 	} else {
 		ks.setRefused(name, h)
 	}
+}
+
+// unanswered is the room the responses in flight hold in the budget (about their encoded
+// size): all that the stream sent and the zone has not answered yet, or no bound once one was
+// forgotten.
+func (s *Session) unanswered() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.forgot {
+		return math.MaxInt64
+	}
+	var n int64
+	for _, r := range s.inflight {
+		n += r.cost
+	}
+	return n
 }
 
 // dropLocked takes r out of the responses in flight.

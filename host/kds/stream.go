@@ -6,11 +6,13 @@ package kds
 // must end without waiting for the zone's next request); it sends the session's answered
 // responses itself, in their order, when the budget has room for them, instead of receiving them
 // from a sender goroutine over a channel (two goroutines a stream: this one and the one reading
-// requests); the goroutine reading requests handles them itself, under the stream's lock, rather
-// than waking this one for each (an ACK costs one goroutine wake-up, not two); it keeps no copy
-// of what each subscription was sent (the session keeps what the zone holds); and its state
-// grows with the kinds the zone asks for, not with every kind there is. Callbacks are called in
-// the order that loop calls them, one at a time (the stream's lock), from either goroutine.
+// requests), and a write's fan-out sends a stream's answer itself when the stream is in step
+// (sendNow: no wake-up of the loop); the goroutine reading requests handles them itself, under
+// the stream's lock, rather than waking this one for each (an ACK costs one goroutine wake-up,
+// not two); it keeps no copy of what each subscription was sent (the session keeps what the zone
+// holds); and its state grows with the kinds the zone asks for, not with every kind there is.
+// Callbacks are called in the order that loop calls them, one at a time (the stream's lock),
+// from whichever goroutine holds it.
 
 import (
 	"context"
@@ -31,6 +33,7 @@ type deltaStream struct {
 	mu      sync.Mutex
 	closed  bool  // the loop has ended: no request is handled any more
 	err     error // why the request goroutine ended the stream (nil: the zone closed its side)
+	failed  error // a send of sendNow's failed: the loop ends the stream with it
 	id      int64
 	str     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
 	cache   *Cache
@@ -79,6 +82,9 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	if s.st = c.Session(id); s.st == nil {
 		return status.Error(codes.Unavailable, "the stream's session is closed")
 	}
+	s.st.mu.Lock()
+	s.st.sendNow = s.sendNow
+	s.st.mu.Unlock()
 	// The zone's requests, read and handled on a goroutine of their own; it ends with the RPC
 	// (Recv fails once the handler returned), when the loop has ended, or when a request fails
 	// (ended closed, with the loop's error in err).
@@ -200,25 +206,75 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 // first that does not fit stays pending, queued in the budget, until it is granted room or its
 // deadline.
 func (s *deltaStream) pump() error {
+	if s.failed != nil {
+		return s.failed
+	}
 	for s.wait == nil {
-		if s.pending == nil {
-			w := s.st.next()
-			if w == nil {
-				return nil
-			}
-			s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
-		}
-		if wait := s.cache.budget.tryAcquire(s.cost); wait != nil {
-			s.wait, s.freed = wait, wait.ready
-			s.timer = time.NewTimer(s.cache.budget.maxWait)
-			s.deadline = s.timer.C
+		if s.pending == nil && !s.take() {
 			return nil
+		}
+		if !s.admit() {
+			return nil // the pending response waits for room
 		}
 		if err := s.deliver(); err != nil {
 			return err
 		}
 	}
-	return nil // the pending response waits for room
+	return nil
+}
+
+// take takes the session's next answered response as the pending one, if there is one.
+func (s *deltaStream) take() bool {
+	w := s.st.next()
+	if w == nil {
+		return false
+	}
+	s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
+	return true
+}
+
+// admit takes the pending response's room in the budget, or else queues it there (wait) with its
+// deadline and reports false.
+func (s *deltaStream) admit() bool {
+	wait := s.cache.budget.tryAcquire(s.cost)
+	if wait == nil {
+		return true
+	}
+	s.wait, s.freed = wait, wait.ready
+	s.timer = time.NewTimer(s.cache.budget.maxWait)
+	s.deadline = s.timer.C
+	return false
+}
+
+// sendNowLimit bounds what a stream may have sent and not had answered for sendNow to send more:
+// half of grpc-go's write quota of a stream (64 KiB), the bytes a send may find not yet written
+// before it waits for them. What is unanswered includes all that is unwritten, so a send under
+// this bound never waits, whatever the zone does.
+const sendNowLimit = 32 << 10
+
+// sendNow is pump on the caller's goroutine (a write's fan-out), for as long as it cannot wait:
+// the stream's lock is free (TryLock: a request being handled, or the loop at work, leaves it to
+// the loop), the budget has room, and the stream's unanswered responses are under sendNowLimit. It
+// reports whether the session's queue is empty and nothing waits; on false the caller wakes the
+// loop, which sends the rest, waits for room, or ends the stream when a send failed.
+func (s *deltaStream) sendNow() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	if s.closed {
+		return true // nothing is sent any more
+	}
+	for s.failed == nil && s.wait == nil && s.st.unanswered() < sendNowLimit {
+		if s.pending == nil && !s.take() {
+			return true
+		}
+		if !s.admit() {
+			return false
+		}
+		s.failed = s.deliver()
+	}
+	return false
 }
 
 // deliver sends the pending response, whose room in the budget is taken.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,11 +30,18 @@ type fakeStream struct {
 	ctx  context.Context
 	reqs chan *discovery.DeltaDiscoveryRequest
 	sent chan *discovery.DeltaDiscoveryResponse
+	// onSend, when set, is called by Send first: an error fails the send.
+	onSend func() error
 }
 
 func (f *fakeStream) Context() context.Context { return f.ctx }
 
 func (f *fakeStream) Send(r *discovery.DeltaDiscoveryResponse) error {
+	if f.onSend != nil {
+		if err := f.onSend(); err != nil {
+			return err
+		}
+	}
 	f.sent <- r
 	return nil
 }
@@ -320,5 +329,74 @@ func TestAnACKReusesTheKindsWatch(t *testing.T) {
 
 		z.cancel()
 		g.Expect(<-z.done).To(Succeed())
+	})
+}
+
+// A write's fan-out sends the answer of a stream in step itself, with no wake-up of the stream's
+// loop. A stream whose unanswered responses reach sendNowLimit is left to its loop, whatever the
+// zone does with them; and a send of the fan-out's that fails ends the stream with its error.
+func TestAWriteToAStreamInStepIsSentByTheFanOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshRetry", "MeshTimeout"})
+		defer c.Close()
+		tr := NewTracker(c)
+		var b SnapshotBuilder
+		res := func(kind, name string, gen int64, size int) resource.Resource {
+			spec := fmt.Sprintf(`{"gen":%d,"pad":%q}`, gen, strings.Repeat("x", size))
+			return resource.Resource{Kind: kind, Mesh: "m", Name: name, Spec: json.RawMessage(spec), Generation: gen}
+		}
+		s, err := b.Build([]resource.Resource{res("MeshTimeout", "a", 1, 0), res("MeshRetry", "r", 1, 0)})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s)
+		z := startLoopZone(c, tr, 1, "z1")
+		z.str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshRetry", ResourceNamesSubscribe: []string{"*"}}
+		synctest.Wait()
+		for range 2 {
+			r := <-z.str.sent
+			z.str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}
+		}
+		synctest.Wait()
+
+		// Who sends: the fan-out runs inside SetSnapshot, the loop in serveDelta.
+		var byFanOut []bool
+		var fail error
+		z.str.onSend = func() error {
+			buf := make([]byte, 64<<10)
+			byFanOut = append(byFanOut, strings.Contains(string(buf[:runtime.Stack(buf, false)]), "SetSnapshot"))
+			return fail
+		}
+		write := func(rs ...resource.Resource) *discovery.DeltaDiscoveryResponse {
+			s, err := b.Update(rs, nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			c.SetSnapshot(s)
+			synctest.Wait()
+			g.Expect(z.str.sent).To(HaveLen(1), "sent so far by the fan-out: %v", byFanOut)
+			return <-z.str.sent
+		}
+		ack := func(r *discovery.DeltaDiscoveryResponse) {
+			z.str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}
+			synctest.Wait()
+		}
+
+		ack(write(res("MeshTimeout", "a", 2, 0)))
+		g.Expect(byFanOut).To(Equal([]bool{true}), "in step: the fan-out sends it")
+
+		big := write(res("MeshRetry", "r", 2, 40<<10)) // nothing unanswered: sent by the fan-out
+		g.Expect(c.Session(1).unanswered()).To(BeNumerically(">=", sendNowLimit))
+		small := write(res("MeshTimeout", "a", 3, 0))
+		g.Expect(byFanOut).To(Equal([]bool{true, true, false}), "40 KiB unanswered: left to the loop")
+		ack(big)
+		ack(small)
+
+		fail = status.Error(codes.Unavailable, "the connection is gone")
+		s3, err := b.Update([]resource.Resource{res("MeshTimeout", "a", 4, 0)}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s3)
+		synctest.Wait()
+		g.Expect(byFanOut).To(HaveLen(4))
+		g.Expect(byFanOut[3]).To(BeTrue())
+		g.Expect(status.Code(<-z.done)).To(Equal(codes.Unavailable), "the loop ended the stream with the send's error")
+		z.cancel() // the RPC ends with its handler: the request goroutine's Recv fails
 	})
 }
