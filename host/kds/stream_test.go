@@ -76,6 +76,12 @@ func (z *loopZone) ack(r *discovery.DeltaDiscoveryResponse) {
 	z.str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: "MeshTimeout", ResponseNonce: r.Nonce}
 }
 
+// policyAt is kind's policy name in mesh m at generation, its spec padded with pad bytes.
+func policyAt(kind, name string, generation int64, pad int) resource.Resource {
+	spec := fmt.Sprintf(`{"gen":%d,"pad":%q}`, generation, strings.Repeat("x", pad))
+	return resource.Resource{Kind: kind, Mesh: "m", Name: name, Spec: json.RawMessage(spec), Generation: generation}
+}
+
 // The stream loop sends a session's responses itself, a few streams at a time when the budget is
 // short: a response waits for room until another zone answers, never longer than budgetMaxWait;
 // a request that replaces the watch of a waiting response takes it back (its names are sent in
@@ -184,10 +190,7 @@ func TestAWriteIsOneMessageForEveryStream(t *testing.T) {
 		defer c.Close()
 		tr := NewTracker(c)
 		var b SnapshotBuilder
-		mt := func(name string, gen int64) resource.Resource {
-			return resource.Resource{Kind: "MeshTimeout", Mesh: "m", Name: name, Spec: json.RawMessage(fmt.Sprintf(`{"gen":%d}`, gen)), Generation: gen}
-		}
-		s, err := b.Build([]resource.Resource{mt("a", 1), mt("b", 1)})
+		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0), policyAt("MeshTimeout", "b", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
 		zones := []*loopZone{startLoopZone(c, tr, 1, "z1"), startLoopZone(c, tr, 2, "z2"), startLoopZone(c, tr, 3, "z3")}
@@ -200,7 +203,7 @@ func TestAWriteIsOneMessageForEveryStream(t *testing.T) {
 		}
 		synctest.Wait()
 
-		s2, err := b.Update([]resource.Resource{mt("a", 2)}, nil)
+		s2, err := b.Update([]resource.Resource{policyAt("MeshTimeout", "a", 2, 0)}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s2)
 		synctest.Wait()
@@ -281,10 +284,7 @@ func TestAnACKReusesTheKindsWatch(t *testing.T) {
 		defer c.Close()
 		tr := NewTracker(c)
 		var b SnapshotBuilder
-		mt := func(name string, gen int64) resource.Resource {
-			return resource.Resource{Kind: "MeshTimeout", Mesh: "m", Name: name, Spec: json.RawMessage(fmt.Sprintf(`{"gen":%d}`, gen)), Generation: gen}
-		}
-		s, err := b.Build([]resource.Resource{mt("a", 1)})
+		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
 		z := startLoopZone(c, tr, 1, "z1")
@@ -309,7 +309,7 @@ func TestAnACKReusesTheKindsWatch(t *testing.T) {
 		g.Expect(st.InFlight()).To(BeZero())
 
 		// An update goes out; the zone asks again before it answers it.
-		s2, err := b.Update([]resource.Resource{mt("a", 2)}, nil)
+		s2, err := b.Update([]resource.Resource{policyAt("MeshTimeout", "a", 2, 0)}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s2)
 		synctest.Wait()
@@ -342,11 +342,7 @@ func TestAWriteToAStreamInStepIsSentByTheFanOut(t *testing.T) {
 		defer c.Close()
 		tr := NewTracker(c)
 		var b SnapshotBuilder
-		res := func(kind, name string, gen int64, size int) resource.Resource {
-			spec := fmt.Sprintf(`{"gen":%d,"pad":%q}`, gen, strings.Repeat("x", size))
-			return resource.Resource{Kind: kind, Mesh: "m", Name: name, Spec: json.RawMessage(spec), Generation: gen}
-		}
-		s, err := b.Build([]resource.Resource{res("MeshTimeout", "a", 1, 0), res("MeshRetry", "r", 1, 0)})
+		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0), policyAt("MeshRetry", "r", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
 		z := startLoopZone(c, tr, 1, "z1")
@@ -379,18 +375,18 @@ func TestAWriteToAStreamInStepIsSentByTheFanOut(t *testing.T) {
 			synctest.Wait()
 		}
 
-		ack(write(res("MeshTimeout", "a", 2, 0)))
+		ack(write(policyAt("MeshTimeout", "a", 2, 0)))
 		g.Expect(byFanOut).To(Equal([]bool{true}), "in step: the fan-out sends it")
 
-		big := write(res("MeshRetry", "r", 2, 40<<10)) // nothing unanswered: sent by the fan-out
+		big := write(policyAt("MeshRetry", "r", 2, 40<<10)) // nothing unanswered: sent by the fan-out
 		g.Expect(c.Session(1).unanswered()).To(BeNumerically(">=", sendNowLimit))
-		small := write(res("MeshTimeout", "a", 3, 0))
+		small := write(policyAt("MeshTimeout", "a", 3, 0))
 		g.Expect(byFanOut).To(Equal([]bool{true, true, false}), "40 KiB unanswered: left to the loop")
 		ack(big)
 		ack(small)
 
 		fail = status.Error(codes.Unavailable, "the connection is gone")
-		s3, err := b.Update([]resource.Resource{res("MeshTimeout", "a", 4, 0)}, nil)
+		s3, err := b.Update([]resource.Resource{policyAt("MeshTimeout", "a", 4, 0)}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s3)
 		synctest.Wait()

@@ -534,7 +534,8 @@ func TestARoundDoesNotResendANameTheZoneACKedBeforeIt(t *testing.T) {
 }
 
 // While a stream's resend is being made, its events wait in order behind it, not in the xDS
-// callback that brought them.
+// callback that brought them; and one is applied as it was when its callback returned (the
+// callback copies the versions, which the stream reads in place and reuses after the call).
 func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
@@ -550,11 +551,13 @@ func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
 
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
+		carried := map[string]string{"default": "v1"} // the response, read in place
+		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(carried)})
+		clear(carried) // the stream reuses what the view read
 		g.Expect(s.State()[0].Failing).To(HaveLen(1), "the ACK waits for the resend decided before it")
 		done()
 		synctest.Wait()
-		g.Expect(s.State()[0].Failing).To(BeEmpty(), "then it is applied")
+		g.Expect(s.State()[0].Failing).To(BeEmpty(), "then it is applied, as the callback was given it")
 		time.Sleep(time.Hour)
 		g.Expect(r.Rounds()).To(HaveLen(1))
 	})
@@ -581,30 +584,4 @@ func TestCloseRacesANACKThatAsksForADecision(t *testing.T) {
 		sch.Close()
 		<-done
 	}
-}
-
-// An event queued behind a resend is applied as it was when its callback returned: the callback
-// copies its versions, which the stream reads in place and reuses once the call is over.
-func TestAQueuedACKKeepsItsVersionsAfterItsCallbackReturns(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := NewWithT(t)
-		r := &resender{}
-		release := make(chan struct{})
-		r.onSend = func(map[string][]string) { <-release }
-		done := sync.OnceFunc(func() { close(release) })
-		defer done()
-		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
-		s.NACK(nack("Mesh", "default"))
-		time.Sleep(time.Second)
-		synctest.Wait()
-		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
-
-		carried := map[string]string{"default": "v1"} // the response, read in place
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(carried)})
-		clear(carried) // the stream reuses what the view read
-		done()
-		synctest.Wait()
-		g.Expect(s.State()[0].Failing).To(BeEmpty(), "the ACK applied is the one the callback was given")
-	})
 }
