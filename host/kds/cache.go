@@ -413,7 +413,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var w *watch
-	if old != nil && st.info.loop && old.wasCanceled && !slices.Contains(st.inflight, &old.record) {
+	if old != nil && !slices.Contains(st.inflight, &old.record) {
 		*old = watch{}
 		w = old
 	} else {

@@ -206,44 +206,35 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 // first that does not fit stays pending, queued in the budget, until it is granted room or its
 // deadline.
 func (s *deltaStream) pump() error {
+	_, err := s.pumpWhile(nil)
+	return err
+}
+
+// pumpWhile is pump that also asks more, when not nil, before each response it takes, and stops
+// where more says no. It reports whether it left the session's queue empty with nothing waiting.
+func (s *deltaStream) pumpWhile(more func() bool) (bool, error) {
 	if s.failed != nil {
-		return s.failed
+		return false, s.failed
 	}
-	for s.wait == nil {
-		if s.pending == nil && !s.take() {
-			return nil
+	for s.wait == nil && (more == nil || more()) {
+		if s.pending == nil {
+			w := s.st.next()
+			if w == nil {
+				return true, nil
+			}
+			s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
 		}
-		if !s.admit() {
-			return nil // the pending response waits for room
+		if wait := s.cache.budget.tryAcquire(s.cost); wait != nil {
+			s.wait, s.freed = wait, wait.ready
+			s.timer = time.NewTimer(s.cache.budget.maxWait)
+			s.deadline = s.timer.C
+			return false, nil // the pending response waits for room
 		}
 		if err := s.deliver(); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
-}
-
-// take takes the session's next answered response as the pending one, if there is one.
-func (s *deltaStream) take() bool {
-	w := s.st.next()
-	if w == nil {
-		return false
-	}
-	s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
-	return true
-}
-
-// admit takes the pending response's room in the budget, or else queues it there (wait) with its
-// deadline and reports false.
-func (s *deltaStream) admit() bool {
-	wait := s.cache.budget.tryAcquire(s.cost)
-	if wait == nil {
-		return true
-	}
-	s.wait, s.freed = wait, wait.ready
-	s.timer = time.NewTimer(s.cache.budget.maxWait)
-	s.deadline = s.timer.C
-	return false
+	return false, nil
 }
 
 // sendNowLimit bounds what a stream may have sent and not had answered for sendNow to send more:
@@ -265,16 +256,9 @@ func (s *deltaStream) sendNow() bool {
 	if s.closed {
 		return true // nothing is sent any more
 	}
-	for s.failed == nil && s.wait == nil && s.st.unanswered() < sendNowLimit {
-		if s.pending == nil && !s.take() {
-			return true
-		}
-		if !s.admit() {
-			return false
-		}
-		s.failed = s.deliver()
-	}
-	return false
+	drained, err := s.pumpWhile(func() bool { return s.st.unanswered() < sendNowLimit })
+	s.failed = err
+	return drained
 }
 
 // deliver sends the pending response, whose room in the budget is taken.
