@@ -51,6 +51,47 @@ type ZoneStreamRecorder interface {
 	OtherZoneStreams(ctx context.Context, replica string, freshAfter time.Time) ([]ZoneStream, error)
 }
 
+// zoneStreamsChunk is how many zones one statement of RecordZoneStreams deletes or writes: 2,500
+// parameters at most, within both databases' limits (32,766 for SQLite, 65,535 for PostgreSQL).
+const zoneStreamsChunk = 500
+
+// placeholders returns n groups of size question marks: "?, ?" for (2, 1), "(?, ?), (?, ?)" for
+// (2, 2).
+func placeholders(n, size int) string {
+	group := strings.Repeat("?, ", size-1) + "?"
+	if size > 1 {
+		group = "(" + group + ")"
+	}
+	var b strings.Builder
+	b.Grow(n * (len(group) + 2))
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(group)
+	}
+	return b.String()
+}
+
+// distinctZones returns put with each zone once, its last stream kept, as writing them one at a
+// time would leave them: one statement may not upsert a row twice (PostgreSQL refuses it).
+func distinctZones(put []ZoneStream) []ZoneStream {
+	last := make(map[string]int, len(put))
+	for i, z := range put {
+		last[z.Zone] = i
+	}
+	if len(last) == len(put) {
+		return put
+	}
+	out := make([]ZoneStream, 0, len(last))
+	for i, z := range put {
+		if last[z.Zone] == i {
+			out = append(out, z)
+		}
+	}
+	return out
+}
+
 func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, error) {
 	if hb.Replica == "" {
 		return 0, errors.New("record zone streams: the replica id is empty")
@@ -63,18 +104,28 @@ func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, 
 	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
 	ex := &stmtCache{tx: tx}
 	defer ex.close()
-	for _, z := range hb.Gone {
-		if _, err := ex.ExecContext(ctx, s.d.rebind(`DELETE FROM zone_streams WHERE zone = ? AND replica = ?`), z, hb.Replica); err != nil {
-			return 0, fmt.Errorf("record zone streams of %s: delete %s: %w", hb.Replica, z, err)
+	// A statement a chunk of zones, not one a zone: on PostgreSQL each is a round trip.
+	for gone := range slices.Chunk(hb.Gone, zoneStreamsChunk) {
+		args := make([]any, 0, 1+len(gone))
+		args = append(args, hb.Replica)
+		for _, z := range gone {
+			args = append(args, z)
+		}
+		q := `DELETE FROM zone_streams WHERE replica = ? AND zone IN (` + placeholders(len(gone), 1) + `)`
+		if _, err := ex.ExecContext(ctx, s.d.rebind(q), args...); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: delete %d zones from %s: %w", hb.Replica, len(gone), gone[0], err)
 		}
 	}
-	for _, z := range hb.Put {
-		if _, err := ex.ExecContext(ctx, s.d.rebind(`INSERT INTO zone_streams (zone, replica, address, since_ms, heartbeat_ms)
-			VALUES (?, ?, ?, ?, ?)
+	for put := range slices.Chunk(distinctZones(hb.Put), zoneStreamsChunk) {
+		args := make([]any, 0, 5*len(put))
+		for _, z := range put {
+			args = append(args, z.Zone, hb.Replica, hb.Address, z.Since.UnixMilli(), now)
+		}
+		q := `INSERT INTO zone_streams (zone, replica, address, since_ms, heartbeat_ms) VALUES ` + placeholders(len(put), 5) + `
 			ON CONFLICT (zone, replica) DO UPDATE SET address = excluded.address, since_ms = excluded.since_ms,
-				heartbeat_ms = excluded.heartbeat_ms`),
-			z.Zone, hb.Replica, hb.Address, z.Since.UnixMilli(), now); err != nil {
-			return 0, fmt.Errorf("record zone streams of %s: put %s: %w", hb.Replica, z.Zone, err)
+				heartbeat_ms = excluded.heartbeat_ms`
+		if _, err := ex.ExecContext(ctx, s.d.rebind(q), args...); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: put %d zones from %s: %w", hb.Replica, len(put), put[0].Zone, err)
 		}
 	}
 	// One row refreshes every record of the replica (not one write per zone stream).

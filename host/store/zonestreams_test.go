@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,4 +90,53 @@ func TestZoneStreams(t *testing.T) {
 		_, err = rec.RecordZoneStreams(ctx, Heartbeat{Now: at(0)})
 		g.Expect(err).To(MatchError(ContainSubstring("replica id is empty")))
 	})
+}
+
+// TestZoneStreamsInChunks writes and deletes more zones than one statement takes, and a zone put
+// twice in one heartbeat, on each backend.
+func TestZoneStreamsInChunks(t *testing.T) {
+	eachBackend(t, func(t *testing.T, dsn string) {
+		g, ctx := NewWithT(t), context.Background()
+		rec := openStore(t, dsn).(ZoneStreamRecorder)
+		t0 := time.UnixMilli(1_700_000_000_000)
+		n := 2*zoneStreamsChunk + 1
+		put := make([]ZoneStream, n)
+		for i := range put {
+			put[i] = ZoneStream{Zone: fmt.Sprintf("zone-%04d", i), Since: t0}
+		}
+		// zone-0000 again, later, in the same statement: the last one is what is recorded, as one
+		// write at a time would leave it.
+		put = slices.Insert(put, 1, ZoneStream{Zone: "zone-0000", Since: t0.Add(time.Second)})
+		count, err := rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r1", Address: "grpc://a:1", Now: t0, Put: put})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(count).To(Equal(int64(n)))
+		zs, err := rec.ZoneStreams(ctx, t0)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(zs).To(HaveLen(n))
+		g.Expect(zs[0]).To(Equal(ZoneStream{Zone: "zone-0000", Replica: "r1", Address: "grpc://a:1", Since: t0.Add(time.Second), Heartbeat: t0}))
+		g.Expect(zs[n-1].Zone).To(Equal(fmt.Sprintf("zone-%04d", n-1)))
+
+		// Every zone but the middle one goes, across three statements.
+		gone := []string{}
+		for i := range n {
+			if i != zoneStreamsChunk {
+				gone = append(gone, fmt.Sprintf("zone-%04d", i))
+			}
+		}
+		count, err = rec.RecordZoneStreams(ctx, Heartbeat{Replica: "r1", Now: t0.Add(time.Second), Gone: gone})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(count).To(Equal(int64(1)))
+		zs, err = rec.ZoneStreams(ctx, t0)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(zs).To(HaveLen(1))
+		g.Expect(zs[0].Zone).To(Equal(fmt.Sprintf("zone-%04d", zoneStreamsChunk)))
+	})
+}
+
+func TestPlaceholders(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(placeholders(1, 1)).To(Equal("?"))
+	g.Expect(placeholders(3, 1)).To(Equal("?, ?, ?"))
+	g.Expect(placeholders(2, 3)).To(Equal("(?, ?, ?), (?, ?, ?)"))
+	g.Expect(dialectPostgres.rebind("IN (" + placeholders(3, 1) + ")")).To(Equal("IN ($1, $2, $3)"))
 }
