@@ -83,6 +83,7 @@ type ads struct {
 // DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
 // can close (a newer stream of the same zone replaces it): its end then carries the reason.
 func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	growStack()
 	zone := ""
 	if a.cfg.Authenticate != nil {
 		z, err := a.cfg.Authenticate(s.Context())

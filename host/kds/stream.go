@@ -90,6 +90,7 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	// (ended closed, with the loop's error in err).
 	ended := make(chan struct{})
 	go func() {
+		growStack()
 		defer close(ended)
 		for {
 			req, err := str.Recv()
