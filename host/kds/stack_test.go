@@ -13,10 +13,10 @@ import (
 func TestGrowStackGivesAGoroutineEightKiB(t *testing.T) {
 	g := NewWithT(t)
 	const n = 1000
-	inUse := func() uint64 {
+	inUse := func() int64 {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return ms.StackInuse
+		return int64(ms.StackInuse)
 	}
 	before := inUse()
 	var started sync.WaitGroup
