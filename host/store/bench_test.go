@@ -49,47 +49,38 @@ func BenchmarkApply1000(b *testing.B) {
 // replica and back (move: every record deleted, then written again), on each backend.
 func BenchmarkRecordZoneStreams10000(b *testing.B) {
 	const zones = 10000
-	backends := []struct {
-		name string
-		dsn  func(b *testing.B) string
-	}{
-		{"sqlite", func(b *testing.B) string { return filepath.Join(b.TempDir(), "kds.db") }},
-		{"postgres", func(b *testing.B) string { return pg.Database(b) }},
-	}
-	for _, be := range backends {
-		b.Run(be.name, func(b *testing.B) {
-			ctx := context.Background()
-			rec := openStore(b, be.dsn(b)).(ZoneStreamRecorder)
-			t0 := time.UnixMilli(1_700_000_000_000)
-			put := make([]ZoneStream, zones)
-			gone := make([]string, zones)
-			for i := range put {
-				put[i] = ZoneStream{Zone: fmt.Sprintf("zone-%05d", i), Since: t0}
-				gone[i] = put[i].Zone
+	eachBackend(b, func(b *testing.B, dsn string) {
+		ctx := context.Background()
+		rec := openStore(b, dsn).(ZoneStreamRecorder)
+		t0 := time.UnixMilli(1_700_000_000_000)
+		put := make([]ZoneStream, zones)
+		gone := make([]string, zones)
+		for i := range put {
+			put[i] = ZoneStream{Zone: fmt.Sprintf("zone-%05d", i), Since: t0}
+			gone[i] = put[i].Zone
+		}
+		beat := func(b *testing.B, hb Heartbeat) {
+			hb.Replica, hb.Address = "r1", "grpc://10.0.0.1:5685"
+			if _, err := rec.RecordZoneStreams(ctx, hb); err != nil {
+				b.Fatal(err)
 			}
-			beat := func(hb Heartbeat) {
-				hb.Replica, hb.Address = "r1", "grpc://10.0.0.1:5685"
-				if _, err := rec.RecordZoneStreams(ctx, hb); err != nil {
-					b.Fatal(err)
-				}
+		}
+		b.Run("put", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				beat(b, Heartbeat{Now: t0.Add(time.Duration(i) * time.Second), Put: put})
 			}
-			b.Run("put", func(b *testing.B) {
-				i := 0
-				for b.Loop() {
-					i++
-					beat(Heartbeat{Now: t0.Add(time.Duration(i) * time.Second), Put: put})
-				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*zones), "us/zone")
-			})
-			b.Run("move", func(b *testing.B) {
-				i := 0
-				for b.Loop() {
-					i++
-					beat(Heartbeat{Now: t0.Add(time.Duration(i) * time.Second), Gone: gone})
-					beat(Heartbeat{Now: t0.Add(time.Duration(i) * time.Second), Put: put})
-				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*zones), "us/zone")
-			})
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*zones), "us/zone")
 		})
-	}
+		b.Run("move", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				beat(b, Heartbeat{Now: t0.Add(time.Duration(i) * time.Second), Gone: gone})
+				beat(b, Heartbeat{Now: t0.Add(time.Duration(i) * time.Second), Put: put})
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*zones), "us/zone")
+		})
+	})
 }

@@ -34,11 +34,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// eachBackend runs fn against a fresh SQLite file and a fresh PostgreSQL database.
-func eachBackend(t *testing.T, fn func(t *testing.T, dsn string)) {
+// eachBackend runs fn against a fresh SQLite file and a fresh PostgreSQL database, as subtests
+// of a test or sub-benchmarks of a benchmark.
+func eachBackend[T interface {
+	testing.TB
+	Run(name string, f func(T)) bool
+}](t T, fn func(t T, dsn string)) {
 	t.Helper()
-	t.Run("sqlite", func(t *testing.T) { fn(t, filepath.Join(t.TempDir(), "kds.db")) })
-	t.Run("postgres", func(t *testing.T) { fn(t, pg.Database(t)) })
+	t.Run("sqlite", func(t T) { fn(t, filepath.Join(t.TempDir(), "kds.db")) })
+	t.Run("postgres", func(t T) { fn(t, pg.Database(t)) })
 }
 
 func openStore(t testing.TB, dsn string) Store {
