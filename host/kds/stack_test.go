@@ -9,7 +9,7 @@ import (
 )
 
 // TestGrowStackGivesAGoroutineEightKiB parks goroutines that called growStack and reads what
-// their stacks hold: 8 KiB each at least (the frame is kept, not optimized away).
+// their stacks hold: about 8 KiB each (the frame is kept, not optimized away).
 func TestGrowStackGivesAGoroutineEightKiB(t *testing.T) {
 	g := NewWithT(t)
 	const n = 1000
@@ -34,5 +34,8 @@ func TestGrowStackGivesAGoroutineEightKiB(t *testing.T) {
 	grown := inUse() - before
 	close(release)
 	done.Wait()
-	g.Expect(grown).To(BeNumerically(">=", n*8<<10), "stack bytes in use for %d goroutines", n)
+	// 8 KiB each, less what other goroutines of the package (servers of earlier tests winding
+	// down) free meanwhile: 6 KiB each leaves 2 MB for that. Without growStack they start at the
+	// runtime's starting size, 2 to 4 KiB here (race detector included).
+	g.Expect(grown).To(BeNumerically(">=", n*6<<10), "stack bytes in use for %d goroutines", n)
 }
