@@ -4,7 +4,7 @@
 // except that KDS is plaintext on loopback (as --kds-plaintext). Its store holds Mesh "default"
 // and N MeshTimeouts (benchproc.Resources), written before the global starts.
 //
-//	benchserver -resources 1000 -zones 100 -tokens FILE [-owner-holds=false] [-kds-auth=false] [-tmp DIR] [-cpuprofile FILE] [-heapprofile FILE]
+//	benchserver -resources 1000 -zones 100 -tokens FILE [-owner-holds=false] [-kds-auth=false] [-tmp DIR] [-cpuprofile FILE [-cpuprofile-after-sync FILE]] [-heapprofile FILE]
 //
 // It mints a zone token for each of zone-0000 ... zone-(N-1) into FILE, one a line, then, once
 // the global serves, prints a benchproc.Ready line. Its control endpoint writes the target
@@ -43,13 +43,13 @@ func main() {
 	logLevel := flag.String("log", "off", "the global's log level: off, error, warn, info, debug")
 	prof := benchproc.ProfileFlags()
 	flag.Parse()
-	if err := run(*n, *zones, *tokens, *holds, *kdsAuth, *tmp, *addr, *logLevel, *prof); err != nil {
+	if err := run(*n, *zones, *tokens, *holds, *kdsAuth, *tmp, *addr, *logLevel, prof); err != nil {
 		fmt.Fprintln(os.Stderr, "benchserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, zones int, tokensFile string, holds, kdsAuth bool, tmp, addr, logLevel string, prof benchproc.Profiles) (err error) {
+func run(n, zones int, tokensFile string, holds, kdsAuth bool, tmp, addr, logLevel string, prof *benchproc.Profiles) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -117,16 +117,15 @@ func run(n, zones int, tokensFile string, holds, kdsAuth bool, tmp, addr, logLev
 		}
 		return err
 	}
-	control, err := benchproc.Control(ctx, prof.Heap, update)
+	control, err := benchproc.Control(ctx, prof, update)
 	if err != nil {
 		return err
 	}
-	stopProfile, err := benchproc.StartCPUProfile(prof.CPU)
-	if err != nil {
+	if err := prof.StartCPU(); err != nil {
 		return err
 	}
 	defer func() {
-		if perr := stopProfile(); perr != nil && err == nil {
+		if perr := prof.StopCPU(); perr != nil && err == nil {
 			err = perr
 		}
 	}()

@@ -129,7 +129,7 @@ func main() {
 	flag.DurationVar(&o.gap, "gap", 100*time.Millisecond, "pause after each update has reached every zone")
 	flag.DurationVar(&o.idle, "idle", 30*time.Second, "how long the idle server CPU is measured, every zone connected")
 	flag.StringVar(&o.out, "out", "bench-results", "directory for scale.json, latency.svg and cpu.svg (\"\": write nothing)")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each server process, from serving to exit, to DIR/SCENARIO-SERVER[-runN].pprof, its heap profile at the end to ...heap.pprof, and the zones' process's CPU profile to ...zones.pprof")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each server process, from serving until the full sync is done, to DIR/SCENARIO-SERVER[-runN].pprof, from then until exit (updates, idle, heap, close) to ...after.pprof, its heap profile at the end to ...heap.pprof, and the zones' process's CPU profile to ...zones.pprof")
 	flag.StringVar(&o.bin, "bin", "", "directory holding prebuilt benchserver and stock binaries (default: build them into a temp dir)")
 	flag.StringVar(&o.tmp, "tmp", "", "where kds-host's SQLite temp dir goes (default: the system temp dir)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up one server's run of one scenario after this long")
@@ -140,6 +140,7 @@ func main() {
 	flag.BoolVar(&o.noMemCheck, "no-mem-check", false, "run a scenario even when its estimated peak RSS exceeds MemAvailable")
 
 	replot := flag.String("replot", "", "read a scale.json, print its table and write its SVG plots again (into -out), run nothing")
+	breakdownOnly := flag.Bool("breakdown", false, "read the CPU profiles named after the flags (-cpuprofile's, or any Go CPU profile) and print where their samples went, by category (garbage collection, zone token checks, gRPC sends, ...), run nothing; needs the go command")
 
 	var fc fleetConfig
 	flag.StringVar(&fc.addr, "fleet", "", "internal: be the zones' process, against this KDS address")
@@ -152,6 +153,10 @@ func main() {
 	flag.StringVar(&fc.cpuProfile, "fleet-cpuprofile", "", "internal: write the zones' process's CPU profile here")
 	flag.Parse()
 
+	if *breakdownOnly {
+		breakdownMain(flag.Args())
+		return
+	}
 	if fc.addr != "" {
 		if err := runFleet(fc); err != nil {
 			fmt.Fprintln(os.Stderr, "scale zones:", err)

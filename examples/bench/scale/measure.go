@@ -76,7 +76,8 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		}
 	}
 	if prof != "" {
-		args = append(args, "-cpuprofile", prof, "-heapprofile", strings.TrimSuffix(prof, ".pprof")+".heap.pprof")
+		base := strings.TrimSuffix(prof, ".pprof")
+		args = append(args, "-cpuprofile", prof, "-cpuprofile-after-sync", base+".after.pprof", "-heapprofile", base+".heap.pprof")
 		fig.CPUProfile = prof
 	}
 	started := time.Now()
@@ -158,6 +159,11 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	fig.Sync = time.Duration(ns).Seconds()
 	fig.Rate = float64(sc.Zones) * float64(sc.Resources+1) / fig.Sync
 	fig.SyncCPU = (cpu1 - cpu0).Seconds()
+	if prof != "" {
+		if err := synced(control); err != nil {
+			return fig, err
+		}
+	}
 	quiet(ctx, pid, 30*time.Second) // the last ACKs, and whatever the server does after a sync
 
 	// Updates: each from just before the control request until the zones' process saw the last
@@ -212,6 +218,20 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		return fig, err
 	}
 	return fig, nil
+}
+
+// synced tells a server's control endpoint that the full sync is done: its CPU profile of the
+// sync ends there.
+func synced(control string) error {
+	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+control+"/synced", "", nil)
+	if err != nil {
+		return fmt.Errorf("POST /synced: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("POST /synced: %s", resp.Status)
+	}
+	return nil
 }
 
 // liveHeap asks a server's control endpoint for its heap after forced GCs.

@@ -11,7 +11,7 @@
 // delta with no cache at all (floor.go): the least any server on grpc-go does for the same
 // fleet, the floor under every figure.
 //
-//	stock -resources 1000 [-guard|-floor] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE] [-heapprofile FILE]
+//	stock -resources 1000 [-guard|-floor] [-kds-addr 127.0.0.1:0] [-cpuprofile FILE [-cpuprofile-after-sync FILE]] [-heapprofile FILE]
 //
 // Once it serves, it prints a benchproc.Ready line; its control endpoint changes the target
 // MeshTimeout (LinearCache.UpdateResource) and reports the live heap. It stops when its standard
@@ -50,13 +50,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "stock: -guard and -floor are two servers: give one")
 		os.Exit(2)
 	}
-	if err := run(*n, *addr, *wrap, *bare, *prof); err != nil {
+	if err := run(*n, *addr, *wrap, *bare, prof); err != nil {
 		fmt.Fprintln(os.Stderr, "stock:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
+func run(n int, addr string, wrap, bare bool, prof *benchproc.Profiles) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := benchproc.UntilStdinCloses(ctx)
@@ -143,13 +143,12 @@ func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
 		}
 		return linear[r.Kind].UpdateResource(e.Key.XDSName(), e.Resource)
 	}
-	control, err := benchproc.Control(ctx, prof.Heap, update)
+	control, err := benchproc.Control(ctx, prof, update)
 	if err != nil {
 		gs.Stop()
 		return err
 	}
-	stopProfile, err := benchproc.StartCPUProfile(prof.CPU)
-	if err != nil {
+	if err := prof.StartCPU(); err != nil {
 		gs.Stop()
 		return err
 	}
@@ -160,7 +159,7 @@ func run(n int, addr string, wrap, bare bool, prof benchproc.Profiles) error {
 	case err = <-served:
 	}
 	gs.Stop()
-	if perr := stopProfile(); err == nil {
+	if perr := prof.StopCPU(); err == nil {
 		err = perr
 	}
 	return err

@@ -18,6 +18,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
@@ -106,14 +107,16 @@ func LiveHeap() Heap {
 	return Heap{HeapAlloc: m.HeapAlloc, HeapSys: m.HeapSys, NumGC: m.NumGC}
 }
 
-// Control serves a server's control endpoint on a loopback port:
+// Control serves a server's control endpoint on a loopback port, for the driver that started the
+// server (anyone on the machine could reach it: a bench server serves nothing worth guarding):
 //
 //	POST /update?seq=N  makes update N (see Updated) and answers once it is written
 //	GET  /heap          answers Heap, as JSON
+//	POST /synced        the full sync is done: the CPU profile goes on into prof.CPUAfterSync
 //
 // It returns the bound address; the server stops when ctx ends.
-// With heapProfile set, GET /heap also writes a heap profile there once it has measured.
-func Control(ctx context.Context, heapProfile string, update func(ctx context.Context, seq int) error) (string, error) {
+// With prof.Heap set, GET /heap also writes a heap profile there once it has measured.
+func Control(ctx context.Context, prof *Profiles, update func(ctx context.Context, seq int) error) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -133,14 +136,21 @@ func Control(ctx context.Context, heapProfile string, update func(ctx context.Co
 	})
 	mux.HandleFunc("GET /heap", func(w http.ResponseWriter, r *http.Request) {
 		h := LiveHeap()
-		if heapProfile != "" {
-			if err := writeHeapProfile(heapProfile); err != nil {
+		if prof.Heap != "" {
+			if err := writeHeapProfile(prof.Heap); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(h)
+	})
+	mux.HandleFunc("POST /synced", func(w http.ResponseWriter, r *http.Request) {
+		if err := prof.afterSync(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -151,18 +161,79 @@ func Control(ctx context.Context, heapProfile string, update func(ctx context.Co
 	return ln.Addr().String(), nil
 }
 
-// Profiles are a server's -cpuprofile and -heapprofile flags.
+// Profiles are a server's -cpuprofile, -cpuprofile-after-sync and -heapprofile flags.
 type Profiles struct {
-	CPU  string // a CPU profile, from serving until exit
-	Heap string // a heap profile, when GET /heap has measured the live heap
+	CPU string // a CPU profile, from serving until exit, or until POST /synced with CPUAfterSync
+	// CPUAfterSync takes the CPU profile on from POST /synced until exit, so that CPU holds the
+	// full sync alone.
+	CPUAfterSync string
+	Heap         string // a heap profile, when GET /heap has measured the live heap
+
+	mu   sync.Mutex
+	file *os.File // the CPU profile being written, or nil
 }
 
-// ProfileFlags registers -cpuprofile and -heapprofile on the command line.
+// ProfileFlags registers -cpuprofile, -cpuprofile-after-sync and -heapprofile on the command
+// line.
 func ProfileFlags() *Profiles {
 	p := &Profiles{}
-	flag.StringVar(&p.CPU, "cpuprofile", "", "write a CPU profile, from serving until exit, to this file")
+	flag.StringVar(&p.CPU, "cpuprofile", "", "write a CPU profile, from serving until exit (or until the full sync is done, with -cpuprofile-after-sync), to this file")
+	flag.StringVar(&p.CPUAfterSync, "cpuprofile-after-sync", "", "write the CPU profile from the end of the full sync (the driver's POST /synced) until exit to this file")
 	flag.StringVar(&p.Heap, "heapprofile", "", "write a heap profile to this file when GET /heap has measured the live heap")
 	return p
+}
+
+// StartCPU starts the CPU profile into p.CPU ("" profiles nothing); StopCPU ends it.
+func (p *Profiles) StartCPU() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.startLocked(p.CPU)
+}
+
+// StopCPU ends the CPU profile being written, if any, and closes its file.
+func (p *Profiles) StopCPU() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopLocked()
+}
+
+// afterSync ends the full sync's CPU profile and starts the one after it, with -cpuprofile-after-sync.
+func (p *Profiles) afterSync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.CPUAfterSync == "" || p.file == nil {
+		return nil
+	}
+	if err := p.stopLocked(); err != nil {
+		return err
+	}
+	return p.startLocked(p.CPUAfterSync)
+}
+
+func (p *Profiles) startLocked(file string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	p.file = f
+	return nil
+}
+
+func (p *Profiles) stopLocked() error {
+	if p.file == nil {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	err := p.file.Close()
+	p.file = nil
+	return err
 }
 
 func writeHeapProfile(file string) error {
@@ -186,24 +257,4 @@ func UntilStdinCloses(ctx context.Context) (context.Context, context.CancelFunc)
 		cancel()
 	}()
 	return ctx, cancel
-}
-
-// StartCPUProfile starts a CPU profile into file ("" profiles nothing); stop ends it and closes
-// the file.
-func StartCPUProfile(file string) (stop func() error, err error) {
-	if file == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClassifyTraces(t *testing.T) {
+	const traces = `File: benchserver
+Type: cpu
+Duration: 699.41ms, Total samples = 60ms ( 8.58%)
+-----------+-------------------------------------------------------
+      10ms   crypto/internal/fips140/edwards25519/field.feSquare
+             github.com/kds-host/kds-host/host/auth.verifyBatch
+             github.com/kds-host/kds-host/host/auth.(*Keys).Verify
+             github.com/kds-host/kds-host/host/kds.(*ads).DeltaAggregatedResources
+             google.golang.org/grpc.(*Server).processRPC
+-----------+-------------------------------------------------------
+      20ms   runtime.spanOf (inline)
+             runtime.scanObject
+             runtime.gcAssistAlloc1
+             runtime.gcAssistAlloc
+             runtime.mallocgc
+             github.com/kds-host/kds-host/host/kds.(*Cache).evaluateLocked
+-----------+-------------------------------------------------------
+     1.5s   github.com/kds-host/kds-host/host/kds.perKind[go.shape.struct { once sync.Once }]
+             google.golang.org/grpc.(*Server).processRPC
+-----------+-------------------------------------------------------
+     250us   internal/runtime/syscall/linux.Syscall6
+             google.golang.org/grpc/internal/transport.(*loopyWriter).run
+-----------+-------------------------------------------------------
+      10ms   runtime.futex
+             runtime.sysmon
+-----------+-------------------------------------------------------
+`
+	got, err := classifyTraces(strings.NewReader(traces))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"zone token checks":                   0.010,
+		"garbage collection":                  0.020, // its assist, inside kds-host's allocation
+		"the server's request and cache work": 1.5,
+		"gRPC sends (loopy writer, SendMsg)":  0.00025,
+		otherCategory:                         0.010,
+		"total":                               1.54025,
+	}
+	for k, v := range want {
+		if d := got[k] - v; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s: %.5f s, want %.5f", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("categories %v, want %v", got, want)
+	}
+}
+
+func TestParseDurationRefusesWhatPprofDoesNotWrite(t *testing.T) {
+	for _, s := range []string{"10", "ms", "1.5h", ""} {
+		if _, err := parseDuration(s); err == nil {
+			t.Errorf("parseDuration(%q): no error", s)
+		}
+	}
+}
