@@ -25,8 +25,9 @@ type floor struct {
 
 	full map[string]*discovery.DeltaDiscoveryResponse // per type URL: every resource of the kind
 
-	mu      sync.Mutex
-	streams map[*floorStream]struct{}
+	mu       sync.Mutex
+	streams  map[*floorStream]struct{}
+	prepared map[string]*grpc.PreparedMsg // per type URL: full, encoded by the first stream that asked
 }
 
 type floorStream struct {
@@ -41,7 +42,8 @@ func (fs *floorStream) send(m any) error {
 }
 
 func newFloor(entries []*kds.Entry) *floor {
-	f := &floor{full: map[string]*discovery.DeltaDiscoveryResponse{}, streams: map[*floorStream]struct{}{}}
+	f := &floor{full: map[string]*discovery.DeltaDiscoveryResponse{}, streams: map[*floorStream]struct{}{},
+		prepared: map[string]*grpc.PreparedMsg{}}
 	for _, e := range entries {
 		r := f.full[e.Key.Kind]
 		if r == nil {
@@ -63,7 +65,6 @@ func (f *floor) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_
 		delete(f.streams, fs)
 		f.mu.Unlock()
 	}()
-	prepared := map[string]*grpc.PreparedMsg{}
 	for {
 		req, err := s.Recv()
 		if err != nil {
@@ -72,24 +73,35 @@ func (f *floor) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_
 		if req.GetResponseNonce() != "" {
 			continue // an ACK
 		}
-		full, ok := f.full[req.GetTypeUrl()]
-		if !ok {
-			full = &discovery.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl(), Nonce: "full"}
-		}
-		// Encoded per stream here (a PreparedMsg is bound to its stream's codec and compressor),
-		// once per subscription: the full sync's one message per kind.
-		m := prepared[req.GetTypeUrl()]
-		if m == nil {
-			m = &grpc.PreparedMsg{}
-			if err := m.Encode(s, full); err != nil {
-				return err
-			}
-			prepared[req.GetTypeUrl()] = m
+		m, err := f.fullMsg(s, req.GetTypeUrl())
+		if err != nil {
+			return err
 		}
 		if err := fs.send(m); err != nil {
 			return err
 		}
 	}
+}
+
+// fullMsg is the full sync's message for a kind, encoded once, by the first stream that asks for
+// it: a PreparedMsg is bound to its stream's codec and compressor, and every stream of
+// grpc.NewServer's has the same codec and no compressor.
+func (f *floor) fullMsg(s grpc.ServerStream, typeURL string) (*grpc.PreparedMsg, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m := f.prepared[typeURL]; m != nil {
+		return m, nil
+	}
+	full, ok := f.full[typeURL]
+	if !ok {
+		full = &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: "full"}
+	}
+	m := &grpc.PreparedMsg{}
+	if err := m.Encode(s, full); err != nil {
+		return nil, err
+	}
+	f.prepared[typeURL] = m
+	return m, nil
 }
 
 // update sends e to every open stream, from as many goroutines as there are cores: the message
