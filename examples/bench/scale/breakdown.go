@@ -16,8 +16,9 @@ import (
 // A category is where a CPU sample's time went: the first category, in this order, whose pattern
 // matches a function on the sample's stack. The order puts what a stack is for before what it
 // runs on: the garbage collector first (its assists run inside any allocation), then the zone
-// token's check, a write's fan-out, then gRPC's sends and receives (called from the server's own
-// goroutines), then the server's own work, then the rest of gRPC's, then the scheduler's.
+// token's check and the store, then gRPC's sends and receives (most called from the server's own
+// goroutines), then a write's fan-out and the server's other work, then the rest of gRPC's,
+// then the scheduler's.
 type category struct {
 	name string
 	re   *regexp.Regexp
@@ -26,11 +27,11 @@ type category struct {
 var categories = []category{
 	{"garbage collection", regexp.MustCompile(`^runtime\.(gcBgMarkWorker|gcAssistAlloc|bgsweep|bgscavenge|gcStart|gcMarkDone|gcMarkTermination|markroot|sweepone|deductSweepCredit)$`)},
 	{"zone token checks", regexp.MustCompile(`^github\.com/kds-host/kds-host/host/auth\.`)},
-	{"a write's fan-out", regexp.MustCompile(`\.\(\*Cache\)\.SetSnapshot$|^github\.com/kds-host/kds-host/host/controlplane\.\(\*Global\)\.sync`)},
 	{"heartbeat and store", regexp.MustCompile(`^github\.com/kds-host/kds-host/host/controlplane\.\(\*replicas\)|^github\.com/kds-host/kds-host/host/store\.|^modernc\.org/sqlite`)},
 	{"stack growth", regexp.MustCompile(`^runtime\.(newstack|copystack)$|^github\.com/kds-host/kds-host/host/kds\.growStack$`)},
 	{"gRPC sends (SendMsg, loopy writer)", regexp.MustCompile(`^google\.golang\.org/grpc\.\(\*serverStream\)\.SendMsg$|^google\.golang\.org/grpc/internal/transport\.\(\*loopyWriter\)|^google\.golang\.org/grpc/internal/transport\.\(\*http2Server\)\.(write|writeHeader)`)},
 	{"gRPC receives (RecvMsg, frame reader)", regexp.MustCompile(`^google\.golang\.org/grpc\.\(\*serverStream\)\.RecvMsg$|^google\.golang\.org/grpc/internal/transport\.\(\*http2Server\)\.(HandleStreams|operateHeaders)$|^golang\.org/x/net/http2`)},
+	{"a write's fan-out, but for gRPC", regexp.MustCompile(`\.\(\*Cache\)\.SetSnapshot(\.func\d+)*$|^github\.com/kds-host/kds-host/host/controlplane\.\(\*Global\)\.sync`)},
 	{"the server's own request and cache work", regexp.MustCompile(`^github\.com/kds-host/kds-host/|^github\.com/envoyproxy/go-control-plane/pkg/|^main\.`)},
 	{"gRPC, the rest (connections, stream setup)", regexp.MustCompile(`^google\.golang\.org/grpc`)},
 	{"scheduler, network poller", regexp.MustCompile(`^runtime\.(schedule|findRunnable|park_m|goexit0|netpoll|mcall|wakep|startm|stopm)$`)},
