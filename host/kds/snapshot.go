@@ -59,7 +59,7 @@ type Snapshot struct {
 
 	// A snapshot made by SnapshotBuilder.Update knows the one it was derived from (weakly: it
 	// does not keep it alive) and the xDS names, by kind, whose entries differ from it (added,
-	// changed or removed), so a Cache serving base looks at those names only.
+	// changed or removed; each name once), so a Cache serving base looks at those names only.
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
 
@@ -119,7 +119,7 @@ func (s *Snapshot) Names(kind string) []string {
 }
 
 // ChangesFrom returns, when s was derived from prev by Update, the names by kind in which the
-// two differ; ok is false when s is not known to be derived from prev.
+// two differ, each once; ok is false when s is not known to be derived from prev.
 func (s *Snapshot) ChangesFrom(prev *Snapshot) (changed map[string][]string, ok bool) {
 	if s == nil || prev == nil || s.changed == nil || s.base != weak.Make(prev) {
 		return nil, false
@@ -280,20 +280,30 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 	if b.prev == nil {
 		b.prev = map[resource.Key]builtEntry{}
 	}
+	seen := make(map[resource.Key]bool, len(puts)+len(dels)) // a key put twice, or put and deleted
+	changedName := func(k resource.Key, name string) {
+		if !seen[k] {
+			seen[k] = true
+			s.changed[k.Kind] = append(s.changed[k.Kind], name)
+		}
+	}
 	for _, p := range puts {
 		byName, name := own(p.key.Kind), p.key.XDSName()
 		if _, ok := byName[name]; !ok {
 			s.size++
 		}
 		byName[name] = p.be.entry
-		s.changed[p.key.Kind] = append(s.changed[p.key.Kind], name)
+		changedName(p.key, name)
 		b.prev[p.key] = p.be
 	}
 	for _, k := range dels {
 		name := k.XDSName()
+		if _, ok := own(k.Kind)[name]; !ok {
+			continue // named twice in deleted: gone already
+		}
 		delete(own(k.Kind), name)
 		s.size--
-		s.changed[k.Kind] = append(s.changed[k.Kind], name)
+		changedName(k, name)
 		delete(b.prev, k)
 	}
 	for kind := range s.changed {

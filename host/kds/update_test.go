@@ -385,3 +385,30 @@ func TestResendLooksOnlyAtTheNamedNames(t *testing.T) {
 	h.ack(r)
 	h.expectQuiet(100 * time.Millisecond)
 }
+
+// An update that names a resource twice (two writes of it in one batch, or a write and a
+// delete) lists its name once among the changes: each stream looks at it once, and sends it
+// once.
+func TestAnUpdateListsEachChangedNameOnce(t *testing.T) {
+	g := NewWithT(t)
+	var b kds.SnapshotBuilder
+	s1, err := b.Build([]resource.Resource{meshResource("default"), policy("MeshTimeout", "default", "a", `{"v":1}`),
+		policy("MeshTimeout", "default", "b", `{"v":1}`)})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	a2, a3 := policy("MeshTimeout", "default", "a", `{"v":2}`), policy("MeshTimeout", "default", "a", `{"v":3}`)
+	a2.Generation, a3.Generation = 2, 3
+	b2 := policy("MeshTimeout", "default", "b", `{"v":2}`)
+	b2.Generation = 2
+	bKey := resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "b"}
+	s2, err := b.Update([]resource.Resource{a2, a3, b2}, []resource.Key{bKey, bKey})
+	g.Expect(err).NotTo(HaveOccurred())
+	changed, ok := s2.ChangesFrom(s1)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(changed["MeshTimeout"]).To(ConsistOf("default/a", "default/b"))
+	g.Expect(s2.Len()).To(Equal(2), "the Mesh and a; b deleted once")
+	g.Expect(s2.Kind("MeshTimeout")).To(HaveLen(1))
+	want, err := kds.NewEntry(&a3)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).To(Equal(want.Version), "the last write of a")
+}
