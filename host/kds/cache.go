@@ -160,14 +160,20 @@ func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]strin
 		if ks == nil {
 			continue // not subscribed
 		}
-		if delta {
+		var names []string
+		switch {
+		case !delta:
+			ks.full = true
+		case len(ks.dirty) == 0 && !ks.full && ks.watch != nil && !ks.watch.answered:
+			// A stream in step, most often: its open watch looks at the changed names as
+			// they are, without making them dirty first.
+			names = changed[c.kinds[i]]
+		default:
 			for _, n := range changed[c.kinds[i]] {
 				ks.dirty[n] = true
 			}
-		} else {
-			ks.full = true
 		}
-		c.evaluateLocked(st, ks)
+		c.evaluateLocked(st, ks, names)
 	}
 }
 
@@ -259,7 +265,7 @@ func (st *Session) mark(names map[string][]string, force bool) {
 				}
 			}
 		}
-		st.cache.evaluateLocked(st, ks)
+		st.cache.evaluateLocked(st, ks, nil)
 	}
 }
 
@@ -458,7 +464,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		ks.dirty[n] = true // a re-request, or a new name of a named subscription
 	}
 	ks.watch = w
-	c.evaluateLocked(st, ks)
+	c.evaluateLocked(st, ks, nil)
 	return w
 }
 
@@ -497,11 +503,12 @@ func (c *Cache) cancel(st *Session, w *watch) {
 }
 
 // evaluateLocked answers the kind's open, unanswered watch when the zone's view of the snapshot
-// differs from what the zone holds in a dirty name (or in any name, when full). Call with the
+// differs from what the zone holds in a dirty name, or in one of names (more dirty names, none of
+// them in ks.dirty, passed only with the watch open), or in any name, when full. Call with the
 // stream's lock.
-func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
+func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	w := ks.watch
-	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0) {
+	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0 && len(names) == 0) {
 		return
 	}
 	snap := c.snap.Load()
@@ -515,6 +522,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 			if ks.delivered.len() == 0 {
 				// Nothing to send or remove (a zone whose first owner check has not answered):
 				// the walk waits for the Refresh that the check makes, its dirty names kept.
+				for _, n := range names {
+					ks.dirty[n] = true
+				}
 				return
 			}
 			visible = func(*Entry) bool { return false }
@@ -584,6 +594,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState) {
 		})
 	} else {
 		for n := range ks.dirty {
+			look(n, entries[n])
+		}
+		for _, n := range names {
 			look(n, entries[n])
 		}
 		slices.SortFunc(resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })

@@ -396,3 +396,58 @@ func TestAWriteToAStreamInStepIsSentByTheFanOut(t *testing.T) {
 		z.cancel() // the RPC ends with its handler: the request goroutine's Recv fails
 	})
 }
+
+// testViews is a ViewPublisher whose views the test publishes itself.
+type testViews struct{}
+
+func (testViews) Visible(string, *Entry) bool { return true }
+func (testViews) PublishesViews()             {}
+
+// testView lets a zone see everything, or nothing yet (none).
+type testView struct {
+	none bool
+	seq  uint64
+}
+
+func (v testView) Visible(*Entry) bool    { return !v.none }
+func (v testView) None() bool             { return v.none }
+func (v testView) SeesAll(*Snapshot) bool { return !v.none }
+func (v testView) Seq() uint64            { return v.seq }
+
+// A write that reaches a stream whose zone may see nothing yet (its first owner check has not
+// answered) is not lost: its names wait, dirty, for the view that lets the zone see them.
+func TestAWriteBeforeTheZonesFirstViewWaitsForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		defer c.Close()
+		c.SetFilter(testViews{})
+		tr := NewTracker(c)
+		z := startLoopZone(c, tr, 1, "z1")
+		synctest.Wait()
+		g.Expect(z.str.sent).To(BeEmpty(), "nothing to send: the snapshot is empty")
+
+		var b SnapshotBuilder
+		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0)})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s)
+		s2, err := b.Update([]resource.Resource{policyAt("MeshTimeout", "b", 1, 0)}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(s2) // a write while the zone's whole kind waits for its first view
+		synctest.Wait()
+		g.Expect(z.str.sent).To(BeEmpty(), "the zone may see nothing yet")
+
+		c.Publish("z1", testView{seq: 1})
+		c.Refresh("z1", map[string][]string{"MeshTimeout": {s2.Names("MeshTimeout")[0]}}) // a only: what the check answered for
+		synctest.Wait()
+		r := <-z.str.sent
+		var names []string
+		for _, res := range r.Resources {
+			names = append(names, res.Name)
+		}
+		g.Expect(names).To(ConsistOf(s2.Names("MeshTimeout")), "a, and the write's b, which waited")
+
+		z.cancel()
+		g.Expect(<-z.done).To(Succeed())
+	})
+}
