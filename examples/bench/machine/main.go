@@ -31,7 +31,7 @@ import (
 
 func main() {
 	rounds := flag.Int("rounds", 5, "measurements of each work, alone and beside the busy cores; the figures are their medians")
-	spin := flag.String("spin", "", "internal: be a busy process doing this work (compute or memory) in a loop until killed")
+	spin := flag.String("spin", "", "internal: be a busy process until killed, doing the compute work, or (memory) the map reads and the compute work in turn")
 	flag.Parse()
 	runtime.GOMAXPROCS(1)
 	switch *spin {
@@ -67,7 +67,7 @@ func run(rounds int) error {
 		beside[kind] = d
 	}
 	fmt.Printf("%d cores, %s; one process on one core, CPU time, medians of %d rounds;\n", runtime.NumCPU(), runtime.Version(), rounds)
-	fmt.Printf("beside: a busy process on each other core doing compute or memory work in a loop\n\n")
+	fmt.Printf("beside: a busy process on each other core doing the compute work, or the memory work and the compute work in turn\n\n")
 	fmt.Printf("  %-8s  %10s  %18s  %17s\n", "work", "alone", "beside compute", "beside memory")
 	for i, name := range []string{"compute", "memory"} {
 		c, m := beside["compute"][i], beside["memory"][i]
