@@ -265,3 +265,33 @@ func (p *freezer) thaw() {
 		close(p.thawed)
 	}
 }
+
+// A global that ends the stream while the zone answers its last response: the zone's send fails
+// with io.EOF (grpc-go's sign that the server closed the stream), and the reason the zone keeps
+// is the global's status, which its receiver reads, not "EOF".
+func TestAZoneKeepsTheGlobalsReasonWhenItsAnswerFindsTheStreamEnded(t *testing.T) {
+	g := NewWithT(t)
+	f := &fakeGlobal{t: t}
+	f.behave = func(n int, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+		if n > 0 {
+			return f.serve(s)
+		}
+		for {
+			req, err := s.Recv()
+			if err != nil {
+				return err
+			}
+			if req.GetTypeUrl() == resource.MeshKind {
+				if err := s.Send(&discovery.DeltaDiscoveryResponse{TypeUrl: resource.MeshKind, Nonce: "1", Resources: []*discovery.Resource{meshEntry(t, "default")}}); err != nil {
+					return err
+				}
+				// Ended before the zone's ACK can arrive: its send finds the stream closed.
+				return status.Error(codes.Aborted, `this stream of zone "zone-1" was replaced by a newer one`)
+			}
+		}
+	}
+	c, st := runZone(t, f.start("127.0.0.1:0"), nil)
+	g.Eventually(holdsMesh(st), 10*time.Second).Should(BeTrue())
+	g.Eventually(func() string { return c.Stats().LastError }, 10*time.Second).Should(ContainSubstring("replaced by a newer one"))
+	g.Expect(c.Stats().LastError).NotTo(ContainSubstring("EOF"))
+}

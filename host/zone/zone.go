@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -457,6 +458,10 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 	for _, kind := range c.cfg.Registry.Names() {
 		req := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: kind, InitialResourceVersions: initial[kind]}
 		if err := stream.Send(req); err != nil {
+			if errors.Is(err, io.EOF) { // the global ended the stream: its status says why
+				_, err = stream.Recv()
+				return connected, fmt.Errorf("receive: %w", err)
+			}
 			return connected, fmt.Errorf("subscribe to %s: %w", kind, err)
 		}
 		node = nil // the node goes in the first request only
@@ -501,6 +506,28 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 			}
 		}
 	})
+	// sendFailed is the session's end when a send fails. io.EOF is grpc-go's sign that the global
+	// ended the stream, and its status, the reason (a newer stream of this zone replaced it, the
+	// global stops), is the receiver's to read: the session ends with that, not with "EOF". The
+	// status has arrived by then; the wait is bounded all the same.
+	sendFailed := func(what string, err error) error {
+		if !errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case rerr := <-received:
+				return fmt.Errorf("receive: %w", rerr)
+			case <-responses: // the receiver was handing one over: the stream is over anyway
+			case <-t.C:
+				return fmt.Errorf("%s: %w", what, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	refused := newRefusals()
 	ask := func(kind string, names []string) error {
 		if len(names) == 0 || c.cfg.Plain {
@@ -511,7 +538,7 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 		c.mu.Unlock()
 		c.log.Debug("asking the global again", "kind", kind, "names", len(names))
 		if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: kind, ResourceNamesSubscribe: names}); err != nil {
-			return fmt.Errorf("ask again for %s: %w", kind, err)
+			return sendFailed("ask again for "+kind, err)
 		}
 		return nil
 	}
@@ -532,7 +559,7 @@ func (c *Client) session(ctx context.Context, ep endpoint) (connected bool, err 
 				c.cfg.ApplyTime(resp.GetTypeUrl(), time.Since(began))
 			}
 			if err := stream.Send(out.reply); err != nil {
-				return connected, fmt.Errorf("send ACK/NACK: %w", err)
+				return connected, sendFailed("send ACK/NACK", err)
 			}
 			refused.settled(resp.GetTypeUrl(), out.settled)
 			refused.refused(resp.GetTypeUrl(), out.rejected)
