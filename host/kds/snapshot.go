@@ -297,11 +297,11 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 		b.prev[p.key] = p.be
 	}
 	for _, k := range dels {
-		name := k.XDSName()
-		if _, ok := own(k.Kind)[name]; !ok {
+		byName, name := own(k.Kind), k.XDSName()
+		if _, ok := byName[name]; !ok {
 			continue // named twice in deleted: gone already
 		}
-		delete(own(k.Kind), name)
+		delete(byName, name)
 		s.size--
 		changedName(k, name)
 		delete(b.prev, k)

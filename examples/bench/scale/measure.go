@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -159,9 +160,9 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	fig.Sync = time.Duration(ns).Seconds()
 	fig.Rate = float64(sc.Zones) * float64(sc.Resources+1) / fig.Sync
 	fig.SyncCPU = (cpu1 - cpu0).Seconds()
-	if prof != "" {
-		if err := synced(control); err != nil {
-			return fig, err
+	if prof != "" { // the sync's CPU profile ends here
+		if err := post(&http.Client{Timeout: time.Minute}, "http://"+control+"/synced"); err != nil {
+			return fig, fmt.Errorf("POST /synced: %w", err)
 		}
 	}
 	quiet(ctx, pid, 30*time.Second) // the last ACKs, and whatever the server does after a sync
@@ -176,13 +177,8 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 			cpuA = cpu()
 		}
 		t0 := time.Now()
-		resp, err := client.Post(fmt.Sprintf("http://%s/update?seq=%d", control, seq), "", nil)
-		if err != nil {
+		if err := post(client, fmt.Sprintf("http://%s/update?seq=%d", control, seq)); err != nil {
 			return fig, fmt.Errorf("update %d: %w", seq, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			return fig, fmt.Errorf("update %d: %s", seq, resp.Status)
 		}
 		line, err := zones.expect(ctx, fmt.Sprintf("reached %d ", seq), o.updateTimeout)
 		if err != nil {
@@ -220,16 +216,15 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	return fig, nil
 }
 
-// synced tells a server's control endpoint that the full sync is done: its CPU profile of the
-// sync ends there.
-func synced(control string) error {
-	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+control+"/synced", "", nil)
+// post makes a POST to a server's control endpoint that answers 204 No Content when done.
+func post(client *http.Client, url string) error {
+	resp, err := client.Post(url, "", nil)
 	if err != nil {
-		return fmt.Errorf("POST /synced: %w", err)
+		return err
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("POST /synced: %s", resp.Status)
+		return errors.New(resp.Status)
 	}
 	return nil
 }
