@@ -538,13 +538,21 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	// send (a change withheld until the owner check answers, a name the zone holds already).
 	resources := w.answer.res[:0]
 	var removed []string
-	if ks.full && ks.delivered.len() == 0 {
-		resources = make([]*discovery.Resource, 0, len(entries)) // a first sync: most often all of them
-	}
-	var sentForced []string
 	// The response stays under the message limit: what does not fit is left dirty, for the
 	// kind's next watch (the zone answers this response first). One resource always goes.
 	limit, size := int(c.maxMessage.Load()), 0
+	var all *kindOrder // set when the response is all of the kind, as the walk below would find
+	if ks.full && ks.delivered.len() == 0 {
+		// A first sync. Of a zone that sees and subscribes to everything, with nothing forced,
+		// it is every entry in name order: the snapshot's shared list, no walk.
+		ko := snap.order(w.kind)
+		if visible == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (ko.size <= limit || len(ko.wires) == 1) {
+			all = ko
+		} else {
+			resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
+		}
+	}
+	var sentForced []string
 	var rest []string
 	fits := func(name string, n int) bool {
 		if len(rest) > 0 || (size+n > limit && len(resources)+len(removed) > 0) {
@@ -583,7 +591,10 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 			delete(ks.forced, name) // no longer served: nothing to resend
 		}
 	}
-	if ks.full {
+	switch {
+	case all != nil:
+		resources = all.wires
+	case ks.full:
 		for _, e := range snap.order(w.kind).entries { // in name order: so is the response
 			look(e.Name, e)
 		}
@@ -592,7 +603,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 				look(n, nil)
 			}
 		})
-	} else {
+	default:
 		for n := range ks.dirty {
 			look(n, entries[n])
 		}

@@ -163,9 +163,11 @@ func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource
 	if d.n != 0 || len(rs) == 0 || len(rs) != len(cur.Kind(kind)) {
 		return false
 	}
-	for i, e := range cur.order(kind).entries {
-		if e.Wire != rs[i] {
-			return false
+	if ko := cur.order(kind); !ko.isAll(rs) {
+		for i, e := range ko.entries {
+			if e.Wire != rs[i] {
+				return false
+			}
 		}
 	}
 	d.share(cur, cur.Kind(kind))

@@ -76,6 +76,11 @@ type kindOrder struct {
 	names   []string
 	entries []*Entry
 	acked   uint64 // XOR of ackedHash of every entry, as sent
+	// wires is each entry's Wire, in name order: the resources of a response that sends a zone
+	// all of the kind (its full sync), shared by every such response and never modified; size
+	// is their wireSize summed.
+	wires []*discovery.Resource
+	size  int
 }
 
 // perKind is m's value for kind, a zero one added if there is none, under s.kindsMu: what a
@@ -101,13 +106,20 @@ func (s *Snapshot) order(kind string) *kindOrder {
 		byName := s.Kind(kind)
 		ko.names = slices.Sorted(maps.Keys(byName))
 		ko.entries = make([]*Entry, len(ko.names))
+		ko.wires = make([]*discovery.Resource, len(ko.names))
 		for i, n := range ko.names {
 			e := byName[n]
-			ko.entries[i] = e
+			ko.entries[i], ko.wires[i] = e, e.Wire
 			ko.acked ^= ackedHash(kind, e.Wire.GetName(), e.Wire.GetVersion())
+			ko.size += e.wireSize()
 		}
 	})
 	return ko
+}
+
+// isAll reports whether rs is ko.wires itself (not a copy): a response made as all of the kind.
+func (ko *kindOrder) isAll(rs []*discovery.Resource) bool {
+	return len(rs) > 0 && len(rs) == len(ko.wires) && &rs[0] == &ko.wires[0]
 }
 
 // Names returns the xDS names of one kind, sorted. The slice must not be modified.

@@ -63,12 +63,17 @@ type loopZone struct {
 }
 
 func startLoopZone(c *Cache, tr *Tracker, id int64, zone string) *loopZone {
+	return startLoopZoneOf(c, tr, id, zone, "*")
+}
+
+// startLoopZoneOf is startLoopZone, the zone subscribing to names.
+func startLoopZoneOf(c *Cache, tr *Tracker, id int64, zone string, names ...string) *loopZone {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	z := &loopZone{done: make(chan error, 1), cancel: func() { cancel(nil) }}
 	z.str = &fakeStream{ctx: ctx, reqs: make(chan *discovery.DeltaDiscoveryRequest), sent: make(chan *discovery.DeltaDiscoveryResponse, 8)}
 	sctx := context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel, loop: true})
 	go func() { z.done <- serveDelta(sctx, id, z.str, c, tr) }()
-	z.str.reqs <- &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: zone}, TypeUrl: "MeshTimeout", ResourceNamesSubscribe: []string{"*"}}
+	z.str.reqs <- &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: zone}, TypeUrl: "MeshTimeout", ResourceNamesSubscribe: names}
 	return z
 }
 
@@ -80,6 +85,71 @@ func (z *loopZone) ack(r *discovery.DeltaDiscoveryResponse) {
 func policyAt(kind, name string, generation int64, pad int) resource.Resource {
 	spec := fmt.Sprintf(`{"gen":%d,"pad":%q}`, generation, strings.Repeat("x", pad))
 	return resource.Resource{Kind: kind, Mesh: "m", Name: name, Spec: json.RawMessage(spec), Generation: generation}
+}
+
+// A zone's first sync of a kind it subscribes to whole is the snapshot's one list of the kind's
+// entries, shared by every such zone, not a copy a zone; a zone that subscribes to some names
+// gets those; a kind over the message limit is split; each ACK counts every entry it carried.
+func TestAFirstSyncOfAWholeKindIsTheSnapshotsList(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		defer c.Close()
+		tr := NewTracker(c)
+		var b SnapshotBuilder
+		var rs []resource.Resource
+		for i := range 5 {
+			rs = append(rs, policyAt("MeshTimeout", fmt.Sprintf("p%d", i), 1, 10))
+		}
+		snap, err := b.Build(rs)
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(snap)
+		all, some := snap.order("MeshTimeout"), []string{snap.Names("MeshTimeout")[1], snap.Names("MeshTimeout")[3]}
+
+		zones := []*loopZone{startLoopZone(c, tr, 1, "z1"), startLoopZone(c, tr, 2, "z2"),
+			startLoopZoneOf(c, tr, 3, "z3", some...)}
+		defer func() {
+			for _, z := range zones {
+				z.cancel()
+				<-z.done
+			}
+		}()
+		synctest.Wait()
+		for i, z := range zones {
+			g.Expect(z.str.sent).To(HaveLen(1), "zone %d", i+1)
+			r := <-z.str.sent
+			var names []string
+			for _, res := range r.Resources {
+				names = append(names, res.Name)
+			}
+			if i < 2 {
+				g.Expect(all.isAll(r.Resources)).To(BeTrue(), "zone %d: the snapshot's list", i+1)
+				g.Expect(names).To(Equal(snap.Names("MeshTimeout")))
+			} else {
+				g.Expect(all.isAll(r.Resources)).To(BeFalse())
+				g.Expect(names).To(Equal(some))
+			}
+			z.ack(r)
+		}
+		synctest.Wait()
+		for i, want := range []int{5, 5, 2} {
+			s := c.Session(int64(i + 1))
+			g.Expect(s.InFlight()).To(BeZero())
+			g.Expect(s.Insight()[0].Known).To(Equal(want), "zone %d", i+1)
+		}
+
+		// Over the limit, the kind goes in parts, none of them the snapshot's list.
+		tr.SetLimits(Limits{MaxMessage: all.size - 1})
+		z := startLoopZone(c, tr, 4, "z4")
+		zones = append(zones, z)
+		synctest.Wait()
+		r := <-z.str.sent
+		g.Expect(all.isAll(r.Resources)).To(BeFalse())
+		g.Expect(r.Resources).To(HaveLen(4))
+		z.ack(r)
+		synctest.Wait()
+		g.Expect((<-z.str.sent).Resources).To(HaveLen(1))
+	})
 }
 
 // The stream loop sends a session's responses itself, a few streams at a time when the budget is
