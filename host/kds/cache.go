@@ -170,7 +170,7 @@ func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]strin
 			names = changed[c.kinds[i]]
 		default:
 			for _, n := range changed[c.kinds[i]] {
-				ks.dirty[n] = true
+				ks.markDirty(n)
 			}
 		}
 		c.evaluateLocked(st, ks, names)
@@ -259,9 +259,9 @@ func (st *Session) mark(names map[string][]string, force bool) {
 			ks.full = true // most of the kind (owner holds releasing what waited): one walk
 		} else {
 			for _, n := range ns {
-				ks.dirty[n] = true
+				ks.markDirty(n)
 				if force {
-					ks.forced[n] = true
+					ks.markForced(n)
 				}
 			}
 		}
@@ -282,7 +282,8 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 		st.mu.Lock()
 		ks := st.kind(req.GetTypeUrl())
 		for _, n := range again {
-			ks.dirty[n], ks.forced[n] = true, true
+			ks.markDirty(n)
+			ks.markForced(n)
 		}
 		st.mu.Unlock()
 	}
@@ -451,7 +452,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		if sub.IsWildcard() {
 			had := st.ackedLocked(w.kind, n)
 			ks.setDelivered(n, unknownVersion)
-			ks.dirty[n] = true
+			ks.markDirty(n)
 			ks.setRefused(n, had) // it still holds what it had
 		} else {
 			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
@@ -461,7 +462,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		if n == "*" {
 			ks.full = true
 		}
-		ks.dirty[n] = true // a re-request, or a new name of a named subscription
+		ks.markDirty(n) // a re-request, or a new name of a named subscription
 	}
 	ks.watch = w
 	c.evaluateLocked(st, ks, nil)
@@ -523,7 +524,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 				// Nothing to send or remove (a zone whose first owner check has not answered):
 				// the walk waits for the Refresh that the check makes, its dirty names kept.
 				for _, n := range names {
-					ks.dirty[n] = true
+					ks.markDirty(n)
 				}
 				return
 			}
@@ -615,7 +616,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	ks.full = false
 	clear(ks.dirty)
 	for _, n := range rest {
-		ks.dirty[n] = true
+		ks.markDirty(n)
 	}
 	if len(resources)+len(removed) == 0 {
 		return

@@ -95,14 +95,31 @@ type kindState struct {
 	edits     uint64                  // changes of delivered so far: a response in flight knows whether any came after it
 	refused   map[string]ackedVersion // names whose delivered version the zone refused: what it holds instead
 	acked     int                     // names the zone has ACKed
-	dirty     map[string]bool         // names that may differ from the snapshot
+	dirty     map[string]bool         // names that may differ from the snapshot (markDirty; nil until the first)
 	full      bool                    // every name may differ: look at them all
-	forced    map[string]bool         // names to send although the zone was sent their version
+	forced    map[string]bool         // names to send although the zone was sent their version (markForced; nil until the first)
 
 	// What happened to the kind on this stream, for the insight.
 	sent, responses, acks, nacks int64
 	lastError                    string
 	rejected                     []event.Rejection
+}
+
+// markDirty makes name dirty. Most streams' kinds never have a dirty name that outlives an
+// evaluation: the maps are made on first use.
+func (ks *kindState) markDirty(name string) {
+	if ks.dirty == nil {
+		ks.dirty = map[string]bool{}
+	}
+	ks.dirty[name] = true
+}
+
+// markForced makes name forced (and not dirty: callers mark that).
+func (ks *kindState) markForced(name string) {
+	if ks.forced == nil {
+		ks.forced = map[string]bool{}
+	}
+	ks.forced[name] = true
 }
 
 // ackedVersion is the version of a name the zone has ACKed, or (ok false) that it has ACKed
@@ -188,7 +205,7 @@ func (s *Session) kind(k string) *kindState {
 	if ks := s.kinds.get(s.cache, k); ks != nil {
 		return ks
 	}
-	ks := &kindState{name: k, dirty: map[string]bool{}, forced: map[string]bool{}}
+	ks := &kindState{name: k}
 	if i, ok := s.cache.kindAt[k]; ok {
 		s.kinds.known[i] = ks
 	} else {
@@ -937,14 +954,14 @@ func (s *Session) takeBack(w *watch) {
 	}
 	s.requeue(w)
 	for _, n := range w.forced {
-		ks.forced[n] = true
+		ks.markForced(n)
 	}
 }
 
 // requeue makes the names of an answered, undelivered response dirty again. Call with s.mu.
 func (s *Session) requeue(w *watch) {
 	ks := w.ks
-	w.eachName(func(name string) { ks.dirty[name] = true })
+	w.eachName(ks.markDirty)
 }
 
 // prior is what delivered had for a name.
