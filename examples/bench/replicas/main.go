@@ -15,6 +15,9 @@
 //     and its backends, from /proc): the busiest replica's against the single replica's (the
 //     issue's limit 1.15x), PostgreSQL's with three replicas against one; and the three replicas'
 //     once more with the changes relay off (each replica LISTENs), the baseline of the same run.
+//     Beside PostgreSQL's CPU, the statements and rows it executed a write (pg_stat_statements,
+//     which the throwaway server preloads), net of idle: the same count with one replica and
+//     three says any difference in its CPU a write is the same work on busier cores.
 //
 //     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 100] [-fanout-runs 3] [-replica-procs N]
 //
@@ -116,6 +119,9 @@ type bench struct {
 	seq      int
 	noRelay  bool // the replicas started now listen each for itself (GlobalConfig.StoreRelay off)
 	procs    int  // GOMAXPROCS of the replica processes, 0: the default
+	// noStatements says why PostgreSQL's statements a write are not counted ("": they are,
+	// from pg_stat_statements).
+	noStatements string
 }
 
 func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
@@ -128,7 +134,8 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	srv, err := pgtest.StartServer(ctx)
+	// pg_stat_statements counts the statements a write costs PostgreSQL, beside its CPU.
+	srv, err := pgtest.StartServerWith(ctx, "shared_preload_libraries=pg_stat_statements")
 	if err != nil {
 		return err
 	}
@@ -148,6 +155,9 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
 	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin, procs: procs,
 		replicas: map[string]*replicaProc{}, kdsAddrs: map[string]string{}}
 	defer b.stopAll()
+	if err := b.exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		b.noStatements = err.Error() // a server of KDS_TEST_POSTGRES_DSN without the module
+	}
 	st, err := store.Open(ctx, dsn, "")
 	if err != nil {
 		return err
@@ -335,6 +345,9 @@ type fanOutFigures struct {
 	// writes' own connections), net of idle; the rest of postgres is its background processes
 	// (WAL writer, checkpointer, autovacuum...) and backends that exited meanwhile.
 	clients time.Duration
+	// statements and rows are what PostgreSQL executed a write (pg_stat_statements: calls and
+	// rows of every statement but the bench's own), net of idle; 0 when not counted.
+	statements, rows float64
 }
 
 // fanOut times a write through A to every stream of zones zones on A alone, then with the
@@ -364,7 +377,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	}
 	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each, medians of %d runs)\n", writes, runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "replicas up\trelay\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tother client backends\tthe rest\tPostgreSQL with idle\t\n")
+	fmt.Fprintf(w, "replicas up\trelay\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tother client backends\tthe rest\tPostgreSQL with idle\tstatements a write\trows\t\n")
 	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration {
 		var ds []time.Duration
 		for _, f := range figs[i] {
@@ -398,6 +411,12 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.clients })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgres - f.listen - f.clients })),
 			benchcp.Ms(med(i, func(f fanOutFigures) time.Duration { return f.postgresRaw })))
+		if b.noStatements != "" {
+			cells = append(cells, "-", "-")
+		} else {
+			cells = append(cells, fmt.Sprintf("%.1f", medFloat(figs[i], func(f fanOutFigures) float64 { return f.statements })),
+				fmt.Sprintf("%.1f", medFloat(figs[i], func(f fanOutFigures) float64 { return f.rows })))
+		}
 		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
 	}
 	w.Flush()
@@ -439,7 +458,64 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	fmt.Printf("  A with three replicas up and only its own zones' streams (the others idle): %.2fx the single replica's\n",
 		ratio(med(1, func(f fanOutFigures) time.Duration { return f.replica["A"] }), base))
 	fmt.Printf("  wall clock p50 %.2fx, with every process on the same %d cores\n", ratio(p1, p0), runtime.NumCPU())
+	if b.noStatements != "" {
+		fmt.Printf("  PostgreSQL's statements a write: not counted (pg_stat_statements: %s)\n", b.noStatements)
+	} else {
+		fmt.Printf("  PostgreSQL's statements a write (pg_stat_statements, net of idle): %.1f with one replica, %.1f with three (rows %.1f and %.1f)\n",
+			medFloat(figs[one], func(f fanOutFigures) float64 { return f.statements }), medFloat(figs[three], func(f fanOutFigures) float64 { return f.statements }),
+			medFloat(figs[one], func(f fanOutFigures) float64 { return f.rows }), medFloat(figs[three], func(f fanOutFigures) float64 { return f.rows }))
+	}
 	return nil
+}
+
+// medFloat is the median of of over figs.
+func medFloat(figs []fanOutFigures, of func(fanOutFigures) float64) float64 {
+	vs := make([]float64, 0, len(figs))
+	for _, f := range figs {
+		vs = append(vs, of(f))
+	}
+	slices.Sort(vs)
+	if len(vs) == 0 {
+		return 0
+	}
+	return vs[len(vs)/2]
+}
+
+// statementCount is pg_stat_statements' calls and rows so far, of every statement but the bench's
+// own (its pg_stat_* queries); zero when statements are not counted.
+type statementCount struct{ calls, rows int64 }
+
+func (b *bench) statements() (statementCount, error) {
+	var c statementCount
+	if b.noStatements != "" {
+		return c, nil
+	}
+	db, err := sql.Open("pgx", b.dsn)
+	if err != nil {
+		return c, err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = db.QueryRowContext(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(rows), 0)::bigint
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_backend_pid%'`).Scan(&c.calls, &c.rows)
+	if err != nil {
+		return c, fmt.Errorf("count PostgreSQL's statements: %w", err)
+	}
+	return c, nil
+}
+
+// exec runs one statement on the bench's database.
+func (b *bench) exec(stmt string) error {
+	db, err := sql.Open("pgx", b.dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = db.ExecContext(ctx, stmt)
+	return err
 }
 
 // fanOutOnce brings up c's replicas, starts its zones, and times writes through A.
@@ -488,6 +564,10 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 	if err != nil {
 		return fig, err
 	}
+	st0, err := b.statements()
+	if err != nil {
+		return fig, err
+	}
 	fcpu0, pcpu0, lcpu0 := cpuTime(fleet), treeCPU(pg), cpuTime(listeners)
 	start := time.Now()
 	if fig.lat, err = b.timeWrites(f, "A", prefix, writes); err != nil {
@@ -499,6 +579,10 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 		used[id] = cpuTime([]int{pid}) - cpu0[id]
 	}
 	fused, pused, lused := cpuTime(fleet)-fcpu0, treeCPU(pg)-pcpu0, cpuTime(listeners)-lcpu0
+	st1, err := b.statements()
+	if err != nil {
+		return fig, err
+	}
 	clients1, err := b.clientBackends(clients0)
 	if err != nil {
 		return fig, err
@@ -513,11 +597,21 @@ func (b *bench) fanOutOnce(pg int, c fanOutCase, writes int) (fanOutFigures, err
 		idle0[id] = cpuTime([]int{pid})
 	}
 	fidle0, pidle0, lidle0 := cpuTime(fleet), treeCPU(pg), cpuTime(listeners)
+	st1idle, err := b.statements()
+	if err != nil {
+		return fig, err
+	}
 	time.Sleep(window)
+	st2, err := b.statements()
+	if err != nil {
+		return fig, err
+	}
 	clients2, err := b.clientBackends(clients1)
 	if err != nil {
 		return fig, err
 	}
+	fig.statements = float64((st1.calls-st0.calls)-(st2.calls-st1idle.calls)) / float64(writes)
+	fig.rows = float64((st1.rows-st0.rows)-(st2.rows-st1idle.rows)) / float64(writes)
 	per := func(d time.Duration) time.Duration { return max(0, d) / time.Duration(writes) }
 	fig.replica = map[string]time.Duration{}
 	for id, pid := range pids {

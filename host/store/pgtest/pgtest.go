@@ -75,6 +75,8 @@ type Server struct {
 	dir     string // temporary directory: data/, the socket, postgres.log
 	cred    *syscall.Credential
 	durable bool // synchronous_commit on: a commit survives the server's crash (Halt)
+	// settings are more -c settings, "name=value" each (StartServerWith).
+	settings []string
 	proc    *os.Process
 	exited  chan struct{} // closed when the postgres process has exited
 	waitErr error         // the process's exit status, set before exited is closed
@@ -86,14 +88,21 @@ func Skipped() bool { return os.Getenv(EnvSkip) == "1" }
 
 // StartServer starts a server (or connects to the one EnvDSN names) and waits until it accepts
 // connections. It fails with ErrNoBinaries when there is nothing to start.
-func StartServer(ctx context.Context) (*Server, error) { return startServer(ctx, false) }
+func StartServer(ctx context.Context) (*Server, error) { return startServer(ctx, false, nil) }
+
+// StartServerWith is StartServer with more server settings, each "name=value" as postgres's -c
+// takes it (a bench's shared_preload_libraries=pg_stat_statements). A server EnvDSN names is
+// used as it is: its settings are its own.
+func StartServerWith(ctx context.Context, settings ...string) (*Server, error) {
+	return startServer(ctx, false, settings)
+}
 
 // StartDurableServer is StartServer for a server whose commits survive its crash (Halt):
 // synchronous_commit stays on (StartServer turns it off, for speed, so a crash may lose the
 // last commits it acknowledged). For fault injection that checks nothing acknowledged is lost.
-func StartDurableServer(ctx context.Context) (*Server, error) { return startServer(ctx, true) }
+func StartDurableServer(ctx context.Context) (*Server, error) { return startServer(ctx, true, nil) }
 
-func startServer(ctx context.Context, durable bool) (*Server, error) {
+func startServer(ctx context.Context, durable bool, settings []string) (*Server, error) {
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		return external(ctx, dsn)
 	}
@@ -104,7 +113,7 @@ func startServer(ctx context.Context, durable bool) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 
-	s := &Server{bin: bin, durable: durable}
+	s := &Server{bin: bin, durable: durable, settings: settings}
 	if os.Geteuid() == 0 {
 		if s.cred, err = postgresUser(); err != nil {
 			return nil, err
@@ -287,16 +296,20 @@ func (s *Server) startOn(ctx context.Context, port int) error {
 	if s.durable {
 		syncCommit = "synchronous_commit=on"
 	}
-	// No CommandContext here: the server outlives ctx, which only bounds the start.
-	cmd := s.command(context.Background(), "postgres", "-D", filepath.Join(s.dir, "data"),
+	args := []string{"-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "unix_socket_directories="+s.dir,
+		"-c", "unix_socket_directories=" + s.dir,
 		"-c", "fsync=off", "-c", syncCommit, "-c", "full_page_writes=off",
 		"-c", "logging_collector=off", "-c", "max_connections=200",
 		// Shared memory segments in the data directory, not /dev/shm: a killed server
 		// leaves nothing behind outside its directory.
-		"-c", "dynamic_shared_memory_type=mmap")
+		"-c", "dynamic_shared_memory_type=mmap"}
+	for _, setting := range s.settings {
+		args = append(args, "-c", setting)
+	}
+	// No CommandContext here: the server outlives ctx, which only bounds the start.
+	cmd := s.command(context.Background(), "postgres", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := s.run(cmd); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)

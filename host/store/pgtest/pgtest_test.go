@@ -52,3 +52,24 @@ func TestSharedHandsOutFreshDatabases(t *testing.T) {
 }
 
 func pgtestExternal() bool { return pgtest.Skipped() || testingEnv(pgtest.EnvDSN) != "" }
+
+// A server started with more settings runs with them (the replicas bench preloads
+// pg_stat_statements this way).
+func TestStartServerWithSettings(t *testing.T) {
+	if pgtestExternal() {
+		t.Skip("an external server's settings are its own, or PostgreSQL tests are skipped")
+	}
+	g := NewWithT(t)
+	ctx := context.Background()
+	s, err := pgtest.StartServerWith(ctx, "work_mem=7MB", "shared_preload_libraries=pg_stat_statements")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(s.Stop()).To(Succeed()) })
+	conn, err := pgx.Connect(ctx, s.Database(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close(ctx)
+	var workMem, preload string
+	g.Expect(conn.QueryRow(ctx, `SHOW work_mem`).Scan(&workMem)).To(Succeed())
+	g.Expect(conn.QueryRow(ctx, `SHOW shared_preload_libraries`).Scan(&preload)).To(Succeed())
+	g.Expect(workMem).To(Equal("7MB"))
+	g.Expect(preload).To(Equal("pg_stat_statements"))
+}
