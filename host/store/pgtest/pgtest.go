@@ -77,10 +77,10 @@ type Server struct {
 	durable bool // synchronous_commit on: a commit survives the server's crash (Halt)
 	// settings are more -c settings, "name=value" each (StartServerWith).
 	settings []string
-	proc    *os.Process
-	exited  chan struct{} // closed when the postgres process has exited
-	waitErr error         // the process's exit status, set before exited is closed
-	log     string
+	proc     *os.Process
+	exited   chan struct{} // closed when the postgres process has exited
+	waitErr  error         // the process's exit status, set before exited is closed
+	log      string
 }
 
 // Skipped reports whether KDS_SKIP_POSTGRES=1 asks to skip PostgreSQL tests.
