@@ -155,7 +155,10 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
 	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin, procs: procs,
 		replicas: map[string]*replicaProc{}, kdsAddrs: map[string]string{}}
 	defer b.stopAll()
-	if err := b.exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+	if err := b.withDB(func(ctx context.Context, db *sql.DB) error {
+		_, err := db.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+		return err
+	}); err != nil {
 		b.noStatements = err.Error() // a server of KDS_TEST_POSTGRES_DSN without the module
 	}
 	st, err := store.Open(ctx, dsn, "")
@@ -490,32 +493,14 @@ func (b *bench) statements() (statementCount, error) {
 	if b.noStatements != "" {
 		return c, nil
 	}
-	db, err := sql.Open("pgx", b.dsn)
-	if err != nil {
-		return c, err
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err = db.QueryRowContext(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(rows), 0)::bigint
-		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_backend_pid%'`).Scan(&c.calls, &c.rows)
+	err := b.withDB(func(ctx context.Context, db *sql.DB) error {
+		return db.QueryRowContext(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(rows), 0)::bigint
+			FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_backend_pid%'`).Scan(&c.calls, &c.rows)
+	})
 	if err != nil {
 		return c, fmt.Errorf("count PostgreSQL's statements: %w", err)
 	}
 	return c, nil
-}
-
-// exec runs one statement on the bench's database.
-func (b *bench) exec(stmt string) error {
-	db, err := sql.Open("pgx", b.dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = db.ExecContext(ctx, stmt)
-	return err
 }
 
 // fanOutOnce brings up c's replicas, starts its zones, and times writes through A.
@@ -669,27 +654,36 @@ func (b *bench) listenBackends() ([]int, error) {
 
 // backends are the pids a query of pg_stat_activity lists (what names them, for its error).
 func (b *bench) backends(what, query string, args ...any) ([]int, error) {
+	var pids []int
+	err := b.withDB(func(ctx context.Context, db *sql.DB) error {
+		rows, err := db.QueryContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("list the %s: %w", what, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pid int
+			if err := rows.Scan(&pid); err != nil {
+				return err
+			}
+			pids = append(pids, pid)
+		}
+		return rows.Err()
+	})
+	return pids, err
+}
+
+// withDB runs f with a connection pool to the bench's database, closed after it, and ten
+// seconds for the queries f makes.
+func (b *bench) withDB(f func(context.Context, *sql.DB) error) error {
 	db, err := sql.Open("pgx", b.dsn)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list the %s: %w", what, err)
-	}
-	defer rows.Close()
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if err := rows.Scan(&pid); err != nil {
-			return nil, err
-		}
-		pids = append(pids, pid)
-	}
-	return pids, rows.Err()
+	return f(ctx, db)
 }
 
 // cpuTime is the user and system time the processes used so far (/proc/PID/stat).
