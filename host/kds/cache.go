@@ -542,14 +542,16 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	// The response stays under the message limit: what does not fit is left dirty, for the
 	// kind's next watch (the zone answers this response first). One resource always goes.
 	limit, size := int(c.maxMessage.Load()), 0
-	var all *kindOrder // set when the response is all of the kind, as the walk below would find
+	var order *kindOrder // the kind in name order, when every name is looked at (full)
+	all := false         // the response is all of the kind, as the walk below would find it
+	if ks.full {
+		order = snap.order(w.kind)
+	}
 	if ks.full && ks.delivered.len() == 0 {
 		// A first sync. Of a zone that sees and subscribes to everything, with nothing forced,
 		// it is every entry in name order: the snapshot's shared list, no walk.
-		ko := snap.order(w.kind)
-		if visible == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (ko.size <= limit || len(ko.wires) == 1) {
-			all = ko
-		} else {
+		all = visible == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
+		if !all {
 			resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
 		}
 	}
@@ -593,10 +595,10 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		}
 	}
 	switch {
-	case all != nil:
-		resources = all.wires
+	case all:
+		resources = order.wires
 	case ks.full:
-		for _, e := range snap.order(w.kind).entries { // in name order: so is the response
+		for _, e := range order.entries { // in name order: so is the response
 			look(e.Name, e)
 		}
 		ks.delivered.each(func(n string, _ *discovery.Resource) {

@@ -29,6 +29,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -381,13 +382,7 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 	fmt.Printf("3. fan-out: a write through A reaching every zone stream (%d writes each, medians of %d runs)\n", writes, runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "replicas up\trelay\tzones on\tstreams\tp50\tp90\tmax\tCPU per write, net of idle: A\tB\tC\tzones\tPostgreSQL\tof it LISTEN backends\tother client backends\tthe rest\tPostgreSQL with idle\tstatements a write\trows\t\n")
-	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration {
-		var ds []time.Duration
-		for _, f := range figs[i] {
-			ds = append(ds, of(f))
-		}
-		return pct(ds, 50)
-	}
+	med := func(i int, of func(fanOutFigures) time.Duration) time.Duration { return medianOf(figs[i], of) }
 	for i, c := range cases {
 		streams := 0
 		for _, n := range c.on {
@@ -417,8 +412,8 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		if b.noStatements != "" {
 			cells = append(cells, "-", "-")
 		} else {
-			cells = append(cells, fmt.Sprintf("%.1f", medFloat(figs[i], func(f fanOutFigures) float64 { return f.statements })),
-				fmt.Sprintf("%.1f", medFloat(figs[i], func(f fanOutFigures) float64 { return f.rows })))
+			cells = append(cells, fmt.Sprintf("%.1f", medianOf(figs[i], func(f fanOutFigures) float64 { return f.statements })),
+				fmt.Sprintf("%.1f", medianOf(figs[i], func(f fanOutFigures) float64 { return f.rows })))
 		}
 		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
 	}
@@ -465,23 +460,19 @@ func (b *bench) fanOut(pg int, zones, writes, runs int) error {
 		fmt.Printf("  PostgreSQL's statements a write: not counted (pg_stat_statements: %s)\n", b.noStatements)
 	} else {
 		fmt.Printf("  PostgreSQL's statements a write (pg_stat_statements, net of idle): %.1f with one replica, %.1f with three (rows %.1f and %.1f)\n",
-			medFloat(figs[one], func(f fanOutFigures) float64 { return f.statements }), medFloat(figs[three], func(f fanOutFigures) float64 { return f.statements }),
-			medFloat(figs[one], func(f fanOutFigures) float64 { return f.rows }), medFloat(figs[three], func(f fanOutFigures) float64 { return f.rows }))
+			medianOf(figs[one], func(f fanOutFigures) float64 { return f.statements }), medianOf(figs[three], func(f fanOutFigures) float64 { return f.statements }),
+			medianOf(figs[one], func(f fanOutFigures) float64 { return f.rows }), medianOf(figs[three], func(f fanOutFigures) float64 { return f.rows }))
 	}
 	return nil
 }
 
-// medFloat is the median of of over figs.
-func medFloat(figs []fanOutFigures, of func(fanOutFigures) float64) float64 {
-	vs := make([]float64, 0, len(figs))
+// medianOf is the median of of over figs (pct's, the lower of two middles).
+func medianOf[T cmp.Ordered](figs []fanOutFigures, of func(fanOutFigures) T) T {
+	vs := make([]T, 0, len(figs))
 	for _, f := range figs {
 		vs = append(vs, of(f))
 	}
-	slices.Sort(vs)
-	if len(vs) == 0 {
-		return 0
-	}
-	return vs[len(vs)/2]
+	return pct(vs, 50)
 }
 
 // statementCount is pg_stat_statements' calls and rows so far, of every statement but the bench's
@@ -1112,7 +1103,7 @@ func waitFor(timeout time.Duration, what string, cond func() bool) error {
 	return nil
 }
 
-func pct(ds []time.Duration, p int) time.Duration {
+func pct[T cmp.Ordered](ds []T, p int) T {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[(len(s)-1)*p/100]
