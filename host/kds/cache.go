@@ -141,12 +141,16 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 		st.deferWake = true
 		c.answerWrite(st, kinds, changed, delta)
 		st.deferWake = false
-		queued, sendNow := len(st.queue) > 0, st.sendNow
+		queued, sendNow, kick := len(st.queue) > 0, st.sendNow, st.kick
 		st.mu.Unlock()
 		// A stream of kds's own loop that is in step sends its answer here, as a server with
-		// no loop would: no wake-up of its loop a stream a write.
+		// no loop would: no other goroutine at work a stream a write.
 		if queued && (sendNow == nil || !sendNow()) {
-			st.signal()
+			if kick != nil {
+				kick()
+			} else {
+				st.signal()
+			}
 		}
 	})
 }
@@ -378,7 +382,8 @@ func (c *Cache) Close() {
 	for id, st := range c.streams {
 		ids = append(ids, id)
 		if st.info.loop {
-			// kds's own stream loop ends on its stream's context, and the zone is told why.
+			// kds's own stream loop ends with its stream, closed with this status: the zone is
+			// told why.
 			st.info.close(status.Error(codes.Unavailable, "the control plane is stopping"))
 		}
 	}

@@ -345,6 +345,30 @@ func TestAKindLargerThanAMessageGoesInSeveralResponses(t *testing.T) {
 	}
 }
 
+// A stream the server closes ends at once with the server's status, while it waits for the zone's
+// next request: replaced by a newer stream of its zone (Aborted), or the control plane stopping
+// (Unavailable). The stream's one goroutine waits in Recv; grpc-go's server stream ends it.
+func TestAClosedStreamEndsWithItsStatus(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t, []string{"MeshTimeout"})
+	h.set([]resource.Resource{policy("MeshTimeout", "default", "p", `{}`)})
+	h.subscribe("MeshTimeout")
+	h.ack(h.recv())
+
+	h2 := h.reconnect(t)
+	h2.subscribe("MeshTimeout")
+	var err error
+	g.Eventually(h.ended, 10*time.Second).Should(Receive(&err))
+	g.Expect(status.Code(err)).To(Equal(codes.Aborted), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring(`this stream of zone "zone-1" was replaced`))
+
+	h2.ack(h2.recv())
+	h.cache.Close()
+	g.Eventually(h2.ended, 10*time.Second).Should(Receive(&err))
+	g.Expect(status.Code(err)).To(Equal(codes.Unavailable), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("the control plane is stopping"))
+}
+
 // A stream may subscribe to only so many names the global does not hold: beyond the limit its
 // request is refused with ResourceExhausted and counted, and nothing of it is kept. Before, 6
 // million made-up names grew the global's heap to 831 MB.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -98,18 +99,37 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 			return err
 		}
 	}
+	// The stream ends with the status the server closes it with: grpc-go's server stream writes
+	// it and cancels the stream, whose Recv and Send then return at once, even while the loop
+	// waits for the zone's next request. (A handler's returned status comes too late for that:
+	// the Recv that the cancel ends writes its own, "context canceled", first.)
+	ts, ok := grpc.ServerTransportStreamFromContext(s.Context()).(statusWriter)
+	if !ok {
+		return status.Error(codes.Internal, "the stream cannot be ended with a status: serve KDS with NewGRPCServer")
+	}
 	ctx, cancel := context.WithCancelCause(s.Context())
 	defer cancel(nil)
-	stop := context.AfterFunc(a.ctx, func() { cancel(status.Error(codes.Unavailable, "the control plane is stopping")) })
+	end := func(cause error) {
+		cancel(cause)
+		_ = ts.WriteStatus(status.Convert(cause)) // fails only once the stream has ended
+	}
+	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
 	defer stop()
-	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel, loop: true})
+	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: end, loop: true})
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
-	if err == nil && s.Context().Err() == nil {
-		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
-			return cause // closed by the tracker, or the cache closing: the zone is told why
+	if err == nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil && !errors.Is(cause, context.Canceled) {
+			return cause // closed by the tracker, or the cache closing: the zone was told why
 		}
 	}
-	return err // the loop's own error first: the stream's close cancels its context as it ends
+	return err // the loop's own error first
+}
+
+// statusWriter is grpc-go's server stream (grpc.ServerTransportStreamFromContext's), which
+// ends the RPC with a status and cancels its context: what a handler's return does, from
+// another goroutine. TestAClosedStreamEndsWithItsStatus holds grpc-go to it.
+type statusWriter interface {
+	WriteStatus(*status.Status) error
 }
 
 // refusalOf names, for the refusals metric, why a stream was refused.

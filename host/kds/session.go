@@ -65,12 +65,15 @@ type Session struct {
 	// fan-out holds back the wake-up while it evaluates (deferWake) and calls it first.
 	sendNow   func() bool
 	deferWake bool
+	// kick, set by kds's own stream loop with sendNow, has the queued responses sent: it stands
+	// for the wake-up, as the loop has no goroutine waiting for one. It neither waits nor locks.
+	kick func()
 
 	// view is what the zone may see, as its filter last published it (Cache.Publish): read
 	// without any lock of the filter's.
 	view atomic.Pointer[viewBox]
 
-	wake chan struct{} // capacity 1: the queue grew (read by the sender, or by the stream loop)
+	wake chan struct{} // capacity 1: the queue grew (read by the sender)
 	stop chan struct{} // closed when the stream closes
 	done chan struct{} // closed when the sender has returned (at once when the stream loop sends)
 }
@@ -185,8 +188,14 @@ func (r *inflight) EachVersion(yield func(name, version string) bool) {
 
 func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
 
-// signal wakes the session's sender (or stream loop), unless it has a wake-up pending already.
+// signal wakes the session's sender, unless it has a wake-up pending already, or kicks the
+// stream loop. Call with s.mu (a session without kds's own loop: or without it; its kick is never
+// set).
 func (s *Session) signal() {
+	if s.kick != nil {
+		s.kick()
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:

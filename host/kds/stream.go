@@ -1,23 +1,26 @@
 package kds
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14), with
-// what KDS needs of it and no more. It differs in five ways: it ends when the stream's own
-// context does (the tracker closes a stream that a newer one of its zone replaced, and the loop
-// must end without waiting for the zone's next request); it sends the session's answered
-// responses itself, in their order, when the budget has room for them, instead of receiving them
-// from a sender goroutine over a channel (two goroutines a stream: this one and the one reading
-// requests), and a write's fan-out sends a stream's answer itself when the stream is in step
-// (sendNow: no wake-up of the loop); the goroutine reading requests handles them itself, under
-// the stream's lock, rather than waking this one for each (an ACK costs one goroutine wake-up,
-// not two); it keeps no copy of what each subscription was sent (the session keeps what the zone
-// holds); and its state grows with the kinds the zone asks for, not with every kind there is.
-// Callbacks are called in the order that loop calls them, one at a time (the stream's lock),
-// from whichever goroutine holds it.
+// what KDS needs of it and no more. It differs in five ways: it ends when the server closes the
+// stream (the tracker closes a stream that a newer one of its zone replaced, and the loop must end
+// without waiting for the zone's next request: the server writes the stream's status through
+// grpc-go's server stream, which ends its Recv and Send, server.go); it sends the
+// session's answered responses itself, in their order, when the budget has room for them,
+// instead of receiving them from a sender goroutine over a channel; it runs on one goroutine a
+// stream, the RPC's own, which reads the zone's requests and handles each under the stream's
+// lock, then sends what it answered (go-control-plane's has two, and a third for the sender):
+// what is answered between requests is sent by a write's fan-out itself when the stream is in
+// step (sendNow), otherwise by a goroutine started for it (kick) or for the room it waits for
+// (awaitRoom), which ends once it has sent; it keeps no copy of what each subscription was sent
+// (the session keeps what the zone holds); and its state grows with the kinds the zone asks for,
+// not with every kind there is. Callbacks are called in the order that loop calls them, one at a
+// time (the stream's lock), from whichever goroutine holds it.
 
 import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -27,13 +30,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// deltaStream is one stream's state in the loop. Its two goroutines (the loop, and the one
-// reading requests) change it and send on the stream under mu.
+// deltaStream is one stream's state in the loop. The RPC's goroutine, the fan-out (sendNow) and
+// the goroutines started to send (kick, awaitRoom) change it and send on the stream under mu.
 type deltaStream struct {
 	mu      sync.Mutex
-	closed  bool  // the loop has ended: no request is handled any more
-	err     error // why the request goroutine ended the stream (nil: the zone closed its side)
-	failed  error // a send of sendNow's failed: the loop ends the stream with it
+	closed  bool  // the loop has ended: nothing is sent any more
+	failed  error // a send failed: the stream ends with it
+	close   context.CancelCauseFunc
 	id      int64
 	str     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
 	cache   *Cache
@@ -42,9 +45,14 @@ type deltaStream struct {
 	nonce   int64
 	watches map[string]*deltaWatch
 
+	// kicked: a send of the session's queue is due, and a goroutine is started for it or the
+	// RPC's goroutine sends once the request it handles (handling) is done.
+	kicked   atomic.Bool
+	handling atomic.Bool
+
 	// pending is the answered watch taken off the session's queue whose response waits for room
 	// in the budget (cost bytes of it), queued there as wait: until the budget grants it (freed),
-	// or, at the deadline, it goes anyway.
+	// or, at the deadline, it goes anyway; awaitRoom waits for either.
 	pending  *watch
 	cost     int64
 	wait     *budgetWaiter
@@ -60,10 +68,11 @@ type deltaWatch struct {
 
 func (s *deltaStream) cancel(dw *deltaWatch) { s.cache.cancel(s.st, dw.w) }
 
-// serveDelta serves one delta stream until ctx ends (the RPC ended, the tracker closed it, or the
-// server stops), the zone stops sending, or a callback or send fails.
+// serveDelta serves one delta stream until the RPC ends, the zone stops sending, its streamInfo's
+// close ends it (the tracker, the server stopping: the stream's Recv and Send then return), or a
+// request or a send fails (the stream is closed with the error).
 func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer, c *Cache, t *Tracker) error {
-	s := &deltaStream{id: id, str: str, cache: c, tracker: t, watches: map[string]*deltaWatch{}}
+	s := &deltaStream{id: id, str: str, cache: c, tracker: t, close: streamInfoOf(ctx).close, watches: map[string]*deltaWatch{}}
 	node := &core.Node{}
 	defer func() {
 		s.mu.Lock()
@@ -83,75 +92,92 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 		return status.Error(codes.Unavailable, "the stream's session is closed")
 	}
 	s.st.mu.Lock()
-	s.st.sendNow = s.sendNow
+	s.st.sendNow, s.st.kick = s.sendNow, s.kick
 	s.st.mu.Unlock()
-	// The zone's requests, read and handled on a goroutine of their own; it ends with the RPC
-	// (Recv fails once the handler returned), when the loop has ended, or when a request fails
-	// (ended closed, with the loop's error in err).
-	ended := make(chan struct{})
-	go func() {
-		growStack()
-		defer close(ended)
-		for {
-			req, err := str.Recv()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			if s.closed {
-				s.mu.Unlock()
-				return
-			}
-			// A response this leaves waiting for room was queued with a wake-up that the loop
-			// has not handled yet: the loop's pump finds it pending, and the loop then waits on
-			// its freed and deadline.
-			err = s.request(req, &node)
-			if err != nil {
-				s.closed, s.err = true, err
-			}
-			s.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-
 	for {
-		s.mu.Lock()
-		freed, deadline := s.freed, s.deadline
-		s.mu.Unlock()
-		var err error
-		select {
-		case <-ctx.Done(): // the RPC ended, the tracker closed it, or the cache is closing
-			return nil
-		case <-ended: // the zone closed its side, the RPC ended, or a request failed
-			s.mu.Lock()
-			err := s.err
-			s.mu.Unlock()
-			return err
-		case <-s.st.wake:
-			err = s.locked(s.pump)
-		case <-freed: // the budget took the room for it
-			err = s.locked(func() error {
-				if s.freed != freed {
-					return nil // taken back meanwhile (abandon gave the room back)
-				}
-				return s.deliverAndPump()
-			})
-		case <-deadline:
-			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
-			err = s.locked(func() error {
-				if s.deadline != deadline {
-					return nil // delivered or taken back meanwhile
-				}
-				c.budget.force(s.wait)
-				return s.deliverAndPump()
-			})
-		}
+		req, err := str.Recv()
 		if err != nil {
+			// The zone closed its side, the RPC ended, or the stream was closed with a status
+			// (the tracker, the server stopping, or a failed send: then the send's error is the
+			// stream's).
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.failed
+		}
+		s.handling.Store(true)
+		s.mu.Lock()
+		err = s.request(req, &node)
+		if err == nil {
+			s.kicked.Store(false) // what was kicked until now is sent here
+			err = s.pump()
+		}
+		s.mu.Unlock()
+		s.handling.Store(false)
+		if err != nil {
+			s.close(err) // the zone is told, and a send of another goroutine's ends
 			return err
+		}
+		if s.kicked.Load() {
+			go s.pumpKicked() // kicked while this request was handled, after its pump
 		}
 	}
+}
+
+// kick has the session's queue sent by a goroutine started for it, unless one is due already or
+// the RPC's goroutine is handling a request (it sends after the request, and looks again after).
+// It neither waits nor locks: the session may call it under its own lock (Session.signal).
+func (s *deltaStream) kick() {
+	if s.kicked.Swap(true) || s.handling.Load() {
+		return
+	}
+	go s.pumpKicked()
+}
+
+// pumpKicked sends the session's queue, as kick asked: a send may wait for the zone to read, as
+// the RPC's goroutine's may; it ends with the stream at the latest.
+func (s *deltaStream) pumpKicked() {
+	s.fail(s.locked(func() error {
+		s.kicked.Store(false)
+		return s.pump()
+	}))
+}
+
+// awaitRoom waits for the budget to grant the pending response its room (freed), or for its
+// deadline, and sends it and what was queued after it. abandon wakes it when the response is
+// taken back (freed no longer the stream's).
+func (s *deltaStream) awaitRoom(freed <-chan struct{}, deadline <-chan time.Time) {
+	select {
+	case <-freed: // the budget took the room for it
+		s.fail(s.locked(func() error {
+			if s.freed != freed {
+				return nil // taken back meanwhile (abandon gave the room back)
+			}
+			return s.deliverAndPump()
+		}))
+	case <-deadline:
+		// Waited long enough: over the limit, rather than stalled by zones that do not answer.
+		s.fail(s.locked(func() error {
+			if s.deadline != deadline {
+				return nil // delivered or taken back meanwhile
+			}
+			s.cache.budget.force(s.wait)
+			return s.deliverAndPump()
+		}))
+	}
+}
+
+// fail ends the stream with err, a send's error (nil: nothing failed). The RPC's goroutine
+// returns it.
+func (s *deltaStream) fail(err error) {
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.failed == nil {
+		s.failed = err
+	}
+	s.mu.Unlock()
+	s.close(err)
 }
 
 // locked runs f under the stream's lock, unless the stream has closed.
@@ -229,6 +255,7 @@ func (s *deltaStream) pumpWhile(more func() bool) (bool, error) {
 			s.wait, s.freed = wait, wait.ready
 			s.timer = time.NewTimer(s.cache.budget.maxWait)
 			s.deadline = s.timer.C
+			go s.awaitRoom(s.freed, s.deadline)
 			return false, nil // the pending response waits for room
 		}
 		if err := s.deliver(); err != nil {
@@ -245,21 +272,23 @@ func (s *deltaStream) pumpWhile(more func() bool) (bool, error) {
 const sendNowLimit = 32 << 10
 
 // sendNow is pump on the caller's goroutine (a write's fan-out), for as long as it cannot wait:
-// the stream's lock is free (TryLock: a request being handled, or the loop at work, leaves it to
-// the loop), the budget has room, and the stream's unanswered responses are under sendNowLimit. It
-// reports whether the session's queue is empty and nothing waits; on false the caller wakes the
-// loop, which sends the rest, waits for room, or ends the stream when a send failed.
+// the stream's lock is free (TryLock: a request being handled, or a send at work, leaves it to
+// them), the budget has room, and the stream's unanswered responses are under sendNowLimit. It
+// reports whether the session's queue is empty or its first waits for room (awaitRoom sends it);
+// on false the caller kicks the stream, which sends the rest. A failed send ends the stream.
 func (s *deltaStream) sendNow() bool {
 	if !s.mu.TryLock() {
 		return false
 	}
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return true // nothing is sent any more
 	}
 	drained, err := s.pumpWhile(func() bool { return s.st.unanswered() < sendNowLimit })
-	s.failed = err
-	return drained
+	waiting := s.wait != nil
+	s.mu.Unlock()
+	s.fail(err)
+	return drained || waiting || err != nil
 }
 
 // deliver sends the pending response, whose room in the budget is taken.
@@ -284,8 +313,12 @@ func (s *deltaStream) deliverAndPump() error {
 // abandon takes the pending response back, unsent: its names are dirty again.
 func (s *deltaStream) abandon() {
 	if w := s.pending; w != nil {
-		if s.wait != nil {
-			s.cache.budget.cancel(s.wait) // out of the queue, or its room given back
+		if wait := s.wait; wait != nil {
+			s.cache.budget.cancel(wait) // out of the queue, or its room given back
+			select {
+			case wait.ready <- struct{}{}: // awaitRoom ends (not granted: nothing else sends)
+			default: // granted: ready holds its signal already
+			}
 		}
 		s.pending, s.wait, s.freed = nil, nil, nil
 		s.stopTimer()

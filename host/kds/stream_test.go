@@ -87,6 +87,45 @@ func policyAt(kind, name string, generation int64, pad int) resource.Resource {
 	return resource.Resource{Kind: kind, Mesh: "m", Name: name, Spec: json.RawMessage(spec), Generation: generation}
 }
 
+// A stream of kds's own loop is one goroutine, the RPC's, once it has sent its full sync and is
+// waiting for the zone: nothing else of it is left running (go-control-plane's has two).
+func TestAStreamIsOneGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		defer c.Close()
+		tr := NewTracker(c)
+		var b SnapshotBuilder
+		snap, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "p", 1, 10)})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetSnapshot(snap)
+		const n = 20
+		var zones []*loopZone
+		for i := range n {
+			zones = append(zones, startLoopZone(c, tr, int64(i+1), fmt.Sprintf("z%d", i)))
+		}
+		defer func() {
+			for _, z := range zones {
+				z.cancel()
+				<-z.done
+			}
+		}()
+		synctest.Wait()
+		for _, z := range zones {
+			g.Expect(z.str.sent).To(HaveLen(1), "the full sync")
+		}
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		streams := 0
+		for _, gr := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(gr, "kds.serveDelta") || strings.Contains(gr, "kds.(*deltaStream)") {
+				streams++
+			}
+		}
+		g.Expect(streams).To(Equal(n), "goroutines of the streams' loops")
+	})
+}
+
 // A zone's first sync of a kind it subscribes to whole is the snapshot's one list of the kind's
 // entries, shared by every such zone, not a copy a zone; a zone that subscribes to some names
 // gets those; a kind over the message limit is split; each ACK counts every entry it carried.
