@@ -1,20 +1,20 @@
 package kds
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14), with
-// what KDS needs of it and no more. It differs in five ways: it ends when the server closes the
-// stream (the tracker closes a stream that a newer one of its zone replaced, and the loop must end
-// without waiting for the zone's next request: the server writes the stream's status through
-// grpc-go's server stream, which ends its Recv and Send, server.go); it sends the
-// session's answered responses itself, in their order, when the budget has room for them,
-// instead of receiving them from a sender goroutine over a channel; it runs on one goroutine a
-// stream, the RPC's own, which reads the zone's requests and handles each under the stream's
-// lock, then sends what it answered (go-control-plane's has two, and a third for the sender):
-// what is answered between requests is sent by a write's fan-out itself when the stream is in
-// step (sendNow), otherwise by a goroutine started for it (kick) or for the room it waits for
-// (awaitRoom), which ends once it has sent; it keeps no copy of what each subscription was sent
-// (the session keeps what the zone holds); and its state grows with the kinds the zone asks for,
-// not with every kind there is. Callbacks are called in the order that loop calls them, one at a
-// time (the stream's lock), from whichever goroutine holds it.
+// what KDS needs of it and no more. It differs in five ways. It ends when the server closes the
+// stream (the tracker closes a stream that a newer one of its zone replaced) without waiting for
+// the zone's next request: the server writes the stream's status through grpc-go's server
+// stream, which ends its Recv and Send (server.go). It sends the session's answered responses
+// itself, in their order, when the budget has room for them, instead of receiving them from a
+// sender goroutine over a channel. It runs on one goroutine a stream, the RPC's own, which reads
+// the zone's requests, handles each under the stream's lock and then sends what it answered
+// (go-control-plane's runs two: the RPC's, and one reading requests); what is answered between
+// requests is sent by a write's fan-out itself when the stream is in step (sendNow), otherwise by
+// a goroutine started for it (kick) or for the room it waits for (awaitRoom), which ends once it
+// has sent. It keeps no copy of what each subscription was sent (the session keeps what the zone
+// holds). And its state grows with the kinds the zone asks for, not with every kind there is.
+// Callbacks are called in the order that loop calls them, one at a time (the stream's lock), from
+// whichever goroutine holds it.
 
 import (
 	"context"
