@@ -6,7 +6,11 @@
 //
 //   - compute: SHA-256 of a 64 KiB buffer, in the core's own caches;
 //   - memory: random reads of a map of 4 Mi entries (about 150 MiB), as a control plane's
-//     pointer-chasing work (maps, the garbage collector's marking) does.
+//     pointer-chasing work (maps, the garbage collector's marking) does;
+//   - first touch: a write to each page of 64 MiB of memory the process maps fresh, each a page
+//     fault, as a process pays for memory it has not used before (a new goroutine's stack, a heap
+//     that grows); printed a page, too. On a virtual machine this is the hypervisor's price, and
+//     it moves a bench's CPU figures with the memory each server touches.
 //
 // Usage:
 //
@@ -57,8 +61,9 @@ func main() {
 
 func run(rounds int) error {
 	w := newWork(true)
+	w.touch = true // the busy processes do not: their memory work stays as it was
 	alone := w.measure(rounds)
-	beside := map[string][2]time.Duration{}
+	beside := map[string][3]time.Duration{}
 	for _, kind := range []string{"compute", "memory"} {
 		d, err := besideBusy(w, rounds, kind)
 		if err != nil {
@@ -68,20 +73,23 @@ func run(rounds int) error {
 	}
 	fmt.Printf("%d cores, %s; one process on one core, CPU time, medians of %d rounds;\n", runtime.NumCPU(), runtime.Version(), rounds)
 	fmt.Printf("beside: a busy process on each other core doing the compute work, or the memory work and the compute work in turn\n\n")
-	fmt.Printf("  %-8s  %10s  %18s  %17s\n", "work", "alone", "beside compute", "beside memory")
-	for i, name := range []string{"compute", "memory"} {
+	fmt.Printf("  %-11s  %10s  %18s  %17s\n", "work", "alone", "beside compute", "beside memory")
+	for i, name := range []string{"compute", "memory", "first touch"} {
 		c, m := beside["compute"][i], beside["memory"][i]
-		fmt.Printf("  %-8s  %7.1f ms  %7.1f ms %5.2fx  %7.1f ms %5.2fx\n", name, ms(alone[i]),
+		fmt.Printf("  %-11s  %7.1f ms  %7.1f ms %5.2fx  %7.1f ms %5.2fx\n", name, ms(alone[i]),
 			ms(c), float64(c)/float64(alone[i]), ms(m), float64(m)/float64(alone[i]))
 	}
+	pages := float64(touchBytes / os.Getpagesize())
+	fmt.Printf("\n  first touch, a page: %.2f us alone, %.2f beside compute, %.2f beside memory\n",
+		us(alone[2])/pages, us(beside["compute"][2])/pages, us(beside["memory"][2])/pages)
 	return nil
 }
 
 // besideBusy measures w with a busy process doing kind on every other core.
-func besideBusy(w *work, rounds int, kind string) ([2]time.Duration, error) {
+func besideBusy(w *work, rounds int, kind string) ([3]time.Duration, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return [2]time.Duration{}, err
+		return [3]time.Duration{}, err
 	}
 	var busy []*exec.Cmd
 	defer func() {
@@ -93,7 +101,7 @@ func besideBusy(w *work, rounds int, kind string) ([2]time.Duration, error) {
 	for range runtime.NumCPU() - 1 {
 		c := exec.Command(self, "-spin", kind)
 		if err := c.Start(); err != nil {
-			return [2]time.Duration{}, fmt.Errorf("start a busy process: %w", err)
+			return [3]time.Duration{}, fmt.Errorf("start a busy process: %w", err)
 		}
 		busy = append(busy, c)
 	}
@@ -103,9 +111,12 @@ func besideBusy(w *work, rounds int, kind string) ([2]time.Duration, error) {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
 type work struct {
-	buf []byte
-	m   map[uint32]uint32
+	buf   []byte
+	m     map[uint32]uint32
+	touch bool // measure the first touch too
 }
 
 const mapEntries = 4 << 20
@@ -122,9 +133,13 @@ func newWork(memory bool) *work {
 	return w
 }
 
-// measure returns the median CPU time of the compute work and of the memory work.
-func (w *work) measure(rounds int) [2]time.Duration {
-	var compute, memory []time.Duration
+// touchBytes is what the first-touch work maps and writes, a page at a time.
+const touchBytes = 64 << 20
+
+// measure returns the median CPU time of the compute work, of the memory work and of the first
+// touch (0 unless w.touch).
+func (w *work) measure(rounds int) [3]time.Duration {
+	var compute, memory, touch []time.Duration
 	var sink uint32
 	for range rounds {
 		c0 := cpuTime()
@@ -139,12 +154,33 @@ func (w *work) measure(rounds int) [2]time.Duration {
 			sink += w.m[x%mapEntries]
 		}
 		c2 := cpuTime()
-		compute, memory = append(compute, c1-c0), append(memory, c2-c1)
+		if w.touch {
+			touchFresh()
+		}
+		c3 := cpuTime()
+		compute, memory, touch = append(compute, c1-c0), append(memory, c2-c1), append(touch, c3-c2)
 	}
 	if sink == 1 {
 		fmt.Print("") // keep sink live
 	}
-	return [2]time.Duration{median(compute), median(memory)}
+	return [3]time.Duration{median(compute), median(memory), median(touch)}
+}
+
+// touchFresh maps touchBytes of memory the process has not used, writes a byte on each page (a
+// page fault each), and unmaps it.
+func touchFresh() {
+	b, err := syscall.Mmap(-1, 0, touchBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "machine: map memory to touch:", err)
+		os.Exit(1)
+	}
+	for i := 0; i < len(b); i += os.Getpagesize() {
+		b[i] = 1
+	}
+	if err := syscall.Munmap(b); err != nil {
+		fmt.Fprintln(os.Stderr, "machine: unmap:", err)
+		os.Exit(1)
+	}
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -18,12 +18,13 @@ import (
 
 // figures is what one run of one server in one scenario measured.
 type figures struct {
-	Ready      float64   `json:"ready_s"`          // server start (store fill included) until it serves
-	Sync       float64   `json:"full_sync_s"`      // first zone dial until every zone holds everything
-	Rate       float64   `json:"resources_per_s"`  // zones x (resources + 1) / Sync
-	SyncCPU    float64   `json:"sync_cpu_s"`       // server CPU from the zones' start until synced
-	ZonesCPU   float64   `json:"zones_sync_cpu_s"` // the zones' process's CPU over the same span
-	UpdateP50  float64   `json:"update_p50_ms"`    // one update reaching every zone
+	Ready      float64   `json:"ready_s"`           // server start (store fill included) until it serves
+	Sync       float64   `json:"full_sync_s"`       // first zone dial until every zone holds everything
+	Rate       float64   `json:"resources_per_s"`   // zones x (resources + 1) / Sync
+	SyncCPU    float64   `json:"sync_cpu_s"`        // server CPU from the zones' start until synced
+	SyncFaults float64   `json:"sync_minor_faults"` // the server's page faults over the same span (minflt)
+	ZonesCPU   float64   `json:"zones_sync_cpu_s"`  // the zones' process's CPU over the same span
+	UpdateP50  float64   `json:"update_p50_ms"`     // one update reaching every zone
 	UpdateMax  float64   `json:"update_max_ms"`
 	UpdateCPU  float64   `json:"update_cpu_s"`    // server CPU per update
 	IdleCPU    float64   `json:"idle_cpu_pct"`    // % of one core, every zone connected, nothing changing
@@ -36,8 +37,8 @@ type figures struct {
 }
 
 func (f figures) summary() string {
-	return fmt.Sprintf("sync %.2f s (%.0f k/s, CPU %.2f s), update p50 %.1f ms max %.1f ms CPU %.3f s, idle %.2f %%, VmHWM %s, heap %s",
-		f.Sync, f.Rate/1000, f.SyncCPU, f.UpdateP50, f.UpdateMax, f.UpdateCPU, f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap))
+	return fmt.Sprintf("sync %.2f s (%.0f k/s, CPU %.2f s, %.0f k page faults), update p50 %.1f ms max %.1f ms CPU %.3f s, idle %.2f %%, VmHWM %s, heap %s",
+		f.Sync, f.Rate/1000, f.SyncCPU, f.SyncFaults/1000, f.UpdateP50, f.UpdateMax, f.UpdateCPU, f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap))
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
@@ -130,6 +131,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	if prof != "" {
 		fargs = append(fargs, "-fleet-cpuprofile", strings.TrimSuffix(prof, ".pprof")+".zones.pprof")
 	}
+	faults0, _ := minorFaultsOf(pid)
 	cpu0 := cpu()
 	zones, err := startChild("zones", self, fargs...)
 	if err != nil {
@@ -150,6 +152,9 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		return fig, fmt.Errorf("full sync: %w", err)
 	}
 	cpu1 := cpu()
+	if faults1, err := minorFaultsOf(pid); err == nil {
+		fig.SyncFaults = float64(faults1 - faults0)
+	}
 	if zcpu, err := cpuOf(zones.pid()); err == nil {
 		fig.ZonesCPU = zcpu.Seconds()
 	}

@@ -148,18 +148,9 @@ func cpuOf(pid int) (time.Duration, error) {
 }
 
 func statCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
 	// After the name: state(3) ... utime(14) stime(15), so f[11] and f[12].
 	var ticks int64
@@ -171,6 +162,38 @@ func statCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * clockTick, nil
+}
+
+// minorFaultsOf is the page faults a process has taken that read nothing from disk (minflt): its
+// first touches of memory, each priced by the machine (examples/bench/machine's first touch).
+func minorFaultsOf(pid int) (int64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(f[7], 10, 64) // minflt(10)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return n, nil
+}
+
+// statFields is /proc/PID/stat's fields after the command name: state(3) first.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return nil, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	return f, nil
 }
 
 func schedstatCPU(pid int) (time.Duration, error) {
