@@ -189,8 +189,8 @@ func (r *inflight) EachVersion(yield func(name, version string) bool) {
 func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
 
 // signal wakes the session's sender, unless it has a wake-up pending already, or kicks the
-// stream loop. Call with s.mu (a session without kds's own loop: or without it; its kick is never
-// set).
+// stream loop. Call with s.mu; a session that go-control-plane's server serves (its kick is never
+// set) may be signalled without it.
 func (s *Session) signal() {
 	if s.kick != nil {
 		s.kick()
