@@ -118,7 +118,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: end, loop: true})
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if err == nil {
-		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil && !errors.Is(cause, context.Canceled) {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			return cause // closed by the tracker, or the cache closing: the zone was told why
 		}
 	}

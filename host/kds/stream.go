@@ -101,8 +101,9 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 			// (the tracker, the server stopping, or a failed send: then the send's error is the
 			// stream's).
 			s.mu.Lock()
-			defer s.mu.Unlock()
-			return s.failed
+			err = s.failed
+			s.mu.Unlock()
+			return err
 		}
 		s.handling.Store(true)
 		s.mu.Lock()
@@ -144,26 +145,25 @@ func (s *deltaStream) pumpKicked() {
 
 // awaitRoom waits for the budget to grant the pending response its room (freed), or for its
 // deadline, and sends it and what was queued after it. abandon wakes it when the response is
-// taken back (freed no longer the stream's).
+// taken back (freed no longer the stream's; a wait's freed and deadline are set and cleared
+// together).
 func (s *deltaStream) awaitRoom(freed <-chan struct{}, deadline <-chan time.Time) {
+	late := false
 	select {
 	case <-freed: // the budget took the room for it
-		s.fail(s.locked(func() error {
-			if s.freed != freed {
-				return nil // taken back meanwhile (abandon gave the room back)
-			}
-			return s.deliverAndPump()
-		}))
 	case <-deadline:
-		// Waited long enough: over the limit, rather than stalled by zones that do not answer.
-		s.fail(s.locked(func() error {
-			if s.deadline != deadline {
-				return nil // delivered or taken back meanwhile
-			}
-			s.cache.budget.force(s.wait)
-			return s.deliverAndPump()
-		}))
+		late = true
 	}
+	s.fail(s.locked(func() error {
+		if s.freed != freed {
+			return nil // delivered or taken back meanwhile (abandon gave the room back)
+		}
+		if late {
+			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
+			s.cache.budget.force(s.wait)
+		}
+		return s.deliverAndPump()
+	}))
 }
 
 // fail ends the stream with err, a send's error (nil: nothing failed). The RPC's goroutine

@@ -131,7 +131,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	if prof != "" {
 		fargs = append(fargs, "-fleet-cpuprofile", strings.TrimSuffix(prof, ".pprof")+".zones.pprof")
 	}
-	faults0, _ := minorFaultsOf(pid)
+	faults0, faultsErr := minorFaultsOf(pid)
 	cpu0 := cpu()
 	zones, err := startChild("zones", self, fargs...)
 	if err != nil {
@@ -152,7 +152,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		return fig, fmt.Errorf("full sync: %w", err)
 	}
 	cpu1 := cpu()
-	if faults1, err := minorFaultsOf(pid); err == nil {
+	if faults1, err := minorFaultsOf(pid); err == nil && faultsErr == nil {
 		fig.SyncFaults = float64(faults1 - faults0)
 	}
 	if zcpu, err := cpuOf(zones.pid()); err == nil {
