@@ -27,6 +27,7 @@ type figures struct {
 	UpdateP50  float64   `json:"update_p50_ms"`     // one update reaching every zone
 	UpdateMax  float64   `json:"update_max_ms"`
 	UpdateCPU  float64   `json:"update_cpu_s"`    // server CPU per update
+	UpdateIO   float64   `json:"update_syscalls"` // the server's read and write system calls per update (/proc/PID/io)
 	IdleCPU    float64   `json:"idle_cpu_pct"`    // % of one core, every zone connected, nothing changing
 	PeakRSS    uint64    `json:"peak_rss_bytes"`  // VmHWM at the end of the run
 	LiveHeap   uint64    `json:"live_heap_bytes"` // HeapAlloc after two forced GCs, at the end
@@ -176,10 +177,13 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	// zone hold it (both read the same wall clock).
 	client := &http.Client{Timeout: o.updateTimeout}
 	var cpuA time.Duration
+	var ioA int64
+	ioErr := errors.New("not read")
 	for seq := range total {
 		if seq == o.warmup {
 			quiet(ctx, pid, 10*time.Second)
 			cpuA = cpu()
+			ioA, ioErr = syscallsOf(pid)
 		}
 		t0 := time.Now()
 		if err := post(client, fmt.Sprintf("http://%s/update?seq=%d", control, seq)); err != nil {
@@ -200,6 +204,9 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	}
 	quiet(ctx, pid, 30*time.Second) // the last update's ACKs
 	fig.UpdateCPU = (cpu() - cpuA).Seconds() / float64(o.updates)
+	if ioB, err := syscallsOf(pid); err == nil && ioErr == nil {
+		fig.UpdateIO = float64(ioB-ioA) / float64(o.updates)
+	}
 	sorted := slices.Sorted(slices.Values(fig.Updates))
 	fig.UpdateP50, fig.UpdateMax = median(sorted), sorted[len(sorted)-1]
 

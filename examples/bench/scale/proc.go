@@ -178,6 +178,34 @@ func minorFaultsOf(pid int) (int64, error) {
 	return n, nil
 }
 
+// syscallsOf is the read and write system calls a process has made (syscr and syscw of
+// /proc/PID/io: read(2), write(2) and their vector and socket kin): a server's sends and
+// receives, whose frames grpc-go batches into as few as it can.
+func syscallsOf(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	found := 0
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || (k != "syscr" && k != "syscw") {
+			continue
+		}
+		c, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/io: %s: %w", pid, k, err)
+		}
+		n += c
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
+	}
+	return n, nil
+}
+
 // statFields is /proc/PID/stat's fields after the command name: state(3) first.
 func statFields(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

@@ -36,3 +36,35 @@ func TestMinorFaultsCountFirstTouches(t *testing.T) {
 		t.Fatalf("touching %d fresh pages counted %d faults", pages, d)
 	}
 }
+
+// syscallsOf counts a process's reads and writes: 1,000 one-byte writes to a pipe and 1,000
+// reads of them are at least 2,000 more (other goroutines of the test binary may add a few).
+func TestSyscallsCountReadsAndWrites(t *testing.T) {
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	before, err := syscallsOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	b := []byte{1}
+	for range n {
+		if _, err := syscall.Write(p[1], b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := syscall.Read(p[0], b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := syscallsOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after - before; d < 2*n || d > 2*n+200 {
+		t.Fatalf("%d writes and %d reads counted %d system calls", n, n, d)
+	}
+}

@@ -238,6 +238,7 @@ func medianOf(runs []figures) figures {
 		UpdateP50:  m(func(f figures) float64 { return f.UpdateP50 }),
 		UpdateMax:  m(func(f figures) float64 { return f.UpdateMax }),
 		UpdateCPU:  m(func(f figures) float64 { return f.UpdateCPU }),
+		UpdateIO:   m(func(f figures) float64 { return f.UpdateIO }),
 		IdleCPU:    m(func(f figures) float64 { return f.IdleCPU }),
 		PeakRSS:    uint64(m(func(f figures) float64 { return float64(f.PeakRSS) })),
 		LiveHeap:   uint64(m(func(f figures) float64 { return float64(f.LiveHeap) })),
@@ -254,16 +255,20 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%s; %d updates measured per run after %d unmeasured; idle measured over %s\n\n", runs, r.Options.Updates, r.Options.Warmup, r.Options.Idle)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "zones\tresources\tstreams/conn\tserver\tfull sync\tresources/s\tsync CPU\tsync faults\tzones CPU\tcores busy\tupdate p50\tupdate max\tCPU/update\tCPU/stream/write\tidle CPU\tpeak RSS\tlive heap\theap/stream\t\n")
+	fmt.Fprintf(tw, "zones\tresources\tstreams/conn\tserver\tfull sync\tresources/s\tsync CPU\tsync faults\tzones CPU\tcores busy\tupdate p50\tupdate max\tCPU/update\tCPU/stream/write\tsyscalls/stream/write\tidle CPU\tpeak RSS\tlive heap\theap/stream\t\n")
 	for _, res := range r.Results {
 		f := res.Median
 		faults := "-" // a result from before the bench counted them
 		if f.SyncFaults > 0 {
 			faults = fmt.Sprintf("%.0f k", f.SyncFaults/1000)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%.2f s\t%.0f k/s\t%.2f s\t%s\t%.2f s\t%.2f\t%.1f ms\t%.1f ms\t%.3f s\t%.1f us\t%.2f %%\t%s\t%s\t%s\t\n",
+		syscalls := "-" // likewise
+		if f.UpdateIO > 0 && res.Zones > 0 {
+			syscalls = fmt.Sprintf("%.2f", f.UpdateIO/float64(res.Zones))
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%.2f s\t%.0f k/s\t%.2f s\t%s\t%.2f s\t%.2f\t%.1f ms\t%.1f ms\t%.3f s\t%.1f us\t%s\t%.2f %%\t%s\t%s\t%s\t\n",
 			res.Zones, res.Resources, f.StreamsPer, res.Server, f.Sync, f.Rate/1000, f.SyncCPU, faults, f.ZonesCPU, (f.SyncCPU+f.ZonesCPU)/f.Sync, f.UpdateP50, f.UpdateMax, f.UpdateCPU,
-			f.cpuPerStreamWrite(res.Zones), f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap), kib(f.heapPerStream(res.Zones)))
+			f.cpuPerStreamWrite(res.Zones), syscalls, f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap), kib(f.heapPerStream(res.Zones)))
 	}
 	tw.Flush()
 
