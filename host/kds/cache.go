@@ -1,8 +1,10 @@
 package kds
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -55,6 +57,7 @@ type Cache struct {
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
+	order    []*Session                                    // streams by connection (fanOutOrder); nil once they changed
 	byZone   map[string]*Session                           // each zone's current (admitted) session
 	budgets  map[string]*tokenBucket                       // each zone's re-request budget, across its streams, until ForgetZone
 	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
@@ -123,10 +126,10 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	c.snap.Store(s)
 	c.version.Store(&v)
 	c.mu.Lock()
-	streams := make([]*Session, 0, len(c.streams))
-	for _, st := range c.streams {
-		streams = append(streams, st)
+	if c.order == nil {
+		c.order = fanOutOrder(c.streams)
 	}
+	streams := c.order
 	c.mu.Unlock()
 	// The kinds to look at, by their place in the cache's order: every kind, or those the write
 	// changed.
@@ -179,6 +182,17 @@ func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]strin
 		}
 		c.evaluateLocked(st, ks, names)
 	}
+}
+
+// fanOutOrder lists the streams for a write's fan-out, the streams of one connection together:
+// grpc-go's writer of a connection flushes what its streams queued while it was writing in one
+// system call, so a connection's streams sent back to back share their writes and the zones'
+// answers come back together, when streams share connections. The list is kept until a stream
+// opens or closes, and never changed in place (a fan-out may still be reading it).
+func fanOutOrder(streams map[int64]*Session) []*Session {
+	return slices.SortedFunc(maps.Values(streams), func(a, b *Session) int {
+		return cmp.Or(strings.Compare(a.info.conn, b.info.conn), cmp.Compare(a.id, b.id))
+	})
 }
 
 // each runs f on every stream, on as many goroutines as there are cores, and returns when all
@@ -299,6 +313,7 @@ func (c *Cache) openSession(id int64, info *streamInfo) *Session {
 	st := newSession(c, id, info)
 	c.mu.Lock()
 	c.streams[id] = st
+	c.order = nil
 	c.mu.Unlock()
 	if info.loop {
 		close(st.done)
@@ -347,6 +362,7 @@ func (c *Cache) closeStream(id int64) *Session {
 	st := c.streams[id]
 	delete(c.streams, id)
 	c.streams = shrink.Map(c.streams, &c.peak)
+	c.order = nil
 	if st != nil && c.byZone[st.zone] == st {
 		delete(c.byZone, st.zone)
 		c.byZone = shrink.Map(c.byZone, &c.zonePeak)

@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -115,7 +116,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	}
 	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
 	defer stop()
-	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: end, loop: true})
+	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, conn: connOf(s.Context()), close: end, loop: true})
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if err == nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -123,6 +124,14 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 		}
 	}
 	return err // the loop's own error first
+}
+
+// connOf names a stream's connection by its peer's address ("" when unknown).
+func connOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // statusWriter is grpc-go's server stream (grpc.ServerTransportStreamFromContext's), which
@@ -154,6 +163,7 @@ type streamKey struct{}
 // credentials prove ("" unauthenticated), and how to close it.
 type streamInfo struct {
 	zone  string
+	conn  string // the peer's address: the same for the streams of one connection
 	close context.CancelCauseFunc
 	loop  bool // served by kds's own loop (stream.go), which sends the session's responses
 }

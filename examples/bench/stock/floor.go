@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/host/kds"
@@ -27,12 +31,14 @@ type floor struct {
 
 	mu       sync.Mutex
 	streams  map[*floorStream]struct{}
+	order    []*floorStream               // streams by connection, kept until one opens or closes
 	prepared map[string]*grpc.PreparedMsg // per type URL: full, encoded by the first stream that asked
 }
 
 type floorStream struct {
-	mu sync.Mutex // one SendMsg at a time: the stream's receive loop and an update's fan-out
-	s  discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	mu   sync.Mutex // one SendMsg at a time: the stream's receive loop and an update's fan-out
+	s    discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	conn string // the peer's address: the same for the streams of one connection
 }
 
 func (fs *floorStream) send(m any) error {
@@ -57,12 +63,17 @@ func newFloor(entries []*kds.Entry) *floor {
 
 func (f *floor) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	fs := &floorStream{s: s}
+	if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
+		fs.conn = p.Addr.String()
+	}
 	f.mu.Lock()
 	f.streams[fs] = struct{}{}
+	f.order = nil
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
 		delete(f.streams, fs)
+		f.order = nil
 		f.mu.Unlock()
 	}()
 	for {
@@ -105,14 +116,15 @@ func (f *floor) fullMsg(s grpc.ServerStream, typeURL string) (*grpc.PreparedMsg,
 }
 
 // update sends e to every open stream, from as many goroutines as there are cores: the message
-// is encoded once and its bytes shared.
+// is encoded once and its bytes shared, and the streams of a connection are sent back to back
+// (grpc-go's writer flushes them together), as kds-host's fan-out does.
 func (f *floor) update(ctx context.Context, seq int, e *kds.Entry) error {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: e.Key.Kind, Nonce: fmt.Sprintf("u%d", seq), Resources: []*discovery.Resource{e.Wire}}
 	f.mu.Lock()
-	streams := make([]*floorStream, 0, len(f.streams))
-	for fs := range f.streams {
-		streams = append(streams, fs)
+	if f.order == nil {
+		f.order = slices.SortedFunc(maps.Keys(f.streams), func(a, b *floorStream) int { return strings.Compare(a.conn, b.conn) })
 	}
+	streams := f.order
 	f.mu.Unlock()
 	if len(streams) == 0 {
 		return nil
