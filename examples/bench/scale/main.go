@@ -229,8 +229,28 @@ func parseServers(s string) ([]server, error) {
 	return out, nil
 }
 
+// job is one server in one scenario.
+type job struct {
+	sc scenario
+	sv server
+}
+
+// runOrder is run r's jobs (r from 1): the scenarios in their order, each one's servers rotated
+// by r-1. What a server's run leaves on the machine (memory to give back, a busy spell) weighs
+// on the next one: rotated, it weighs on each server in turn.
+func runOrder(blocks [][]job, r int) []job {
+	var out []job
+	for _, b := range blocks {
+		for i := range b {
+			out = append(out, b[(i+r-1)%len(b)])
+		}
+	}
+	return out
+}
+
 // run measures every scenario and server, o.runs times, interleaved (run 1 of everything, then
-// run 2, ...), so a noisy spell of a shared machine spreads over every figure.
+// run 2, ...), so a noisy spell of a shared machine spreads over every figure; each run starts a
+// scenario's servers one further along (runOrder), so no server always follows the same one.
 func run(ctx context.Context, o options) (int, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -254,12 +274,9 @@ func run(ctx context.Context, o options) (int, error) {
 		}
 	}
 	rep := newReport(o)
-	type job struct {
-		sc scenario
-		sv server
-	}
-	var jobs []job
+	var blocks [][]job // a scenario's servers each
 	for _, sc := range o.scenarios {
+		var jobs []job
 		for _, sv := range o.servers {
 			need := uint64(sc.Zones) * uint64(sc.Resources) * bytesPerZoneResource[sv]
 			if avail := memAvailable(); !o.noMemCheck && avail > 0 && need > avail*8/10 {
@@ -269,10 +286,11 @@ func run(ctx context.Context, o options) (int, error) {
 			}
 			jobs = append(jobs, job{sc, sv})
 		}
+		blocks = append(blocks, jobs)
 	}
 	failed := map[job]bool{}
 	for r := 1; r <= o.runs; r++ {
-		for _, j := range jobs {
+		for _, j := range runOrder(blocks, r) {
 			if failed[j] {
 				continue
 			}
