@@ -45,6 +45,9 @@ type ServerConfig struct {
 	MaxStreamsPerConnection uint32
 }
 
+// ServerWindow is the KDS server's flow-control window, a stream's and a connection's.
+const ServerWindow = 1 << 20
+
 // NewGRPCServer returns a gRPC server that serves KDS (ADS, delta only) from cache through
 // go-control-plane's delta server, with tracker as its callbacks, and grpc.health.v1. The server
 // stops serving streams when ctx ends.
@@ -57,6 +60,12 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 		// A version's resources are encoded once, by the snapshot, for every stream (codec.go).
 		grpc.ForceServerCodecV2(c.Codec()),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
+		// Fixed flow-control windows: what a zone sends the global is requests and ACKs, and
+		// with a dynamic window grpc-go probes the bandwidth-delay product with a PING after
+		// data it receives, which the zone answers: reads and writes a stream a write, for
+		// nothing. 1 MiB also bounds what a client can make the server hold unread below the
+		// 16 MiB a dynamic window grows to.
+		grpc.StaticStreamWindowSize(ServerWindow), grpc.StaticConnWindowSize(ServerWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Zones ping every 10s at most (zone.Keepalive, gRPC's minimum): allowed with room.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
