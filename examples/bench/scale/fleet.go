@@ -21,6 +21,7 @@ import (
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/zone"
 )
 
 // fleetConfig is what the zones' process is told on its command line.
@@ -89,8 +90,11 @@ func runFleet(cfg fleetConfig) error {
 	var conn *grpc.ClientConn
 	for i := range cfg.zones {
 		if i%cfg.streamsPerConn == 0 {
+			// Windows fixed as a kds-host zone's (and Envoy's): no bandwidth-delay PINGs after
+			// each response, which every server would have to read and answer.
 			c, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
+				grpc.WithStaticStreamWindowSize(zone.Window), grpc.WithStaticConnWindowSize(int32(cfg.streamsPerConn)*zone.Window))
 			if err != nil {
 				return err
 			}
