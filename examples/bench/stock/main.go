@@ -116,6 +116,9 @@ func run(n int, addr string, wrap, bare bool, prof *benchproc.Profiles) error {
 	if err != nil {
 		return err
 	}
+	if bare { // fixed windows, as kds-host's server has (kds.ServerWindow): no bandwidth-delay PINGs
+		grpcOpts = append(grpcOpts, grpc.StaticStreamWindowSize(kds.ServerWindow), grpc.StaticConnWindowSize(kds.ServerWindow))
+	}
 	gs := grpc.NewServer(grpcOpts...)
 	var fl *floor
 	if bare {
