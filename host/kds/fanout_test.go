@@ -8,6 +8,7 @@ import (
 // flushes them together), and its list follows the streams that open and close.
 func TestTheFanOutGroupsAConnectionsStreams(t *testing.T) {
 	c := NewCache([]string{"a"})
+	defer c.Close()
 	conns := []string{"10.0.0.2:4000", "10.0.0.1:5000", "10.0.0.3:6000"}
 	for id := range int64(9) {
 		c.openSession(id, &streamInfo{conn: conns[id%3], close: func(error) {}, loop: true})
@@ -19,10 +20,8 @@ func TestTheFanOutGroupsAConnectionsStreams(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i, st := range order {
-		if i > 0 && order[i-1].info.conn != st.info.conn {
-			if seen[st.info.conn] {
-				t.Fatalf("stream %d of %s comes after another connection's: %v", st.id, st.info.conn, ids(order))
-			}
+		if i > 0 && order[i-1].info.conn != st.info.conn && seen[st.info.conn] {
+			t.Fatalf("stream %d of %s comes after another connection's: %v", st.id, st.info.conn, ids(order))
 		}
 		seen[st.info.conn] = true
 	}

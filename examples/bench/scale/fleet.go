@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -94,7 +95,7 @@ func runFleet(cfg fleetConfig) error {
 			// each response, which every server would have to read and answer.
 			c, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
-				grpc.WithStaticStreamWindowSize(zone.Window), grpc.WithStaticConnWindowSize(int32(cfg.streamsPerConn)*zone.Window))
+				grpc.WithStaticStreamWindowSize(zone.Window), grpc.WithStaticConnWindowSize(int32(min(int64(cfg.streamsPerConn)*zone.Window, math.MaxInt32))))
 			if err != nil {
 				return err
 			}
