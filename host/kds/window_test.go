@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/kds-host/kds-host/host/internal/h2test"
+
 	"github.com/kds-host/kds-host/host/kds"
 )
 
@@ -40,30 +42,9 @@ func TestTheServerWindowIsFixed(t *testing.T) {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	var window, connWindow uint32
-	for window == 0 || connWindow == 0 {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("reading the server's first frames: %v (stream window %d, connection window %d so far)", err, window, connWindow)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if f.IsAck() {
-				continue
-			}
-			v, ok := f.Value(http2.SettingInitialWindowSize)
-			if !ok {
-				t.Fatalf("the server's SETTINGS name no initial window: a dynamic window (BDP pings)")
-			}
-			window = v
-			if err := fr.WriteSettingsAck(); err != nil {
-				t.Fatal(err)
-			}
-		case *http2.WindowUpdateFrame:
-			if f.StreamID == 0 {
-				connWindow = 65535 + f.Increment
-			}
-		}
+	window, connWindow, err := h2test.Windows(fr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if window != kds.ServerWindow || connWindow != kds.ServerWindow {
 		t.Fatalf("stream window %d, connection window %d; want %d each", window, connWindow, kds.ServerWindow)

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/kds-host/kds-host/host/internal/h2test"
+
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 )
@@ -48,27 +50,9 @@ func TestTheZonesWindowIsFixed(t *testing.T) {
 		t.Fatalf("the zone's preface: %q, %v", preface, err)
 	}
 	fr := http2.NewFramer(conn, conn)
-	var window, connWindow uint32
-	for window == 0 || connWindow == 0 {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("reading the zone's first frames: %v (stream window %d, connection window %d so far)", err, window, connWindow)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if f.IsAck() {
-				continue
-			}
-			v, ok := f.Value(http2.SettingInitialWindowSize)
-			if !ok {
-				t.Fatalf("the zone's SETTINGS name no initial window: a dynamic window (BDP pings)")
-			}
-			window = v
-		case *http2.WindowUpdateFrame:
-			if f.StreamID == 0 {
-				connWindow = 65535 + f.Increment
-			}
-		}
+	window, connWindow, err := h2test.Windows(fr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if window != Window || connWindow != Window {
 		t.Fatalf("stream window %d, connection window %d; want %d each", window, connWindow, Window)
