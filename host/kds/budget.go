@@ -3,32 +3,43 @@ package kds
 import (
 	"slices"
 	"sync"
-	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// budget bounds the bytes of the responses the global has handed to the delta server and the
-// zones have not answered yet, across every stream. gRPC encodes a response when the server
-// sends it and keeps the encoded message until the zone has read it, so a full sync of every
-// zone at once would otherwise hold every zone's whole state encoded at the same time (100
-// zones x 10,000 resources: hundreds of MB at the peak). A sender waits for room before it hands
-// a response over; the room comes back when the zone answers it (ACK or NACK), when it is
-// forgotten (MaxInFlight) or taken back, and when its stream closes.
+// budget bounds the bytes of the responses the global has handed to the server and the zones
+// have not answered yet. gRPC encodes a response when the server sends it and keeps the encoded
+// message until the zone has read it, so a full sync of every zone at once would otherwise hold
+// every zone's whole state encoded at the same time (100 zones x 10,000 resources: hundreds of MB
+// at the peak). A sender takes room before it hands a response over; the room comes back when
+// the zone answers it (ACK or NACK), when it is forgotten (MaxInFlight) or taken back, and when
+// its stream closes.
 //
-// Invariants (under mu):
-//   - used is the sum of the costs of the responses that hold room (inflight.cost > 0) and of
-//     the waiters granted room whose response is not sent yet.
-//   - A response is admitted when it fits and nobody waits before it, or when nothing holds room
-//     (one larger than the limit goes alone), or when it has waited maxWait: a zone that never
-//     answers slows the others by maxWait a response at most; it never stops them. Waiters get
-//     room in the order they came, as it comes back (release).
+// The room is of two kinds, so that a zone that stops reading costs only itself:
+//   - each stream's share, limit / streams open: a response that fits in what its stream holds
+//     of its share goes at once, whoever waits (an update, most often). The shares add up to the
+//     limit.
+//   - the pool, limit: a larger response goes when it fits in what every stream holds together
+//     and nobody waits before it, in the order they came, or alone when nothing holds room (one
+//     larger than the limit).
+//
+// So every stream together holds at most twice the limit (and one response larger than it), and
+// a stream that does not read holds at most what it was given before it stopped; the stream's
+// response timeout (Limits.ResponseTimeout) gives that back. No response waits on a stream that
+// does not read but one larger than its share, and that until the timeout at the latest.
 type budget struct {
-	mu      sync.Mutex
+	mu      sync.Mutex      // guards every field, and each budgetAccount's
 	limit   int64           // 0: unbounded
+	streams int64           // open streams, each with a share of limit
 	used    int64           // bytes of the responses that hold room
 	waiters []*budgetWaiter // in the order they came: room goes to the first that fits
-	maxWait time.Duration
+}
+
+// budgetAccount is one stream's room in the budget: what it holds, and its response waiting for
+// room, if any (a stream sends its responses in order: one waits at a time). Guarded by budget.mu.
+type budgetAccount struct {
+	held   int64
+	waiter *budgetWaiter
 }
 
 // budgetWaiter is a response waiting for room: when room comes back, release takes it on the
@@ -37,16 +48,12 @@ type budget struct {
 // one or few that now fit, not all of them.
 type budgetWaiter struct {
 	n       int64
+	acct    *budgetAccount
 	ready   chan struct{} // capacity 1: signalled once, when granted
 	granted bool
 }
 
-// budgetMaxWait is how long a response waits for room at most.
-const budgetMaxWait = 5 * time.Second
-
-func newBudget(limit int64) *budget {
-	return &budget{limit: limit, maxWait: budgetMaxWait}
-}
+func newBudget(limit int64) *budget { return &budget{limit: limit} }
 
 // setLimit changes the limit (0: unbounded); call it before serving.
 func (b *budget) setLimit(limit int64) {
@@ -55,59 +62,76 @@ func (b *budget) setLimit(limit int64) {
 	b.limit = limit
 }
 
-// acquire waits for room for n bytes and takes it, and reports true; or returns false, taking
-// nothing, when stop or gone closes first.
-func (b *budget) acquire(n int64, stop, gone <-chan struct{}) bool {
-	w := b.tryAcquire(n)
+// opened and closed count the streams that share the limit.
+func (b *budget) opened() {
+	b.mu.Lock()
+	b.streams++
+	b.mu.Unlock()
+}
+
+func (b *budget) closed() {
+	b.mu.Lock()
+	b.streams--
+	b.mu.Unlock()
+}
+
+// acquire waits for room for n bytes for a's stream and takes it, and reports true; or returns
+// false, taking nothing, when stop or gone closes first.
+func (b *budget) acquire(a *budgetAccount, n int64, stop, gone <-chan struct{}) bool {
+	w := b.tryAcquire(a, n)
 	if w == nil {
 		return true
 	}
-	t := time.NewTimer(b.maxWait)
-	defer t.Stop()
 	select {
 	case <-w.ready:
-	case <-t.C:
-		b.force(w) // waited long enough: over the limit, rather than stalled by a zone that does not answer
+		return true
 	case <-stop:
-		b.cancel(w)
-		return false
 	case <-gone:
-		b.cancel(w)
-		return false
 	}
-	return true
+	b.cancel(w)
+	return false
 }
 
-// fits reports whether n bytes fit now. Call with b.mu.
-func (b *budget) fits(n int64) bool {
-	return b.limit <= 0 || b.used == 0 || b.used+n <= b.limit
+// fits reports whether n bytes of a's stream fit now: in its share, or in the pool when nobody
+// waits before them (first: they are the first waiter). Call with b.mu.
+func (b *budget) fits(a *budgetAccount, n int64, first bool) bool {
+	switch {
+	case b.limit <= 0, b.used == 0:
+		return true
+	case b.streams > 0 && a.held+n <= b.limit/b.streams:
+		return true
+	}
+	return (first || len(b.waiters) == 0) && b.used+n <= b.limit
 }
 
-// tryAcquire takes room for n bytes and returns nil when it fits now and nobody waits before it;
-// otherwise it takes nothing and returns the waiter, queued, whose ready is signalled once room
-// was taken for it.
-func (b *budget) tryAcquire(n int64) *budgetWaiter {
+// tryAcquire takes room for n bytes of a's stream and returns nil when they fit now; otherwise
+// it takes nothing and returns the waiter, queued, whose ready is signalled once room was taken
+// for it.
+func (b *budget) tryAcquire(a *budgetAccount, n int64) *budgetWaiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.waiters) == 0 && b.fits(n) {
-		b.used += n
+	if b.fits(a, n, false) {
+		b.take(a, n)
 		return nil
 	}
-	w := &budgetWaiter{n: n, ready: make(chan struct{}, 1)}
+	w := &budgetWaiter{n: n, acct: a, ready: make(chan struct{}, 1)}
+	a.waiter = w
 	b.waiters = append(b.waiters, w)
 	return w
 }
 
-// force gives w its room whether it fits or not (it waited maxWait), unless it got it already.
-func (b *budget) force(w *budgetWaiter) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if w.granted {
-		return
-	}
-	b.dequeue(w)
+// take gives n bytes of room to a's stream. Call with b.mu.
+func (b *budget) take(a *budgetAccount, n int64) {
+	b.used += n
+	a.held += n
+}
+
+// grant gives w its room and wakes it. Call with b.mu, w out of the queue.
+func (b *budget) grant(w *budgetWaiter) {
 	w.granted = true
-	b.used += w.n
+	w.acct.waiter = nil
+	b.take(w.acct, w.n)
+	w.ready <- struct{}{}
 }
 
 // cancel takes w out of the queue, and gives back its room if it got it meanwhile.
@@ -115,11 +139,14 @@ func (b *budget) cancel(w *budgetWaiter) {
 	b.mu.Lock()
 	if !w.granted {
 		b.dequeue(w)
+		if w.acct.waiter == w {
+			w.acct.waiter = nil
+		}
 		b.mu.Unlock()
 		return
 	}
 	b.mu.Unlock()
-	b.release(w.n)
+	b.release(w.acct, w.n)
 }
 
 // dequeue takes w out of the queue. Call with b.mu.
@@ -129,24 +156,27 @@ func (b *budget) dequeue(w *budgetWaiter) {
 	}
 }
 
-// release gives back n bytes of room, and takes it for the waiters that now fit, in order.
-func (b *budget) release(n int64) {
+// release gives back n bytes of a's stream, and takes room for the waiters that now fit: in
+// order, the first ones that fit in the pool; then a's own waiter, if it now fits in its share.
+func (b *budget) release(a *budgetAccount, n int64) {
 	if n <= 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.used -= n
+	a.held -= n
 	i := 0
-	for ; i < len(b.waiters) && b.fits(b.waiters[i].n); i++ {
-		w := b.waiters[i]
-		w.granted = true
-		b.used += w.n
-		w.ready <- struct{}{}
+	for ; i < len(b.waiters) && b.fits(b.waiters[i].acct, b.waiters[i].n, true); i++ {
+		b.grant(b.waiters[i])
 	}
 	if i > 0 {
 		clear(b.waiters[:i])
 		b.waiters = b.waiters[i:] // no copy: the next append that grows it leaves the front behind
+	}
+	if w := a.waiter; w != nil && b.fits(a, w.n, false) {
+		b.dequeue(w)
+		b.grant(w)
 	}
 }
 

@@ -16,38 +16,61 @@ import (
 	"github.com/kds-host/kds-host/host/resource"
 )
 
-func TestTheBudgetAdmitsWhatFitsAndWhatWaitedLongEnough(t *testing.T) {
+func TestTheBudgetAdmitsWhatFitsAndWaitsForTheRest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		b := newBudget(100)
+		b.opened()
+		b.opened() // two streams: a share of 50 each
+		var a, other budgetAccount
 		stop := make(chan struct{})
-		g.Expect(b.acquire(500, stop, nil)).To(BeTrue(), "larger than the limit, alone")
+		g.Expect(b.acquire(&a, 500, stop, nil)).To(BeTrue(), "larger than the limit, alone")
 		got := make(chan bool, 1)
-		go func() { got <- b.acquire(10, stop, nil) }()
+		go func() { got <- b.acquire(&other, 60, stop, nil) }()
 		synctest.Wait()
-		g.Expect(got).NotTo(Receive(), "no room")
-		b.release(500)
+		g.Expect(got).NotTo(Receive(), "no room, and over its share")
+		b.release(&a, 500)
 		synctest.Wait()
 		g.Expect(got).To(Receive(BeTrue()))
-		g.Expect(b.acquire(90, stop, nil)).To(BeTrue(), "fits")
+		g.Expect(b.acquire(&a, 40, stop, nil)).To(BeTrue(), "fits")
 
-		start := time.Now()
-		go func() { got <- b.acquire(10, stop, nil) }()
+		go func() { got <- b.acquire(&a, 20, stop, nil) }()
 		synctest.Wait()
-		g.Expect(got).NotTo(Receive())
-		time.Sleep(budgetMaxWait)
+		g.Expect(got).NotTo(Receive(), "no room, and over its share (40 held)")
+		time.Sleep(time.Hour)
 		synctest.Wait()
-		g.Expect(got).To(Receive(BeTrue()), "waited long enough: over the limit")
-		g.Expect(time.Since(start)).To(Equal(budgetMaxWait))
-		g.Expect(b.inUse()).To(Equal(int64(110)))
-
-		go func() { got <- b.acquire(10, stop, nil) }()
-		synctest.Wait()
+		g.Expect(got).NotTo(Receive(), "waiting long is no reason to go over the limit")
 		close(stop)
 		synctest.Wait()
 		g.Expect(got).To(Receive(BeFalse()), "the stream closed: nothing taken")
-		g.Expect(b.inUse()).To(Equal(int64(110)))
+		g.Expect(b.inUse()).To(Equal(int64(100)))
 	})
+}
+
+// A stream's share of the limit is its own: what fits in it goes at once, whoever waits and
+// however full the pool is, so a zone that does not read only holds what it was given. The
+// shares add up to the limit.
+func TestAResponseWithinItsStreamsShareNeverWaits(t *testing.T) {
+	g := NewWithT(t)
+	b := newBudget(100)
+	slow := make([]budgetAccount, 4)
+	var healthy budgetAccount
+	for range 5 {
+		b.opened() // a share of 20 each
+	}
+	g.Expect(b.tryAcquire(&slow[0], 100)).To(BeNil(), "the pool")
+	for i := 1; i < len(slow); i++ {
+		g.Expect(b.tryAcquire(&slow[i], 50)).NotTo(BeNil(), "over its share, and no room in the pool")
+	}
+	g.Expect(b.tryAcquire(&healthy, 15)).To(BeNil(), "within its share, ahead of the waiters")
+	g.Expect(b.tryAcquire(&healthy, 5)).To(BeNil(), "its share is 20")
+	w := b.tryAcquire(&healthy, 1)
+	g.Expect(w).NotTo(BeNil(), "past its share it waits in line")
+	g.Expect(b.inUse()).To(Equal(int64(120)))
+
+	b.release(&healthy, 15) // its own answer: its waiter now fits in its share
+	g.Expect(w.ready).To(Receive())
+	g.Expect(b.inUse()).To(Equal(int64(106)))
 }
 
 // budgetZone is one zone stream driven as the delta server drives it, without gRPC: the tracker's
@@ -83,8 +106,7 @@ func (z *budgetZone) sendAndACK(resp cache.DeltaResponse) {
 }
 
 // A full sync of several zones goes a few at a time: a zone's response waits for room in the
-// budget until another zone answers what it was sent (or its stream closes), and is never stuck
-// behind one that does not answer for longer than budgetMaxWait.
+// budget until another zone answers what it was sent, or its stream closes.
 func TestResponsesWaitForRoomUntilAZoneAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
@@ -130,12 +152,13 @@ func TestResponsesWaitForRoomUntilAZoneAnswers(t *testing.T) {
 		}
 		g.Expect(last.out).To(BeEmpty())
 
-		// The second zone never answers: the last waits budgetMaxWait, no longer.
+		// The second zone never answers: the last waits, until the second's stream closes
+		// and gives its room back.
 		<-second.out
-		time.Sleep(budgetMaxWait - time.Nanosecond)
+		time.Sleep(time.Hour)
 		synctest.Wait()
 		g.Expect(last.out).To(BeEmpty())
-		time.Sleep(time.Nanosecond)
+		tr.OnDeltaStreamClosed(second.id, nil)
 		synctest.Wait()
 		g.Expect(last.out).To(HaveLen(1))
 
@@ -151,18 +174,19 @@ func TestResponsesWaitForRoomUntilAZoneAnswers(t *testing.T) {
 // taken for; a waiter that leaves gives back what it was granted, to the next.
 func TestTheBudgetGrantsWaitersInOrderAndWakesOnlyThem(t *testing.T) {
 	g := NewWithT(t)
-	b := newBudget(100)
-	g.Expect(b.tryAcquire(100)).To(BeNil(), "fits")
-	w1, w2, w3 := b.tryAcquire(60), b.tryAcquire(30), b.tryAcquire(20)
+	b := newBudget(100) // no stream opened: no share
+	var a, a1, a2, a3, a0 budgetAccount
+	g.Expect(b.tryAcquire(&a, 100)).To(BeNil(), "fits")
+	w1, w2, w3 := b.tryAcquire(&a1, 60), b.tryAcquire(&a2, 30), b.tryAcquire(&a3, 20)
 	g.Expect([]*budgetWaiter{w1, w2, w3}).NotTo(ContainElement(BeNil()), "no room: all wait")
-	w0 := b.tryAcquire(1)
+	w0 := b.tryAcquire(&a0, 1)
 	g.Expect(w0).NotTo(BeNil(), "a small one waits behind them")
 
-	b.release(50) // 50 used: the first (60) does not fit, so nobody passes it
+	b.release(&a, 50) // 50 used: the first (60) does not fit, so nobody passes it
 	g.Expect(w1.ready).NotTo(Receive())
 	g.Expect(w2.ready).NotTo(Receive(), "in order: the second waits behind the first")
 
-	b.release(50) // nothing used: the first, then the second (90) fit; the third (110) does not
+	b.release(&a, 50) // nothing used: the first, then the second (90) fit; the third (110) does not
 	g.Expect(w1.ready).To(Receive())
 	g.Expect(w2.ready).To(Receive())
 	g.Expect(w3.ready).NotTo(Receive())
@@ -172,11 +196,5 @@ func TestTheBudgetGrantsWaitersInOrderAndWakesOnlyThem(t *testing.T) {
 	g.Expect(w3.ready).To(Receive())
 	g.Expect(w0.ready).To(Receive())
 	g.Expect(b.inUse()).To(Equal(int64(81)))
-
-	w4 := b.tryAcquire(50)
-	g.Expect(w4).NotTo(BeNil())
-	b.force(w4) // its deadline: over the limit
-	g.Expect(b.inUse()).To(Equal(int64(131)))
-	b.release(131)
-	g.Expect(w4.ready).NotTo(Receive(), "forced, not granted: nothing to wake")
+	g.Expect([]int64{a1.held, a2.held, a3.held, a0.held}).To(Equal([]int64{60, 0, 20, 1}))
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/shrink"
 )
 
@@ -47,13 +48,15 @@ type Cache struct {
 	kinds  []string       // kind order: owners first; responses that are ready together go in this order
 	kindAt map[string]int // kind -> its place in kinds
 
-	budget     *budget      // bytes of the responses in flight, across streams
-	maxMessage atomic.Int64 // bytes of one response at most (Limits.MaxMessage)
-	snap       atomic.Pointer[Snapshot]
-	version    atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
-	versions   atomic.Int64                  // snapshots set so far
-	answers    atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
-	filter     atomic.Pointer[filterBox]
+	budget          *budget             // bytes of the responses in flight, across streams
+	maxMessage      atomic.Int64        // bytes of one response at most (Limits.MaxMessage)
+	responseTimeout atomic.Int64        // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
+	onStall         func(event.Refusal) // tells of a stream closed for a response unanswered too long (set before serving)
+	snap            atomic.Pointer[Snapshot]
+	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
+	versions        atomic.Int64                  // snapshots set so far
+	answers         atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
+	filter          atomic.Pointer[filterBox]
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
@@ -311,6 +314,7 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 // sends its responses.
 func (c *Cache) openSession(id int64, info *streamInfo) *Session {
 	st := newSession(c, id, info)
+	c.budget.opened()
 	c.mu.Lock()
 	c.streams[id] = st
 	c.order = nil
@@ -381,11 +385,13 @@ func (c *Cache) closeStream(id int64) *Session {
 		close(st.stop)
 		<-st.done
 		st.mu.Lock()
+		st.stall.stop()
 		for _, r := range st.inflight {
-			c.budget.release(r.cost) // nothing will answer them
+			c.budget.release(&st.acct, r.cost) // nothing will answer them
 			r.cost = 0
 		}
 		st.mu.Unlock()
+		c.budget.closed()
 	}
 	return st
 }

@@ -99,7 +99,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	if a.cfg.Authenticate != nil {
 		z, err := a.cfg.Authenticate(s.Context())
 		if err != nil {
-			a.tracker.refuse(refusalOf(err), err)
+			a.tracker.refuse(err)
 			return err
 		}
 		zone = z

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -59,6 +60,10 @@ type Session struct {
 	digest     Digest                         // of what the zone ACKed
 	unknown    map[string]map[string]struct{} // by kind: names subscribed that the snapshot did not hold then
 	forgot     bool                           // a response in flight was forgotten (MaxInFlight): unanswered holds no longer counts all
+	stall      stallTimer                     // closes the stream when a response stays unanswered too long (stall.go)
+
+	// acct is the stream's room in the cache's budget (guarded by the budget's lock).
+	acct budgetAccount
 
 	// sendNow, set by kds's own stream loop, sends the queued responses on the caller's goroutine
 	// when it can without waiting, and reports whether it sent them all (stream.go). A write's
@@ -144,8 +149,9 @@ type inflight struct {
 	// ACK in step is one XOR (answerLocked).
 	all    bool
 	allSum uint64
-	edits  uint64 // the kind's delivered edits once this response was counted in it
-	cost   int64  // the room it holds in the cache's budget, until it leaves inflight
+	edits  uint64    // the kind's delivered edits once this response was counted in it
+	cost   int64     // the room it holds in the cache's budget, until it leaves inflight
+	since  time.Time // when it got its room, to be sent (the response timeout runs from here)
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -393,7 +399,7 @@ func (s *Session) dropLocked(r *inflight) {
 	if i := slices.Index(s.inflight, r); i >= 0 {
 		s.inflight = slices.Delete(s.inflight, i, i+1)
 	}
-	s.cache.budget.release(r.cost)
+	s.cache.budget.release(&s.acct, r.cost)
 	r.cost = 0
 }
 
@@ -586,17 +592,27 @@ func (ks *kindState) deliveredIs(name string, h ackedVersion) bool {
 }
 
 // sentLocked records that the server sends resp, with its nonce, and counts it. resp is the
-// response the sender handed over, or one the cache did not make (a test driving the callbacks),
-// which is counted as handed over now. Call with s.mu.
-func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse) *inflight {
+// response handed over as flight (nil: the one the sender handed over, found by resp), or one
+// the cache did not make (a test driving the callbacks), which is counted as handed over now. A
+// response forgotten meanwhile (MaxInFlight) is counted, and is no longer in flight. Call with
+// s.mu.
+func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse, flight *inflight) *inflight {
 	var r *inflight
-	for _, f := range s.inflight {
-		if f.resp == resp && f.nonce == "" {
-			r = f
-			break
+	if flight != nil && flight.resp == resp && slices.Contains(s.inflight, flight) {
+		r = flight
+	} else {
+		for _, f := range s.inflight {
+			if f.resp == resp && f.nonce == "" {
+				r = f
+				break
+			}
 		}
 	}
-	if r == nil {
+	switch {
+	case r != nil:
+	case flight != nil:
+		r = &inflight{kind: resp.GetTypeUrl(), ks: s.kind(resp.GetTypeUrl()), resp: resp}
+	default:
 		r, _ = s.handOverLocked(s.kind(resp.GetTypeUrl()), resp.GetTypeUrl(), resp, nil, nil)
 	}
 	r.nonce = resp.GetNonce()
@@ -849,7 +865,7 @@ func (s *Session) finish(w *watch, delivered bool) {
 // until the zone answers it, or it leaves the responses in flight otherwise.
 func (s *Session) admit(w *watch) bool {
 	cost := responseCost(w.resp.DeltaDiscoveryResponse)
-	if !s.cache.budget.acquire(cost, s.stop, w.canceled) {
+	if !s.cache.budget.acquire(&s.acct, cost, s.stop, w.canceled) {
 		return false
 	}
 	s.admitted(w, cost)
@@ -861,9 +877,10 @@ func (s *Session) admitted(w *watch, cost int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if slices.Contains(s.inflight, w.flight) {
-		w.flight.cost = cost
+		w.flight.cost, w.flight.since = cost, time.Now()
+		s.armStallLocked()
 	} else {
-		s.cache.budget.release(cost) // answered or forgotten meanwhile (a test driving the callbacks)
+		s.cache.budget.release(&s.acct, cost) // answered or forgotten meanwhile (a test driving the callbacks)
 	}
 }
 

@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -30,35 +29,51 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// deltaStream is one stream's state in the loop. The RPC's goroutine, the fan-out (sendNow) and
-// the goroutines started to send (kick, awaitRoom) change it and send on the stream under mu.
+// deltaStream is one stream's state in the loop. The RPC's goroutine, a write's fan-out
+// (sendNow) and the goroutines started to send (kick, awaitRoom) change it under mu; whichever of
+// them finds nobody draining the outbox sends what it holds, in order, with no lock held.
 type deltaStream struct {
-	mu      sync.Mutex
-	closed  bool  // the loop has ended: nothing is sent any more
-	failed  error // a send failed: the stream ends with it
-	close   context.CancelCauseFunc
 	id      int64
 	str     discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
 	cache   *Cache
 	tracker *Tracker
 	st      *Session
-	nonce   int64
-	watches map[string]*deltaWatch
+	close   context.CancelCauseFunc // ends the stream with a status: its Recv and Send return
 
 	// kicked: a send of the session's queue is due, and a goroutine is started for it or the
 	// RPC's goroutine sends once the request it handles (handling) is done.
 	kicked   atomic.Bool
 	handling atomic.Bool
 
+	// mu guards the fields below. It is held to change them only: never across Send, an
+	// observer, or a wait.
+	mu      sync.Mutex
+	idle    sync.Cond // on mu: draining ended
+	closed  bool      // the loop has ended: nothing is sent any more
+	failed  error     // a send failed: the stream ends with it
+	nonce   int64
+	watches map[string]*deltaWatch
+
 	// pending is the answered watch taken off the session's queue whose response waits for room
-	// in the budget (cost bytes of it), queued there as wait: until the budget grants it (freed),
-	// or, at the deadline, it goes anyway; awaitRoom waits for either.
-	pending  *watch
-	cost     int64
-	wait     *budgetWaiter
-	freed    <-chan struct{}
-	timer    *time.Timer
-	deadline <-chan time.Time
+	// in the budget (cost bytes of it), queued there as wait, until the budget grants it;
+	// awaitRoom waits for that.
+	pending *watch
+	cost    int64
+	wait    *budgetWaiter
+
+	// outbox is what was handed over and numbered, in order, not sent yet; draining: a goroutine
+	// sends it (flush), and sends what is added meanwhile too.
+	outbox   []outgoing
+	head     int   // outbox[:head] is sent
+	unsent   int64 // the cost of outbox[head:]
+	draining bool
+}
+
+// outgoing is a response handed over to be sent, with its record in the session.
+type outgoing struct {
+	resp   *discovery.DeltaDiscoveryResponse
+	flight *inflight
+	cost   int64
 }
 
 type deltaWatch struct {
@@ -69,17 +84,22 @@ type deltaWatch struct {
 func (s *deltaStream) cancel(dw *deltaWatch) { s.cache.cancel(s.st, dw.w) }
 
 // serveDelta serves one delta stream until the RPC ends, the zone stops sending, its streamInfo's
-// close ends it (the tracker, the server stopping: the stream's Recv and Send then return), or a
-// request or a send fails (the stream is closed with the error).
+// close ends it (the tracker, the server stopping, the response timeout: the stream's Recv and
+// Send then return), or a request or a send fails (the stream is closed with the error).
 func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer, c *Cache, t *Tracker) error {
 	s := &deltaStream{id: id, str: str, cache: c, tracker: t, close: streamInfoOf(ctx).close, watches: map[string]*deltaWatch{}}
+	s.idle.L = &s.mu
 	node := &core.Node{}
 	defer func() {
+		// Every way here has ended the stream (its close), so a send at work returns.
 		s.mu.Lock()
 		s.closed = true
 		s.abandon() // before the watches: canceling the pending one waits for it
 		for _, w := range s.watches {
 			s.cancel(w)
+		}
+		for s.draining {
+			s.idle.Wait()
 		}
 		s.mu.Unlock()
 		t.OnDeltaStreamClosed(id, node)
@@ -98,28 +118,27 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 		req, err := str.Recv()
 		if err != nil {
 			// The zone closed its side, the RPC ended, or the stream was closed with a status
-			// (the tracker, the server stopping, or a failed send: then the send's error is the
-			// stream's).
+			// (the tracker, the server stopping, the response timeout, or a failed send: then the
+			// send's error is the stream's). The stream ends first, so that nothing this loop
+			// then waits for is a send that waits for the zone.
+			s.close(nil)
 			s.mu.Lock()
 			err = s.failed
 			s.mu.Unlock()
 			return err
 		}
 		s.handling.Store(true)
-		s.mu.Lock()
 		err = s.request(req, &node)
-		if err == nil {
-			s.kicked.Store(false) // what was kicked until now is sent here
-			err = s.pump()
-		}
-		s.mu.Unlock()
 		s.handling.Store(false)
+		sent := s.flush(sendNowLimit) // more waits for the zone to read: not on this goroutine
 		if err != nil {
 			s.close(err) // the zone is told, and a send of another goroutine's ends
 			return err
 		}
-		if s.kicked.Load() {
-			go s.pumpKicked() // kicked while this request was handled, after its pump
+		if s.kicked.Load() || !sent {
+			// Kicked while this request was handled, after its pump, or left more to send.
+			s.kicked.Store(true)
+			go s.pumpKicked()
 		}
 	}
 }
@@ -134,36 +153,39 @@ func (s *deltaStream) kick() {
 	go s.pumpKicked()
 }
 
-// pumpKicked sends the session's queue, as kick asked: a send may wait for the zone to read, as
-// the RPC's goroutine's may; it ends with the stream at the latest.
+// pumpKicked sends the session's queue, as kick asked: a send may wait for the zone to read; it
+// ends with the stream at the latest.
 func (s *deltaStream) pumpKicked() {
-	s.fail(s.locked(func() error {
+	s.run(func() error {
 		s.kicked.Store(false)
 		return s.pump()
-	}))
+	})
 }
 
-// awaitRoom waits for the budget to grant the pending response its room (freed), or for its
-// deadline, and sends it and what was queued after it. abandon wakes it when the response is
-// taken back (freed no longer the stream's; a wait's freed and deadline are set and cleared
-// together).
-func (s *deltaStream) awaitRoom(freed <-chan struct{}, deadline <-chan time.Time) {
-	late := false
-	select {
-	case <-freed: // the budget took the room for it
-	case <-deadline:
-		late = true
+// awaitRoom waits for the budget to grant the pending response its room, or for abandon to take
+// the response back (it wakes w then), and sends it and what was queued after it.
+func (s *deltaStream) awaitRoom(w *budgetWaiter) {
+	<-w.ready
+	s.run(func() error {
+		if s.wait != w {
+			return nil // taken back meanwhile (abandon gave the room back)
+		}
+		s.deliver()
+		return s.pump()
+	})
+}
+
+// run runs f under the stream's lock, unless the stream has closed, then sends what is in the
+// outbox; an error of f or of a send ends the stream.
+func (s *deltaStream) run(f func() error) {
+	s.mu.Lock()
+	var err error
+	if !s.closed {
+		err = f()
 	}
-	s.fail(s.locked(func() error {
-		if s.freed != freed {
-			return nil // delivered or taken back meanwhile (abandon gave the room back)
-		}
-		if late {
-			// Waited long enough: over the limit, rather than stalled by zones that do not answer.
-			s.cache.budget.force(s.wait)
-		}
-		return s.deliverAndPump()
-	}))
+	s.mu.Unlock()
+	s.flush(0)
+	s.fail(err)
 }
 
 // fail ends the stream with err, a send's error (nil: nothing failed). The RPC's goroutine
@@ -180,24 +202,24 @@ func (s *deltaStream) fail(err error) {
 	s.close(err)
 }
 
-// locked runs f under the stream's lock, unless the stream has closed.
-func (s *deltaStream) locked(f func() error) error {
+// request handles one request of the zone: what was answered goes out first, then the tracker
+// hears the request and tells the observers (no lock held), and the kind's watch is made anew.
+func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.Node) error {
+	s.mu.Lock()
+	err := s.pump()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	tell, err := s.tracker.request(s.st, s.id, req)
+	tell()
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	return f()
-}
-
-// request handles one request of the zone: what was answered goes out first, then the tracker
-// hears the request, and the kind's watch is made anew. Call with s.mu.
-func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.Node) error {
-	if err := s.pump(); err != nil {
-		return err
-	}
-	if err := s.tracker.request(s.st, s.id, req); err != nil {
-		return err
+	if s.closed || s.failed != nil {
+		return s.failed
 	}
 	// The node might come on the first request only: every request carries it on.
 	if req.GetNode() != nil {
@@ -226,12 +248,13 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 	// The watch reads the stream's subscription in place: a request changes it only once the
 	// kind's watch is canceled (above).
 	w.w = s.cache.openWatch(s.st, req, &w.sub, nil, old)
-	return nil
+	s.kicked.Store(false) // what was kicked until now is sent after this request
+	return s.pump()
 }
 
-// pump sends the session's answered responses in order while the budget has room for them; the
-// first that does not fit stays pending, queued in the budget, until it is granted room or its
-// deadline.
+// pump hands the session's answered responses over to the outbox in order while the budget has
+// room for them; the first that does not fit stays pending, queued in the budget, until it is
+// granted room. Call with s.mu.
 func (s *deltaStream) pump() error {
 	_, err := s.pumpWhile(nil)
 	return err
@@ -239,6 +262,7 @@ func (s *deltaStream) pump() error {
 
 // pumpWhile is pump that also asks more, when not nil, before each response it takes, and stops
 // where more says no. It reports whether it left the session's queue empty with nothing waiting.
+// Call with s.mu.
 func (s *deltaStream) pumpWhile(more func() bool) (bool, error) {
 	if s.failed != nil {
 		return false, s.failed
@@ -251,31 +275,28 @@ func (s *deltaStream) pumpWhile(more func() bool) (bool, error) {
 			}
 			s.pending, s.cost = w, responseCost(w.resp.DeltaDiscoveryResponse)
 		}
-		if wait := s.cache.budget.tryAcquire(s.cost); wait != nil {
-			s.wait, s.freed = wait, wait.ready
-			s.timer = time.NewTimer(s.cache.budget.maxWait)
-			s.deadline = s.timer.C
-			go s.awaitRoom(s.freed, s.deadline)
+		if wait := s.cache.budget.tryAcquire(&s.st.acct, s.cost); wait != nil {
+			s.wait = wait
+			go s.awaitRoom(wait)
 			return false, nil // the pending response waits for room
 		}
-		if err := s.deliver(); err != nil {
-			return false, err
-		}
+		s.deliver()
 	}
 	return false, nil
 }
 
-// sendNowLimit bounds what a stream may have sent and not had answered for sendNow to send more:
-// half of grpc-go's write quota of a stream (64 KiB), the bytes a send may find not yet written
-// before it waits for them. What is unanswered includes all that is unwritten, so a send under
-// this bound never waits, whatever the zone does.
+// sendNowLimit bounds what a stream may have sent and not had answered for a send that must not
+// wait (sendNow, and the RPC's goroutine): half of grpc-go's write quota of a stream (64 KiB),
+// the bytes a send may find not yet written before it waits for them. What is unanswered
+// includes all that is unwritten, so a send under this bound never waits, whatever the zone does.
 const sendNowLimit = 32 << 10
 
 // sendNow is pump on the caller's goroutine (a write's fan-out), for as long as it cannot wait:
-// the stream's lock is free (TryLock: a request being handled, or a send at work, leaves it to
+// the stream's lock is free (TryLock: a request being handled, or a pump at work, leaves it to
 // them), the budget has room, and the stream's unanswered responses are under sendNowLimit. It
-// reports whether the session's queue is empty or its first waits for room (awaitRoom sends it);
-// on false the caller kicks the stream, which sends the rest. A failed send ends the stream.
+// reports whether it sent or left to another goroutine all the session's queue, or its first
+// waits for room (awaitRoom sends it); on false the caller kicks the stream, which sends the
+// rest. A failed send ends the stream.
 func (s *deltaStream) sendNow() bool {
 	if !s.mu.TryLock() {
 		return false
@@ -287,30 +308,68 @@ func (s *deltaStream) sendNow() bool {
 	drained, err := s.pumpWhile(func() bool { return s.st.unanswered() < sendNowLimit })
 	waiting := s.wait != nil
 	s.mu.Unlock()
-	s.fail(err)
-	return drained || waiting || err != nil
-}
-
-// deliver sends the pending response, whose room in the budget is taken.
-func (s *deltaStream) deliver() error {
-	w := s.pending
-	s.pending, s.wait, s.freed = nil, nil, nil
-	s.stopTimer()
-	s.st.admitted(w, s.cost)
-	resp := w.resp
-	s.st.finish(w, true)
-	return s.send(resp.DeltaDiscoveryResponse)
-}
-
-// deliverAndPump sends the pending response, whose room is taken, and what was queued after it.
-func (s *deltaStream) deliverAndPump() error {
-	if err := s.deliver(); err != nil {
-		return err
+	if err != nil {
+		s.fail(err)
+		return true
 	}
-	return s.pump()
+	return s.flush(sendNowLimit) && (drained || waiting)
 }
 
-// abandon takes the pending response back, unsent: its names are dirty again.
+// deliver moves the pending response, whose room in the budget is taken, to the outbox, numbered
+// with the stream's next nonce (a shared one has its own). Call with s.mu.
+func (s *deltaStream) deliver() {
+	w := s.pending
+	s.pending, s.wait = nil, nil
+	s.st.admitted(w, s.cost)
+	out := outgoing{resp: w.resp.DeltaDiscoveryResponse, flight: w.flight, cost: s.cost}
+	s.st.finish(w, true)
+	if out.resp.Nonce == "" {
+		s.nonce++
+		out.resp.Nonce = strconv.FormatInt(s.nonce, 10)
+	}
+	s.outbox = append(s.outbox, out)
+	s.unsent += out.cost
+}
+
+// flush sends what the outbox holds, in order, telling the tracker of each response first, with
+// no lock held, unless another goroutine is at it (it sends what was added meanwhile too). With
+// limit > 0 it sends only while what the stream sent and the zone has not answered holds less
+// than limit (a send that cannot wait), and reports false when it left some for another
+// goroutine. A failed send ends the stream.
+func (s *deltaStream) flush(limit int64) bool {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return true
+	}
+	s.draining = true
+	var err error
+	for s.head < len(s.outbox) && err == nil && s.failed == nil && !s.closed {
+		if limit > 0 && s.st.unanswered()-s.unsent >= limit {
+			break
+		}
+		out := s.outbox[s.head]
+		s.outbox[s.head] = outgoing{}
+		s.head++
+		s.unsent -= out.cost
+		s.mu.Unlock()
+		s.tracker.sentFlight(s.st, s.id, out.resp, out.flight)
+		err = s.str.Send(out.resp)
+		s.mu.Lock()
+	}
+	left := s.head < len(s.outbox) && err == nil && s.failed == nil && !s.closed
+	if !left {
+		clear(s.outbox[s.head:])
+		s.outbox, s.head, s.unsent = s.outbox[:0], 0, 0 // its room kept for the next
+	}
+	s.draining = false
+	s.idle.Broadcast()
+	s.mu.Unlock()
+	s.fail(err)
+	return !left
+}
+
+// abandon takes the pending response back, unsent: its names are dirty again. Call with s.mu.
 func (s *deltaStream) abandon() {
 	if w := s.pending; w != nil {
 		if wait := s.wait; wait != nil {
@@ -320,26 +379,7 @@ func (s *deltaStream) abandon() {
 			default: // granted: ready holds its signal already
 			}
 		}
-		s.pending, s.wait, s.freed = nil, nil, nil
-		s.stopTimer()
+		s.pending, s.wait = nil, nil
 		s.st.finish(w, false)
 	}
-}
-
-func (s *deltaStream) stopTimer() {
-	if s.timer != nil {
-		s.timer.Stop()
-		s.timer, s.deadline = nil, nil
-	}
-}
-
-// send numbers a response with the stream's next nonce (a shared one has its own), tells the
-// tracker, and sends it.
-func (s *deltaStream) send(r *discovery.DeltaDiscoveryResponse) error {
-	if r.Nonce == "" {
-		s.nonce++
-		r.Nonce = strconv.FormatInt(s.nonce, 10)
-	}
-	s.tracker.sent(s.st, s.id, r)
-	return s.str.Send(r)
 }

@@ -47,6 +47,10 @@ type Limits struct {
 	// (default 10,000): beyond it the request is refused (ResourceExhausted) and counted, so
 	// made-up names cannot grow the global's memory.
 	MaxUnknownNames int
+	// ResponseTimeout closes a stream whose oldest response stays unanswered this long (default
+	// 30s; negative: never): a zone that stops reading, its window full, holds what it was sent
+	// until then, and no longer. Only streams of kds's own loop (NewGRPCServer) are closed.
+	ResponseTimeout time.Duration
 	// MaxMessage bounds one response, in bytes (default 16 MiB, well under a zone's 64 MiB
 	// receive limit): a kind whose resources take more goes in as many responses as it takes,
 	// each sent once the zone answered the one before. A single resource larger than the limit
@@ -57,7 +61,7 @@ type Limits struct {
 // DefaultLimits are the limits unless configured.
 func DefaultLimits() Limits {
 	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit(), MaxInFlightBytes: 64 << 20,
-		MaxMessage: 16 << 20, MaxUnknownNames: 10_000}
+		MaxMessage: 16 << 20, MaxUnknownNames: 10_000, ResponseTimeout: 30 * time.Second}
 }
 
 func (l Limits) withDefaults() Limits {
@@ -80,6 +84,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxUnknownNames <= 0 {
 		l.MaxUnknownNames = d.MaxUnknownNames
 	}
+	if l.ResponseTimeout == 0 {
+		l.ResponseTimeout = d.ResponseTimeout
+	}
 	if l.ReRequests.Rate <= 0 || l.ReRequests.Burst <= 0 {
 		l.ReRequests = d.ReRequests
 	}
@@ -88,7 +95,10 @@ func (l Limits) withDefaults() Limits {
 
 // NewTracker returns the callbacks for a delta server over cache.
 func NewTracker(c *Cache, observers ...event.Observer) *Tracker {
-	return &Tracker{cache: c, observers: observers, limits: DefaultLimits()}
+	t := &Tracker{cache: c, observers: observers, limits: DefaultLimits()}
+	c.responseTimeout.Store(int64(t.limits.ResponseTimeout))
+	c.onStall = t.observers.Refused
+	return t
 }
 
 // SetLimits sets the limits (zero fields: the defaults); call it before serving.
@@ -96,6 +106,7 @@ func (t *Tracker) SetLimits(l Limits) {
 	t.limits = l.withDefaults()
 	t.cache.budget.setLimit(t.limits.MaxInFlightBytes)
 	t.cache.maxMessage.Store(int64(t.limits.MaxMessage))
+	t.cache.responseTimeout.Store(int64(t.limits.ResponseTimeout))
 }
 
 // SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
@@ -104,9 +115,12 @@ func (t *Tracker) SetLimits(l Limits) {
 // event.CauseInvalid). Call it before serving.
 func (t *Tracker) SetPlainCause(c event.Cause) { t.plain = c }
 
-// refuse counts a refused stream.
-func (t *Tracker) refuse(reason string, err error) {
-	t.observers.Refused(event.Refusal{Reason: reason, Detail: status.Convert(err).Message()})
+// refuse tells the observers of a refused stream.
+func (t *Tracker) refuse(err error) { t.observers.Refused(refusalFor(err)) }
+
+// refusalFor is the refusal of a stream refused with err, a gRPC status error.
+func refusalFor(err error) event.Refusal {
+	return event.Refusal{Reason: refusalOf(err), Detail: status.Convert(err).Message()}
 }
 
 // OnDeltaStreamOpen implements delta.Callbacks.
@@ -131,11 +145,22 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	if s == nil {
 		return status.Error(codes.Internal, "stream not open")
 	}
-	return t.request(s, id, req)
+	tell, err := t.request(s, id, req)
+	tell()
+	return err
 }
 
-// request is OnStreamDeltaRequest for the stream's session s (kds's own stream loop holds it).
-func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) error {
+// request is OnStreamDeltaRequest for the stream's session s (kds's own stream loop holds it),
+// but for the observers: it returns tell, which tells them what the request did, in order, and
+// which the caller calls with no lock held (kds's own stream loop tells them in the order of its
+// sends).
+func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) (tell func(), err error) {
+	var refusals []event.Refusal
+	tellRefusals := func() {
+		for _, r := range refusals {
+			t.observers.Refused(r)
+		}
+	}
 	zone := s.Zone()
 	opened := false
 	if zone == "" {
@@ -147,23 +172,23 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 				// One stream per zone: the newer one wins, and the older is told why it ends.
 				msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", node)
 				replaced.info.close(status.Error(codes.Aborted, msg))
-				t.observers.Refused(event.Refusal{Reason: "replaced", Zone: node, Detail: msg})
+				refusals = append(refusals, event.Refusal{Reason: "replaced", Zone: node, Detail: msg})
 			}
 		}
 		if err != nil {
-			t.refuse(refusalOf(err), err)
-			return err
+			refusals = append(refusals, refusalFor(err))
+			return tellRefusals, err
 		}
 		zone, opened = node, true
 	}
 	kind := req.GetTypeUrl()
 	if kind == "" {
-		return status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
+		return tellRefusals, status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
 	}
 
 	if err := s.subscribeUnknown(kind, req, t.limits.MaxUnknownNames); err != nil {
-		t.observers.Refused(event.Refusal{Reason: "limit", Zone: zone, Detail: status.Convert(err).Message()})
-		return err
+		refusals = append(refusals, event.Refusal{Reason: "limit", Zone: zone, Detail: status.Convert(err).Message()})
+		return tellRefusals, err
 	}
 
 	s.mu.Lock()
@@ -184,9 +209,13 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 		again = req.GetResourceNamesSubscribe()
 	}
 	var nack event.NACK
+	var ack event.ACK
 	switch {
 	case answered == nil:
 	case req.GetErrorDetail() == nil:
+		// The event reads the response in place: the ACK is told before the watch that may
+		// reuse its record is opened again (the stream loop's request), or the observers copy.
+		ack = event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
 		s.answerLocked(answered, nil)
 	default:
 		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage, t.plain)
@@ -195,24 +224,26 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 	s.mu.Unlock()
 
 	t.cache.bindRequest(s, req, again)
-	if reRequest {
-		t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
-	}
-	if opened {
-		t.observers.StreamOpened(id, zone)
-	}
-	if first && len(req.GetInitialResourceVersions()) > 0 {
-		// What the zone already holds counts as ACKed.
-		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
-	}
-	switch {
-	case answered == nil:
-	case req.GetErrorDetail() == nil:
-		t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources})
-	default:
-		t.observers.NACK(nack)
-	}
-	return nil
+	return func() {
+		tellRefusals()
+		if reRequest {
+			t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
+		}
+		if opened {
+			t.observers.StreamOpened(id, zone)
+		}
+		if first && len(req.GetInitialResourceVersions()) > 0 {
+			// What the zone already holds counts as ACKed.
+			t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
+		}
+		switch {
+		case answered == nil:
+		case req.GetErrorDetail() == nil:
+			t.observers.ACK(ack)
+		default:
+			t.observers.NACK(nack)
+		}
+	}, nil
 }
 
 // OnStreamDeltaResponse implements delta.Callbacks: it records the nonce of a response in
@@ -223,10 +254,16 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 	}
 }
 
-// sent is OnStreamDeltaResponse for the stream's session s (kds's own stream loop holds it).
+// sent is OnStreamDeltaResponse for the stream's session s.
 func (t *Tracker) sent(s *Session, id int64, resp *discovery.DeltaDiscoveryResponse) {
+	t.sentFlight(s, id, resp, nil)
+}
+
+// sentFlight is sent for a response kds's own stream loop handed over, with its record in the
+// session (flight, nil when unknown).
+func (t *Tracker) sentFlight(s *Session, id int64, resp *discovery.DeltaDiscoveryResponse, flight *inflight) {
 	s.mu.Lock()
-	r := s.sentLocked(resp)
+	r := s.sentLocked(resp, flight)
 	zone := s.zone
 	s.mu.Unlock()
 	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})

@@ -55,6 +55,7 @@ type runFlags struct {
 	verifyKeys        []string
 	zoneGrace         time.Duration
 	limits            kds.Limits
+	responseTimeout   time.Duration
 	maxReceive        int
 	maxStreamsPerConn uint32
 	apiTLSCert        string
@@ -108,7 +109,8 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.IntVar(&flags.limits.MaxZones, "max-zones", kds.DefaultLimits().MaxZones, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
 	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", kds.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
 	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", kds.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
-	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", kds.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones, across zones; a full sync of many zones goes a few zones at a time within it (a response waits 5s at most for room)")
+	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", kds.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones: each zone stream's share (this / streams) goes at once, a larger response waits for room in this much across zones, so a full sync of many zones goes a few zones at a time, and a zone that stops reading holds only what it was given")
+	f.DurationVar(&flags.responseTimeout, "kds-response-timeout", kds.DefaultLimits().ResponseTimeout, "global: close a zone's stream when a response it was sent stays unanswered this long (a zone that stops reading, its window full), counted in kds_stream_refusals_total{reason=\"stalled\"}; the zone connects again; 0: never")
 	f.IntVar(&flags.limits.MaxMessage, "kds-max-message", kds.DefaultLimits().MaxMessage, "global: bytes of one KDS response at most; a kind larger goes in several responses, and the API refuses a resource larger than this (keep it under the zones' --kds-max-receive-message)")
 	f.IntVar(&flags.limits.MaxUnknownNames, "kds-max-unknown-names", kds.DefaultLimits().MaxUnknownNames, "global: names one zone stream may subscribe to that the global does not hold; a request beyond it is refused (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
 	f.IntVar(&flags.maxReceive, "kds-max-receive-message", 64<<20, "zone: bytes of one KDS response the zone accepts (the global's --kds-max-message must stay under it)")
@@ -212,6 +214,10 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		return fmt.Errorf("--zone-token-file, --kds-tls-client-cert, --kds-tls-client-key and --accept-new-global are zone flags; add --mode zone")
 	}
 	limits := flags.limits
+	limits.ResponseTimeout = flags.responseTimeout
+	if limits.ResponseTimeout <= 0 {
+		limits.ResponseTimeout = -1 // never
+	}
 	limits.ReRequests = kds.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst}
 	cfg := controlplane.GlobalConfig{
 		Registry: reg, Logger: log, Version: version,

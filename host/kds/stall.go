@@ -1,0 +1,86 @@
+package kds
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kds-host/kds-host/host/event"
+)
+
+// stallTimer closes a stream of kds's own loop whose oldest response stays unanswered past the
+// response timeout (Limits.ResponseTimeout): a zone that stops reading keeps its window full and
+// never answers, and what it was sent holds room in the budget and memory in gRPC until it goes.
+// It is armed once a response in flight got its room to be sent, and looks again when it fires:
+// an answer costs no timer operation. A response waiting for room is not the zone's to answer
+// yet. Guarded by the session's mu.
+type stallTimer struct {
+	t     *time.Timer
+	armed bool
+	done  bool // the stream closed, or was closed by the timer: never armed again
+}
+
+// armStallLocked arms the session's stall timer, unless it is armed already or the stream is not
+// kds's own loop's (go-control-plane's server cannot be told to close a stream). Call with s.mu.
+func (s *Session) armStallLocked() {
+	if s.stall.armed || s.stall.done || !s.info.loop {
+		return
+	}
+	d := time.Duration(s.cache.responseTimeout.Load())
+	if d <= 0 {
+		return
+	}
+	s.stall.armed = true
+	if s.stall.t == nil {
+		s.stall.t = time.AfterFunc(d, s.checkStall)
+	} else {
+		s.stall.t.Reset(d)
+	}
+}
+
+// stop disarms the timer for good. Call with the session's mu.
+func (st *stallTimer) stop() {
+	st.done, st.armed = true, false
+	if st.t != nil {
+		st.t.Stop()
+	}
+}
+
+// checkStall runs when the stall timer fires: it closes the stream if its oldest response has
+// been unanswered for the timeout, or arms the timer for when it will have been.
+func (s *Session) checkStall() {
+	d := time.Duration(s.cache.responseTimeout.Load())
+	s.mu.Lock()
+	s.stall.armed = false
+	// Responses get their room in the order they are handed over: the first in flight that has
+	// is the oldest sent.
+	var oldest *inflight
+	if len(s.inflight) > 0 && !s.inflight[0].since.IsZero() {
+		oldest = s.inflight[0]
+	}
+	if s.stall.done || oldest == nil || d <= 0 {
+		s.mu.Unlock()
+		return
+	}
+	if wait := d - time.Since(oldest.since); wait > 0 {
+		s.stall.armed = true
+		s.stall.t.Reset(wait)
+		s.mu.Unlock()
+		return
+	}
+	s.stall.done = true
+	zone, kind := s.zone, oldest.kind
+	var bytes int64
+	for _, r := range s.inflight {
+		bytes += r.cost
+	}
+	s.mu.Unlock()
+	msg := fmt.Sprintf("zone %q has not answered a %s response for %s (%d bytes sent and unanswered): it does not read what it is sent, or its window is full; the global closes its stream (--kds-response-timeout), and the zone may connect again",
+		zone, kind, d, bytes)
+	s.info.close(status.Error(codes.DeadlineExceeded, msg))
+	if report := s.cache.onStall; report != nil {
+		report(event.Refusal{Reason: "stalled", Zone: zone, Detail: msg})
+	}
+}
