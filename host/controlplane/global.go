@@ -268,7 +268,7 @@ func (g *Global) Run(ctx context.Context) error {
 	defer cancel()
 	defer g.kds.Close()
 
-	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection}
+	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, Conns: kds.NewConns()}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}
@@ -302,7 +302,7 @@ func (g *Global) Run(ctx context.Context) error {
 		}()
 	}
 	run("sync", func() error { return g.sync(ctx) })
-	run("KDS server", func() error { return grpcServer.Serve(g.kdsLn) })
+	run("KDS server", func() error { return grpcServer.Serve(scfg.Conns.Wrap(g.kdsLn)) })
 	run("API server", func() error {
 		if g.cfg.APITLS != nil {
 			apiServer.TLSConfig = g.cfg.APITLS

@@ -43,6 +43,10 @@ type ServerConfig struct {
 	// MaxStreamsPerConnection bounds the streams one connection may have open (default 16: a
 	// zone needs one KDS stream and a health check).
 	MaxStreamsPerConnection uint32
+	// Conns, when set, is the registry of the connections the server is served on (its Wrap of
+	// the listener): a stream that the response timeout closes has its connection dropped, which
+	// ends it for the zone and frees what gRPC holds for it. Nil: the stream is closed only.
+	Conns *Conns
 }
 
 // ServerWindow is the KDS server's flow-control window, a stream's and a connection's.
@@ -125,7 +129,11 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	}
 	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
 	defer stop()
-	ctx = context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, conn: connOf(s.Context()), close: end, loop: true})
+	info := &streamInfo{zone: zone, conn: connOf(s.Context()), close: end, loop: true}
+	if a.cfg.Conns != nil {
+		info.drop = func() bool { return a.cfg.Conns.Drop(info.conn) }
+	}
+	ctx = context.WithValue(ctx, streamKey{}, info)
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if err == nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -174,7 +182,8 @@ type streamInfo struct {
 	zone  string
 	conn  string // the peer's address: the same for the streams of one connection
 	close context.CancelCauseFunc
-	loop  bool // served by kds's own loop (stream.go), which sends the session's responses
+	drop  func() bool // drops the stream's connection, and reports whether it could (nil: it cannot)
+	loop  bool        // served by kds's own loop (stream.go), which sends the session's responses
 }
 
 func streamInfoOf(ctx context.Context) *streamInfo {

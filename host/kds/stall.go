@@ -80,6 +80,11 @@ func (s *Session) checkStall() {
 	msg := fmt.Sprintf("zone %q has not answered a %s response for %s (%d bytes sent and unanswered): it does not read what it is sent, or its window is full; the global closes its stream (--kds-response-timeout), and the zone may connect again",
 		zone, kind, d, bytes)
 	s.info.close(status.Error(codes.DeadlineExceeded, msg))
+	// The status waits behind what the zone does not read, and so does what gRPC holds for the
+	// stream: only the connection's end ends them.
+	if s.info.drop != nil && s.info.drop() {
+		msg += "; its connection is closed"
+	}
 	if report := s.cache.onStall; report != nil {
 		report(event.Refusal{Reason: "stalled", Zone: zone, Detail: msg})
 	}
