@@ -70,6 +70,10 @@ type hooks struct {
 type config struct {
 	xdsAddr, adminAddr string
 	resources          string
+	allowEmpty         bool
+	maxResourcesBytes  int64
+	resourcesSettle    time.Duration
+	resourcesReread    time.Duration
 	plugins            []string
 	pluginConfigs      []string
 	ownerHolds         bool
@@ -90,8 +94,16 @@ func newFlags(cfg *config) *pflag.FlagSet {
 		"Plaintext, no authentication: anyone who reaches it gets every resource. Loopback by default; "+
 		"on any other address, put it behind your own network policy")
 	f.StringVar(&cfg.resources, "resources", "", "YAML or JSON file whose resources: list holds Envoy v3 resources "+
-		"(protobuf JSON of an Any, with its \"@type\"), served to every node; re-read when it changes (required)")
-	f.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:19000", "admin HTTP listener: /metrics, /healthz, /clients (node ids and refusal messages). "+
+		"(protobuf JSON of an Any, with its \"@type\"), served to every node; re-read when it changes, and a read that is empty, "+
+		"has no resources or does not parse is refused (the last good resources stay served). Write it elsewhere and rename it into place (required)")
+	f.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a file whose list is empty (resources: []), removing every resource from every client; "+
+		"an empty file, {} and resources: null stay refused")
+	f.Int64Var(&cfg.maxResourcesBytes, "max-resources-bytes", 64<<20, "bytes of the resources file at most; a larger file is refused")
+	f.DurationVar(&cfg.resourcesSettle, "resources-settle", 100*time.Millisecond, "how long the resources file must be left alone after a change "+
+		"before it is read (a write in several steps within it is read once, whole)")
+	f.DurationVar(&cfg.resourcesReread, "resources-reread", 10*time.Second, "re-read the resources file this often whatever the file watch says "+
+		"(filesystems without inotify, such as NFS, and lost events); 0: never")
+	f.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:19000", "admin HTTP listener: /metrics, /healthz, /readyz (503 while the resources file is refused), /clients (node ids and refusal messages). "+
 		"Plaintext, no authentication: loopback by default; keep it where the operators are")
 	f.StringSliceVar(&cfg.plugins, "plugin", nil, "retry plugin binary, PATH or PATH@sha256:HEX to pin its checksum, or builtin (repeatable); "+
 		"the guard asks it at every decision. Without it: the guard's built-in policy")
@@ -138,6 +150,14 @@ func parse(args, env []string) (config, *pflag.FlagSet, error) {
 	if cfg.resources == "" {
 		return cfg, f, fmt.Errorf("--resources FILE is required (or %s)", envName("resources"))
 	}
+	switch {
+	case cfg.maxResourcesBytes <= 0:
+		return cfg, f, fmt.Errorf("--max-resources-bytes %d: want a positive number of bytes", cfg.maxResourcesBytes)
+	case cfg.resourcesSettle < 0:
+		return cfg, f, fmt.Errorf("--resources-settle %s: want 0 or more", cfg.resourcesSettle)
+	case cfg.resourcesReread < 0:
+		return cfg, f, fmt.Errorf("--resources-reread %s: want 0 (never) or more", cfg.resourcesReread)
+	}
 	return cfg, f, nil
 }
 
@@ -149,6 +169,9 @@ Usage: xds-server --resources FILE [flags]
 Both listeners are plaintext and unauthenticated: they listen on loopback by default. Anyone who
 reaches --xds-addr gets every resource; anyone who reaches --admin-addr sees node ids and
 refusal messages. On any other address, put them behind your own network policy.
+
+Write the resources file elsewhere and rename it into place: a file read while half written
+that still parses cannot be told from a smaller one.
 
 Flags (each also read from its environment variable, shown in brackets; a flag wins):
 %s`, f.FlagUsages())
@@ -173,14 +196,20 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "xds-server", Level: level, Output: out})
 
-	// The resources, before anything listens: a bad file at start is an error.
+	// The resources, before anything listens: a bad file at start is an error. The file's watch
+	// is in place first, so a change after the first read is seen.
 	snapshots := cache.NewSnapshotCache(true, allNodes{}, cacheLogger(log.Named("cache")))
-	src := &source{file: cfg.resources, cache: snapshots, log: log}
-	if err := src.load(ctx); err != nil {
+	src := newSource(cfg.resources, cfg.maxResourcesBytes, cfg.allowEmpty, snapshots, log)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	fol := newFollower(cfg.resources, cfg.resourcesSettle, cfg.resourcesReread, func() { src.reload(watchCtx) }, log.Named("resources"))
+	defer fol.close()
+	if err := src.start(ctx); err != nil {
 		return fmt.Errorf("--resources %s: %w", cfg.resources, err)
 	}
 
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(src)
 	var (
 		xdsCache  cache.Cache = snapshots
 		callbacks server.Callbacks
@@ -227,13 +256,8 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	var serving atomic.Bool
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !serving.Load() {
-			http.Error(w, "not serving", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok")
-	})
+	mux.Handle("/healthz", src.healthz(serving.Load))
+	mux.Handle("/readyz", src.readyz(serving.Load))
 	mux.Handle("/clients", clients)
 	adminLn, err := net.Listen("tcp", cfg.adminAddr)
 	if err != nil {
@@ -273,10 +297,9 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 			errs <- fmt.Errorf("admin listener: %w", err)
 		}
 	}()
-	watchCtx, stopWatch := context.WithCancel(ctx)
 	go func() {
 		defer wg.Done()
-		src.watch(watchCtx)
+		fol.follow(watchCtx)
 	}()
 	serving.Store(true)
 	log.Info("serving", "xds", xdsLn.Addr().String(), "admin", adminLn.Addr().String(), "guard", cfg.guard,
