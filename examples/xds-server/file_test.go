@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 )
 
@@ -293,5 +294,26 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAJSONFileServesWhatItsYAMLFormServes: JSON is decoded as it is, YAML through its JSON
+// form; both give the same resources.
+func TestAJSONFileServesWhatItsYAMLFormServes(t *testing.T) {
+	g := NewWithT(t)
+	example := []byte(mustRead(t, "testdata/resources.yaml"))
+	asJSON, err := yaml.YAMLToJSON(example)
+	g.Expect(err).NotTo(HaveOccurred())
+	fromYAML, n, err := parseResources(example, false)
+	g.Expect(err).NotTo(HaveOccurred())
+	fromJSON, m, err := parseResources(asJSON, false)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m).To(Equal(n))
+	g.Expect(fromJSON).To(HaveLen(len(fromYAML)))
+	for typeURL, rs := range fromYAML {
+		g.Expect(fromJSON[typeURL]).To(HaveLen(len(rs)))
+		for i := range rs {
+			g.Expect(proto.Equal(fromJSON[typeURL][i], rs[i])).To(BeTrue(), "%s[%d]", typeURL, i)
+		}
 	}
 }

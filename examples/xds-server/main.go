@@ -103,7 +103,7 @@ func newFlags(cfg *config) *pflag.FlagSet {
 		"has no resources or does not parse is refused (the last good resources stay served). Write it elsewhere and rename it into place (required)")
 	f.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a file whose list is empty (resources: []), removing every resource from every client; "+
 		"an empty file, {} and resources: null stay refused")
-	f.Int64Var(&cfg.maxResourcesBytes, "max-resources-bytes", 64<<20, "bytes of the resources file at most; a larger file is refused")
+	f.Int64Var(&cfg.maxResourcesBytes, "max-resources-bytes", 16<<20, "bytes of the resources file at most; a larger file is refused")
 	f.DurationVar(&cfg.resourcesSettle, "resources-settle", 100*time.Millisecond, "how long the resources file must be left alone after a change "+
 		"before it is read (a write in several steps within it is read once, whole)")
 	f.DurationVar(&cfg.resourcesReread, "resources-reread", 10*time.Second, "re-read the resources file this often whatever the file watch says "+

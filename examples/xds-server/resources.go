@@ -79,9 +79,12 @@ type document struct {
 //   - a resource that does not decode, of a type not served, without a name or named twice:
 //     bad_resource, naming its index.
 func parseResources(data []byte, allowEmpty bool) (map[string][]types.Resource, int, error) {
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, 0, refuse(refusedParse, "not YAML or JSON: %w", err)
+	js := data // JSON is read as it is: converting it as YAML costs several times its size
+	if !json.Valid(data) {
+		var err error
+		if js, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, 0, refuse(refusedParse, "not YAML or JSON: %w", err)
+		}
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return nil, 0, refuse(refusedEmptyFile, "the file holds no document (a truncated or half-written file?); "+
