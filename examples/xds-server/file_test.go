@@ -75,10 +75,11 @@ func metric(s *started, t *testing.T) func() string {
 }
 
 // TestAFileThatWouldRemoveEveryResourceOrDoesNotReadIsRefusedAndTheLastGoodSetStaysServed
-// writes each kind of bad file in place, as `: > file` or an editor would: the server logs an
-// ERROR naming the file and why, counts it by reason, /readyz says so, neither a SotW nor a
-// delta client is sent anything, a new client gets the last good set, and the next good file
-// is served again.
+// empties the file in place (`: > file`) or renames each other kind of bad file into place, as
+// an editor would: the server logs an ERROR naming the file and why, counts it once by reason,
+// /readyz says so, neither a SotW nor a delta client is sent anything, a new client gets the
+// last good set, and the next good file is served again. (A write in place in two syscalls
+// could be read between them on a loaded machine, and counted twice.)
 func TestAFileThatWouldRemoveEveryResourceOrDoesNotReadIsRefusedAndTheLastGoodSetStaysServed(t *testing.T) {
 	example, err := os.ReadFile("testdata/resources.yaml")
 	if err != nil {
@@ -117,7 +118,11 @@ func TestAFileThatWouldRemoveEveryResourceOrDoesNotReadIsRefusedAndTheLastGoodSe
 			d := dialDelta(t, s.xds, "greeter-cluster")
 			g.Eventually(d.resps, 10*time.Second).Should(Receive())
 
-			writeFile(t, file, c.content)
+			if c.content == "" {
+				must(t, os.Truncate(file, 0))
+			} else {
+				replaceFile(t, file, c.content)
+			}
 			g.Eventually(s.logs.String, 10*time.Second).Should(MatchRegexp(refusedLog(file, c.reason).String()))
 			g.Expect(metric(s, t)()).To(And(
 				ContainSubstring(`kds_xds_resources_file_refused_total{reason="`+c.reason+`"} 1`),
@@ -135,7 +140,7 @@ func TestAFileThatWouldRemoveEveryResourceOrDoesNotReadIsRefusedAndTheLastGoodSe
 			b.send(t, &discovery.DiscoveryRequest{})
 			g.Expect(clusters(t, b.recv(t))).To(HaveKey("greeter-cluster"))
 
-			writeFile(t, file, strings.Replace(string(example), "connect_timeout: 1s", "connect_timeout: 2s", 1))
+			replaceFile(t, file, strings.Replace(string(example), "connect_timeout: 1s", "connect_timeout: 2s", 1))
 			var r2 *discovery.DiscoveryResponse
 			g.Eventually(a.resps, 10*time.Second).Should(Receive(&r2))
 			g.Expect(clusters(t, r2)["greeter-cluster"].GetConnectTimeout().AsDuration()).To(Equal(2 * time.Second))
@@ -279,6 +284,13 @@ func TestAFileReplacedWithTheSameSizeAndTimeIsServedFromTheWatch(t *testing.T) {
 			g.Expect(clusters(t, r2)["greeter-cluster"].GetConnectTimeout().AsDuration()).To(Equal(2 * time.Second))
 		})
 	}
+}
+
+// replaceFile writes content beside file and renames it into place.
+func replaceFile(t *testing.T, file, content string) {
+	t.Helper()
+	writeFile(t, file+".tmp", content)
+	must(t, os.Rename(file+".tmp", file))
 }
 
 func mustRead(t *testing.T, file string) string {
