@@ -70,10 +70,19 @@ type hooks struct {
 type config struct {
 	xdsAddr, adminAddr string
 	resources          string
+	allowEmpty         bool
+	maxResourcesBytes  int64
+	resourcesSettle    time.Duration
+	resourcesReread    time.Duration
 	plugins            []string
 	pluginConfigs      []string
 	ownerHolds         bool
 	guard              bool
+	maxStreams         int64
+	maxStreamsPerConn  uint32
+	maxReceiveMessage  int
+	tlsCert, tlsKey    string
+	tlsClientCA        string
 	logLevel           string
 }
 
@@ -87,11 +96,19 @@ func newFlags(cfg *config) *pflag.FlagSet {
 	f.SetOutput(io.Discard) // run reports errors and prints --help itself
 	f.Usage = func() {}
 	f.StringVar(&cfg.xdsAddr, "xds-addr", "127.0.0.1:18000", "xDS gRPC listener: ADS (SotW and delta) and the LDS, RDS, CDS, EDS and SDS services. "+
-		"Plaintext, no authentication: anyone who reaches it gets every resource. Loopback by default; "+
-		"on any other address, put it behind your own network policy")
+		"Plaintext without --tls-cert, unauthenticated without --tls-client-ca: anyone who reaches it gets every resource. Loopback by default; "+
+		"on any other address, use TLS and client certificates or put it behind your own network policy")
 	f.StringVar(&cfg.resources, "resources", "", "YAML or JSON file whose resources: list holds Envoy v3 resources "+
-		"(protobuf JSON of an Any, with its \"@type\"), served to every node; re-read when it changes (required)")
-	f.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:19000", "admin HTTP listener: /metrics, /healthz, /clients (node ids and refusal messages). "+
+		"(protobuf JSON of an Any, with its \"@type\"), served to every node; re-read when it changes, and a read that is empty, "+
+		"has no resources or does not parse is refused (the last good resources stay served). Write it elsewhere and rename it into place (required)")
+	f.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a file whose list is empty (resources: []), removing every resource from every client; "+
+		"an empty file, {} and resources: null stay refused")
+	f.Int64Var(&cfg.maxResourcesBytes, "max-resources-bytes", 16<<20, "bytes of the resources file at most; a larger file is refused")
+	f.DurationVar(&cfg.resourcesSettle, "resources-settle", 100*time.Millisecond, "how long the resources file must be left alone after a change "+
+		"before it is read (a write in several steps within it is read once, whole)")
+	f.DurationVar(&cfg.resourcesReread, "resources-reread", 10*time.Second, "re-read the resources file this often whatever the file watch says "+
+		"(filesystems without inotify, such as NFS, and lost events); 0: never")
+	f.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:19000", "admin HTTP listener: /metrics, /healthz, /readyz (503 while the resources file is refused), /clients (node ids and refusal messages). "+
 		"Plaintext, no authentication: loopback by default; keep it where the operators are")
 	f.StringSliceVar(&cfg.plugins, "plugin", nil, "retry plugin binary, PATH or PATH@sha256:HEX to pin its checksum, or builtin (repeatable); "+
 		"the guard asks it at every decision. Without it: the guard's built-in policy")
@@ -99,6 +116,12 @@ func newFlags(cfg *config) *pflag.FlagSet {
 		"or NAME=FILE for plugin NAME (its Describe name, its binary's file name, or builtin), as kds-host (repeatable)")
 	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references, and ask the owner check (the --plugin runtime's) before a version goes out (false: neither)")
 	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
+	f.Int64Var(&cfg.maxStreams, "max-streams", 10000, "xDS streams open at once, all connections together; one more is refused with RESOURCE_EXHAUSTED (0: no bound)")
+	f.Uint32Var(&cfg.maxStreamsPerConn, "max-streams-per-connection", 16, "xDS streams one connection may have open (HTTP/2 MAX_CONCURRENT_STREAMS)")
+	f.IntVar(&cfg.maxReceiveMessage, "max-receive-message", 4<<20, "bytes of one xDS request at most; a larger one ends its stream with RESOURCE_EXHAUSTED")
+	f.StringVar(&cfg.tlsCert, "tls-cert", "", "xDS listener: TLS certificate file (PEM); without it the listener is plaintext")
+	f.StringVar(&cfg.tlsKey, "tls-key", "", "xDS listener: the private key file of --tls-cert (PEM)")
+	f.StringVar(&cfg.tlsClientCA, "tls-client-ca", "", "xDS listener: CA file (PEM); a client must present a certificate it signed (mutual TLS: the only authentication this server has)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	f.VisitAll(func(fl *pflag.Flag) {
 		fl.Usage += fmt.Sprintf(" [env %s]", envName(fl.Name))
@@ -138,6 +161,20 @@ func parse(args, env []string) (config, *pflag.FlagSet, error) {
 	if cfg.resources == "" {
 		return cfg, f, fmt.Errorf("--resources FILE is required (or %s)", envName("resources"))
 	}
+	switch {
+	case cfg.maxResourcesBytes <= 0:
+		return cfg, f, fmt.Errorf("--max-resources-bytes %d: want a positive number of bytes", cfg.maxResourcesBytes)
+	case cfg.resourcesSettle < 0:
+		return cfg, f, fmt.Errorf("--resources-settle %s: want 0 or more", cfg.resourcesSettle)
+	case cfg.resourcesReread < 0:
+		return cfg, f, fmt.Errorf("--resources-reread %s: want 0 (never) or more", cfg.resourcesReread)
+	case cfg.maxStreams < 0:
+		return cfg, f, fmt.Errorf("--max-streams %d: want 0 (no bound) or more", cfg.maxStreams)
+	case cfg.maxStreamsPerConn == 0:
+		return cfg, f, errors.New("--max-streams-per-connection 0: want 1 or more")
+	case cfg.maxReceiveMessage <= 0:
+		return cfg, f, fmt.Errorf("--max-receive-message %d: want a positive number of bytes", cfg.maxReceiveMessage)
+	}
 	return cfg, f, nil
 }
 
@@ -146,9 +183,14 @@ func usage(w io.Writer, f *pflag.FlagSet) {
 
 Usage: xds-server --resources FILE [flags]
 
-Both listeners are plaintext and unauthenticated: they listen on loopback by default. Anyone who
+Both listeners are plaintext and unauthenticated by default, for loopback demos: anyone who
 reaches --xds-addr gets every resource; anyone who reaches --admin-addr sees node ids and
-refusal messages. On any other address, put them behind your own network policy.
+refusal messages. --tls-cert and --tls-key put the xDS listener under TLS, --tls-client-ca asks
+its clients for a certificate; the admin listener stays plaintext. On any other address than
+loopback, use them, and keep --admin-addr behind your own network policy.
+
+Write the resources file elsewhere and rename it into place: a file read while half written
+that still parses cannot be told from a smaller one.
 
 Flags (each also read from its environment variable, shown in brackets; a flag wins):
 %s`, f.FlagUsages())
@@ -173,21 +215,32 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "xds-server", Level: level, Output: out})
 
-	// The resources, before anything listens: a bad file at start is an error.
+	// The resources, before anything listens: a bad file at start is an error. The file's watch
+	// is in place first, so a change after the first read is seen.
 	snapshots := cache.NewSnapshotCache(true, allNodes{}, cacheLogger(log.Named("cache")))
-	src := &source{file: cfg.resources, cache: snapshots, log: log}
-	if err := src.load(ctx); err != nil {
+	src := newSource(cfg.resources, cfg.maxResourcesBytes, cfg.allowEmpty, snapshots, log)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	fol := newFollower(cfg.resources, cfg.resourcesSettle, cfg.resourcesReread, func() { src.reload(watchCtx) }, log.Named("resources"))
+	defer fol.close()
+	if err := src.start(ctx); err != nil {
 		return fmt.Errorf("--resources %s: %w", cfg.resources, err)
+	}
+	streams := &streamLimit{max: cfg.maxStreams}
+	grpcOpts, err := serverOptions(cfg, streams)
+	if err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(src, streams)
 	var (
 		xdsCache  cache.Cache = snapshots
 		callbacks server.Callbacks
 		clients   http.Handler
 	)
 	if cfg.guard {
-		opts := guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard")}
+		opts := guardOptions(cfg, log)
 		rt, err := startPlugins(cfg, log)
 		if err != nil {
 			return err
@@ -227,13 +280,8 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	var serving atomic.Bool
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !serving.Load() {
-			http.Error(w, "not serving", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok")
-	})
+	mux.Handle("/healthz", src.healthz(serving.Load))
+	mux.Handle("/readyz", src.readyz(serving.Load))
 	mux.Handle("/clients", clients)
 	adminLn, err := net.Listen("tcp", cfg.adminAddr)
 	if err != nil {
@@ -250,7 +298,7 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	xdsCtx, stopXDS := context.WithCancel(context.Background())
 	defer stopXDS()
 	srv := server.NewServer(xdsCtx, xdsCache, callbacks)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpcOpts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, srv)
 	listenerservice.RegisterListenerDiscoveryServiceServer(gs, srv)
 	routeservice.RegisterRouteDiscoveryServiceServer(gs, srv)
@@ -273,14 +321,13 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 			errs <- fmt.Errorf("admin listener: %w", err)
 		}
 	}()
-	watchCtx, stopWatch := context.WithCancel(ctx)
 	go func() {
 		defer wg.Done()
-		src.watch(watchCtx)
+		fol.follow(watchCtx)
 	}()
 	serving.Store(true)
 	log.Info("serving", "xds", xdsLn.Addr().String(), "admin", adminLn.Addr().String(), "guard", cfg.guard,
-		"owner_holds", cfg.ownerHolds, "resources", cfg.resources)
+		"owner_holds", cfg.ownerHolds, "resources", cfg.resources, "tls", tlsMode(cfg))
 	if h.ready != nil {
 		h.ready(xdsLn.Addr().String(), adminLn.Addr().String())
 	}
@@ -314,6 +361,22 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	wg.Wait()
 	log.Info("stopped")
 	return runErr // the deferred g.Close and rt.Close close the guard and the plugins
+}
+
+// guardOptions are the guard's options that the flags set; runWith adds the plugin runtime's.
+func guardOptions(cfg config, log hclog.Logger) guard.Options {
+	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard")}
+}
+
+// tlsMode says how the xDS listener is secured, for the serving line.
+func tlsMode(cfg config) string {
+	switch {
+	case cfg.tlsClientCA != "":
+		return "mutual"
+	case cfg.tlsCert != "":
+		return "server"
+	}
+	return "plaintext"
 }
 
 // startPlugins starts the plugin runtime for --plugin and --plugin-config, or returns nil for

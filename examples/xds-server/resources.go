@@ -2,20 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"sort"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
@@ -46,139 +38,98 @@ type allNodes struct{}
 
 func (allNodes) ID(*core.Node) string { return snapshotKey }
 
-// pollInterval is how often the resources file's modification time and size are checked.
-const pollInterval = 500 * time.Millisecond
+// Why a read of the resources file is refused: the reason label of
+// kds_xds_resources_file_refused_total.
+const (
+	refusedRead       = "read"         // the file cannot be opened or read (missing, permissions)
+	refusedTooLarge   = "too_large"    // over --max-resources-bytes
+	refusedEmptyFile  = "empty_file"   // no document: zero bytes, whitespace or comments only
+	refusedNoResource = "no_resources" // {}, resources: null, or resources: [] without --allow-empty
+	refusedParse      = "parse"        // not YAML or JSON, or not a document with a resources: list
+	refusedResource   = "bad_resource" // a resource that does not decode or cannot be served
+)
+
+// refusedReasons are the reasons, in the order /metrics lists them.
+var refusedReasons = []string{refusedRead, refusedTooLarge, refusedEmptyFile, refusedNoResource, refusedParse, refusedResource}
+
+// refusal is why a read of the resources file is not served.
+type refusal struct {
+	reason string // one of refusedReasons
+	err    error
+}
+
+func (r *refusal) Error() string { return r.reason + ": " + r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+func refuse(reason, format string, args ...any) *refusal {
+	return &refusal{reason: reason, err: fmt.Errorf(format, args...)}
+}
 
 // document is the shape of a resources file.
 type document struct {
-	Resources []json.RawMessage `json:"resources"`
+	Resources *[]json.RawMessage `json:"resources"` // nil: no resources: list, or null
 }
 
 // parseResources reads a resources file (YAML or JSON): a `resources:` list of Envoy v3
-// resources, each the protobuf JSON of an Any with its "@type".
-func parseResources(data []byte) (map[string][]types.Resource, int, error) {
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("not YAML or JSON: %w", err)
+// resources, each the protobuf JSON of an Any with its "@type". It refuses, with a *refusal:
+//   - a file with no document (empty, whitespace or comments only): empty_file;
+//   - a document without a resources: list ({} or resources: null): no_resources;
+//   - an empty list, unless allowEmpty: no_resources;
+//   - text that is not YAML or JSON (the error names the line), or another document: parse;
+//   - a resource that does not decode, of a type not served, without a name or named twice:
+//     bad_resource, naming its index.
+func parseResources(data []byte, allowEmpty bool) (map[string][]types.Resource, int, error) {
+	js := data // JSON is read as it is: converting it as YAML costs several times its size
+	if !json.Valid(data) {
+		var err error
+		if js, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, 0, refuse(refusedParse, "not YAML or JSON: %w", err)
+		}
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return nil, 0, refuse(refusedEmptyFile, "the file holds no document (a truncated or half-written file?); "+
+			"to serve no resources, write resources: [] and run with --allow-empty")
 	}
 	var doc document
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
-		return nil, 0, fmt.Errorf("want a document with a resources: list: %w", err)
+		return nil, 0, refuse(refusedParse, "want a document with a resources: list: %w", err)
+	}
+	if doc.Resources == nil {
+		return nil, 0, refuse(refusedNoResource, "the document has no resources: list ({} or resources: null); "+
+			"to serve no resources, write resources: [] and run with --allow-empty")
+	}
+	if len(*doc.Resources) == 0 && !allowEmpty {
+		return nil, 0, refuse(refusedNoResource, "resources: [] would remove every resource from every client; "+
+			"run with --allow-empty to serve an empty set")
 	}
 	out := map[string][]types.Resource{}
 	seen := map[string]bool{}
-	for i, raw := range doc.Resources {
+	for i, raw := range *doc.Resources {
 		var a anypb.Any
 		if err := protojson.Unmarshal(raw, &a); err != nil {
-			return nil, 0, fmt.Errorf("resources[%d]: %w", i, err)
+			return nil, 0, refuse(refusedResource, "resources[%d]: %w", i, err)
 		}
 		typeURL := a.GetTypeUrl()
 		if cache.GetResponseType(typeURL) == types.UnknownType {
-			return nil, 0, fmt.Errorf("resources[%d]: @type %q is not an xDS resource type this server serves", i, typeURL)
+			return nil, 0, refuse(refusedResource, "resources[%d]: @type %q is not an xDS resource type this server serves", i, typeURL)
 		}
 		m, err := a.UnmarshalNew()
 		if err != nil {
-			return nil, 0, fmt.Errorf("resources[%d] (%s): %w", i, typeURL, err)
+			return nil, 0, refuse(refusedResource, "resources[%d] (%s): %w", i, typeURL, err)
 		}
 		name := cache.GetResourceName(m)
 		if name == "" {
-			return nil, 0, fmt.Errorf("resources[%d] (%s): no name", i, typeURL)
+			return nil, 0, refuse(refusedResource, "resources[%d] (%s): no name", i, typeURL)
 		}
 		if seen[typeURL+"\x00"+name] {
-			return nil, 0, fmt.Errorf("resources[%d]: two %s named %q", i, typeURL, name)
+			return nil, 0, refuse(refusedResource, "resources[%d]: two %s named %q", i, typeURL, name)
 		}
 		seen[typeURL+"\x00"+name] = true
 		out[typeURL] = append(out[typeURL], m)
 	}
-	return out, len(doc.Resources), nil
-}
-
-// fileState is what the poller compares to notice a change.
-type fileState struct {
-	mod  time.Time
-	size int64
-}
-
-// source serves a resources file through a SnapshotCache: each change of the file that parses
-// is a new snapshot version.
-type source struct {
-	file    string
-	cache   cache.SnapshotCache
-	log     hclog.Logger
-	version int
-	last    fileState
-	sum     string // sha256 of the content last served
-}
-
-// load reads the file and, if it parses and differs from what is served, sets a new snapshot.
-func (s *source) load(ctx context.Context) error {
-	st, err := os.Stat(s.file)
-	if err != nil {
-		return err
-	}
-	s.last = fileState{st.ModTime(), st.Size()}
-	data, err := os.ReadFile(s.file)
-	if err != nil {
-		return err
-	}
-	h := sha256.Sum256(data)
-	sum := hex.EncodeToString(h[:])
-	if sum == s.sum {
-		return nil // touched, not changed
-	}
-	res, n, err := parseResources(data)
-	if err != nil {
-		return err
-	}
-	version := fmt.Sprintf("%d-%s", s.version+1, sum[:8])
-	snap, err := cache.NewSnapshot(version, res)
-	if err != nil {
-		return err
-	}
-	// No snap.Consistent(): it does not follow an API listener's RDS reference (grpc-go's
-	// listeners), and a client waits for what is missing anyway.
-	if err := s.cache.SetSnapshot(ctx, snapshotKey, snap); err != nil {
-		return err
-	}
-	s.version++
-	s.sum = sum
-	counts := make([]string, 0, len(res))
-	for t, rs := range res {
-		counts = append(counts, fmt.Sprintf("%s=%d", shortType(t), len(rs)))
-	}
-	sort.Strings(counts)
-	s.log.Info("serving resources", "file", s.file, "version", version, "resources", n, "by_type", counts)
-	return nil
-}
-
-// watch polls the file until ctx ends; a change that does not parse is logged and the
-// previous resources stay served.
-func (s *source) watch(ctx context.Context) {
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		st, err := os.Stat(s.file)
-		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) || s.last != (fileState{}) {
-				s.log.Error("cannot read the resources file; the previous resources stay served", "file", s.file, "error", err)
-			}
-			s.last = fileState{} // report it once; a file that comes back is read again
-			continue
-		}
-		if (fileState{st.ModTime(), st.Size()}) == s.last {
-			continue
-		}
-		if err := s.load(ctx); err != nil {
-			s.log.Error("the resources file does not load; the previous resources stay served", "file", s.file, "error", err)
-		}
-	}
+	return out, len(*doc.Resources), nil
 }
 
 func shortType(typeURL string) string {
