@@ -62,7 +62,7 @@ type row struct {
 	key                   resource.Key
 	meshRef               sql.NullString
 	labels, owners, spec  string
-	gen                   int64 // read only: Write and Apply take it apart
+	gen                   int64 // read only: writes take the generation from the resource
 	createdMS, modifiedMS int64 // read only: the store stamps them
 	unread                *ColumnError
 }
