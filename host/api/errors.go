@@ -47,6 +47,7 @@ const (
 	titleTooLarge    = "Request body too large"
 	titleInternal    = "Internal server error"
 	titleUnavailable = "Store unavailable"
+	titleUnreadable  = "Stored resource unreadable"
 )
 
 // fieldError is an Error with status 400 that names one field.

@@ -65,10 +65,20 @@ const (
 	Unchanged Outcome = "unchanged"
 )
 
-// List is the body of a list answer.
+// List is the body of a list answer: Items, and Total counting them. Unreadable names the stored
+// rows of the list that the store cannot read (not in Items).
 type List struct {
-	Items []resource.Resource `json:"items"`
-	Total int                 `json:"total"`
+	Items      []resource.Resource `json:"items"`
+	Total      int                 `json:"total"`
+	Unreadable []UnreadableRow     `json:"unreadable,omitempty"`
+}
+
+// UnreadableRow is a stored row the store cannot read: its column that cannot be read, and why.
+type UnreadableRow struct {
+	Mesh   string `json:"mesh,omitempty"`
+	Name   string `json:"name"`
+	Column string `json:"column"`
+	Error  string `json:"error"`
 }
 
 // KindInfo describes one kind in the answer of GET /_resources.
@@ -276,6 +286,7 @@ func (s *Server) allow(w http.ResponseWriter, r *http.Request, methods ...string
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, k resource.Kind, mesh string) {
 	items, err := s.store.List(r.Context(), k.Name, mesh)
+	bad, err := store.Unreadable(err) // the rest is answered
 	if err != nil {
 		s.internal(w, r, fmt.Errorf("list %s: %w", k.Plural, err))
 		return
@@ -283,14 +294,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, k resource.Kind, m
 	if items == nil {
 		items = []resource.Resource{}
 	}
-	s.writeJSON(w, r, http.StatusOK, List{Items: items, Total: len(items)})
+	l := List{Items: items, Total: len(items)}
+	for _, b := range bad {
+		l.Unreadable = append(l.Unreadable, UnreadableRow{Mesh: b.Key.Mesh, Name: b.Key.Name, Column: b.Column, Error: b.Err.Error()})
+	}
+	s.writeJSON(w, r, http.StatusOK, l)
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, key resource.Key) {
 	res, err := s.store.Get(r.Context(), key)
+	var unreadable *store.ColumnError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		s.writeError(w, r, notFound(key))
+	case errors.As(err, &unreadable):
+		s.writeError(w, r, &Error{Status: http.StatusInternalServerError, Title: titleUnreadable,
+			Details: fmt.Sprintf("%s is stored, but its %s cannot be read (%v): apply it again, or delete it", key, unreadable.Column, unreadable.Err),
+			Causes:  []Cause{{Field: unreadable.Column, Message: unreadable.Err.Error()}}})
 	case err != nil:
 		s.internal(w, r, fmt.Errorf("get %s: %w", key, err))
 	default:

@@ -349,7 +349,10 @@ func (g *Global) isReady() bool {
 // process, and when another replica's write moves the store's revision. It lists the whole store
 // once, then applies only what changed since the revision it last saw (store.ChangesSince), so a
 // write costs what it changed, not the size of the store; when the store cannot tell what changed
-// (store.ErrResync: too far behind), it lists everything again.
+// (store.ErrResync: too far behind), it lists everything again. A row the store cannot read
+// stops nothing: it is left out (or keeps the version served before) and listed as unservable,
+// as is a resource that cannot be encoded; every poll tick reads those again by key (recheckMax
+// at most, in turn), so one fixed by hand is served within a tick.
 func (g *Global) sync(ctx context.Context) error {
 	var lastRev int64 = -1
 	var published bool // by the update under way
@@ -378,10 +381,11 @@ func (g *Global) sync(ctx context.Context) error {
 			return nil
 		}
 		rs, err := g.cfg.Store.List(ctx, "", "")
+		unreadable, err := unservableRows(err)
 		if err != nil {
 			return err
 		}
-		snap, err := g.builder.Build(rs)
+		snap, err := g.builder.Build(rs, unreadable...)
 		if err != nil {
 			return err
 		}
@@ -396,11 +400,12 @@ func (g *Global) sync(ctx context.Context) error {
 			g.log.Debug("rebuild the KDS snapshot from a full list", "reason", err)
 			return rebuild()
 		}
+		unreadable, err := unservableRows(err)
 		if err != nil || rev == lastRev {
 			return err
 		}
 		prev := g.Cache.Snapshot()
-		snap, err := g.builder.Update(changed, deleted)
+		snap, err := g.builder.Update(changed, deleted, unreadable...)
 		if err != nil {
 			return err
 		}
@@ -417,18 +422,63 @@ func (g *Global) sync(ctx context.Context) error {
 		}
 		return fmt.Errorf("first snapshot: %w", err)
 	}
+	// recheck reads again, by key, what the snapshot does not serve: a fix by hand in the
+	// database moves no revision, so no ChangesSince returns it.
+	var rechecked string // the last key read again
+	recheck := func() error {
+		var batch []kds.Unservable
+		batch, rechecked = inTurn(g.builder.Unservable(), rechecked, recheckMax)
+		if len(batch) == 0 {
+			return nil
+		}
+		var read []resource.Resource
+		var gone []resource.Key
+		var unreadable []kds.Unservable
+		for _, u := range batch {
+			r, err := g.cfg.Store.Get(ctx, u.Key)
+			var ce *store.ColumnError
+			switch {
+			case err == nil:
+				read = append(read, r)
+			case errors.Is(err, store.ErrNotFound):
+				gone = append(gone, u.Key)
+			case errors.As(err, &ce):
+				unreadable = append(unreadable, unservableRow(ce))
+			default:
+				return fmt.Errorf("read %s again: %w", u.Key, err)
+			}
+		}
+		prev := g.Cache.Snapshot()
+		snap, err := g.builder.Update(read, gone, unreadable...)
+		if err != nil {
+			return err
+		}
+		g.unservable.set(g.builder.Unservable())
+		if snap != prev {
+			publish(snap)
+		}
+		return nil
+	}
 	close(g.ready)
 	tick := time.NewTicker(g.cfg.PollInterval)
 	defer tick.Stop()
 	for {
+		ticked := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-g.cfg.Store.Changes():
 		case <-tick.C:
+			ticked = true
 		}
 		if err := measured(update); err != nil && ctx.Err() == nil {
 			g.log.Error("update the KDS snapshot", "error", err)
+		}
+		if !ticked {
+			continue
+		}
+		if err := measured(recheck); err != nil && ctx.Err() == nil {
+			g.log.Error("read the unservable resources again", "error", err)
 		}
 	}
 }

@@ -78,10 +78,11 @@ func CheckStoreIdentity(ctx context.Context, st store.Store, dataDir string, acc
 		return nil
 	}
 	resources, err := st.List(ctx, "", "")
+	unreadable, err := store.Unreadable(err) // stored all the same: counted
 	if err != nil {
 		return fmt.Errorf("store identity: %w", err)
 	}
-	refused := &StoreIdentityError{Marker: marker, Recorded: recorded, Found: id, Resources: len(resources)}
+	refused := &StoreIdentityError{Marker: marker, Recorded: recorded, Found: id, Resources: len(resources) + len(unreadable)}
 	if !acceptNew {
 		return refused
 	}
@@ -89,7 +90,7 @@ func CheckStoreIdentity(ctx context.Context, st store.Store, dataDir string, acc
 		return err
 	}
 	log.Warn("serving a new store, as asked: the store this global served before is no longer served",
-		"store_id", id, "previous_store_id", recorded, "resources", len(resources), "file", marker)
+		"store_id", id, "previous_store_id", recorded, "resources", refused.Resources, "file", marker)
 	return nil
 }
 

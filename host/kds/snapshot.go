@@ -159,21 +159,25 @@ func (s *Snapshot) Kind(kind string) map[string]*Entry {
 // whose content did not change since the previous build. Build starts from a full list; Update
 // applies changes to the last snapshot built. It is not safe for concurrent use.
 //
-// A resource that cannot be encoded (a spec written by another version, a manual fix gone wrong)
-// does not stop the others: it is left out, or, when an earlier version of it was served, that
-// version stays (its zones keep what they have), and it is listed by Unservable until a later
-// version of it encodes or it is deleted.
+// A resource that cannot be encoded (a spec written by another version, a manual fix gone wrong),
+// or that its caller could not read from the store (given to Build or Update as unreadable), does
+// not stop the others: it is left out, or, when an earlier version of it was served, that version
+// stays (its zones keep what they have), and it is listed by Unservable until a later version of
+// it encodes or it is deleted.
 type SnapshotBuilder struct {
 	prev map[resource.Key]builtEntry // what the last snapshot holds
 	last *Snapshot
 	bad  map[resource.Key]Unservable
 }
 
-// Unservable is a stored resource the global cannot encode for zones.
+// Unservable is a stored resource the global cannot read or encode for zones.
 type Unservable struct {
 	Key        resource.Key `json:"key"`
 	Generation int64        `json:"generation"`
-	Error      string       `json:"error"`
+	// Column is the stored column that cannot be read; empty when the row reads but cannot be
+	// encoded.
+	Column string `json:"column,omitempty"`
+	Error  string `json:"error"`
 }
 
 // Unservable lists the resources the last snapshot could not encode, sorted by key.
@@ -188,10 +192,15 @@ func (b *SnapshotBuilder) Unservable() []Unservable {
 
 // refuse records that r cannot be encoded.
 func (b *SnapshotBuilder) refuse(r *resource.Resource, err error) {
+	b.unreadable(Unservable{Key: r.Key(), Generation: r.Generation, Error: err.Error()})
+}
+
+// unreadable records u.
+func (b *SnapshotBuilder) unreadable(u Unservable) {
 	if b.bad == nil {
 		b.bad = map[resource.Key]Unservable{}
 	}
-	b.bad[r.Key()] = Unservable{Key: r.Key(), Generation: r.Generation, Error: err.Error()}
+	b.bad[u.Key] = u
 }
 
 type builtEntry struct {
@@ -200,12 +209,23 @@ type builtEntry struct {
 	entry *Entry
 }
 
-// Build returns a snapshot of rs. It fails on nothing: a resource that cannot be encoded is left
-// out (or keeps its earlier version) and listed by Unservable.
-func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
+// Build returns a snapshot of rs, the stored resources but the unreadable ones. It fails on
+// nothing: a resource that cannot be encoded, and one unreadable, is left out (or keeps its
+// earlier version) and listed by Unservable.
+func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable) (*Snapshot, error) {
 	next := make(map[resource.Key]builtEntry, len(rs))
 	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
 	b.bad = nil
+	keep := func(key resource.Key, be builtEntry) {
+		next[key] = be
+		byName := s.kinds[key.Kind]
+		if byName == nil {
+			byName = map[string]*Entry{}
+			s.kinds[key.Kind] = byName
+		}
+		byName[key.XDSName()] = be.entry
+		s.size++
+	}
 	for i := range rs {
 		r := &rs[i]
 		key := r.Key()
@@ -221,14 +241,16 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 				be = builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}
 			}
 		}
-		next[key] = be
-		byName := s.kinds[key.Kind]
-		if byName == nil {
-			byName = map[string]*Entry{}
-			s.kinds[key.Kind] = byName
+		keep(key, be)
+	}
+	for _, u := range unreadable {
+		if _, listed := next[u.Key]; listed {
+			continue
 		}
-		byName[key.XDSName()] = be.entry
-		s.size++
+		b.unreadable(u)
+		if be, ok := b.prev[u.Key]; ok {
+			keep(u.Key, be) // served before: stays
+		}
 	}
 	b.prev = next
 	b.last = s
@@ -240,9 +262,9 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource) (*Snapshot, error) {
 // are shared with the last snapshot, so its cost follows the size of the change, not of the
 // snapshot (plus one copy of each touched kind's map). A change that changes nothing (same
 // generation and spec, or a delete of an absent key) returns the last snapshot itself. A resource
-// that cannot be encoded is not applied (its earlier version, if any, stays) and is listed by
-// Unservable; the rest is.
-func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key) (*Snapshot, error) {
+// that cannot be encoded, and one of unreadable (stored resources the caller could not read), is
+// not applied (its earlier version, if any, stays) and is listed by Unservable; the rest is.
+func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key, unreadable ...Unservable) (*Snapshot, error) {
 	prev := b.last
 	if prev == nil {
 		prev = &Snapshot{kinds: map[string]map[string]*Entry{}}
@@ -256,6 +278,7 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 		r := &changed[i]
 		key := r.Key()
 		if be, ok := b.prev[key]; ok && be.gen == r.Generation && be.spec == string(r.Spec) {
+			delete(b.bad, key) // served as it is: read again, as its caller found it
 			continue
 		}
 		e, err := NewEntry(r)
@@ -272,6 +295,9 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 		if _, ok := b.prev[k]; ok {
 			dels = append(dels, k)
 		}
+	}
+	for _, u := range unreadable {
+		b.unreadable(u) // the version served before, if any, stays
 	}
 	if len(puts) == 0 && len(dels) == 0 {
 		b.last = prev

@@ -412,3 +412,41 @@ func TestAnUpdateListsEachChangedNameOnce(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).To(Equal(want.Version), "the last write of a")
 }
+
+// A stored resource its caller could not read (given as unreadable) is listed with its column,
+// keeps the version served before (or is left out), through a full build and an update, and is
+// served again once it is read: as it was served (a fix by hand, no new generation), or changed.
+func TestAnUnreadableResourceKeepsItsServedVersionUntilItIsRead(t *testing.T) {
+	g := NewWithT(t)
+	var b kds.SnapshotBuilder
+	a := policy("MeshTimeout", "default", "a", `{"v":1}`)
+	s1, err := b.Build([]resource.Resource{meshResource("default"), a})
+	g.Expect(err).NotTo(HaveOccurred())
+	served := s1.Kind("MeshTimeout")["default/a"]
+	badA := kds.Unservable{Key: a.Key(), Generation: 1, Column: "labels", Error: "invalid character"}
+	badN := kds.Unservable{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "new"}, Generation: 3, Column: "owners", Error: "cannot unmarshal"}
+
+	s2, err := b.Build([]resource.Resource{meshResource("default")}, badA, badN)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s2.Kind("MeshTimeout")).To(Equal(map[string]*kds.Entry{"default/a": served}), "a keeps its served version; new is left out")
+	g.Expect(b.Unservable()).To(Equal([]kds.Unservable{badA, badN}))
+
+	b2 := policy("MeshTimeout", "default", "b", `{}`)
+	s3, err := b.Update([]resource.Resource{b2}, nil, badA)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s3.Kind("MeshTimeout")).To(HaveKeyWithValue("default/a", served))
+	g.Expect(s3.Kind("MeshTimeout")).To(HaveKey("default/b"))
+	g.Expect(b.Unservable()).To(Equal([]kds.Unservable{badA, badN}))
+
+	s4, err := b.Update([]resource.Resource{a}, nil) // read again as it was served
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s4).To(BeIdenticalTo(s3), "nothing to send")
+	g.Expect(b.Unservable()).To(Equal([]kds.Unservable{badN}))
+
+	n := policy("MeshTimeout", "default", "new", `{}`)
+	n.Generation = 3
+	s5, err := b.Update([]resource.Resource{n}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s5.Kind("MeshTimeout")).To(HaveKey("default/new"))
+	g.Expect(b.Unservable()).To(BeEmpty())
+}

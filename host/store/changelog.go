@@ -69,17 +69,11 @@ type payloadRow struct {
 	ModifiedMS int64           `json:"t"`
 }
 
-// logRow is a row of a revision and its generation, as changesSince's query would scan it.
-type logRow struct {
-	w   row
-	gen int64
-}
-
 // logEntry is what one committed revision changed: the rows stamped with it and the keys it
 // deleted and left absent, and the horizon of ChangesSince as of it. Never changed once made.
 type logEntry struct {
 	rev, horizon int64
-	changed      []logRow
+	changed      []row
 	deleted      []resource.Key
 }
 
@@ -115,8 +109,7 @@ func (s *sqlStore) revisionChanges(ctx context.Context, tx *sql.Tx, rev, horizon
 func (e *logEntry) payload() (string, bool) {
 	p := payload{Rev: e.rev, Horizon: e.horizon}
 	size := 0
-	for _, c := range e.changed {
-		w := c.w
+	for _, w := range e.changed {
 		for _, s := range []string{w.key.Kind, w.key.Mesh, w.key.Name} {
 			if !utf8.ValidString(s) {
 				return "", false
@@ -132,7 +125,7 @@ func (e *logEntry) payload() (string, bool) {
 		}
 		p.Changed = append(p.Changed, payloadRow{Kind: w.key.Kind, Mesh: w.key.Mesh, Name: w.key.Name,
 			Labels: json.RawMessage(w.labels), Owners: json.RawMessage(w.owners), Spec: json.RawMessage(w.spec),
-			Generation: c.gen, CreatedMS: w.createdMS, ModifiedMS: w.modifiedMS})
+			Generation: w.gen, CreatedMS: w.createdMS, ModifiedMS: w.modifiedMS})
 	}
 	for _, k := range e.deleted {
 		if !utf8.ValidString(k.Kind) || !utf8.ValidString(k.Mesh) || !utf8.ValidString(k.Name) {
@@ -183,16 +176,16 @@ func parsePayload(s string) (rev int64, entry *logEntry, err error) {
 	if _, err := dec.Token(); err != io.EOF || p.Rev <= 0 {
 		return -1, nil, errPayload
 	}
-	e := &logEntry{rev: p.Rev, horizon: p.Horizon, changed: make([]logRow, 0, len(p.Changed)), deleted: make([]resource.Key, 0, len(p.Deleted))}
+	e := &logEntry{rev: p.Rev, horizon: p.Horizon, changed: make([]row, 0, len(p.Changed)), deleted: make([]resource.Key, 0, len(p.Deleted))}
 	for _, c := range p.Changed {
 		if c.Kind == "" || c.Name == "" || len(c.Labels) == 0 || len(c.Owners) == 0 || len(c.Spec) == 0 {
 			return -1, nil, errPayload
 		}
-		e.changed = append(e.changed, logRow{gen: c.Generation, w: row{
+		e.changed = append(e.changed, row{
 			key:    resource.Key{Kind: c.Kind, Mesh: c.Mesh, Name: c.Name},
 			labels: string(c.Labels), owners: string(c.Owners), spec: string(c.Spec),
-			createdMS: c.CreatedMS, modifiedMS: c.ModifiedMS,
-		}})
+			gen: c.Generation, createdMS: c.CreatedMS, modifiedMS: c.ModifiedMS,
+		})
 	}
 	for _, k := range p.Deleted {
 		if k[0] == "" || k[2] == "" {
@@ -236,7 +229,7 @@ func (l *changeLog) changesSince(since, top int64) (changed []resource.Resource,
 	}
 	// The state at top of each key some revision after since touched: its row, or nil when
 	// deleted.
-	var last map[resource.Key]*logRow
+	var last map[resource.Key]*row
 	l.mu.Lock()
 	e := l.slots[top%changeLogSize]
 	if e == nil || e.rev != top {
@@ -251,10 +244,10 @@ func (l *changeLog) changesSince(since, top int64) (changed []resource.Resource,
 			return nil, nil, 0, false, nil
 		}
 		if last == nil && (len(e.changed) > 0 || len(e.deleted) > 0) {
-			last = map[resource.Key]*logRow{}
+			last = map[resource.Key]*row{}
 		}
 		for i := range e.changed {
-			last[e.changed[i].w.key] = &e.changed[i]
+			last[e.changed[i].key] = &e.changed[i]
 		}
 		for _, k := range e.deleted {
 			last[k] = nil
@@ -266,18 +259,20 @@ func (l *changeLog) changesSince(since, top int64) (changed []resource.Resource,
 	}
 	// Entries are never changed once recorded: decoding outside the lock makes each caller its
 	// own copies.
+	var bad []*ColumnError
 	for k, c := range last {
 		if c == nil {
 			deleted = append(deleted, k)
 			continue
 		}
-		r, err := c.w.decode(c.gen)
+		r, err := c.decode()
 		if err != nil {
-			return nil, nil, 0, false, nil // the query reports it
+			bad = append(bad, err.(*ColumnError)) // as the query reads it
+			continue
 		}
 		changed = append(changed, r)
 	}
 	slices.SortFunc(changed, func(a, b resource.Resource) int { return compareKeys(a.Key(), b.Key()) })
 	slices.SortFunc(deleted, compareKeys)
-	return changed, deleted, top, true, nil
+	return changed, deleted, top, true, unreadable(bad)
 }

@@ -388,10 +388,10 @@ func TestChangesSinceQueriesForPayloadsItDoesNotRead(t *testing.T) {
 func TestPayloadRoundTrip(t *testing.T) {
 	g := NewWithT(t)
 	e := &logEntry{rev: 42, horizon: 7,
-		changed: []logRow{
-			{gen: 3, w: row{key: resource.Key{Kind: "MeshTimeout", Mesh: "m", Name: "t"}, labels: `{"a":"<b>"}`, owners: `[{"kind":"Mesh","name":"m"}]`,
-				spec: `{"s":"é\u003c","n":1.50}`, createdMS: 1, modifiedMS: 2}},
-			{gen: 1, w: row{key: resource.Key{Kind: "Mesh", Name: "m"}, labels: `{}`, owners: `[]`, spec: `{}`, createdMS: 1700000000000, modifiedMS: 1700000000000}},
+		changed: []row{
+			{gen: 3, key: resource.Key{Kind: "MeshTimeout", Mesh: "m", Name: "t"}, labels: `{"a":"<b>"}`, owners: `[{"kind":"Mesh","name":"m"}]`,
+				spec: `{"s":"é\u003c","n":1.50}`, createdMS: 1, modifiedMS: 2},
+			{gen: 1, key: resource.Key{Kind: "Mesh", Name: "m"}, labels: `{}`, owners: `[]`, spec: `{}`, createdMS: 1700000000000, modifiedMS: 1700000000000},
 		},
 		deleted: []resource.Key{{Kind: "MeshRetry", Mesh: "m", Name: "r"}, {Kind: "Mesh", Name: "x"}},
 	}
@@ -422,7 +422,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 		{key: resource.Key{Kind: "Mesh", Name: "m\xff"}, labels: `{}`, owners: `[]`, spec: `{}`},
 		{key: resource.Key{Kind: "Mesh", Name: "m"}, labels: `{}`, owners: `[]`, spec: fmt.Sprintf(`{"a":%q}`, strings.Repeat("x", payloadMax))},
 	} {
-		_, ok := (&logEntry{rev: 1, changed: []logRow{{w: w}}}).payload()
+		_, ok := (&logEntry{rev: 1, changed: []row{w}}).payload()
 		g.Expect(ok).To(BeFalse(), "%+v", w)
 	}
 
@@ -442,7 +442,7 @@ func TestChangeLogKeepsTheNewest(t *testing.T) {
 	g := NewWithT(t)
 	var l changeLog
 	entry := func(rev int64, name string) *logEntry {
-		return &logEntry{rev: rev, changed: []logRow{{gen: rev, w: row{key: resource.Key{Kind: "Mesh", Name: name}, labels: `{}`, owners: `[]`, spec: `{}`}}}}
+		return &logEntry{rev: rev, changed: []row{{gen: rev, key: resource.Key{Kind: "Mesh", Name: name}, labels: `{}`, owners: `[]`, spec: `{}`}}}
 	}
 	for rev := int64(1); rev <= changeLogSize+1; rev++ {
 		l.record(entry(rev, "m"))

@@ -55,15 +55,16 @@ const putAttempts = 10
 // savepoint is the name of the savepoint each Apply item runs in.
 const savepoint = "kds_apply_item"
 
-const selectColumns = `kind, mesh, name, labels, owners, spec, generation, created_ms, modified_ms`
-
 // row is a resource in its stored form: labels and owners as canonical JSON, the spec as
-// canonical JSON, and the foreign key to the meshes table.
+// canonical JSON, and the foreign key to the meshes table. A row read from the database is read
+// column by column (rowColumns): unread is its first column that cannot be read.
 type row struct {
 	key                   resource.Key
 	meshRef               sql.NullString
 	labels, owners, spec  string
+	gen                   int64 // read only: writes take the generation from the resource
 	createdMS, modifiedMS int64 // read only: the store stamps them
+	unread                *ColumnError
 }
 
 func encodeRow(r *resource.Resource) (row, error) {
@@ -129,39 +130,6 @@ func (w row) sameContent(o row) bool {
 	return w.labels == o.labels && w.owners == o.owners && w.spec == o.spec
 }
 
-func (w row) decode(generation int64) (resource.Resource, error) {
-	r := resource.Resource{Kind: w.key.Kind, Mesh: w.key.Mesh, Name: w.key.Name,
-		Spec: json.RawMessage(w.spec), Generation: generation}
-	if w.createdMS > 0 {
-		r.CreationTime = time.UnixMilli(w.createdMS).UTC()
-	}
-	if w.modifiedMS > 0 {
-		r.ModificationTime = time.UnixMilli(w.modifiedMS).UTC()
-	}
-	if err := json.Unmarshal([]byte(w.labels), &r.Labels); err != nil {
-		return resource.Resource{}, fmt.Errorf("%s: stored labels: %w", w.key, err)
-	}
-	if len(r.Labels) == 0 {
-		r.Labels = nil
-	}
-	if err := json.Unmarshal([]byte(w.owners), &r.Owners); err != nil {
-		return resource.Resource{}, fmt.Errorf("%s: stored owners: %w", w.key, err)
-	}
-	if len(r.Owners) == 0 {
-		r.Owners = nil
-	}
-	return r, nil
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanRow(s scanner) (row, int64, error) {
-	var w row
-	var gen int64
-	err := s.Scan(&w.key.Kind, &w.key.Mesh, &w.key.Name, &w.labels, &w.owners, &w.spec, &gen, &w.createdMS, &w.modifiedMS)
-	return w, gen, err
-}
-
 // missingOwner maps the database's foreign-key refusal to *MissingOwnerError.
 func (s *sqlStore) missingOwner(key resource.Key, err error) error {
 	if !s.d.isForeignKeyViolation(err) {
@@ -185,14 +153,14 @@ func (s *sqlStore) putError(key resource.Key, err error) error {
 
 func (s *sqlStore) Get(ctx context.Context, key resource.Key) (resource.Resource, error) {
 	q := s.d.rebind(`SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`)
-	w, gen, err := scanRow(s.r.QueryRowContext(ctx, q, key.Kind, key.Mesh, key.Name))
+	w, err := scanRow(s.r.QueryRowContext(ctx, q, key.Kind, key.Mesh, key.Name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return resource.Resource{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
 	}
 	if err != nil {
 		return resource.Resource{}, fmt.Errorf("get %s: %w", key, err)
 	}
-	r, err := w.decode(gen)
+	r, err := w.decode() // a *ColumnError when it cannot be read
 	if err != nil {
 		return resource.Resource{}, fmt.Errorf("get %s: %w", key, err)
 	}
@@ -218,14 +186,16 @@ func (s *sqlStore) List(ctx context.Context, kind, mesh string) ([]resource.Reso
 	}
 	defer rows.Close()
 	var out []resource.Resource
+	var bad []*ColumnError
 	for rows.Next() {
-		w, gen, err := scanRow(rows)
+		w, err := scanRow(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
 		}
-		r, err := w.decode(gen)
+		r, err := w.decode()
 		if err != nil {
-			return nil, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
+			bad = append(bad, err.(*ColumnError))
+			continue
 		}
 		out = append(out, r)
 	}
@@ -235,6 +205,9 @@ func (s *sqlStore) List(ctx context.Context, kind, mesh string) ([]resource.Reso
 	// Sorted here rather than by ORDER BY: PostgreSQL orders text by the database's collation,
 	// SQLite by bytes; callers get byte order from both.
 	slices.SortFunc(out, func(a, b resource.Resource) int { return compareKeys(a.Key(), b.Key()) })
+	if err := unreadable(bad); err != nil {
+		return out, fmt.Errorf("list %s in mesh %q: %w", kindOrAll(kind), mesh, err)
+	}
 	return out, nil
 }
 
@@ -300,20 +273,23 @@ func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen in
 		// retrying (SQLite has one writer; its transactions are serial already).
 		q += ` FOR UPDATE`
 	}
-	old, oldGen, err := scanRow(tx.QueryRowContext(ctx, s.d.rebind(q), k.Kind, k.Mesh, k.Name))
-	found := err == nil
+	old, err := scanRow(tx.QueryRowContext(ctx, s.d.rebind(q), k.Kind, k.Mesh, k.Name))
+	found, oldGen := err == nil, old.gen
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return stored, Unchanged, false, err
 	}
 	switch {
+	case found && old.unread != nil && old.unread.Column == "generation":
+		return stored, Unchanged, false, old.unread // no generation to compare or bump: delete it
 	case !found && wantGen != 0:
 		return stored, Unchanged, false, fmt.Errorf("%w: generation %d given, but no resource is stored", ErrConflict, wantGen)
 	case found && wantGen != 0 && wantGen != oldGen:
 		return stored, Unchanged, false, fmt.Errorf("%w: generation %d given, %d stored", ErrConflict, wantGen, oldGen)
-	case found && old.sameContent(w):
-		stored, err = old.decode(oldGen)
+	case found && old.unread == nil && old.sameContent(w):
+		stored, err = old.decode()
 		return stored, Unchanged, false, err
 	}
+	// A row with a column that cannot be read is written whole: the write fixes it.
 	var n int64
 	gen := int64(1)
 	now := time.Now().UnixMilli()
@@ -324,9 +300,9 @@ func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen in
 	} else {
 		result, gen = Updated, oldGen+1
 		w.createdMS = old.createdMS
-		n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?, modified_ms = ?
+		n, err = rowsAffected(tx.ExecContext(ctx, s.d.rebind(`UPDATE resources SET labels = ?, owners = ?, spec = ?, generation = ?, revision = ?, created_ms = ?, modified_ms = ?
 			WHERE kind = ? AND mesh = ? AND name = ? AND generation = ?`),
-			w.labels, w.owners, w.spec, gen, rev, now, k.Kind, k.Mesh, k.Name, oldGen))
+			w.labels, w.owners, w.spec, gen, rev, w.createdMS, now, k.Kind, k.Mesh, k.Name, oldGen))
 	}
 	if err != nil {
 		return stored, Unchanged, false, err
@@ -345,7 +321,8 @@ func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen in
 			}
 		}
 	}
-	stored, err = w.decode(gen)
+	w.gen = gen
+	stored, err = w.decode()
 	return stored, result, true, err
 }
 
@@ -596,18 +573,25 @@ func (s *sqlStore) ChangesSince(ctx context.Context, since int64) (changed []res
 		changed, deleted, now, ok, err = s.log.changesSince(since, s.seen.Load())
 		if ok {
 			s.fromLog.Add(1)
-			if err != nil {
-				return nil, nil, 0, fmt.Errorf("changes since revision %d: %w", since, err)
-			}
-			return changed, deleted, now, nil
+			return changesAnswer(since, changed, deleted, now, err)
 		}
 		s.queried.Add(1)
 	}
 	changed, deleted, now, err = s.changesSince(ctx, since)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("changes since revision %d: %w", since, err)
+	return changesAnswer(since, changed, deleted, now, err)
+}
+
+// changesAnswer is ChangesSince's answer: what it read, with an *UnreadableError for the rows
+// it left out, or nothing and the error.
+func changesAnswer(since int64, changed []resource.Resource, deleted []resource.Key, now int64, err error) ([]resource.Resource, []resource.Key, int64, error) {
+	if err == nil {
+		return changed, deleted, now, nil
 	}
-	return changed, deleted, now, nil
+	err = fmt.Errorf("changes since revision %d: %w", since, err)
+	if _, other := Unreadable(err); other != nil {
+		return nil, nil, 0, err
+	}
+	return changed, deleted, now, err
 }
 
 // changesSince reads the revision, the changed rows and the tombstones in one read-only
@@ -641,10 +625,12 @@ func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []res
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	for _, c := range rows {
-		r, err := c.w.decode(c.gen)
+	var bad []*ColumnError
+	for i := range rows {
+		r, err := rows[i].decode()
 		if err != nil {
-			return nil, nil, 0, err
+			bad = append(bad, err.(*ColumnError))
+			continue
 		}
 		changed = append(changed, r)
 	}
@@ -653,24 +639,24 @@ func (s *sqlStore) changesSince(ctx context.Context, since int64) (changed []res
 		return nil, nil, 0, err
 	}
 	slices.SortFunc(deleted, compareKeys)
-	return changed, deleted, now, nil
+	return changed, deleted, now, unreadable(bad)
 }
 
 // revisionRows reads the resource rows whose revision is op rev (op: ">" or "="), at most limit
 // of them (0: all).
-func (s *sqlStore) revisionRows(ctx context.Context, tx *sql.Tx, op string, rev int64, limit int) ([]logRow, error) {
+func (s *sqlStore) revisionRows(ctx context.Context, tx *sql.Tx, op string, rev int64, limit int) ([]row, error) {
 	rows, err := s.queryRevision(ctx, tx, `SELECT `+selectColumns+` FROM resources WHERE revision `+op+` ?`, rev, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []logRow
+	var out []row
 	for rows.Next() {
-		w, gen, err := scanRow(rows)
+		w, err := scanRow(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, logRow{w: w, gen: gen})
+		out = append(out, w)
 	}
 	return out, rows.Err()
 }

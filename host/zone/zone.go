@@ -646,10 +646,11 @@ func (c *Client) setBlocked(msg string) {
 	c.stats.Blocked = msg
 }
 
-// initialVersions is what the zone's database holds, by kind, as the global versions it.
+// initialVersions is what the zone's database holds, by kind, as the global versions it. A row
+// the zone cannot read is left out: the global sends it again, and storing it fixes the row.
 func (c *Client) initialVersions(ctx context.Context) (map[string]map[string]string, error) {
 	rs, err := c.cfg.Store.List(ctx, "", "")
-	if err != nil {
+	if _, err = store.Unreadable(err); err != nil {
 		return nil, fmt.Errorf("read the zone's resources: %w", err)
 	}
 	out := map[string]map[string]string{}

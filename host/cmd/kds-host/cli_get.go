@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	yamlv2 "go.yaml.in/yaml/v2"
 
+	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -84,6 +85,7 @@ func runGet(cmd *cobra.Command, s *apiSession, args []string, mesh string, allMe
 	if err != nil {
 		return err
 	}
+	warnUnreadable(cmd.ErrOrStderr(), k, list.Unreadable)
 	if output != "table" && output != "wide" {
 		return printDocument(out, output, list)
 	}
@@ -99,6 +101,21 @@ func runGet(cmd *cobra.Command, s *apiSession, args []string, mesh string, allMe
 		return nil
 	}
 	return printTable(out, k, list.Items, output == "wide", time.Now())
+}
+
+// warnUnreadable names the stored rows the list left out because the store cannot read them.
+func warnUnreadable(w io.Writer, k resource.Kind, rows []api.UnreadableRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Warning: stored but not listed, the store cannot read them (apply each again, or delete it):")
+	for _, r := range rows {
+		name := r.Name
+		if r.Mesh != "" {
+			name = r.Mesh + "/" + r.Name
+		}
+		fmt.Fprintf(w, "  %s %s: stored %s: %s\n", k.Name, name, r.Column, r.Error)
+	}
 }
 
 func newDeleteCmd() *cobra.Command {

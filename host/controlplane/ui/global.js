@@ -97,9 +97,10 @@ function renderUnservable(items) {
   $('unservable-section').hidden = items.length === 0;
   const rows = items.map((u) => ({
     props: {class: 'unservable'},
-    cells: [el('strong', null, name(`${u.key.kind} ${u.key.mesh ? u.key.mesh + '/' : ''}${u.key.name}`)), String(u.generation), name(u.error)],
+    cells: [el('strong', null, name(`${u.key.kind} ${u.key.mesh ? u.key.mesh + '/' : ''}${u.key.name}`)), String(u.generation),
+      u.column ? `${u.column} unreadable` : 'cannot be encoded', name(u.error)],
   }));
-  $('unservable').replaceChildren(table(['resource', 'generation', 'error'], rows, {class: 'unservable'}));
+  $('unservable').replaceChildren(table(['resource', 'generation', 'column', 'error'], rows, {class: 'unservable'}));
 }
 
 // ---- zones
