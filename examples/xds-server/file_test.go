@@ -151,9 +151,9 @@ func TestAFileThatWouldRemoveEveryResourceOrDoesNotReadIsRefusedAndTheLastGoodSe
 	}
 }
 
-// TestAllowEmptyServesAnEmptyListButNotAnEmptyFile: with --allow-empty, resources: [] removes
-// every Cluster from a client; an empty file is still refused.
-func TestAllowEmptyServesAnEmptyListButNotAnEmptyFile(t *testing.T) {
+// TestAllowEmptyServesAnEmptyFileAsNoResources: with --allow-empty, an empty file removes every
+// Cluster from a client, as resources: [] does; what does not parse is still refused.
+func TestAllowEmptyServesAnEmptyFileAsNoResources(t *testing.T) {
 	g := NewWithT(t)
 	file := filepath.Join(t.TempDir(), "resources.yaml")
 	writeFile(t, file, mustRead(t, "testdata/resources.yaml"))
@@ -163,11 +163,11 @@ func TestAllowEmptyServesAnEmptyListButNotAnEmptyFile(t *testing.T) {
 	r1 := a.recv(t)
 	a.send(t, &discovery.DiscoveryRequest{VersionInfo: r1.GetVersionInfo(), ResponseNonce: r1.GetNonce()})
 
-	writeFile(t, file, "")
-	g.Eventually(s.logs.String, 10*time.Second).Should(MatchRegexp(refusedLog(file, refusedEmptyFile).String()))
+	writeFile(t, file, "resources: [ {")
+	g.Eventually(s.logs.String, 10*time.Second).Should(MatchRegexp(refusedLog(file, refusedParse).String()))
 	g.Consistently(a.resps, 300*time.Millisecond).ShouldNot(Receive())
 
-	writeFile(t, file, "resources: []\n")
+	writeFile(t, file, "")
 	var r2 *discovery.DiscoveryResponse
 	g.Eventually(a.resps, 10*time.Second).Should(Receive(&r2))
 	g.Expect(r2.GetResources()).To(BeEmpty())
@@ -184,7 +184,8 @@ func TestAFileRefusedAtStartIsAnErrorNamingWhy(t *testing.T) {
 		want          string // "": it starts
 	}{
 		{"an empty file", "", nil, refusedEmptyFile},
-		{"an empty file with --allow-empty", "", []string{"--allow-empty"}, refusedEmptyFile},
+		{"an empty file with --allow-empty", "", []string{"--allow-empty"}, ""},
+		{"{} with --allow-empty", "{}\n", []string{"--allow-empty"}, ""},
 		{"resources: null", "resources: null\n", nil, refusedNoResource},
 		{"an empty list", "resources: []\n", nil, refusedNoResource},
 		{"an empty list with --allow-empty", "resources: []\n", []string{"--allow-empty"}, ""},

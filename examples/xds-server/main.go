@@ -101,8 +101,8 @@ func newFlags(cfg *config) *pflag.FlagSet {
 	f.StringVar(&cfg.resources, "resources", "", "YAML or JSON file whose resources: list holds Envoy v3 resources "+
 		"(protobuf JSON of an Any, with its \"@type\"), served to every node; re-read when it changes, and a read that is empty, "+
 		"has no resources or does not parse is refused (the last good resources stay served). Write it elsewhere and rename it into place (required)")
-	f.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a file whose list is empty (resources: []), removing every resource from every client; "+
-		"an empty file, {} and resources: null stay refused")
+	f.BoolVar(&cfg.allowEmpty, "allow-empty", false, "serve a file with no resources (an empty file, {}, resources: null or resources: []) "+
+		"as an empty set, removing every resource from every client, with a WARN; without it such a file is refused")
 	f.Int64Var(&cfg.maxResourcesBytes, "max-resources-bytes", 16<<20, "bytes of the resources file at most; a larger file is refused")
 	f.DurationVar(&cfg.resourcesSettle, "resources-settle", 100*time.Millisecond, "how long the resources file must be left alone after a change "+
 		"before it is read (a write in several steps within it is read once, whole)")

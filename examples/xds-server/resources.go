@@ -43,7 +43,7 @@ func (allNodes) ID(*core.Node) string { return snapshotKey }
 const (
 	refusedRead       = "read"         // the file cannot be opened or read (missing, permissions)
 	refusedTooLarge   = "too_large"    // over --max-resources-bytes
-	refusedEmptyFile  = "empty_file"   // no document: zero bytes, whitespace or comments only
+	refusedEmptyFile  = "empty_file"   // no document: zero bytes, whitespace or comments only, without --allow-empty
 	refusedNoResource = "no_resources" // {}, resources: null, or resources: [] without --allow-empty
 	refusedParse      = "parse"        // not YAML or JSON, or not a document with a resources: list
 	refusedResource   = "bad_resource" // a resource that does not decode or cannot be served
@@ -72,9 +72,10 @@ type document struct {
 
 // parseResources reads a resources file (YAML or JSON): a `resources:` list of Envoy v3
 // resources, each the protobuf JSON of an Any with its "@type". It refuses, with a *refusal:
-//   - a file with no document (empty, whitespace or comments only): empty_file;
-//   - a document without a resources: list ({} or resources: null): no_resources;
-//   - an empty list, unless allowEmpty: no_resources;
+//   - a file with no document (empty, whitespace or comments only), unless allowEmpty:
+//     empty_file;
+//   - a document without a resources: list ({} or resources: null), or an empty list, unless
+//     allowEmpty: no_resources;
 //   - text that is not YAML or JSON (the error names the line), or another document: parse;
 //   - a resource that does not decode, of a type not served, without a name or named twice:
 //     bad_resource, naming its index.
@@ -87,8 +88,11 @@ func parseResources(data []byte, allowEmpty bool) (map[string][]types.Resource, 
 		}
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		if allowEmpty {
+			return map[string][]types.Resource{}, 0, nil
+		}
 		return nil, 0, refuse(refusedEmptyFile, "the file holds no document (a truncated or half-written file?); "+
-			"to serve no resources, write resources: [] and run with --allow-empty")
+			"to serve no resources, run with --allow-empty")
 	}
 	var doc document
 	dec := json.NewDecoder(bytes.NewReader(js))
@@ -97,8 +101,11 @@ func parseResources(data []byte, allowEmpty bool) (map[string][]types.Resource, 
 		return nil, 0, refuse(refusedParse, "want a document with a resources: list: %w", err)
 	}
 	if doc.Resources == nil {
+		if allowEmpty {
+			return map[string][]types.Resource{}, 0, nil
+		}
 		return nil, 0, refuse(refusedNoResource, "the document has no resources: list ({} or resources: null); "+
-			"to serve no resources, write resources: [] and run with --allow-empty")
+			"to serve no resources, run with --allow-empty")
 	}
 	if len(*doc.Resources) == 0 && !allowEmpty {
 		return nil, 0, refuse(refusedNoResource, "resources: [] would remove every resource from every client; "+

@@ -150,6 +150,9 @@ func (s *source) serve(ctx context.Context, data []byte, sum string) error {
 		counts = append(counts, fmt.Sprintf("%s=%d", shortType(t), len(rs)))
 	}
 	sort.Strings(counts)
+	if n == 0 {
+		s.log.Warn("serving no resources: the file holds none and --allow-empty is set; every client loses every resource", "file", s.file, "version", version)
+	}
 	s.log.Info("serving resources", "file", s.file, "version", version, "resources", n, "by_type", counts)
 	return nil
 }
