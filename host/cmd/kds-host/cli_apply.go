@@ -283,7 +283,10 @@ func documentItems(doc []byte) ([]json.RawMessage, error) {
 	values, err := jsonStream(doc)
 	if err != nil {
 		j, yerr := api.DocumentJSON(doc)
-		if yerr != nil {
+		switch {
+		case errors.Is(yerr, api.ErrExpandsTooLarge) || errors.Is(yerr, api.ErrNestsTooDeep):
+			return nil, yerr
+		case yerr != nil:
 			return nil, fmt.Errorf("not valid YAML or JSON: %w", yerr)
 		}
 		values = []json.RawMessage{j}
