@@ -47,6 +47,8 @@ const (
 	titleTooLarge    = "Request body too large"
 	titleInternal    = "Internal server error"
 	titleUnavailable = "Store unavailable"
+
+	titleBatchTooLarge = "Batch too large"
 )
 
 // fieldError is an Error with status 400 that names one field.

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -78,4 +79,54 @@ func TestDocumentJSONIsBoundedAsTheBody(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = api.DocumentJSON([]byte(`{"items":[` + nested(api.MaxNestingDepth+1) + `]}`))
 	g.Expect(err).To(MatchError(api.ErrNestsTooDeep))
+}
+
+// Every item of a batch says its place, its name as far as it could be read, and the status a
+// PUT of it alone would have got (before: an item over 4 MiB had key "/" and no status); a batch
+// of too many items is 413 saying so (before: titled "Resource is not valid").
+func TestABatchAnswersEachItemsStatusAndName(t *testing.T) {
+	g := NewWithT(t)
+	c := newAPI(t, api.Config{Store: newMemStore()})
+	c.mustPut("/meshes/default", "{}")
+	big := `{"type":"MeshTimeout","mesh":"default","name":"big","spec":{"pad":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}}`
+	a := c.do(http.MethodPost, "/api/apply", `{"items":[`+strings.Join([]string{
+		`{"type":"Mesh","name":"new"}`,
+		`{"type":"Mesh","name":"default"}`,
+		big,
+		`{"type":"MeshTimeout","mesh":"default","name":"bad","spec":{"default":{"connectionTimeout":"abc"}}}`,
+		`{"type":"MeshTimeout","mesh":"nope","name":"orphan","spec":{"default":{"idleTimeout":"1s"}}}`,
+		`{"spec":{}}`,
+		`{"type":"Mesh","name":7}`,
+		nested(api.MaxNestingDepth + 5),
+	}, ",")+`]}`)
+	g.Expect(a.status).To(Equal(http.StatusOK), string(a.body))
+	var resp api.BatchResponse
+	g.Expect(json.Unmarshal(a.body, &resp)).To(Succeed())
+	type item struct {
+		Index  int
+		Key    string
+		Status int
+	}
+	var got []item
+	for _, it := range resp.Items {
+		got = append(got, item{it.Index, it.Key, it.Status})
+	}
+	g.Expect(got).To(Equal([]item{
+		{0, "Mesh/new", http.StatusCreated},
+		{1, "Mesh/default", http.StatusOK},
+		{2, "MeshTimeout/default/big", http.StatusRequestEntityTooLarge},
+		{3, "MeshTimeout/default/bad", http.StatusBadRequest},
+		{4, "MeshTimeout/nope/orphan", http.StatusBadRequest},
+		{5, "", http.StatusBadRequest},
+		{6, "Mesh/", http.StatusBadRequest},
+		{7, "Mesh/deep", http.StatusBadRequest},
+	}))
+	g.Expect(resp.Applied).To(Equal(2))
+	g.Expect(resp.Failed).To(Equal(6))
+
+	items := strings.TrimSuffix(strings.Repeat(`{"type":"Mesh","name":"m"},`, api.MaxBatch+1), ",")
+	a = c.do(http.MethodPost, "/api/apply", `{"items":[`+items+`]}`)
+	g.Expect(a.status).To(Equal(http.StatusRequestEntityTooLarge))
+	g.Expect(a.err().Title).To(Equal("Batch too large"))
+	g.Expect(a.err().Details).To(Equal(fmt.Sprintf("items: %d resources in one batch; at most %d: split it (kds-host apply does)", api.MaxBatch+1, api.MaxBatch)))
 }
