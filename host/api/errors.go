@@ -47,6 +47,7 @@ const (
 	titleTooLarge    = "Request body too large"
 	titleInternal    = "Internal server error"
 	titleUnavailable = "Store unavailable"
+	titleNoSpace     = "Store out of space"
 
 	titleBatchTooLarge = "Batch too large"
 )

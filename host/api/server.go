@@ -169,10 +169,18 @@ const batchTimeoutFactor = 6
 // errStoreTimeout is the cause of a request's deadline.
 var errStoreTimeout = errors.New("the store did not answer in time")
 
-// unavailable is the answer to a request whose store work failed because the store did not
-// answer within the deadline (down, or a table locked), or nil for another failure.
+// unavailable is the answer to a request whose store work failed because the store cannot do it
+// now: 507 when it has no space left to write, 503 with Retry-After when it did not answer
+// within the deadline (down, or a table locked) or is short of resources; nil for another
+// failure.
 func (s *Server) unavailable(err error) *Error {
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errStoreTimeout) {
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return &Error{Status: http.StatusInsufficientStorage, Title: titleNoSpace,
+			Details: fmt.Sprintf("%v: reads still work; writes succeed again once space is freed on the database's disk (or its quota raised), and nothing stored is lost", err)}
+	case errors.Is(err, store.ErrInsufficientResources):
+		return &Error{Status: http.StatusServiceUnavailable, Title: titleUnavailable, Details: fmt.Sprintf("%v: retry later", err)}
+	case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errStoreTimeout):
 		return nil
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Title: titleUnavailable,
