@@ -48,6 +48,9 @@ const (
 	titleInternal    = "Internal server error"
 	titleUnavailable = "Store unavailable"
 	titleUnreadable  = "Stored resource unreadable"
+	titleNoSpace     = "Store out of space"
+
+	titleBatchTooLarge = "Batch too large"
 )
 
 // fieldError is an Error with status 400 that names one field.

@@ -179,10 +179,18 @@ const batchTimeoutFactor = 6
 // errStoreTimeout is the cause of a request's deadline.
 var errStoreTimeout = errors.New("the store did not answer in time")
 
-// unavailable is the answer to a request whose store work failed because the store did not
-// answer within the deadline (down, or a table locked), or nil for another failure.
+// unavailable is the answer to a request whose store work failed because the store cannot do it
+// now: 507 when it has no space left to write, 503 with Retry-After when it did not answer
+// within the deadline (down, or a table locked) or is short of resources; nil for another
+// failure.
 func (s *Server) unavailable(err error) *Error {
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errStoreTimeout) {
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return &Error{Status: http.StatusInsufficientStorage, Title: titleNoSpace,
+			Details: fmt.Sprintf("%v: reads still work; writes succeed again once space is freed on the database's disk (or its quota raised), and nothing stored is lost", err)}
+	case errors.Is(err, store.ErrInsufficientResources):
+		return &Error{Status: http.StatusServiceUnavailable, Title: titleUnavailable, Details: fmt.Sprintf("%v: retry later", err)}
+	case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errStoreTimeout):
 		return nil
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Title: titleUnavailable,
@@ -397,7 +405,14 @@ type BatchRequest struct {
 // BatchItem is what POST /api/apply did with one resource: Result (created, updated,
 // unchanged), or Error, the answer a PUT of it alone would have got.
 type BatchItem struct {
-	Key    string  `json:"key,omitempty"`
+	// Index is the resource's place in the batch, from 0.
+	Index int `json:"index"`
+	// Key is the resource's kind/name or kind/mesh/name, as far as its document could be read;
+	// empty when neither its type nor its name could.
+	Key string `json:"key,omitempty"`
+	// Status is the status code a PUT of the resource alone would have got: 201 created, 200
+	// updated or unchanged, else the error's.
+	Status int     `json:"status"`
 	Result Outcome `json:"result,omitempty"`
 	Error  *Error  `json:"error,omitempty"`
 }
@@ -454,8 +469,8 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.Items) > MaxBatch {
-		s.writeError(w, r, &Error{Status: http.StatusRequestEntityTooLarge, Title: titleInvalid,
-			Details: fmt.Sprintf("%d resources in one batch; at most %d", len(req.Items), MaxBatch)})
+		s.writeError(w, r, &Error{Status: http.StatusRequestEntityTooLarge, Title: titleBatchTooLarge,
+			Details: fmt.Sprintf("items: %d resources in one batch; at most %d: split it (kds-host apply does)", len(req.Items), MaxBatch)})
 		return
 	}
 	resp := BatchResponse{Items: make([]BatchItem, len(req.Items))}
@@ -491,10 +506,10 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if apiErr != nil {
-			resp.Items[i] = BatchItem{Key: res.Key().String(), Error: apiErr}
+			resp.Items[i] = BatchItem{Index: i, Key: batchKey(doc, res), Status: apiErr.Status, Error: apiErr}
 			continue
 		}
-		resp.Items[i].Key = res.Key().String()
+		resp.Items[i] = BatchItem{Index: i, Key: res.Key().String()}
 		items = append(items, store.WriteItem{Resource: res, OnCreate: onCreate})
 		at = append(at, i)
 	}
@@ -507,16 +522,17 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		for j, o := range outcomes {
 			i := at[j]
 			if o.Err != nil {
-				resp.Items[i].Error = s.storeError(items[j].Resource.Key(), items[j].Resource.Generation, o.Err)
+				e := s.storeError(items[j].Resource.Key(), items[j].Resource.Generation, o.Err)
+				resp.Items[i].Error, resp.Items[i].Status = e, e.Status
 				continue
 			}
 			switch o.Result {
 			case store.Created:
-				resp.Items[i].Result = Created
+				resp.Items[i].Result, resp.Items[i].Status = Created, http.StatusCreated
 			case store.Updated:
-				resp.Items[i].Result = Updated
+				resp.Items[i].Result, resp.Items[i].Status = Updated, http.StatusOK
 			default:
-				resp.Items[i].Result = Unchanged
+				resp.Items[i].Result, resp.Items[i].Status = Unchanged, http.StatusOK
 			}
 		}
 	}
@@ -529,6 +545,26 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("applied a batch", "resources", len(req.Items), "applied", resp.Applied, "failed", resp.Failed)
 	s.writeJSON(w, r, http.StatusOK, resp)
+}
+
+// batchKey names a batch item that was refused before it was written: its decoded key, or else
+// the type, mesh and name its document holds, as far as they can be read; "" when neither its
+// type nor its name can.
+func batchKey(doc json.RawMessage, res resource.Resource) string {
+	k := res.Key()
+	if k.Kind == "" && k.Name == "" {
+		var head struct {
+			Type string `json:"type"`
+			Mesh string `json:"mesh"`
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(doc, &head) // fills what it can read
+		k = resource.Key{Kind: head.Type, Mesh: head.Mesh, Name: head.Name}
+	}
+	if k.Kind == "" && k.Name == "" {
+		return ""
+	}
+	return k.String()
 }
 
 // meshDefaults returns the validated default policies of a new mesh, leaving out those whose

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,9 +86,28 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 	return res, nil
 }
 
+// maxCheckBytes is the largest body POST /api/check takes.
+const maxCheckBytes = 16 << 20
+
 func (g *Global) serveCheck(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCheckBytes))
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		api.WriteError(w, &api.Error{Status: http.StatusRequestEntityTooLarge, Title: "Request body too large",
+			Details: fmt.Sprintf("body: larger than %d bytes; check fewer resources at a time", maxCheckBytes)})
+		return
+	}
+	if err != nil {
+		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad check request", Details: "body: cannot be read: " + err.Error()})
+		return
+	}
+	// The request's object and its list of resources, then each resource's own levels.
+	if at, deep := api.JSONTooDeep(body, api.MaxNestingDepth+2); deep {
+		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad check request",
+			Details: fmt.Sprintf("resources: a resource nests more than %d levels of objects and lists (at byte %d of the body)", api.MaxNestingDepth, at)})
+		return
+	}
 	var req CheckRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 16<<20))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		api.WriteError(w, &api.Error{Status: http.StatusBadRequest, Title: "Bad check request", Details: err.Error()})

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -53,10 +54,20 @@ func diagHandler(reg *prometheus.Registry, ready func(context.Context) error, pr
 // readyTimeout bounds /readyz's store ping.
 const readyTimeout = 2 * time.Second
 
-// storeReady pings the store (its revision) within ctx's deadline.
+// storeReady pings the store (its revision) within ctx's deadline and, while its writes fail
+// for lack of space, probes whether they can succeed again (store.SpaceWatcher).
 func storeReady(ctx context.Context, st store.Store) error {
 	if _, err := st.Revision(ctx); err != nil {
 		return fmt.Errorf("the store does not answer: %w", err)
+	}
+	if sw, ok := st.(store.SpaceWatcher); ok && sw.OutOfSpace() {
+		err := sw.ProbeSpace(ctx)
+		switch {
+		case errors.Is(err, store.ErrNoSpace):
+			return errors.New("the store has no space left to write: writes fail until space is freed on the database's disk (or its quota raised); they resume by themselves")
+		case err != nil:
+			return fmt.Errorf("the store's writes failed for lack of space, and its probe fails: %w", err)
+		}
 	}
 	return nil
 }

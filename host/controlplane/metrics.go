@@ -413,7 +413,8 @@ func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
 }
 
 // storeCollector reports, at scrape time, whether the store answers (kds_store_up: a revision
-// read within readyTimeout, the check /readyz makes) and, for a store that hears other processes'
+// read within readyTimeout and, while writes fail for lack of space, a space probe: the check
+// /readyz makes) and, for a store that hears other processes'
 // writes over a LISTEN connection (PostgreSQL), whether that connection is up, how often it was
 // made, and how its ChangesSince were answered. A scrape while the store does not answer takes up
 // to readyTimeout.
@@ -423,7 +424,7 @@ type storeCollector struct {
 
 var storeDescs = struct{ up, listenUp, listenConnects, changes, relay *prometheus.Desc }{
 	up: prometheus.NewDesc("kds_store_up",
-		"1 when the store answered a revision read within 2s at this scrape (what /readyz checks), 0 when it did not.", nil, nil),
+		"1 when the store answered a revision read within 2s at this scrape and has room to write (what /readyz checks), 0 when it did not or its writes fail for lack of space.", nil, nil),
 	listenUp: prometheus.NewDesc("kds_store_listen_up",
 		"1 while the store hears other replicas' writes at once (by its PostgreSQL LISTEN connection, or from the changes relay's hub), 0 while it cannot and polls the revision instead. PostgreSQL stores only.", nil, nil),
 	listenConnects: prometheus.NewDesc("kds_store_listen_connects_total",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,7 +131,7 @@ func TestRowsWithUnreadableLabelsOrOwnersStopNoWriteAndAreListed(t *testing.T) {
 				item{Key: badOwners, Generation: 1, Column: "owners", Error: "json: cannot unmarshal object into Go value of type []resource.Key"},
 			))
 			g.Expect(metric(t, gl.DiagAddr(), "kds_unservable_resources")).To(BeEquivalentTo(2))
-			g.Expect(readyz(t, gl.DiagAddr())).To(Equal(200), "the rest is served: ready")
+			g.Expect(codeOf(readyz(t, gl))).To(Equal(200), "the rest is served: ready")
 			g.Expect(generation(badLabels)()).To(BeZero(), "never served")
 			g.Expect(generation(badOwners)()).To(Equal(int64(1)), "its served version stays")
 			if backend == "sqlite" {
@@ -157,13 +156,6 @@ func TestRowsWithUnreadableLabelsOrOwnersStopNoWriteAndAreListed(t *testing.T) {
 			g.Expect(logs.String()).To(And(ContainSubstring("column=labels"), ContainSubstring("column=owners")))
 		})
 	}
-}
-
-// readyz is the status code of the diagnostics server's /readyz.
-func readyz(t *testing.T, diagAddr string) int {
-	t.Helper()
-	code, _ := request(t, &http.Client{Timeout: 5 * time.Second}, http.MethodGet, "http://"+diagAddr+"/readyz")
-	return code
 }
 
 // statusPageShowsUnreadable checks that the global's status page lists both unreadable rows

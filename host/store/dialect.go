@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
@@ -72,4 +73,36 @@ func (d dialect) isForeignKeyViolation(err error) bool {
 			strings.Contains(se.Error(), "FOREIGN KEY constraint failed")
 	}
 	return false
+}
+
+// isNoSpace reports whether err is the database refusing a write for lack of space: SQLITE_FULL
+// (a full disk, or max_page_count reached), PostgreSQL SQLSTATE 53100 (disk_full), or ENOSPC.
+func (d dialect) isNoSpace(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "53100"
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC)
+}
+
+// isShortOfResources reports whether err is the database short of memory or connections for
+// now: PostgreSQL SQLSTATE class 53 (insufficient resources: out_of_memory 53200,
+// too_many_connections 53300, configuration_limit_exceeded 53400) but disk_full, or SQLITE_NOMEM.
+func (d dialect) isShortOfResources(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "53") && pe.Code != "53100"
+	}
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_NOMEM
 }

@@ -34,6 +34,9 @@ type sqlStore struct {
 	fromLog, queried atomic.Int64
 	// Tombstones are kept for the last keep revisions, pruned every pruneEvery revisions.
 	keep, pruneEvery int64
+	// noSpace is set by a write that failed for lack of space, cleared by one that commits and
+	// by a successful ProbeSpace (see SpaceWatcher).
+	noSpace atomic.Bool
 }
 
 func newSQLStore(d dialect, w, r *sql.DB) *sqlStore {
@@ -370,8 +373,11 @@ func (s *sqlStore) WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOu
 					if ctx.Err() != nil {
 						return false, ctx.Err()
 					}
+					if err := s.wholeTxError(err); err != nil {
+						return false, fmt.Errorf("put %s: %w", items[i].Resource.Key(), err)
+					}
 					if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rerr != nil {
-						return false, fmt.Errorf("rollback to savepoint after %v: %w", err, rerr)
+						return false, rollbackError(err, rerr)
 					}
 					if errors.Is(err, errRetry) && attempt < putAttempts {
 						continue // a concurrent create of the key committed meanwhile
@@ -514,8 +520,11 @@ func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes 
 				if ctx.Err() != nil {
 					return false, ctx.Err()
 				}
+				if err := s.wholeTxError(err); err != nil {
+					return false, err
+				}
 				if _, rerr := ex.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rerr != nil {
-					return false, fmt.Errorf("rollback to savepoint after %v: %w", err, rerr)
+					return false, rollbackError(err, rerr)
 				}
 				if failed == nil {
 					failed = map[resource.Key]error{}
@@ -735,7 +744,7 @@ func (s *sqlStore) SetMeta(ctx context.Context, key, value string) error {
 	}
 	if _, err := s.w.ExecContext(ctx, s.d.rebind(`INSERT INTO store_meta (key, value) VALUES (?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`), key, value); err != nil {
-		return fmt.Errorf("set meta %q: %w", key, err)
+		return fmt.Errorf("set meta %q: %w", key, s.classified(err))
 	}
 	return nil
 }
@@ -770,7 +779,22 @@ func (s *sqlStore) Close() error {
 // On PostgreSQL the NOTIFY carries what the revision changed when that is small (see
 // changelog.go), read back in the transaction, and the store logs it before Changes is
 // signalled, so neither its reader nor the other replicas' query for it.
+//
+// A write the database refuses for lack of space fails with ErrNoSpace and sets OutOfSpace; one
+// that commits clears it.
 func (s *sqlStore) write(ctx context.Context, fn func(tx *sql.Tx, rev int64) (changed bool, err error)) (bool, error) {
+	changed, err := s.writeTx(ctx, fn)
+	if err != nil {
+		return false, s.classified(err)
+	}
+	if changed {
+		s.noSpace.Store(false)
+	}
+	return changed, nil
+}
+
+// writeTx is write's transaction.
+func (s *sqlStore) writeTx(ctx context.Context, fn func(tx *sql.Tx, rev int64) (changed bool, err error)) (bool, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("begin: %w", err)

@@ -79,7 +79,8 @@ type Store interface {
 	Write(ctx context.Context, r resource.Resource, onCreate []resource.Resource) (stored resource.Resource, result Result, err error)
 	// WriteBatch writes items in one transaction, each as Write would: an item the database
 	// refuses (a missing owner, a generation conflict) is reported in its outcome and the
-	// others are stored. The error is for the transaction as a whole.
+	// others are stored. The error is for the transaction as a whole: ErrNoSpace (nothing of
+	// the batch is stored) when the database has no room for it.
 	WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOutcome, error)
 	// Delete removes one resource, or returns ErrNotFound. Deleting a Mesh deletes the
 	// resources in it (ON DELETE CASCADE).
@@ -88,7 +89,7 @@ type Store interface {
 	// written as given (generation included), each on its own savepoint, so an item the database
 	// refuses is reported in failed and the others commit. Items run in this order: puts of
 	// Meshes, other puts, deletes of other kinds, deletes of Meshes; deleting an absent key is
-	// not a failure.
+	// not a failure. A database without room for it fails the whole batch with ErrNoSpace.
 	Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (failed map[resource.Key]error, err error)
 	// Revision is a counter that every committed write increases; replicas sharing a database
 	// compare it to notice each other's writes.

@@ -92,7 +92,14 @@ func distinctZones(put []ZoneStream) []ZoneStream {
 	return out
 }
 
+// RecordZoneStreams implements ZoneStreamRecorder. A heartbeat that fails for lack of space sets
+// OutOfSpace; one that succeeds does not clear it (a heartbeat may fit where a resource does not).
 func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, error) {
+	n, err := s.recordZoneStreams(ctx, hb)
+	return n, s.classified(err)
+}
+
+func (s *sqlStore) recordZoneStreams(ctx context.Context, hb Heartbeat) (int64, error) {
 	if hb.Replica == "" {
 		return 0, errors.New("record zone streams: the replica id is empty")
 	}

@@ -130,7 +130,8 @@ type Client struct {
 	acceptNew bool // take the global's next store id as the one to sync from
 }
 
-// Stats is what a zone has done since it started.
+// Stats is what a zone has done since it started. LastError is why its last stream ended or
+// failed, without file paths (the log has them): Stats are served without a token.
 type Stats struct {
 	Connected bool `json:"connected"`
 	// Global is the replica the zone is connected to, or last tried.
@@ -403,7 +404,7 @@ func (c *Client) setConnected(up bool, err error) {
 		c.stats.Sessions++
 	}
 	if err != nil {
-		c.stats.LastError = err.Error()
+		c.stats.LastError = c.publicError(err) // Stats are served without a token
 	}
 }
 

@@ -177,7 +177,7 @@ func (a *applier) flush() error {
 		sent++
 		if r, ok := results[i]; ok {
 			if r.Error != nil {
-				a.refused(it.where, fmt.Errorf("%s: %w", r.Key, r.Error))
+				a.refused(it.where, itemError(r))
 				continue
 			}
 			a.total++
@@ -191,6 +191,25 @@ func (a *applier) flush() error {
 	return nil
 }
 
+// itemError is a batch item's refusal as the CLI prints it.
+func itemError(r api.BatchItem) error {
+	r.Error.Status = r.Status
+	key := r.Key
+	if key == "" {
+		key = fmt.Sprintf("item %d of the batch", r.Index)
+	}
+	return refusal(key, r.Error)
+}
+
+// refusal is a resource's refusal as the CLI prints it: its name, the status code when the
+// control plane gave one, and the error.
+func refusal(name string, err error) error {
+	if ae, ok := errors.AsType[*api.Error](err); ok && ae.Status != 0 {
+		return fmt.Errorf("%s: %d %w", name, ae.Status, err)
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
 // putOne applies one resource with a PUT, for a control plane that takes no batch. It returns an
 // error only when going on makes no sense.
 func (a *applier) putOne(it pendingItem) error {
@@ -200,7 +219,7 @@ func (a *applier) putOne(it pendingItem) error {
 		case wholesale(err):
 			return err
 		case err != nil:
-			a.refused(it.where, fmt.Errorf("%s: %w", it.name, err))
+			a.refused(it.where, refusal(it.name, err))
 			return nil
 		}
 		a.total++
@@ -283,7 +302,10 @@ func documentItems(doc []byte) ([]json.RawMessage, error) {
 	values, err := jsonStream(doc)
 	if err != nil {
 		j, yerr := api.DocumentJSON(doc)
-		if yerr != nil {
+		switch {
+		case errors.Is(yerr, api.ErrExpandsTooLarge) || errors.Is(yerr, api.ErrNestsTooDeep):
+			return nil, yerr
+		case yerr != nil:
 			return nil, fmt.Errorf("not valid YAML or JSON: %w", yerr)
 		}
 		values = []json.RawMessage{j}

@@ -138,8 +138,8 @@ spec: [unclosed
 	g.Expect(r.stdout).To(Equal("mesh \"default\" created\nmeshtimeout \"good\" created\n"))
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	g.Expect(lines).To(HaveLen(4))
-	g.Expect(lines[0]).To(And(HavePrefix("error: "+file+":doc#2: MeshTimeout/default/bad: "), ContainSubstring(`spec.default.connectionTimeout: "abc" is not a duration`)))
-	g.Expect(lines[1]).To(And(HavePrefix("error: "+file+":doc#3: MeshTimeout/nope/orphan: "), ContainSubstring(`mesh "nope" does not exist`)))
+	g.Expect(lines[0]).To(And(HavePrefix("error: "+file+":doc#2: MeshTimeout/default/bad: 400 Resource is not valid: "), ContainSubstring(`spec.default.connectionTimeout: "abc" is not a duration`)))
+	g.Expect(lines[1]).To(And(HavePrefix("error: "+file+":doc#3: MeshTimeout/nope/orphan: 400 "), ContainSubstring(`mesh "nope" does not exist`)))
 	g.Expect(lines[2]).To(And(HavePrefix("error: "+file+":doc#4: MeshGizmo/g: "), ContainSubstring(`unknown kind "MeshGizmo"`)))
 	g.Expect(lines[3]).To(And(HavePrefix("error: "+file+":doc#6: "), ContainSubstring("not valid YAML or JSON")))
 
@@ -320,4 +320,34 @@ func TestApplyRefusesADocumentLargerThanAResource(t *testing.T) {
 	g.Expect(r.err).To(MatchError("1 of 2 documents were not applied"))
 	g.Expect(r.stdout).To(Equal("mesh \"default\" created\n"))
 	g.Expect(r.stderr).To(And(HavePrefix("error: "+file+":doc#2: "), ContainSubstring(fmt.Sprintf("one resource is at most %d bytes", api.MaxBodyBytes))))
+}
+
+// apply and check read a file under the API's bounds: a document whose YAML aliases would expand
+// it past a body's limit, or that nests too deep, is refused by name before anything is built
+// or sent, and the others are applied; a batch item the API refuses is printed with its status.
+func TestApplyAndCheckRefuseADocumentThatExpandsOrNestsTooFar(t *testing.T) {
+	g := NewWithT(t)
+	cp := newGlobalAPI(t)
+	bomb := "type: Mesh\nname: bomb\nspec:\n  item: &x \"" + strings.Repeat("a", 1<<20) + "\"\n  copies: [" + strings.TrimSuffix(strings.Repeat("*x, ", 200), ", ") + "]\n"
+	deep := "type: Mesh\nname: deep\nspec: " + strings.Repeat("[", 120) + strings.Repeat("]", 120) + "\n"
+	file := writeFile(t, "bomb.yaml", "type: Mesh\nname: default\n---\n"+bomb+"---\n"+deep)
+	r := runCLI(t, "", "apply", "-f", file, "--cp", cp)
+	g.Expect(r.err).To(MatchError("2 of 3 documents were not applied"))
+	g.Expect(r.stdout).To(Equal("mesh \"default\" created\n"))
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	g.Expect(lines).To(HaveLen(2))
+	g.Expect(lines[0]).To(And(HavePrefix("error: "+file+":doc#2: "), ContainSubstring("its YAML aliases expand it past the size limit")))
+	g.Expect(lines[1]).To(And(HavePrefix("error: "+file+":doc#3: "), ContainSubstring("nests too deep")))
+
+	r = runCLI(t, "", "check", "-f", file, "--cp", cp)
+	g.Expect(r.err).To(MatchError(ContainSubstring(file + ":doc#2: ")))
+	g.Expect(r.err).To(MatchError(ContainSubstring("its YAML aliases expand it past the size limit")))
+
+	// A JSON file is read by the JSON decoder (bounded at its 10,000 levels) and sent: the API's
+	// 400 for its depth is printed with its status.
+	one := `{"type":"Mesh","name":"deep","spec":` + strings.Repeat(`{"a":`, api.MaxNestingDepth) + "1" + strings.Repeat("}", api.MaxNestingDepth) + "}"
+	r = runCLI(t, "", "apply", "-f", writeFile(t, "deep.json", `{"items":[`+one+`]}`), "--cp", cp)
+	g.Expect(r.err).To(MatchError("1 of 1 documents were not applied"))
+	g.Expect(r.stderr).To(HavePrefix("error: "))
+	g.Expect(r.stderr).To(ContainSubstring(": Mesh/deep: 400 Resource is not valid: body: nests too deep"))
 }
