@@ -77,7 +77,7 @@ repro-compare: build ## every retry mode side by side: convergence time, NACKs, 
 
 CHAOS_TIME ?= 30s
 CHAOS_SEED ?= 1
-chaos: build ## a soak under random faults: two replicas on a throwaway PostgreSQL, zones behind fault proxies, steady writes; checks nothing acknowledged is lost (CHAOS_TIME=10m for the long one)
+chaos: build ## a soak under random faults: two replicas on a throwaway PostgreSQL, zones behind fault proxies, steady writes, slow zones, bad rows; checks nothing acknowledged is lost, reports write latency to healthy zones (CHAOS_TIME=10m for the long one)
 	$(GO) run ./examples/chaos -time $(CHAOS_TIME) -seed $(CHAOS_SEED) -bin $(BIN) $(CHAOS_ARGS)
 
 replicas: build ## three global replicas on a throwaway PostgreSQL, two zones, a replica killed under a zone (examples/replicas)

@@ -3,14 +3,19 @@
 // a fault proxy per replica, the reference plugins, steady writes (creates, updates, deletes,
 // batches) through the replicas' API, and a seeded random schedule of faults for a given time:
 // kill -9 and restart of a replica, a zone or a plugin; PostgreSQL stopped and started; a zone's
-// connection stalled, reset, dropped or delayed; a replica stopped (SIGSTOP) and continued. It
-// records every write a replica acknowledged. After the last fault it heals everything and
-// checks that every acknowledged write is in the global (none lost), that no name is listed
-// twice (none duplicated), and that every zone holds exactly what the global holds (names,
-// generations and content); it prints a table and exits 1 when any check fails.
+// connection stalled, reset, dropped or delayed; a replica stopped (SIGSTOP) and continued; slow
+// zones (extra zones on every replica that subscribe with 64 KiB windows and stop reading, while
+// large resources are stored); a bad row (a MeshTimeout whose labels or owners column is not
+// JSON, written straight into PostgreSQL, then fixed by an API write). It records every write a
+// replica acknowledged, and a probe measures how long a write takes to reach each zone that is
+// not under a fault of its own, with slow zones present and without. After the last fault it
+// heals everything and checks that every acknowledged write is in the global (none lost), that
+// no name is listed twice (none duplicated), and that every zone holds exactly what the global
+// holds (names, generations and content); it prints a table and exits 1 when any check fails.
 //
 //	go run ./examples/chaos -time 30s -seed 1 -bin ./bin
 //	make chaos CHAOS_TIME=10m
+//	make chaos CHAOS_ARGS="-slow-zones 0 -bad-rows=false"   # the faults before issue 47
 //
 // It needs the PostgreSQL server binaries (as the tests: host/store/pgtest) and the binaries of
 // kds-host, retry-forcer and owner-check in -bin.
@@ -31,6 +36,10 @@ func main() {
 	flag.StringVar(&cfg.Bin, "bin", "./bin", "folder of the kds-host, retry-forcer and owner-check binaries")
 	flag.StringVar(&cfg.Out, "out", "", "also write the table to this file")
 	flag.BoolVar(&cfg.Verbose, "v", false, "print each fault and each process's end as it happens")
+	flag.IntVar(&cfg.SlowZones, "slow-zones", 5, `slow zones the "slow zones" fault starts on each replica: extra zones that subscribe to every kind with 64 KiB windows and stop reading (0: no such fault)`)
+	flag.DurationVar(&cfg.SlowZoneHold, "slow-zone-hold", 15*time.Second, "how long slow zones stay before they leave")
+	flag.IntVar(&cfg.BigBytes, "slow-zone-bytes", 16<<20, "bytes of large MeshTrafficPermissions written at the start, for the slow zones to hold in flight (a replica's in-flight budget is 64 MiB by default)")
+	flag.BoolVar(&cfg.BadRows, "bad-rows", true, `the "bad row" fault: a MeshTimeout row with labels or owners that are not JSON, written straight into PostgreSQL, held, then fixed`)
 	flag.Parse()
 	rep, err := run(cfg)
 	if rep != nil {

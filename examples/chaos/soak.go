@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -29,27 +29,45 @@ type config struct {
 	Bin      string
 	Out      string
 	Verbose  bool
+
+	// SlowZones is how many slow zones the "slow zones" fault starts on each replica (0: no
+	// such fault), for SlowZoneHold; BigBytes is the size of the large MeshTrafficPermissions
+	// written at the start for them to hold in flight.
+	SlowZones    int
+	SlowZoneHold time.Duration
+	BigBytes     int
+	// BadRows makes the "bad row" fault: a row with an unreadable column written straight into
+	// PostgreSQL, held, then fixed.
+	BadRows bool
 }
 
 const replicas = 2
 
 // soak is one run: the processes, the proxies, the writes acknowledged and the faults made.
 type soak struct {
-	cfg      config
-	work     string
-	pg       *pgtest.Server
-	replicas []*proc
-	zones    []*proc
-	proxies  [][]*proxy // [zone][replica]
-	token    string     // an admin token every replica takes
-	rnd      *rand.Rand // the fault schedule's
-	log      func(format string, args ...any)
+	cfg          config
+	work         string
+	pg           *pgtest.Server
+	dsn          string   // the soak's database
+	kdsAddrs     []string // each replica's KDS address
+	replicas     []*proc
+	zones        []*proc
+	proxies      [][]*proxy // [zone][replica]
+	token        string     // an admin token every replica takes
+	rnd          *rand.Rand // the fault schedule's
+	log          func(format string, args ...any)
+	slowZoneList []slowZone // SlowZones a replica, the first replica's first
 
-	mu     sync.Mutex
-	keys   map[string]*keyState // by name: what the writes acknowledged
-	writes struct{ acked, ambiguous, refused int }
-	faults map[string]int
-	pgDown bool
+	mu        sync.Mutex
+	keys      map[string]*keyState                           // by name: what the writes acknowledged
+	writes    struct{ acked, ambiguous, refused, probe int } // probe: of acked, the probe's
+	faults    map[string]int
+	pgDown    bool
+	intervals []*interval // every fault's time, in the order they began
+	latency   [phases]latencySamples
+	slow      slowStats
+	bad       badStats
+	broken    map[string]badRow // the bad rows not fixed yet, by name
 }
 
 // keyState is what the acknowledged writes say of one MeshTimeout: its timeout value, or absent.
@@ -59,22 +77,6 @@ type keyState struct {
 	value     string
 	present   bool
 	ambiguous bool
-}
-
-// report is what a run found.
-type report struct {
-	cfg                 config
-	faults              map[string]int
-	acked, ambiguous    int
-	refused             int
-	lost, duplicated    []string
-	mismatched          []string
-	converge            []time.Duration // per zone, after the last fault
-	restarts            map[string]int
-	resources           int
-	checked, unsure     int // names whose every write was answered, and the others
-	notConverged        bool
-	convergenceDeadline time.Duration
 }
 
 // The convergence allowed after the last fault, before the run fails.
@@ -89,7 +91,8 @@ func run(cfg config) (*report, error) {
 			return nil, fmt.Errorf("%s not in %s (make build): %w", b, cfg.Bin, err)
 		}
 	}
-	s := &soak{cfg: cfg, keys: map[string]*keyState{}, faults: map[string]int{}, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 1))}
+	s := &soak{cfg: cfg, keys: map[string]*keyState{}, faults: map[string]int{}, broken: map[string]badRow{},
+		slow: slowStats{ended: map[string]int{}, reasons: map[string]string{}}, rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 1))}
 	s.log = func(format string, args ...any) {
 		if cfg.Verbose {
 			fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
@@ -105,14 +108,12 @@ func run(cfg config) (*report, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	writesDone := make(chan struct{})
-	go func() {
-		defer close(writesDone)
-		s.write(ctx, rand.New(rand.NewPCG(uint64(cfg.Seed), 2)))
-	}()
+	var writers sync.WaitGroup
+	writers.Go(func() { s.write(ctx, rand.New(rand.NewPCG(uint64(cfg.Seed), 2))) })
+	writers.Go(func() { s.probe(ctx) })
 	s.inject(cfg.Duration)
 	cancel()
-	<-writesDone
+	writers.Wait()
 	healed := time.Now()
 	if err := s.heal(); err != nil {
 		return nil, err
@@ -153,6 +154,7 @@ func (s *soak) start() error {
 	if err != nil {
 		return err
 	}
+	s.dsn = dsn
 	bin := filepath.Join(s.cfg.Bin, "kds-host")
 	kdsAddrs := make([]string, replicas)
 	for i := range replicas {
@@ -179,6 +181,7 @@ func (s *soak) start() error {
 		}
 		s.replicas = append(s.replicas, p)
 	}
+	s.kdsAddrs = kdsAddrs
 	tok, err := os.ReadFile(filepath.Join(s.work, "r1", "admin.token"))
 	if err != nil {
 		return err
@@ -201,11 +204,11 @@ func (s *soak) start() error {
 		}
 		s.proxies = append(s.proxies, ps)
 		tokenFile := filepath.Join(s.work, name+".token")
-		out, err := exec.Command(bin, "token", "zone", "--name", name, "--cp", "http://"+s.api(0), "--data-dir", filepath.Join(s.work, "r1")).Output()
+		tok, err := s.mintZoneToken(name)
 		if err != nil {
-			return fmt.Errorf("mint %s's token: %w", name, err)
+			return err
 		}
-		if err := os.WriteFile(tokenFile, out, 0o600); err != nil {
+		if err := os.WriteFile(tokenFile, []byte(tok+"\n"), 0o600); err != nil {
 			return err
 		}
 		apiPort, err := freePort()
@@ -231,7 +234,20 @@ func (s *soak) start() error {
 		}
 		s.zones = append(s.zones, z)
 	}
+	if s.cfg.SlowZones > 0 {
+		return s.prepareSlowZones()
+	}
 	return nil
+}
+
+// mintZoneToken makes a zone token for name, as an operator does, with the CLI on r1's data.
+func (s *soak) mintZoneToken(name string) (string, error) {
+	out, err := exec.Command(filepath.Join(s.cfg.Bin, "kds-host"), "token", "zone", "--name", name, "--cp", "http://"+s.api(0),
+		"--data-dir", filepath.Join(s.work, "r1")).Output()
+	if err != nil {
+		return "", fmt.Errorf("mint %s's token: %w", name, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // api is replica i's API address; zoneAPI zone j's.
@@ -310,7 +326,7 @@ func (s *soak) write(ctx context.Context, rnd *rand.Rand) {
 		s.mu.Lock()
 		var existing []string
 		for n, k := range s.keys {
-			if k.present {
+			if k.present && strings.HasPrefix(n, "c-") { // not the probe's, nor the bad rows
 				existing = append(existing, n)
 			}
 		}
@@ -394,22 +410,49 @@ func (s *soak) record(name, value string, present bool, o outcome) {
 	}
 }
 
-// The faults, and how long each lasts before it heals.
+// The faults, and how long each lasts before it heals; slow zones and bad rows come when the
+// config has them.
 var faultKinds = []string{"kill replica", "kill zone", "kill plugin", "stop postgres", "stall connection", "reset connection",
-	"drop connection", "delay connection", "SIGSTOP replica"}
+	"drop connection", "delay connection", "SIGSTOP replica", "slow zones", "bad row"}
 
-// inject makes a random fault every 1 to 3 s for d, each healed after 0.5 to 3 s.
+// kinds are the faults this run's schedule draws from.
+func (s *soak) kinds() []string {
+	var out []string
+	for _, k := range faultKinds {
+		if (k == "slow zones" && s.cfg.SlowZones <= 0) || (k == "bad row" && !s.cfg.BadRows) {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// zoneFaults are the faults that target one zone (its process or its connection to a replica);
+// the others reach every zone.
+var zoneFaults = []string{"kill zone", "stall connection", "reset connection", "drop connection", "delay connection"}
+
+// inject makes a random fault every 1 to 3 s for d, each healed after 0.5 to 3 s (slow zones
+// after SlowZoneHold, a bad row after 2 to 8 s). One fault at a time.
 func (s *soak) inject(d time.Duration) {
+	kinds := s.kinds()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		time.Sleep(time.Duration(1000+s.rnd.IntN(2000)) * time.Millisecond)
-		kind := faultKinds[s.rnd.IntN(len(faultKinds))]
+		kind := kinds[s.rnd.IntN(len(kinds))]
 		hold := time.Duration(500+s.rnd.IntN(2500)) * time.Millisecond
 		r, z := s.rnd.IntN(replicas), s.rnd.IntN(len(s.zones))
+		switch kind {
+		case "slow zones":
+			hold = s.cfg.SlowZoneHold
+		case "bad row":
+			hold = time.Duration(2000+s.rnd.IntN(6000)) * time.Millisecond
+		}
 		s.log("fault: %s (r%d, zone-%d) for %s", kind, r+1, z+1, hold)
-		s.mu.Lock()
-		s.faults[kind]++
-		s.mu.Unlock()
+		target := -1
+		if slices.Contains(zoneFaults, kind) {
+			target = z
+		}
+		iv := s.begin(kind, target)
 		switch kind {
 		case "kill replica":
 			s.restart(s.replicas[r], hold)
@@ -418,8 +461,9 @@ func (s *soak) inject(d time.Duration) {
 		case "kill plugin":
 			plugins := children(s.replicas[r].pid(), "retry-forcer")
 			plugins = append(plugins, children(s.replicas[r].pid(), "owner-check")...)
+			pick := s.rnd.IntN(1 << 20) // drawn whatever is found: the schedule stays the seed's
 			if len(plugins) > 0 {
-				syscall.Kill(plugins[s.rnd.IntN(len(plugins))], syscall.SIGKILL) // the replica's supervisor starts it again
+				syscall.Kill(plugins[pick%len(plugins)], syscall.SIGKILL) // the replica's supervisor starts it again
 			}
 		case "stop postgres":
 			s.mu.Lock()
@@ -441,7 +485,12 @@ func (s *soak) inject(d time.Duration) {
 			s.replicas[r].signal(true)
 			time.Sleep(hold)
 			s.replicas[r].signal(false)
+		case "slow zones":
+			s.slowZones(hold)
+		case "bad row":
+			s.badRowFault(s.rnd.IntN(2) == 0, hold)
 		}
+		s.finish(iv)
 	}
 }
 
@@ -495,6 +544,7 @@ func (s *soak) heal() error {
 			return err
 		}
 	}
+	s.fixBroken()
 	return nil
 }
 
@@ -537,7 +587,9 @@ func (s *soak) list(addr string) (map[string]stored, []string, error) {
 func (s *soak) check(healed time.Time) (*report, error) {
 	rep := &report{cfg: s.cfg, faults: s.faults, restarts: map[string]int{}, convergenceDeadline: convergeWithin}
 	s.mu.Lock()
-	rep.acked, rep.ambiguous, rep.refused = s.writes.acked, s.writes.ambiguous, s.writes.refused
+	rep.acked, rep.ambiguous, rep.refused, rep.probe = s.writes.acked, s.writes.ambiguous, s.writes.refused, s.writes.probe
+	rep.latency, rep.slow, rep.bad = s.latency, s.slow, s.bad
+	rep.unfixed = slices.Sorted(maps.Keys(s.broken))
 	s.mu.Unlock()
 	for _, p := range append(slices.Clone(s.replicas), s.zones...) {
 		rep.restarts[p.name] = p.restarts
@@ -613,54 +665,4 @@ func compare(global, zone map[string]stored) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// problems are the checks that failed.
-func (r *report) problems() []string {
-	var out []string
-	if len(r.lost) > 0 {
-		out = append(out, fmt.Sprintf("%d acknowledged writes lost: %s", len(r.lost), strings.Join(r.lost[:min(5, len(r.lost))], "; ")))
-	}
-	if len(r.duplicated) > 0 {
-		out = append(out, fmt.Sprintf("%d names listed twice: %v", len(r.duplicated), r.duplicated))
-	}
-	if r.notConverged {
-		out = append(out, fmt.Sprintf("zones not equal to the global %s after the last fault: %s", r.convergenceDeadline, strings.Join(r.mismatched, " | ")))
-	}
-	return out
-}
-
-// table is the run's summary.
-func (r *report) table() string {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "chaos: %s of faults, seed %d, %d replicas on one PostgreSQL, %d zones\n\n", r.cfg.Duration, r.cfg.Seed, replicas, r.cfg.Zones)
-	fmt.Fprintf(&b, "%-20s %s\n", "fault", "count")
-	total := 0
-	for _, k := range faultKinds {
-		fmt.Fprintf(&b, "%-20s %d\n", k, r.faults[k])
-		total += r.faults[k]
-	}
-	fmt.Fprintf(&b, "%-20s %d\n\n", "all", total)
-	fmt.Fprintf(&b, "%-34s %d\n", "writes acknowledged", r.acked)
-	fmt.Fprintf(&b, "%-34s %d\n", "writes refused (not applied)", r.refused)
-	fmt.Fprintf(&b, "%-34s %d\n", "writes unanswered (either way)", r.ambiguous)
-	fmt.Fprintf(&b, "%-34s %d\n", "MeshTimeouts in the global", r.resources)
-	fmt.Fprintf(&b, "%-34s %d (and %d with an unanswered write, checked for agreement only)\n", "names checked against their writes", r.checked, r.unsure)
-	fmt.Fprintf(&b, "%-34s %d\n", "acknowledged writes lost", len(r.lost))
-	fmt.Fprintf(&b, "%-34s %d\n", "duplicated", len(r.duplicated))
-	if len(r.converge) > 0 {
-		c := slices.Clone(r.converge)
-		slices.Sort(c)
-		fmt.Fprintf(&b, "%-34s p50 %s, max %s\n", "convergence after the last fault", c[(len(c)-1)/2].Round(time.Millisecond), c[len(c)-1].Round(time.Millisecond))
-	}
-	names := make([]string, 0, len(r.restarts))
-	for n := range r.restarts {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	fmt.Fprintf(&b, "\n%-10s %s\n", "process", "restarts")
-	for _, n := range names {
-		fmt.Fprintf(&b, "%-10s %d\n", n, r.restarts[n])
-	}
-	return b.String()
 }
