@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&cfg.Out, "out", "", "also write the table to this file")
 	flag.BoolVar(&cfg.Verbose, "v", false, "print each fault and each process's end as it happens")
 	flag.IntVar(&cfg.SlowZones, "slow-zones", 5, `slow zones the "slow zones" fault starts on each replica: extra zones that subscribe to every kind with 64 KiB windows and stop reading (0: no such fault)`)
-	flag.DurationVar(&cfg.SlowZoneHold, "slow-zone-hold", 15*time.Second, "how long slow zones stay before they leave")
+	flag.DurationVar(&cfg.SlowZoneHold, "slow-zone-hold", 40*time.Second, "how long slow zones stay before they leave (longer than the globals' --kds-response-timeout, 30s, so that they are seen dropped)")
 	flag.IntVar(&cfg.BigBytes, "slow-zone-bytes", 16<<20, "bytes of large MeshTrafficPermissions written at the start, for the slow zones to hold in flight (a replica's in-flight budget is 64 MiB by default)")
 	flag.BoolVar(&cfg.BadRows, "bad-rows", true, `the "bad row" fault: a MeshTimeout row with labels or owners that are not JSON, written straight into PostgreSQL, held, then fixed`)
 	flag.Parse()
