@@ -70,6 +70,9 @@ type GlobalConfig struct {
 	Limits kds.Limits
 	// MaxStreamsPerConnection bounds the KDS streams of one connection (default 16).
 	MaxStreamsPerConnection uint32
+	// MaxRequestBytes bounds one message a zone sends on KDS (default kds.DefaultMaxRequestBytes);
+	// a larger one ends its stream with ResourceExhausted.
+	MaxRequestBytes int
 	// ZoneGrace is how long a zone's state (its table entry, owner verdicts, metrics series)
 	// outlives its last stream, so a flapping zone is not checked again from scratch (default 1m).
 	ZoneGrace time.Duration
@@ -268,7 +271,7 @@ func (g *Global) Run(ctx context.Context) error {
 	defer cancel()
 	defer g.kds.Close()
 
-	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection}
+	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, MaxRequestBytes: g.cfg.MaxRequestBytes}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}

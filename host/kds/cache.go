@@ -356,7 +356,7 @@ func (c *Cache) ForgetZone(zone string) {
 
 // closeStream frees a stream's session and stops its sender. The delta server cancels every
 // watch of a stream before it calls the close callback, so nothing is left to send. The session
-// stays readable (what its zone had ACKed) for whoever keeps it.
+// stays readable (what its zone had ACKed) for whoever keeps it, and nothing more (release).
 func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Lock()
 	st := c.streams[id]
@@ -386,6 +386,7 @@ func (c *Cache) closeStream(id int64) *Session {
 			r.cost = 0
 		}
 		st.mu.Unlock()
+		st.release()
 	}
 	return st
 }

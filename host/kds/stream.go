@@ -97,13 +97,16 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	for {
 		req, err := str.Recv()
 		if err != nil {
-			// The zone closed its side, the RPC ended, or the stream was closed with a status
+			// The zone closed its side, the RPC ended, the stream was closed with a status
 			// (the tracker, the server stopping, or a failed send: then the send's error is the
-			// stream's).
+			// stream's), or gRPC refused a request over the size bound (refused).
 			s.mu.Lock()
-			err = s.failed
+			failed := s.failed
 			s.mu.Unlock()
-			return err
+			if failed == nil {
+				failed = t.refused(s.st, err)
+			}
+			return failed
 		}
 		s.handling.Store(true)
 		s.mu.Lock()

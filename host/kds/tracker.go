@@ -104,9 +104,9 @@ func (t *Tracker) SetLimits(l Limits) {
 // event.CauseInvalid). Call it before serving.
 func (t *Tracker) SetPlainCause(c event.Cause) { t.plain = c }
 
-// refuse counts a refused stream.
-func (t *Tracker) refuse(reason string, err error) {
-	t.observers.Refused(event.Refusal{Reason: reason, Detail: status.Convert(err).Message()})
+// refuse counts a refused stream (zone: "" when not known).
+func (t *Tracker) refuse(reason, zone string, err error) {
+	t.observers.Refused(event.Refusal{Reason: reason, Zone: zone, Detail: status.Convert(err).Message()})
 }
 
 // OnDeltaStreamOpen implements delta.Callbacks.
@@ -137,6 +137,11 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 // request is OnStreamDeltaRequest for the stream's session s (kds's own stream loop holds it).
 func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) error {
 	zone := s.Zone()
+	// The bounds first: a refused request stores nothing, and replaces no stream of its zone.
+	if err := t.bound(s, req); err != nil {
+		t.refuse(refusalOf(err), zoneOf(s, zone, req), err)
+		return err
+	}
 	opened := false
 	if zone == "" {
 		node, err := t.admissible(s, req.GetNode().GetId())
@@ -151,20 +156,12 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 			}
 		}
 		if err != nil {
-			t.refuse(refusalOf(err), err)
+			t.refuse(refusalOf(err), s.info.zone, err)
 			return err
 		}
 		zone, opened = node, true
 	}
 	kind := req.GetTypeUrl()
-	if kind == "" {
-		return status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
-	}
-
-	if err := s.subscribeUnknown(kind, req, t.limits.MaxUnknownNames); err != nil {
-		t.observers.Refused(event.Refusal{Reason: "limit", Zone: zone, Detail: status.Convert(err).Message()})
-		return err
-	}
 
 	s.mu.Lock()
 	ks := s.kind(kind)
