@@ -4,11 +4,15 @@ package kds
 // of a request is stored, and what a closed stream's session lets go of.
 
 import (
+	"slices"
 	"strings"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kds-host/kds-host/host/nack"
 )
@@ -31,7 +35,84 @@ func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error 
 		return status.Errorf(codes.InvalidArgument, "type_url %q is not a kind this control plane serves (it serves %s)",
 			nack.Truncate(kind, 128), nack.Truncate(strings.Join(t.cache.kinds, ", "), 512))
 	}
+	if n := markedNames(req); n > 0 {
+		return status.Errorf(codes.ResourceExhausted, "this request names %d resources: more than a request may (the names of the largest kind this control plane serves, and --kds-max-unknown-names more)", n)
+	}
 	return s.admitNames(kind, req, t.limits.MaxUnknownNames)
+}
+
+// The fields of a DeltaDiscoveryRequest that name resources: subscribed, unsubscribed, initial
+// versions, and the locators of both.
+var requestNameFields = [...]protowire.Number{3, 4, 5, 8, 9}
+
+// requestNamesField marks, among a request's unknown fields, how many names the request carried
+// when unmarshalRequest decoded it without them: a field number no xDS message uses.
+const requestNamesField = protowire.MaxValidNumber
+
+// unmarshalRequest decodes a zone's request, having counted the names in its encoding first. A
+// request with more names than any request may carry (the largest kind's, and MaxUnknownNames
+// more) is decoded without them, marked with their count (requestNamesField), and refused by
+// Tracker.bound: a request costs its bytes, not the maps its names would make (about 100 bytes a
+// name, from 30 on the wire).
+func (c *Cache) unmarshalRequest(data mem.BufferSlice, req *discovery.DeltaDiscoveryRequest) error {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	n := 0
+	for rest := b; len(rest) > 0; {
+		num, typ, size := protowire.ConsumeField(rest)
+		if size < 0 {
+			return proto.Unmarshal(b, req) // malformed: proto says how
+		}
+		if typ == protowire.BytesType && slices.Contains(requestNameFields[:], num) {
+			n++
+		}
+		rest = rest[size:]
+	}
+	if n <= c.namesPerRequest(n) {
+		return proto.Unmarshal(b, req)
+	}
+	kept := make([]byte, 0, 512)
+	for rest := b; len(rest) > 0; {
+		num, typ, size := protowire.ConsumeField(rest)
+		if typ != protowire.BytesType || !slices.Contains(requestNameFields[:], num) {
+			kept = append(kept, rest[:size]...)
+		}
+		rest = rest[size:]
+	}
+	kept = protowire.AppendVarint(protowire.AppendTag(kept, requestNamesField, protowire.VarintType), uint64(n))
+	return proto.Unmarshal(kept, req)
+}
+
+// namesPerRequest is how many names a request may carry, when it carries n: any number up to
+// MaxUnknownNames, else up to that and the size of the largest kind served.
+func (c *Cache) namesPerRequest(n int) int {
+	limit := int(c.maxUnknown.Load())
+	if n <= limit {
+		return limit
+	}
+	largest := 0
+	snap := c.snap.Load()
+	for _, kind := range c.kinds {
+		largest = max(largest, len(snap.Kind(kind)))
+	}
+	return limit + largest
+}
+
+// markedNames is the count of names unmarshalRequest left out of req (0: none).
+func markedNames(req *discovery.DeltaDiscoveryRequest) int {
+	for b := req.ProtoReflect().GetUnknown(); len(b) > 0; {
+		num, typ, size := protowire.ConsumeField(b)
+		if size < 0 {
+			return 0
+		}
+		if num == requestNamesField && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(b[protowire.SizeTag(num):])
+			return int(v)
+		}
+		b = b[size:]
+	}
+	return 0
 }
 
 // admitNames counts the names a request subscribes to (and forgets those it unsubscribes from),
@@ -148,8 +229,8 @@ func zoneOf(s *Session, zone string, req *discovery.DeltaDiscoveryRequest) strin
 }
 
 // refused reads a failed Recv of a stream: gRPC refused a request larger than the server's bound
-// (ResourceExhausted, ServerConfig.MaxRequestBytes), which is counted and returned as the
-// stream's end; nil for any other end.
+// (ResourceExhausted, ServerConfig.MaxRequestBytes; grpc-go has written that status to the
+// zone), which is counted and returned as the stream's end; nil for any other end.
 func (t *Tracker) refused(s *Session, recvErr error) error {
 	if status.Code(recvErr) != codes.ResourceExhausted {
 		return nil

@@ -49,6 +49,7 @@ type Cache struct {
 
 	budget     *budget      // bytes of the responses in flight, across streams
 	maxMessage atomic.Int64 // bytes of one response at most (Limits.MaxMessage)
+	maxUnknown atomic.Int64 // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
 	snap       atomic.Pointer[Snapshot]
 	version    atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions   atomic.Int64                  // snapshots set so far
@@ -108,6 +109,7 @@ func NewCache(kinds []string) *Cache {
 	c.snap.Store(&Snapshot{})
 	c.filter.Store(&filterBox{})
 	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
+	c.maxUnknown.Store(int64(DefaultLimits().MaxUnknownNames))
 	return c
 }
 

@@ -96,6 +96,7 @@ func (t *Tracker) SetLimits(l Limits) {
 	t.limits = l.withDefaults()
 	t.cache.budget.setLimit(t.limits.MaxInFlightBytes)
 	t.cache.maxMessage.Store(int64(t.limits.MaxMessage))
+	t.cache.maxUnknown.Store(int64(t.limits.MaxUnknownNames))
 }
 
 // SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
