@@ -192,7 +192,11 @@ func (g *Global) logObserver() event.Observer {
 				g.refusals.Log(r.Reason, hclog.Info, "zone stream replaced by a newer one", "zone", r.Zone, "detail", r.Detail)
 				return
 			}
-			g.refusals.Log(r.Reason, hclog.Warn, "KDS stream refused", "reason", r.Reason, "zone", r.Zone, "detail", r.Detail)
+			args := []any{"reason", r.Reason}
+			if r.Zone != "" {
+				args = append(args, "zone", r.Zone)
+			}
+			g.refusals.Log(r.Reason, hclog.Warn, "KDS stream refused", append(args, "detail", r.Detail)...)
 		},
 	}
 }
