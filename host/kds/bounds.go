@@ -18,14 +18,16 @@ import (
 )
 
 // DefaultMaxRequestBytes bounds one request a zone sends the global, unless configured
-// (ServerConfig.MaxRequestBytes): a zone's requests are ACKs, NACKs and, when a stream starts,
-// the names and versions it holds, far below a response's --kds-max-message of the same size.
+// (ServerConfig.MaxRequestBytes): the bound of one response (Limits.MaxMessage). A zone's
+// requests are ACKs, NACKs and, when a stream starts, the names and versions of what it holds
+// (about 60 bytes a name).
 const DefaultMaxRequestBytes = 16 << 20
 
 // bound checks a request against the stream's bounds before anything of it is stored: its type
-// URL must be a kind the cache serves (else InvalidArgument), and the names it subscribes to and,
-// on the kind's first request, the names of its initial_resource_versions that the snapshot
-// does not hold must keep the stream within max such names (else ResourceExhausted).
+// URL must be a kind the cache serves (else InvalidArgument); it must not name more resources
+// than any request may (unmarshalRequest marked it), and the names it subscribes to and, on the
+// kind's first request, the names of its initial_resource_versions that the snapshot does not
+// hold must keep the stream within MaxUnknownNames such names (else ResourceExhausted).
 func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error {
 	kind := req.GetTypeUrl()
 	if kind == "" {

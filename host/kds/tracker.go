@@ -43,9 +43,11 @@ type Limits struct {
 	// time instead of every zone's whole state encoded at once. A response larger than the limit
 	// is sent alone; one waits 5 s at most for room.
 	MaxInFlightBytes int64
-	// MaxUnknownNames bounds the names one stream subscribes to that the global does not hold
-	// (default 10,000): beyond it the request is refused (ResourceExhausted) and counted, so
-	// made-up names cannot grow the global's memory.
+	// MaxUnknownNames bounds the names one stream subscribes to, or reports holding in a kind's
+	// initial_resource_versions, that the global does not hold (default 10,000): beyond it the
+	// request is refused (ResourceExhausted) and counted, so made-up names cannot grow the
+	// global's memory. A request that names more than this and the largest kind's size is
+	// refused before its names are decoded (Cache.Codec).
 	MaxUnknownNames int
 	// MaxMessage bounds one response, in bytes (default 16 MiB, well under a zone's 64 MiB
 	// receive limit): a kind whose resources take more goes in as many responses as it takes,
