@@ -34,7 +34,7 @@ var allowed = []struct {
 	// retry (the Machine, its scheduler, the session work queue and the events they hear), its NACK
 	// reading, its cache and owner holds, and the built-in policy; never kds-host's stores, API or
 	// control plane.
-	{"guard/...", []string{"guard/...", "host/event", "host/retry", "host/serial", "host/nack", "host/kds", "host/owner", "host/resource", "host/shrink",
+	{"guard/...", []string{"guard/...", "host/event", "host/retry", "host/serial", "host/nack", "host/kds", "host/owner", "host/resource", "host/shrink", "host/lograte",
 		"shared/...", "proto/...", "plugins/retry-forcer/..."}},
 	// The xDS test harness drives a real client against any server: it needs nothing of ours but
 	// the helper that builds the client's binary.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/lograte"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/retry"
@@ -62,6 +63,8 @@ type Cache struct {
 	totals  totals
 	setMu   sync.Mutex                       // one SetResources at a time
 	built   map[string]map[string]*kds.Entry // SetResources' last entries, by type and name, reused while unchanged
+
+	refusals *lograte.Log // refused streams, a few lines a second per reason
 
 	grace  time.Duration
 	forget func(client string)
@@ -133,7 +136,7 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 		kopts.ClientGrace = time.Minute
 	}
 	kc := kds.NewCache(types)
-	c := &Cache{Cache: kc, zones: kds.NewZones(kc), owners: opts.Owners, types: slices.Clone(types),
+	c := &Cache{Cache: kc, zones: kds.NewZones(kc), owners: opts.Owners, types: slices.Clone(types), refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
 		grace: kopts.ClientGrace, forget: kopts.Forget, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -197,6 +200,7 @@ func (c *Cache) Close() {
 			c.sched.Close()
 		}
 		c.Cache.Close()
+		c.refusals.Close()
 	})
 }
 
@@ -345,11 +349,16 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
 	return e, nil
 }
 
-// counter counts NACKs and responses by type for the collector.
+// counter counts NACKs and responses by type, and refused streams by reason, for the collector,
+// and logs refused streams (a few lines a second per reason).
 func (c *Cache) counter() event.Observer {
 	return event.Observer{
 		NACK: func(n event.NACK) { c.totals.add(&c.totals.nacks, n.Kind) },
 		Sent: func(s event.Sent) { c.totals.add(&c.totals.responses, s.Kind) },
+		Refused: func(r event.Refusal) {
+			c.totals.add(&c.totals.refusals, r.Reason)
+			c.refusals.Log(r.Reason, hclog.Warn, "xDS stream refused", "reason", r.Reason, "node", r.Zone, "detail", r.Detail)
+		},
 	}
 }
 

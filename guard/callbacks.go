@@ -35,10 +35,14 @@ func (c *callbacks) OnStreamClosed(id int64, node *core.Node) {
 	}
 }
 
-// OnStreamRequest applies the answer the request carries (an ACK or NACK of the last response
-// of its type) and binds the request to its stream for CreateWatch. It returns at once.
+// OnStreamRequest refuses a request past the stream's bounds (bounds.go), else applies the
+// answer it carries (an ACK or NACK of the last response of its type) and binds the request to
+// its stream for CreateWatch. It returns at once.
 func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
 	if s := c.g.session(id); s != nil {
+		if err := s.admit(request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNames(), sotw: true}); err != nil {
+			return err
+		}
 		bind(c.g, c.g.requests, s, req.GetTypeUrl(), req)
 		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	}
@@ -89,6 +93,10 @@ func (c *callbacks) OnDeltaStreamClosed(id int64, node *core.Node) {
 // OnStreamDeltaRequest is OnStreamRequest for a delta stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	if s := c.g.session(deltaID(id)); s != nil {
+		if err := s.admit(request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNamesSubscribe(),
+			unsubscribe: req.GetResourceNamesUnsubscribe(), initial: req.GetInitialResourceVersions()}); err != nil {
+			return err
+		}
 		bind(c.g, c.g.deltaRequests, s, req.GetTypeUrl(), req)
 		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	}

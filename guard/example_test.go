@@ -102,6 +102,7 @@ func Example_insight() {
 	// Output:
 	// stream 1: a node id is required
 	// kds_xds_clients 0
+	// kds_xds_refusals_total 0
 	// 200 {"items":[],"total":0}
 }
 

@@ -45,6 +45,10 @@
 // back only what the owner check says (Options.OwnerCheck, with Options.Owners as the owners).
 // Both modes share the options, the NACK reading, the retry decisions and the insight.
 //
+// What one client stream asks for is bounded (Options.MaxTypesPerStream, MaxNamesPerStream,
+// MaxStreamsPerNode): a request past a bound is refused with ResourceExhausted, and counted,
+// before the server stores any of it.
+//
 // Supported: go-control-plane v0.14's two servers, state of the world and delta, ADS and the
 // per-type services: a delta client gets what changed of the same view, a refused name going
 // back to what it kept. The wrapped cache is always watched the state-of-the-world way (every
@@ -67,6 +71,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/host/lograte"
 	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 	"github.com/kds-host/kds-host/shared"
@@ -106,6 +111,25 @@ type Options struct {
 	// is known to be, and needs no telling. Leave it false for a SnapshotCache (it answers by
 	// node) or a MuxCache that chooses by node.
 	NodeIndependent bool
+
+	// Bounds of what one client stream may make the guard and the server it wraps hold, checked
+	// in the request callbacks, before the server stores anything of a request: a request past
+	// one is refused with ResourceExhausted, counted in kds_xds_refusals_total{reason="limit"}
+	// (Collector) and logged (a few lines a second). The bytes of one request are the gRPC
+	// server's to bound (grpc.MaxRecvMsgSize, 4 MiB unless set), and so are the streams of one
+	// connection (grpc.MaxConcurrentStreams). NewCache reads none of these: it serves one stream
+	// per node id, only its types, and bounds the names it does not hold (KDSOptions.Limits).
+	//
+	// MaxTypesPerStream bounds the type URLs one stream asks for (default 32; xDS has about ten).
+	MaxTypesPerStream int
+	// MaxNamesPerStream bounds the resource names one stream asks for, across its types (default
+	// 100,000): the names a SotW request lists, a delta stream's subscribed names, and the names
+	// of a delta type's initial_resource_versions that it does not subscribe to (counted for the
+	// stream's life).
+	MaxNamesPerStream int
+	// MaxStreamsPerNode bounds the streams open at once with one node id, SotW and delta
+	// together (default 64; negative: no bound); clients that share a node id share it.
+	MaxStreamsPerNode int
 }
 
 // Guard is a cache.Cache that guards the wrapped one. Use Callbacks as the server's callbacks.
@@ -126,10 +150,13 @@ type Guard struct {
 	badMu     sync.Mutex          // guards badLogged
 	badLogged map[string]struct{} // the bad resources logged (logBad)
 
-	totals totals
-	shares shares // the shared served's resources, for the codec
+	totals   totals
+	shares   shares       // the shared served's resources, for the codec
+	bounds   bounds       // Options' bounds (bounds.go)
+	refusals *lograte.Log // refused streams, a few lines a second per reason
 
 	mu            sync.Mutex
+	nodes         map[string]int                                // open streams by node id, counted by admit
 	streams       map[int64]*session                            // by the guard's id (deltaID for delta streams)
 	requests      map[*discovery.DiscoveryRequest]*session      // bound by OnStreamRequest, taken by CreateWatch
 	deltaRequests map[*discovery.DeltaDiscoveryRequest]*session // bound by OnStreamDeltaRequest, taken by CreateDeltaWatch
@@ -149,6 +176,7 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 	_, linear := inner.(*cache.LinearCache)
 	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
 		nodeIndependent: opts.NodeIndependent || linear, feeds: map[string]*feed{}, badLogged: map[string]struct{}{},
+		bounds: opts.bounds(), nodes: map[string]int{}, refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
 		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
 		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
 	sched, err := newScheduler(opts, retry.StandardConfig{Timeout: opts.PolicyTimeout}, loggingHooks(opts.Logger, retry.Hooks{}),
@@ -213,6 +241,7 @@ func (g *Guard) Close() {
 		g.closeStream(s.id)
 	}
 	g.stopFeeds()
+	g.refusals.Close()
 }
 
 func (g *Guard) owners(typeURL string, r Resource) []Ref { return g.opts.Owners(typeURL, r) }
@@ -261,6 +290,7 @@ func (g *Guard) closeStream(id int64) {
 	}
 	g.mu.Unlock()
 	if s != nil {
+		g.uncount(s)
 		s.close()
 	}
 }

@@ -43,6 +43,7 @@ type Withheld struct {
 type totals struct {
 	mu               sync.Mutex
 	nacks, responses map[string]int64
+	refusals         map[string]int64 // by reason
 }
 
 func (t *totals) add(m *map[string]int64, typeURL string) {
@@ -107,11 +108,16 @@ func insightHandler(clients func() []ClientInsight) http.Handler {
 	})
 }
 
+// refusalReasons are exported from the start, at 0 (an alert's rate misses a series' first
+// event).
+var refusalReasons = []string{"limit", "invalid"}
+
 var (
 	nacksDesc     = prometheus.NewDesc("kds_xds_nacks_total", "NACKs received from clients, by type.", []string{"type_url"}, nil)
 	responsesDesc = prometheus.NewDesc("kds_xds_responses_total", "Responses sent to clients, by type.", []string{"type_url"}, nil)
 	withheldDesc  = prometheus.NewDesc("kds_xds_withheld_resources", "Resource versions clients do not get now (refused, or waiting for what they reference), by type.", []string{"type_url"}, nil)
 	clientsDesc   = prometheus.NewDesc("kds_xds_clients", "Open client streams.", nil, nil)
+	refusalsDesc  = prometheus.NewDesc("kds_xds_refusals_total", "Client streams refused: past a bound (limit), a type not served (invalid), or, with NewCache, replaced by a newer stream of the node (replaced).", []string{"reason"}, nil)
 )
 
 // Collector exports the guard's counts to Prometheus.
@@ -130,6 +136,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- responsesDesc
 	ch <- withheldDesc
 	ch <- clientsDesc
+	ch <- refusalsDesc
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -140,6 +147,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for typeURL, n := range t.responses {
 		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(n), typeURL)
+	}
+	for _, reason := range refusalReasons {
+		ch <- prometheus.MustNewConstMetric(refusalsDesc, prometheus.CounterValue, float64(t.refusals[reason]), reason)
+	}
+	for reason, n := range t.refusals {
+		if !slices.Contains(refusalReasons, reason) {
+			ch <- prometheus.MustNewConstMetric(refusalsDesc, prometheus.CounterValue, float64(n), reason)
+		}
 	}
 	t.mu.Unlock()
 	withheld := map[string]int{}

@@ -53,6 +53,12 @@ type session struct {
 	owner ownerState // ownercheck.go
 	held  uint64     // how many times what the client holds changed (an ACK, a NACK)
 
+	// What the bounds counted (bounds.go): the types and names asked for, and the node whose
+	// streams the stream counts among.
+	asked     map[string]askedType
+	counted   bool
+	countedAs string
+
 	ctx      context.Context // canceled when the stream closes: the owner checks in flight
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup      // the owner checks in flight
@@ -142,9 +148,6 @@ type queued struct {
 const (
 	// maxFlight bounds the unanswered responses a session remembers per type.
 	maxFlight = 16
-	// maxTypes bounds the types one stream may ask for (xDS has about ten); innerOut holds an
-	// answer of the wrapped cache for each, so that its synchronous answers never block.
-	maxTypes = 32
 	// maxLastError bounds the part of a NACK's message kept for the insight (nack.Read reads
 	// 64 KiB of it at most).
 	maxLastError = 4 << 10
@@ -155,9 +158,10 @@ func newSession(g *Guard, id int64, delta bool) *session {
 	s := &session{g: g, id: id, delta: delta, ctx: ctx, cancel: cancel, types: map[string]*typeState{}, bound: map[string]any{},
 		insight: map[string]*TypeInsight{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if !g.nodeIndependent {
-		// The stream's own watches of the wrapped cache answer here; feeds (a kilobyte a
-		// stream saved) answer through wake.
-		s.innerOut = make(chan cache.Response, 2*maxTypes)
+		// The stream's own watches of the wrapped cache answer here, room for two answers of
+		// each type it may ask for (Options.MaxTypesPerStream), so that the cache's synchronous
+		// answers never block; feeds (a kilobyte a stream saved) answer through wake.
+		s.innerOut = make(chan cache.Response, 2*g.bounds.types)
 	}
 	return s
 }
@@ -399,11 +403,7 @@ func (s *session) watchInner(typeURL string, like *discovery.DiscoveryRequest, v
 func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), error) {
 	w.canceled = make(chan struct{})
 	s.mu.Lock()
-	if _, known := s.types[typeURL]; !known && len(s.types) >= maxTypes {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("guard: a stream may ask for %d types at most; %q is one more", maxTypes, typeURL)
-	}
-	ts := s.typeOf(typeURL)
+	ts := s.typeOf(typeURL) // a type the request callbacks admitted (bounds.go)
 	ts.w, ts.sub = w, w.sub
 	switch {
 	case s.g.nodeIndependent:

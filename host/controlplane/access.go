@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/event"
@@ -132,8 +134,12 @@ func (g *Global) serveToken(kind string) http.HandlerFunc {
 	}
 }
 
+// refusalLines bounds the log lines of refused streams of one reason a second.
+const refusalLines = 5
+
 // logObserver logs, at INFO, what an operator needs to know about zone streams: a zone that
-// connects, leaves or is replaced, the first NACK of a kind and the kind's recovery.
+// connects, leaves or is replaced, the first NACK of a kind and the kind's recovery; and, at
+// WARN, refused streams (g.refusals: refusalLines a second per reason at most).
 func (g *Global) logObserver() event.Observer {
 	log := g.log.Named("kds")
 	type streamKind struct {
@@ -179,12 +185,18 @@ func (g *Global) logObserver() event.Observer {
 				log.Info("zone accepts the kind again", "zone", a.Zone, "kind", a.Kind)
 			}
 		},
+		// Refusals are counted in kds_stream_refusals_total, each of them; the log writes a few
+		// a second per reason, and then how many it left out.
 		Refused: func(r event.Refusal) {
 			if r.Reason == "replaced" {
-				log.Info("zone stream replaced by a newer one", "zone", r.Zone, "detail", r.Detail)
+				g.refusals.Log(r.Reason, hclog.Info, "zone stream replaced by a newer one", "zone", r.Zone, "detail", r.Detail)
 				return
 			}
-			log.Warn("KDS stream refused", "reason", r.Reason, "detail", r.Detail)
+			args := []any{"reason", r.Reason}
+			if r.Zone != "" {
+				args = append(args, "zone", r.Zone)
+			}
+			g.refusals.Log(r.Reason, hclog.Warn, "KDS stream refused", append(args, "detail", r.Detail)...)
 		},
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/host/lograte"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/retry"
@@ -70,6 +71,9 @@ type GlobalConfig struct {
 	Limits kds.Limits
 	// MaxStreamsPerConnection bounds the KDS streams of one connection (default 16).
 	MaxStreamsPerConnection uint32
+	// MaxRequestBytes bounds one message a zone sends on KDS (default kds.DefaultMaxRequestBytes);
+	// a larger one ends its stream with ResourceExhausted.
+	MaxRequestBytes int
 	// ZoneGrace is how long a zone's state (its table entry, owner verdicts, metrics series)
 	// outlives its last stream, so a flapping zone is not checked again from scratch (default 1m).
 	ZoneGrace time.Duration
@@ -141,6 +145,7 @@ type Global struct {
 	replicas             *replicas            // this replica's zones in the store, and the others' (replicas.go)
 	timeline             *timeline            // each zone's latest NACKs, rounds and give-ups (timeline.go)
 	unservable           *unservable          // stored resources the snapshot cannot encode (unservable.go)
+	refusals             *lograte.Log         // the log of refused streams: a few lines a second per reason (logObserver)
 	updateSeconds        prometheus.Histogram // how long each snapshot update took (sync)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
@@ -163,6 +168,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		cfg.ZoneGrace = time.Minute
 	}
 	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
+	g.refusals = lograte.New(g.log.Named("kds"), time.Second, refusalLines, "reason")
 	defer func() {
 		if err != nil {
 			g.Close()
@@ -255,6 +261,7 @@ func (g *Global) Close() {
 	if g.kds != nil {
 		g.kds.Close()
 	}
+	g.refusals.Close()
 	for _, ln := range []net.Listener{g.kdsLn, g.apiLn, g.diagLn} {
 		if ln != nil {
 			ln.Close()
@@ -266,9 +273,11 @@ func (g *Global) Close() {
 func (g *Global) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer g.refusals.Close() // after the streams: the last refusals' count is written
 	defer g.kds.Close()
 
-	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, Conns: kds.NewConns()}
+	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, MaxRequestBytes: g.cfg.MaxRequestBytes,
+		Conns: kds.NewConns()}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}

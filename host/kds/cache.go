@@ -50,6 +50,7 @@ type Cache struct {
 
 	budget          *budget             // bytes of the responses in flight, across streams
 	maxMessage      atomic.Int64        // bytes of one response at most (Limits.MaxMessage)
+	maxUnknown      atomic.Int64        // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
 	responseTimeout atomic.Int64        // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
 	onStall         func(event.Refusal) // tells of a stream closed for a response unanswered too long (set before serving)
 	snap            atomic.Pointer[Snapshot]
@@ -111,6 +112,7 @@ func NewCache(kinds []string) *Cache {
 	c.snap.Store(&Snapshot{})
 	c.filter.Store(&filterBox{})
 	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
+	c.maxUnknown.Store(int64(DefaultLimits().MaxUnknownNames))
 	return c
 }
 
@@ -360,7 +362,7 @@ func (c *Cache) ForgetZone(zone string) {
 
 // closeStream frees a stream's session and stops its sender. The delta server cancels every
 // watch of a stream before it calls the close callback, so nothing is left to send. The session
-// stays readable (what its zone had ACKed) for whoever keeps it.
+// stays readable (what its zone had ACKed) for whoever keeps it, and nothing more (release).
 func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Lock()
 	st := c.streams[id]
@@ -392,6 +394,7 @@ func (c *Cache) closeStream(id int64) *Session {
 		}
 		st.mu.Unlock()
 		c.budget.closed()
+		st.release()
 	}
 	return st
 }

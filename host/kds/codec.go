@@ -33,7 +33,8 @@ func encodeFrame(r *discovery.Resource) ([]byte, error) {
 
 // responseCodec is the server's "proto" codec: a DeltaDiscoveryResponse's resources that are the
 // current snapshot's entries are written from their entries' encoding; everything else is encoded
-// as gRPC's own codec encodes it.
+// as gRPC's own codec encodes it. A DeltaDiscoveryRequest's names are counted before they are
+// decoded (Cache.unmarshalRequest).
 type responseCodec struct {
 	cache *Cache
 	proto encoding.CodecV2
@@ -52,6 +53,9 @@ func newResponseCodec(c *Cache) responseCodec {
 func (responseCodec) Name() string { return protocodec.Name }
 
 func (rc responseCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*discovery.DeltaDiscoveryRequest); ok {
+		return rc.cache.unmarshalRequest(data, req) // its names counted first (bounds.go)
+	}
 	return rc.proto.Unmarshal(data, v)
 }
 

@@ -37,6 +37,7 @@ type harness struct {
 	conn   *grpc.ClientConn
 	ctx    context.Context
 	b      kds.SnapshotBuilder
+	server kds.ServerConfig // what NewGRPCServer is given: a tune may set it
 }
 
 // newHarness serves kinds; each tune, if any, sets up the tracker before it serves.
@@ -49,7 +50,7 @@ func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *kds.Trac
 	for _, f := range tune {
 		tracker = f(h)
 	}
-	srv, _ := kds.NewGRPCServer(ctx, h.cache, tracker, kds.ServerConfig{})
+	srv, _ := kds.NewGRPCServer(ctx, h.cache, tracker, h.server)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -396,7 +397,7 @@ func TestNamesTheGlobalDoesNotHoldAreBoundedPerStream(t *testing.T) {
 	var err error
 	g.Eventually(h.ended, 10*time.Second).Should(Receive(&err))
 	g.Expect(status.Code(err)).To(Equal(codes.ResourceExhausted))
-	g.Expect(err.Error()).To(ContainSubstring("5 names the global does not hold; at most 3"))
+	g.Expect(err.Error()).To(ContainSubstring("more than 3 names the global does not hold"))
 	mu.Lock()
 	defer mu.Unlock()
 	g.Expect(refusals).To(ConsistOf(HaveField("Reason", "limit")))

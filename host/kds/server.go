@@ -47,6 +47,10 @@ type ServerConfig struct {
 	// the listener): a stream that the response timeout closes has its connection dropped, which
 	// ends it for the zone and frees what gRPC holds for it. Nil: the stream is closed only.
 	Conns *Conns
+	// MaxRequestBytes bounds one message a client sends (default DefaultMaxRequestBytes): gRPC
+	// refuses a larger one as its bytes arrive, before it is decoded, and the stream ends with
+	// ResourceExhausted, counted as a refusal.
+	MaxRequestBytes int
 }
 
 // ServerWindow is the KDS server's flow-control window, a stream's and a connection's.
@@ -59,8 +63,11 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 	if cfg.MaxStreamsPerConnection == 0 {
 		cfg.MaxStreamsPerConnection = 16
 	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		// A version's resources are encoded once, by the snapshot, for every stream (codec.go).
 		grpc.ForceServerCodecV2(c.Codec()),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
@@ -103,7 +110,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	if a.cfg.Authenticate != nil {
 		z, err := a.cfg.Authenticate(s.Context())
 		if err != nil {
-			a.tracker.refuse(err)
+			a.tracker.refuse(refusalOf(err), "", err)
 			return err
 		}
 		zone = z

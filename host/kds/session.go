@@ -11,8 +11,6 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/retry"
@@ -58,7 +56,7 @@ type Session struct {
 	inflight   []*inflight                    // responses handed to the server and not answered yet, oldest first
 	reRequests *tokenBucket                   // the zone's (Cache.admit): its re-request budget
 	digest     Digest                         // of what the zone ACKed
-	unknown    map[string]map[string]struct{} // by kind: names subscribed that the snapshot did not hold then
+	unknown    map[string]map[string]struct{} // by kind: names subscribed or reported held that the snapshot did not hold then (admitNames)
 	forgot     bool                           // a response in flight was forgotten (MaxInFlight): unanswered holds no longer counts all
 	stall      stallTimer                     // closes the stream when a response stays unanswered too long (stall.go)
 
@@ -657,52 +655,6 @@ func (s *Session) publish(v ZoneView) {
 			return
 		}
 	}
-}
-
-// subscribeUnknown counts the names a request subscribes to (and forgets those it unsubscribes
-// from) that the snapshot does not hold, and refuses the request, changing nothing, when the
-// stream would then subscribe to more than max such names.
-func (s *Session) subscribeUnknown(kind string, req *discovery.DeltaDiscoveryRequest, max int) error {
-	if len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
-		return nil // an ACK or a NACK, most requests: nothing to count, no lock taken
-	}
-	entries := s.cache.snap.Load().Kind(kind)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	known := s.unknown[kind]
-	for _, n := range req.GetResourceNamesUnsubscribe() {
-		delete(known, n)
-	}
-	add := map[string]struct{}{}
-	for _, n := range req.GetResourceNamesSubscribe() {
-		if _, ok := entries[n]; ok || n == "*" {
-			continue
-		}
-		if _, ok := known[n]; !ok {
-			add[n] = struct{}{}
-		}
-	}
-	if len(add) == 0 {
-		return nil
-	}
-	total := len(add)
-	for _, names := range s.unknown {
-		total += len(names)
-	}
-	if total > max {
-		return status.Errorf(codes.ResourceExhausted, "this stream would subscribe to %d names the global does not hold; at most %d (--kds-max-unknown-names)", total, max)
-	}
-	if known == nil {
-		if s.unknown == nil {
-			s.unknown = map[string]map[string]struct{}{}
-		}
-		known = map[string]struct{}{}
-		s.unknown[kind] = known
-	}
-	for n := range add {
-		known[n] = struct{}{}
-	}
-	return nil
 }
 
 // Retry is the stream's retry state (retry.Scheduler steps it through Do).

@@ -117,15 +117,19 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	for {
 		req, err := str.Recv()
 		if err != nil {
-			// The zone closed its side, the RPC ended, or the stream was closed with a status
-			// (the tracker, the server stopping, the response timeout, or a failed send: then the
-			// send's error is the stream's). The stream ends first, so that nothing this loop
-			// then waits for is a send that waits for the zone.
-			s.close(nil)
+			// The zone closed its side, the RPC ended, the stream was closed with a status (the
+			// tracker, the server stopping, the response timeout, or a failed send: then the
+			// send's error is the stream's), or gRPC refused a request over the size bound
+			// (refused). The stream ends first, so that nothing this loop then waits for is a send
+			// that waits for the zone.
 			s.mu.Lock()
-			err = s.failed
+			failed := s.failed
 			s.mu.Unlock()
-			return err
+			if failed == nil {
+				failed = t.refused(s.st, err)
+			}
+			s.close(failed)
+			return failed
 		}
 		s.handling.Store(true)
 		err = s.request(req, &node)

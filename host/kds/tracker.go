@@ -43,9 +43,11 @@ type Limits struct {
 	// time instead of every zone's whole state encoded at once. A response larger than the limit
 	// is sent alone; one waits 5 s at most for room.
 	MaxInFlightBytes int64
-	// MaxUnknownNames bounds the names one stream subscribes to that the global does not hold
-	// (default 10,000): beyond it the request is refused (ResourceExhausted) and counted, so
-	// made-up names cannot grow the global's memory.
+	// MaxUnknownNames bounds the names one stream subscribes to, or reports holding in a kind's
+	// initial_resource_versions, that the global does not hold (default 10,000): beyond it the
+	// request is refused (ResourceExhausted) and counted, so made-up names cannot grow the
+	// global's memory. A request that names more than this and the largest kind's size is
+	// refused before its names are decoded (Cache.Codec).
 	MaxUnknownNames int
 	// ResponseTimeout closes a stream whose oldest response stays unanswered this long (default
 	// 30s; negative: never): a zone that stops reading, its window full, holds what it was sent
@@ -107,6 +109,7 @@ func (t *Tracker) SetLimits(l Limits) {
 	t.cache.budget.setLimit(t.limits.MaxInFlightBytes)
 	t.cache.maxMessage.Store(int64(t.limits.MaxMessage))
 	t.cache.responseTimeout.Store(int64(t.limits.ResponseTimeout))
+	t.cache.maxUnknown.Store(int64(t.limits.MaxUnknownNames))
 }
 
 // SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
@@ -115,12 +118,12 @@ func (t *Tracker) SetLimits(l Limits) {
 // event.CauseInvalid). Call it before serving.
 func (t *Tracker) SetPlainCause(c event.Cause) { t.plain = c }
 
-// refuse tells the observers of a refused stream.
-func (t *Tracker) refuse(err error) { t.observers.Refused(refusalFor(err)) }
+// refuse tells the observers of a refused stream (zone: "" when not known).
+func (t *Tracker) refuse(reason, zone string, err error) { t.observers.Refused(refusal(reason, zone, err)) }
 
-// refusalFor is the refusal of a stream refused with err, a gRPC status error.
-func refusalFor(err error) event.Refusal {
-	return event.Refusal{Reason: refusalOf(err), Detail: status.Convert(err).Message()}
+// refusal is the refusal of a stream refused with err, a gRPC status error.
+func refusal(reason, zone string, err error) event.Refusal {
+	return event.Refusal{Reason: reason, Zone: zone, Detail: status.Convert(err).Message()}
 }
 
 // OnDeltaStreamOpen implements delta.Callbacks.
@@ -162,6 +165,11 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 		}
 	}
 	zone := s.Zone()
+	// The bounds first: a refused request stores nothing, and replaces no stream of its zone.
+	if err := t.bound(s, req); err != nil {
+		refusals = append(refusals, refusal(refusalOf(err), zoneOf(s, zone, req), err))
+		return tellRefusals, err
+	}
 	opened := false
 	if zone == "" {
 		node, err := t.admissible(s, req.GetNode().GetId())
@@ -176,20 +184,12 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 			}
 		}
 		if err != nil {
-			refusals = append(refusals, refusalFor(err))
+			refusals = append(refusals, refusal(refusalOf(err), s.info.zone, err))
 			return tellRefusals, err
 		}
 		zone, opened = node, true
 	}
 	kind := req.GetTypeUrl()
-	if kind == "" {
-		return tellRefusals, status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
-	}
-
-	if err := s.subscribeUnknown(kind, req, t.limits.MaxUnknownNames); err != nil {
-		refusals = append(refusals, event.Refusal{Reason: "limit", Zone: zone, Detail: status.Convert(err).Message()})
-		return tellRefusals, err
-	}
 
 	s.mu.Lock()
 	ks := s.kind(kind)

@@ -1,11 +1,27 @@
-// Command namesflood measures what a zone stream that subscribes to made-up names costs a real
-// global: it starts kds-host as a global (SQLite, plaintext KDS, no zone authentication), opens
-// delta ADS streams as one zone and subscribes to -names made-up names in requests of -batch,
-// opening a new stream whenever the global refuses one (--kds-max-unknown-names), and then prints
-// the global's live heap and peak RSS beside the same figures before the flood.
+// Command namesflood measures what a zone stream's made-up inputs cost a real global: it starts
+// kds-host as a global (SQLite, plaintext KDS) and floods it as one zone, by -mode:
 //
-//	go build -o bin/kds-host ./host/cmd/kds-host && go run ./examples/bench/namesflood -bin bin/kds-host
-//	go run ./examples/bench/namesflood -bin bin/kds-host -limit 100000000   # the bound off
+//   - names (the default; no zone authentication): opens delta ADS streams and subscribes to
+//     -names made-up names in requests of -batch, opening a new stream whenever the global
+//     refuses one (--kds-max-unknown-names), and prints the global's live heap and peak RSS
+//     beside the same figures before the flood.
+//
+//   - initial (bounds.go; a zone token): opens -rounds streams, each sending one first request
+//     with -initial made-up initial_resource_versions (each version -version), one after another
+//     (or all at once: -parallel), and prints each stream's status and the global's RSS and peak
+//     RSS.
+//
+//   - types (a zone token): sends -types made-up type URLs, -batch a stream, and prints the
+//     streams' statuses and the global's RSS and peak RSS.
+//
+//   - unauthenticated: opens streams without a token for -for, and prints how many lines and
+//     bytes the global logged about them.
+//
+//     go build -o bin/kds-host ./host/cmd/kds-host && go run ./examples/bench/namesflood -bin bin/kds-host
+//     go run ./examples/bench/namesflood -bin bin/kds-host -limit 100000000   # the bound off
+//     go run ./examples/bench/namesflood -bin bin/kds-host -mode initial -rounds 5 -initial 500000
+//     go run ./examples/bench/namesflood -bin bin/kds-host -mode types -types 200000 -batch 1000
+//     go run ./examples/bench/namesflood -bin bin/kds-host -mode unauthenticated -for 5s
 package main
 
 import (
@@ -29,11 +45,31 @@ import (
 
 func main() {
 	bin := flag.String("bin", "bin/kds-host", "the kds-host binary")
-	names := flag.Int("names", 6_000_000, "made-up names to subscribe to in all")
-	batch := flag.Int("batch", 50_000, "names per request")
-	limit := flag.Int("limit", 0, "the global's --kds-max-unknown-names (0: its default); a limit above -names shows the flood without the bound")
+	mode := flag.String("mode", "names", "names, initial, types or unauthenticated")
+	names := flag.Int("names", 6_000_000, "names: made-up names to subscribe to in all")
+	batch := flag.Int("batch", 50_000, "names: names per request; types: type URLs per stream")
+	limit := flag.Int("limit", 0, "names: the global's --kds-max-unknown-names (0: its default); a limit above -names shows the flood without the bound")
+	rounds := flag.Int("rounds", 5, "initial: streams, one first request each")
+	initial := flag.Int("initial", 500_000, "initial: made-up initial_resource_versions a request")
+	version := flag.String("version", "0123456789abcdef", "initial: the version of each (16 hex digits, as a kds-host zone's)")
+	parallel := flag.Bool("parallel", false, "initial: send the streams' requests all at once")
+	types := flag.Int("types", 200_000, "types: made-up type URLs in all")
+	duration := flag.Duration("for", 5*time.Second, "unauthenticated: how long to open streams")
 	flag.Parse()
-	if err := run(*bin, *names, *batch, *limit); err != nil {
+	var err error
+	switch *mode {
+	case "names":
+		err = run(*bin, *names, *batch, *limit)
+	case "initial":
+		err = floodInitial(*bin, *rounds, *initial, *version, *parallel)
+	case "types":
+		err = floodTypes(*bin, *types, *batch)
+	case "unauthenticated":
+		err = floodUnauthenticated(*bin, *duration)
+	default:
+		err = fmt.Errorf("-mode %q: want names, initial, types or unauthenticated", *mode)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "namesflood:", err)
 		os.Exit(1)
 	}

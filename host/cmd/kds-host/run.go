@@ -58,6 +58,7 @@ type runFlags struct {
 	responseTimeout   time.Duration
 	maxReceive        int
 	maxStreamsPerConn uint32
+	maxRequest        int
 	apiTLSCert        string
 	apiTLSKey         string
 	zoneTokenFile     string
@@ -112,9 +113,10 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", kds.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones: each zone stream's share (this / streams) goes at once, a larger response waits for room in this much across zones, so a full sync of many zones goes a few zones at a time, and a zone that stops reading holds only what it was given")
 	f.DurationVar(&flags.responseTimeout, "kds-response-timeout", kds.DefaultLimits().ResponseTimeout, "global: close a zone's stream when a response it was sent stays unanswered this long (a zone that stops reading, its window full), counted in kds_stream_refusals_total{reason=\"stalled\"}; the zone connects again; 0: never")
 	f.IntVar(&flags.limits.MaxMessage, "kds-max-message", kds.DefaultLimits().MaxMessage, "global: bytes of one KDS response at most; a kind larger goes in several responses, and the API refuses a resource larger than this (keep it under the zones' --kds-max-receive-message)")
-	f.IntVar(&flags.limits.MaxUnknownNames, "kds-max-unknown-names", kds.DefaultLimits().MaxUnknownNames, "global: names one zone stream may subscribe to that the global does not hold; a request beyond it is refused (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
+	f.IntVar(&flags.limits.MaxUnknownNames, "kds-max-unknown-names", kds.DefaultLimits().MaxUnknownNames, "global: names one zone stream may subscribe to, or report holding in initial_resource_versions, that the global does not hold; a request beyond it is refused (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
 	f.IntVar(&flags.maxReceive, "kds-max-receive-message", 64<<20, "zone: bytes of one KDS response the zone accepts (the global's --kds-max-message must stay under it)")
-	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open")
+	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open (HTTP/2's limit: a client waits to open more, or its stream is reset)")
+	f.IntVar(&flags.maxRequest, "kds-max-request", kds.DefaultMaxRequestBytes, "global: bytes of one message a zone sends on KDS (its ACKs, NACKs and, on a new stream, the names and versions it holds); a larger one is refused as it arrives (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
 	f.StringVar(&flags.apiTLSCert, "api-tls-cert", "", "global: serve the HTTP API over TLS with this certificate (with --api-tls-key)")
 	f.StringVar(&flags.apiTLSKey, "api-tls-key", "", "global: the HTTP API's TLS key")
 	f.StringVar(&flags.zoneTokenFile, "zone-token-file", "", "zone: file holding this zone's token (from `kds-host token zone --name NAME` on the global)")
@@ -224,7 +226,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
-		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn,
+		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn, MaxRequestBytes: flags.maxRequest,
 		Profiles:  flags.profiles,
 		KDSAddr:   flags.kdsAddr,
 		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress, StoreRelay: flags.storeRelay,

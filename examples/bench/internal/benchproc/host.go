@@ -2,6 +2,7 @@ package benchproc
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +24,11 @@ type Host struct {
 
 // StartHost starts bin as a global, with more flags, and waits until /readyz answers.
 func StartHost(bin string, flags ...string) (*Host, error) {
+	return StartHostLogging(bin, os.Stderr, flags...)
+}
+
+// StartHostLogging is StartHost with the global's log (its standard error) written to logs.
+func StartHostLogging(bin string, logs io.Writer, flags ...string) (*Host, error) {
 	dir, err := os.MkdirTemp("", "kds-bench-host-")
 	if err != nil {
 		return nil, err
@@ -39,7 +45,7 @@ func StartHost(bin string, flags ...string) (*Host, error) {
 	args := append([]string{"--mode", "global", "--data-dir", dir, "--kds-plaintext", "--kds-auth", "none", "--kds-addr", h.KDSAddr,
 		"--api-addr", h.APIAddr, "--diag-addr", h.DiagAddr, "--log-level", "error"}, flags...)
 	h.cmd = exec.Command(bin, args...)
-	h.cmd.Stderr = os.Stderr
+	h.cmd.Stderr = logs
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
@@ -85,13 +91,19 @@ func (h *Host) CPU() time.Duration {
 }
 
 // PeakRSS is the global's peak resident set (VmHWM), in bytes.
-func (h *Host) PeakRSS() float64 {
+func (h *Host) PeakRSS() float64 { return h.status("VmHWM:") }
+
+// RSS is the global's resident set now (VmRSS), in bytes.
+func (h *Host) RSS() float64 { return h.status("VmRSS:") }
+
+// status reads a size field of the global's /proc/PID/status, in bytes.
+func (h *Host) status(field string) float64 {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(h.Pid()), "status"))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			return kb * 1024
 		}
