@@ -119,7 +119,9 @@ func (t *Tracker) SetLimits(l Limits) {
 func (t *Tracker) SetPlainCause(c event.Cause) { t.plain = c }
 
 // refuse tells the observers of a refused stream (zone: "" when not known).
-func (t *Tracker) refuse(reason, zone string, err error) { t.observers.Refused(refusal(reason, zone, err)) }
+func (t *Tracker) refuse(reason, zone string, err error) {
+	t.observers.Refused(refusal(reason, zone, err))
+}
 
 // refusal is the refusal of a stream refused with err, a gRPC status error.
 func refusal(reason, zone string, err error) event.Refusal {
