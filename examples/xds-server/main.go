@@ -81,6 +81,9 @@ type config struct {
 	maxStreams         int64
 	maxStreamsPerConn  uint32
 	maxReceiveMessage  int
+	maxTypesPerStream  int
+	maxNamesPerStream  int
+	maxStreamsPerNode  int
 	tlsCert, tlsKey    string
 	tlsClientCA        string
 	logLevel           string
@@ -119,6 +122,9 @@ func newFlags(cfg *config) *pflag.FlagSet {
 	f.Int64Var(&cfg.maxStreams, "max-streams", 10000, "xDS streams open at once, all connections together; one more is refused with RESOURCE_EXHAUSTED (0: no bound)")
 	f.Uint32Var(&cfg.maxStreamsPerConn, "max-streams-per-connection", 16, "xDS streams one connection may have open (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	f.IntVar(&cfg.maxReceiveMessage, "max-receive-message", 4<<20, "bytes of one xDS request at most; a larger one ends its stream with RESOURCE_EXHAUSTED")
+	f.IntVar(&cfg.maxTypesPerStream, "max-types-per-stream", guard.DefaultMaxTypesPerStream, "guard: type URLs one stream may ask for; a request past it is refused with RESOURCE_EXHAUSTED and counted in kds_xds_refusals_total")
+	f.IntVar(&cfg.maxNamesPerStream, "max-names-per-stream", guard.DefaultMaxNamesPerStream, "guard: resource names one stream may ask for across its types (subscribed, or a delta type's initial versions); past it, RESOURCE_EXHAUSTED, counted")
+	f.IntVar(&cfg.maxStreamsPerNode, "max-streams-per-node", guard.DefaultMaxStreamsPerNode, "guard: streams open at once with one node id; one more is refused with RESOURCE_EXHAUSTED, counted (negative: no bound)")
 	f.StringVar(&cfg.tlsCert, "tls-cert", "", "xDS listener: TLS certificate file (PEM); without it the listener is plaintext")
 	f.StringVar(&cfg.tlsKey, "tls-key", "", "xDS listener: the private key file of --tls-cert (PEM)")
 	f.StringVar(&cfg.tlsClientCA, "tls-client-ca", "", "xDS listener: CA file (PEM); a client must present a certificate it signed (mutual TLS: the only authentication this server has)")
@@ -174,6 +180,12 @@ func parse(args, env []string) (config, *pflag.FlagSet, error) {
 		return cfg, f, errors.New("--max-streams-per-connection 0: want 1 or more")
 	case cfg.maxReceiveMessage <= 0:
 		return cfg, f, fmt.Errorf("--max-receive-message %d: want a positive number of bytes", cfg.maxReceiveMessage)
+	case cfg.maxTypesPerStream <= 0:
+		return cfg, f, fmt.Errorf("--max-types-per-stream %d: want 1 or more", cfg.maxTypesPerStream)
+	case cfg.maxNamesPerStream <= 0:
+		return cfg, f, fmt.Errorf("--max-names-per-stream %d: want 1 or more", cfg.maxNamesPerStream)
+	case cfg.maxStreamsPerNode == 0:
+		return cfg, f, errors.New("--max-streams-per-node 0: want 1 or more, or negative for no bound")
 	}
 	return cfg, f, nil
 }
@@ -365,7 +377,8 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 
 // guardOptions are the guard's options that the flags set; runWith adds the plugin runtime's.
 func guardOptions(cfg config, log hclog.Logger) guard.Options {
-	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard")}
+	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard"),
+		MaxTypesPerStream: cfg.maxTypesPerStream, MaxNamesPerStream: cfg.maxNamesPerStream, MaxStreamsPerNode: cfg.maxStreamsPerNode}
 }
 
 // tlsMode says how the xDS listener is secured, for the serving line.

@@ -42,6 +42,23 @@ func TestStreamsPastMaxStreamsAreRefused(t *testing.T) {
 	g.Expect(metric(s, t)()).To(And(ContainSubstring("kds_xds_streams_refused_total 1"), ContainSubstring("kds_xds_streams_open 1")))
 }
 
+// TestTheGuardsPerStreamBoundsAreFlags: --max-names-per-stream reaches the guard, which refuses
+// a request past it with RESOURCE_EXHAUSTED and counts it; a stream within it is served.
+func TestTheGuardsPerStreamBoundsAreFlags(t *testing.T) {
+	g := NewWithT(t)
+	s := start(t, "testdata/resources.yaml", "--max-names-per-stream", "2")
+	a := dial(t, s.xds)
+	a.send(t, &discovery.DiscoveryRequest{ResourceNames: []string{"greeter-cluster"}})
+	g.Expect(clusters(t, a.recv(t))).To(HaveKey("greeter-cluster"))
+
+	b := dial(t, s.xds)
+	b.send(t, &discovery.DiscoveryRequest{ResourceNames: []string{"a", "b", "c"}})
+	var err error
+	g.Eventually(b.errs, 10*time.Second).Should(Receive(&err))
+	g.Expect(status.Code(err)).To(Equal(codes.ResourceExhausted))
+	g.Expect(metric(s, t)()).To(MatchRegexp(`kds_xds_refusals_total\{reason="[a-z_]+"\} 1`))
+}
+
 // pki is a CA and the files of a server and a client certificate it signed.
 type pki struct {
 	ca                            *x509.CertPool
