@@ -84,7 +84,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 // shares maps each shared served's resources slices (by their first element's address) to the
 // served, while a feed serves it: the codec finds a response's encoding there.
 type shares struct {
-	mu sync.RWMutex
+	mu sync.RWMutex    // guards m
 	m  map[any]*served // **anypb.Any or **discovery.Resource
 }
 

@@ -155,7 +155,7 @@ type Guard struct {
 	bounds   bounds       // Options' bounds (bounds.go)
 	refusals *lograte.Log // refused streams, a few lines a second per reason
 
-	mu            sync.Mutex
+	mu            sync.Mutex                                    // guards nodes, streams, requests, deltaRequests, and each session's bound
 	nodes         map[string]int                                // open streams by node id, counted by admit
 	streams       map[int64]*session                            // by the guard's id (deltaID for delta streams)
 	requests      map[*discovery.DiscoveryRequest]*session      // bound by OnStreamRequest, taken by CreateWatch

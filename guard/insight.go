@@ -41,7 +41,7 @@ type Withheld struct {
 
 // totals are the guard's counts since it started, by type URL (the insight's are per open stream).
 type totals struct {
-	mu               sync.Mutex
+	mu               sync.Mutex // guards nacks and responses
 	nacks, responses map[string]int64
 	refusals         map[string]int64 // by reason
 }

@@ -45,7 +45,7 @@ func (it *item) resource() *discovery.Resource {
 // it: by the hash of its encoding. It keeps the contents of the last two generations only, so
 // that what no response carries any more is freed.
 type itemCache struct {
-	mu        sync.Mutex
+	mu        sync.Mutex       // guards cur and prev
 	cur, prev map[string]*item // by type URL + hash
 	limit     int
 }

@@ -41,7 +41,7 @@ type session struct {
 	serial.Queue
 	retry retry.Stream
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below but bound (Guard.mu's)
 	node    string
 	opened  bool // the scheduler was told of the stream
 	review  bool // what the client holds changed: every type is evaluated again (reviewIfAsked)

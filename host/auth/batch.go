@@ -34,7 +34,7 @@ const maxBatch = 64
 // queued meanwhile, then hands the lead to the first that queued after them. A signature that
 // arrives alone is checked alone, at once.
 type batcher struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards leading and queue
 	leading bool
 	queue   []*sigCheck
 	onBatch func(n int) // tests: called with each batch's size

@@ -47,7 +47,7 @@ type changesRelay struct {
 	// lastFollowErr is why the last Follow failed, logged once; Follow's caller is one goroutine.
 	lastFollowErr string
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards leading and followers
 	leading   bool
 	followers map[*relayFollower]struct{}
 }

@@ -35,7 +35,7 @@ type replicas struct {
 	rec         store.ZoneStreamRecorder // nil: the store records nothing, nor does this
 	log         hclog.Logger
 
-	mu     sync.Mutex
+	mu     sync.Mutex         // guards others
 	others []store.ZoneStream // the other replicas' fresh records, as of the last heartbeat
 
 	// Owned by run's goroutine.

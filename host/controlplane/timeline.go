@@ -59,7 +59,7 @@ type TimelineReport struct {
 // is created when its stream opens and freed with the zone (forget); a hook for a zone without
 // one is dropped, so nothing outlives the zone table.
 type timeline struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // guards zones and every zone's ring
 	zones map[string]*zoneTimeline
 	// failing counts the zones' failing kinds (changed under mu): while none is, an ACK, which
 	// every stream sends on every write, records nothing and takes no lock.

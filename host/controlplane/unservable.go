@@ -21,7 +21,7 @@ import (
 type unservable struct {
 	log hclog.Logger
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards items and logged
 	items  []kds.Unservable
 	logged map[resource.Key]logged // what was logged, per resource
 }

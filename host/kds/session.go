@@ -49,8 +49,8 @@ type Session struct {
 	serial.Queue
 	retry retry.Stream
 
-	mu         sync.Mutex
-	zone       string // "" until the first request names it
+	mu         sync.Mutex // guards the fields below, the kinds' states and the watches; never held across a send or an observer
+	zone       string     // "" until the first request names it
 	kinds      kindStates
 	queue      []*watch                       // answered watches waiting for the sender, in order
 	inflight   []*inflight                    // responses handed to the server and not answered yet, oldest first

@@ -323,7 +323,7 @@ func DefaultReRequestLimit() RateLimit { return RateLimit{Rate: 20, Burst: 40} }
 // tokenBucket is one zone's RateLimit state, shared by its streams (a zone that reconnects
 // finds it as it left it). The zero value is a full bucket.
 type tokenBucket struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards started, tokens and last
 	started bool
 	tokens  float64
 	last    time.Time

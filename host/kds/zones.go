@@ -19,7 +19,7 @@ import (
 type Zones struct {
 	cache *Cache
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards zones, peak, order and orderOK; released before a session's lock is taken
 	zones map[string]*zoneState
 	peak  shrink.Peak
 	order []string // the zones' names, sorted, while orderOK (List)

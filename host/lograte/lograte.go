@@ -21,7 +21,7 @@ type Log struct {
 	burst   int
 	keyName string
 
-	mu     sync.Mutex
+	mu     sync.Mutex         // guards keys and closed
 	keys   map[string]*window // the keys with a window open
 	closed bool
 }

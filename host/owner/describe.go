@@ -23,7 +23,7 @@ type described struct {
 	policy     func() shared.OwnerCheck
 	generation func() uint64 // nil: unknown, so answers are never shared
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards decl, at and asking
 	decl   declaration
 	at     time.Time     // when decl was asked; zero: never
 	asking chan struct{} // closed when the call in flight returns; nil: none in flight

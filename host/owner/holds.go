@@ -101,7 +101,7 @@ type Config struct {
 type Holds struct {
 	cfg Config
 
-	mu        sync.RWMutex
+	mu        sync.RWMutex // guards the fields below; the policy is never called with it held
 	zones     map[string]*zoneHolds
 	peak      shrink.Peak // of zones
 	snap      *kds.Snapshot

@@ -32,7 +32,7 @@ type outcome struct {
 	gone  []resource.Key // keys asked about that are no longer served
 	table *table         // d.Held as a table (full checks)
 
-	mu    sync.Mutex
+	mu    sync.Mutex                   // guards shown
 	shown map[view]map[string][]string // what d shows to each view it was shared with
 }
 

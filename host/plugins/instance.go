@@ -49,7 +49,7 @@ type instance struct {
 	rf       shared.RetryForcer
 	oc       shared.OwnerCheck
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards inflight and closed
 	inflight int
 	closed   bool
 	idle     chan struct{} // closed once closed and no call is in flight

@@ -69,7 +69,7 @@ type logRelay struct {
 	burst    int
 	interval time.Duration
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards budget, timer and closed
 	budget  logBudget
 	timer   *time.Timer // the summary due, if any
 	closed  bool

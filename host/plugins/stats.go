@@ -42,7 +42,7 @@ type Latency struct {
 
 // callStats counts one plugin's calls and keeps the latencies of the latest ones.
 type callStats struct {
-	mu                      sync.Mutex
+	mu                      sync.Mutex // guards the fields below
 	calls, errors, timeouts uint64
 	recent                  [latencyWindow]time.Duration
 	next                    int // where the next latency goes in recent

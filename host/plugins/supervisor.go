@@ -44,9 +44,9 @@ type supervisor struct {
 	stats   callStats
 	wake    chan struct{} // a call saw trouble: look at the process now
 
-	mu        sync.Mutex
-	cur       *instance // nil while down
-	info      *instance // the latest instance, for status
+	mu        sync.Mutex // guards the fields below
+	cur       *instance  // nil while down
+	info      *instance  // the latest instance, for status
 	state     string
 	since     time.Time
 	restarts  int

@@ -46,7 +46,7 @@ type Kind struct {
 // Registry holds the known kinds. The zero value is empty; Default returns the built-in set.
 // It is safe for concurrent use.
 type Registry struct {
-	mu       sync.RWMutex
+	mu       sync.RWMutex // guards byName, byPlural and order
 	byName   map[string]*Kind
 	byPlural map[string]*Kind
 	order    []string

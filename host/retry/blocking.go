@@ -28,7 +28,7 @@ type Blocking struct {
 	Backoff   time.Duration
 	Resender  Resender
 
-	mu     sync.Mutex
+	mu     sync.Mutex            // guards bursts
 	bursts map[int64]*burstState // per stream
 }
 

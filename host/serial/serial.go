@@ -15,7 +15,7 @@ import "sync"
 // function runs after f returns, on the same goroutine). This is Istio's push queue for one
 // connection: work that arrives while the connection is busy is run by the worker already on it.
 type Queue struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards busy and pending; never held while work runs
 	busy    bool
 	pending []func()
 }

@@ -201,7 +201,7 @@ func parsePayload(s string) (rev int64, entry *logEntry, err error) {
 // does not hold (a bare payload, one missed while LISTEN was down, one older than the log) makes
 // ChangesSince query for any span that includes it.
 type changeLog struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards slots
 	// slots holds revision r at r % changeLogSize: a newer revision replaces the oldest.
 	slots [changeLogSize]*logEntry
 }

@@ -126,7 +126,7 @@ type listener struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards status, pid, relay and kick
 	status ListenStatus
 	pid    uint32             // the LISTEN connection's backend, while it is up
 	relay  Relay              // SetRelay's; read at each connection

@@ -125,7 +125,7 @@ type Client struct {
 
 	ready chan string // kinds whose admission outage just ended
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards stats and acceptNew
 	stats     Stats
 	acceptNew bool // take the global's next store id as the one to sync from
 }

@@ -534,7 +534,7 @@ func Start(t testing.TB) (dsn string) {
 // Shared is one server for a whole test binary, started by the first Database call and
 // stopped by Stop (call it from TestMain after m.Run). The zero value is ready to use.
 type Shared struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards srv and err
 	srv *Server
 	err error
 }
