@@ -177,6 +177,9 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 		observers = append(observers, c.holds.Observer())
 	}
 	c.tracker = kds.NewTracker(kc, observers...)
+	if kopts.Emulate != "" {
+		c.tracker.SetCallbacksStallStreams()
+	}
 	go c.expire()
 	c.tracker.SetLimits(kopts.Limits)
 	if !kopts.PlainNACKsMayPass {

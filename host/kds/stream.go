@@ -215,12 +215,20 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 	if err != nil {
 		return err
 	}
+	if s.tracker.stalls {
+		s.mu.Lock() // the emulation of the old behaviour: the observers stall the stream
+	}
 	tell, err := s.tracker.request(s.st, s.id, req)
 	tell()
 	if err != nil {
+		if s.tracker.stalls {
+			s.mu.Unlock()
+		}
 		return err
 	}
-	s.mu.Lock()
+	if !s.tracker.stalls {
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if s.closed || s.failed != nil {
 		return s.failed

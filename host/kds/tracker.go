@@ -24,6 +24,9 @@ type Tracker struct {
 	observers event.Observers
 	limits    Limits
 	plain     event.Cause // of a refusal read from a NACK without a structured list
+	// stalls: the observers are told as go-control-plane's server calls its callbacks, on the
+	// stream's one goroutine with nothing else of the stream going on (SetCallbacksStallStreams).
+	stalls bool
 }
 
 // Limits bound what one zone, or every zone together, may cost the global. Zero fields take the
@@ -111,6 +114,13 @@ func (t *Tracker) SetLimits(l Limits) {
 	t.cache.responseTimeout.Store(int64(t.limits.ResponseTimeout))
 	t.cache.maxUnknown.Store(int64(t.limits.MaxUnknownNames))
 }
+
+// SetCallbacksStallStreams makes kds's own stream loop tell the observers of a request with the
+// stream's lock held, as go-control-plane's server calls its callbacks on the stream's one
+// goroutine: an observer that waits then stalls every kind of the stream, sends included. It is
+// for the emulation of the old, blocking retry (retry.Blocking, --emulate) alone. Call it before
+// serving.
+func (t *Tracker) SetCallbacksStallStreams() { t.stalls = true }
 
 // SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
 // (default: unspecified, which the retry policy backs off and resends, as a zone that cannot say
