@@ -165,20 +165,7 @@ func TestAZoneThatHalfClosesWithAFullWindowEndsItsStream(t *testing.T) {
 	s, err := b.Build(append(big, policyAt("MeshTimeout", "t", 1, 0)))
 	g.Expect(err).NotTo(HaveOccurred())
 	c.SetSnapshot(s)
-	srv, _ := NewGRPCServer(ctx, c, tr, ServerConfig{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	g.Expect(err).NotTo(HaveOccurred())
-	go srv.Serve(ln)
-	defer srv.Stop()
-
-	// The smallest windows there are, and never a read: the server's send waits.
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStaticStreamWindowSize(64<<10), grpc.WithStaticConnWindowSize(64<<10))
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	str, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(str.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}, TypeUrl: "MeshAccessLog", ResourceNamesSubscribe: []string{"*"}})).To(Succeed())
+	str := nonReadingZone(t, ctx, c, tr, ServerConfig{}, "MeshAccessLog")
 	g.Eventually(func() int {
 		if st := c.Current("z"); st != nil {
 			return st.InFlight()
@@ -214,20 +201,7 @@ func TestAStalledZonesConnectionIsDropped(t *testing.T) {
 	s, err := b.Build(big)
 	g.Expect(err).NotTo(HaveOccurred())
 	c.SetSnapshot(s)
-	conns := NewConns()
-	srv, _ := NewGRPCServer(ctx, c, tr, ServerConfig{Conns: conns})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	g.Expect(err).NotTo(HaveOccurred())
-	go srv.Serve(conns.Wrap(ln))
-	defer srv.Stop()
-
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStaticStreamWindowSize(64<<10), grpc.WithStaticConnWindowSize(64<<10))
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	str, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(str.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}, TypeUrl: "MeshAccessLog", ResourceNamesSubscribe: []string{"*"}})).To(Succeed())
+	str := nonReadingZone(t, ctx, c, tr, ServerConfig{Conns: NewConns()}, "MeshAccessLog")
 
 	var r event.Refusal
 	g.Eventually(refused, 10*time.Second).Should(Receive(&r))
@@ -237,4 +211,29 @@ func TestAStalledZonesConnectionIsDropped(t *testing.T) {
 		return str.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: "MeshAccessLog"})
 	}, 10*time.Second).Should(HaveOccurred(), "the zone sees its connection end")
 	g.Expect(c.budget.inUse()).To(BeZero())
+}
+
+// nonReadingZone serves c on a loopback listener with cfg and opens a stream to it as zone z,
+// subscribed to kind, over the smallest windows there are, which never reads: the server's
+// sends to it wait.
+func nonReadingZone(t *testing.T, ctx context.Context, c *Cache, tr *Tracker, cfg ServerConfig, kind string) discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+	t.Helper()
+	g := NewWithT(t)
+	srv, _ := NewGRPCServer(ctx, c, tr, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	served := ln
+	if cfg.Conns != nil {
+		served = cfg.Conns.Wrap(ln)
+	}
+	go srv.Serve(served)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(64<<10), grpc.WithStaticConnWindowSize(64<<10))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { conn.Close() })
+	str, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(str.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}, TypeUrl: kind, ResourceNamesSubscribe: []string{"*"}})).To(Succeed())
+	return str
 }
