@@ -311,7 +311,7 @@ func (g *Global) Run(ctx context.Context) error {
 		}()
 	}
 	run("sync", func() error { return g.sync(ctx) })
-	run("KDS server", func() error { return grpcServer.Serve(scfg.Conns.Wrap(g.kdsLn)) })
+	run("KDS server", func() error { return grpcServer.Serve(g.kdsLn) })
 	run("API server", func() error {
 		if g.cfg.APITLS != nil {
 			apiServer.TLSConfig = g.cfg.APITLS

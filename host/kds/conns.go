@@ -3,67 +3,87 @@ package kds
 import (
 	"net"
 	"sync"
+	"syscall"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Conns is the registry of the KDS server's connections, by peer address, so that the server can
 // drop the connection of a stream that does not read: gRPC cannot end such a stream, because the
 // status that would end it waits behind the data the peer does not read, and so do the bytes
-// gRPC holds for it, until the connection closes. Serve the server on Wrap(ln).
+// gRPC holds for it, until the connection closes. The server registers a connection as its
+// transport credentials take it (Creds), and hands gRPC the connection itself, unwrapped (grpc-go
+// pools the read buffers of raw TCP connections only).
 type Conns struct {
-	mu   sync.Mutex // guards open
-	open map[string]*trackedConn
+	mu    sync.Mutex // guards open and swept
+	open  map[string]net.Conn
+	swept int // len(open) after the last sweep of closed connections
 }
 
 // NewConns returns an empty registry.
-func NewConns() *Conns { return &Conns{open: map[string]*trackedConn{}} }
+func NewConns() *Conns { return &Conns{open: map[string]net.Conn{}} }
 
-// Wrap returns ln, its connections registered in c while open.
-func (c *Conns) Wrap(ln net.Listener) net.Listener { return &trackedListener{Listener: ln, conns: c} }
+// Creds returns inner (nil: plaintext) with every connection it takes registered in c.
+func (c *Conns) Creds(inner credentials.TransportCredentials) credentials.TransportCredentials {
+	if inner == nil {
+		inner = insecure.NewCredentials()
+	}
+	return trackingCreds{TransportCredentials: inner, conns: c}
+}
 
 // Drop closes the connection from peer (its remote address), and reports whether there was one.
 func (c *Conns) Drop(peer string) bool {
 	c.mu.Lock()
-	tc := c.open[peer]
+	conn := c.open[peer]
+	delete(c.open, peer)
 	c.mu.Unlock()
-	if tc == nil {
+	if conn == nil {
 		return false
 	}
-	tc.Close()
+	conn.Close()
 	return true
 }
 
-type trackedListener struct {
-	net.Listener
-	conns *Conns
-}
-
-func (l *trackedListener) Accept() (net.Conn, error) {
-	conn, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	tc := &trackedConn{Conn: conn, conns: l.conns, peer: conn.RemoteAddr().String()}
-	l.conns.mu.Lock()
-	l.conns.open[tc.peer] = tc
-	l.conns.mu.Unlock()
-	return tc, nil
-}
-
-// trackedConn is a connection of Conns, which it leaves when it closes.
-type trackedConn struct {
-	net.Conn
-	conns *Conns
-	peer  string
-	once  sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.conns.mu.Lock()
-		if c.conns.open[c.peer] == c {
-			delete(c.conns.open, c.peer)
+// add registers conn, and forgets the connections that closed since the registry last doubled.
+func (c *Conns) add(conn net.Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open[conn.RemoteAddr().String()] = conn
+	if len(c.open) > 2*c.swept+64 {
+		for peer, o := range c.open {
+			if closed(o) {
+				delete(c.open, peer)
+			}
 		}
-		c.conns.mu.Unlock()
-	})
-	return c.Conn.Close()
+		c.swept = len(c.open)
+	}
+}
+
+// closed reports whether conn is closed, as far as its file descriptor tells.
+func closed(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	return rc.Control(func(uintptr) {}) != nil
+}
+
+// trackingCreds is transport credentials that register each connection they take.
+type trackingCreds struct {
+	credentials.TransportCredentials
+	conns *Conns
+}
+
+func (t trackingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	t.conns.add(raw)
+	return t.TransportCredentials.ServerHandshake(raw)
+}
+
+func (t trackingCreds) Clone() credentials.TransportCredentials {
+	return trackingCreds{TransportCredentials: t.TransportCredentials.Clone(), conns: t.conns}
 }

@@ -222,11 +222,7 @@ func nonReadingZone(t *testing.T, ctx context.Context, c *Cache, tr *Tracker, cf
 	srv, _ := NewGRPCServer(ctx, c, tr, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
-	served := ln
-	if cfg.Conns != nil {
-		served = cfg.Conns.Wrap(ln)
-	}
-	go srv.Serve(served)
+	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStaticStreamWindowSize(64<<10), grpc.WithStaticConnWindowSize(64<<10))

@@ -43,9 +43,9 @@ type ServerConfig struct {
 	// MaxStreamsPerConnection bounds the streams one connection may have open (default 16: a
 	// zone needs one KDS stream and a health check).
 	MaxStreamsPerConnection uint32
-	// Conns, when set, is the registry of the connections the server is served on (its Wrap of
-	// the listener): a stream that the response timeout closes has its connection dropped, which
-	// ends it for the zone and frees what gRPC holds for it. Nil: the stream is closed only.
+	// Conns, when set, registers the server's connections: a stream that the response timeout
+	// closes has its connection dropped, which ends it for the zone and frees what gRPC holds for
+	// it. Nil: the stream is closed only.
 	Conns *Conns
 	// MaxRequestBytes bounds one message a client sends (default DefaultMaxRequestBytes): gRPC
 	// refuses a larger one as its bytes arrive, before it is decoded, and the stream ends with
@@ -81,8 +81,15 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 		// Zones ping every 10s at most (zone.Keepalive, gRPC's minimum): allowed with room.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	var creds credentials.TransportCredentials
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	if cfg.Conns != nil {
+		creds = cfg.Conns.Creds(creds)
+	}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
 	}
 	s := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg})
