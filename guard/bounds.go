@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kds-host/kds-host/host/nack"
+	"github.com/kds-host/kds-host/engine/nack"
 )
 
 // The defaults of Options' bounds.

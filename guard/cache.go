@@ -24,12 +24,12 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/lograte"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
-	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/internal/lograte"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
@@ -356,11 +356,11 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
 // and logs refused streams (a few lines a second per reason).
 func (c *Cache) counter() event.Observer {
 	return event.Observer{
-		NACK: func(n event.NACK) { c.totals.add(&c.totals.nacks, n.Kind) },
-		Sent: func(s event.Sent) { c.totals.add(&c.totals.responses, s.Kind) },
+		NACK: func(n event.NACK) { c.totals.add(&c.totals.nacks, n.TypeURL) },
+		Sent: func(s event.Sent) { c.totals.add(&c.totals.responses, s.TypeURL) },
 		Refused: func(r event.Refusal) {
 			c.totals.add(&c.totals.refusals, r.Reason)
-			c.refusals.Log(r.Reason, hclog.Warn, "xDS stream refused", "reason", r.Reason, "node", r.Zone, "detail", r.Detail)
+			c.refusals.Log(r.Reason, hclog.Warn, "xDS stream refused", "reason", r.Reason, "node", r.Node, "detail", r.Detail)
 		},
 	}
 }

@@ -70,9 +70,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/lograte"
-	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
+	"github.com/kds-host/kds-host/internal/lograte"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 	"github.com/kds-host/kds-host/shared"
 )

@@ -26,10 +26,10 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/nack"
-	"github.com/kds-host/kds-host/host/retry"
-	"github.com/kds-host/kds-host/host/serial"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/nack"
+	"github.com/kds-host/kds-host/engine/retry"
+	"github.com/kds-host/kds-host/internal/serial"
 )
 
 type session struct {
@@ -750,7 +750,7 @@ func (s *session) sent(typeURL, nonce string, is func(*flight) bool) {
 	zone, opened := s.node, s.opened
 	s.mu.Unlock()
 	if opened {
-		s.g.obs.Sent(event.Sent{StreamID: s.id, Zone: zone, Kind: ts.typeURL, Versions: fresh.versions()})
+		s.g.obs.Sent(event.Sent{StreamID: s.id, Node: zone, TypeURL: ts.typeURL, Versions: fresh.versions()})
 	}
 }
 
@@ -829,7 +829,7 @@ func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcsta
 	}
 	if nack != nil {
 		s.g.obs.NACK(*nack)
-		s.g.log.Debug("client refused resources", "client", zone, "type", nack.Kind, "refused", len(nack.Rejected), "detail", nack.Detail)
+		s.g.log.Debug("client refused resources", "client", zone, "type", nack.TypeURL, "refused", len(nack.Rejected), "detail", nack.Detail)
 	}
 	if ack != nil || nack != nil {
 		// What the client holds changed: what waited for it may go now. The session's
@@ -870,7 +870,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 		}
 		ts.acked.settle(ts.served)
 		s.ownerArrivedLocked()
-		return &event.ACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Versions: fresh.versions(), Removed: f.removed}, nil
+		return &event.ACK{StreamID: s.id, Node: s.node, TypeURL: ts.typeURL, Versions: fresh.versions(), Removed: f.removed}, nil
 	}
 	ins.NACKs++
 	s.g.totals.add(&s.g.totals.nacks, ts.typeURL)
@@ -882,7 +882,7 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 	// A plain client's NACK is about content (neither Envoy nor grpc-go has a transient cause).
 	rejected, msg := nack.Read(detail, carried, maxLastError, event.CauseInvalid)
 	ins.LastError = msg
-	nk := &event.NACK{StreamID: s.id, Zone: s.node, Kind: ts.typeURL, Detail: msg, Accepted: map[string]string{}, Rejected: rejected}
+	nk := &event.NACK{StreamID: s.id, Node: s.node, TypeURL: ts.typeURL, Detail: msg, Accepted: map[string]string{}, Rejected: rejected}
 	isRefused := make(map[string]bool, len(rejected))
 	refused := make([]string, 0, len(rejected))
 	for _, rj := range rejected {

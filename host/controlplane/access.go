@@ -12,9 +12,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
-	"github.com/kds-host/kds-host/host/event"
 )
 
 // StoreIDHeader is the KDS stream's header metadata that carries the global's store id.
@@ -164,12 +164,12 @@ func (g *Global) logObserver() event.Observer {
 		},
 		NACK: func(n event.NACK) {
 			mu.Lock()
-			first := !failing[streamKind{n.StreamID, n.Kind}]
-			failing[streamKind{n.StreamID, n.Kind}] = true
+			first := !failing[streamKind{n.StreamID, n.TypeURL}]
+			failing[streamKind{n.StreamID, n.TypeURL}] = true
 			nFailing.Store(int64(len(failing)))
 			mu.Unlock()
 			if first {
-				log.Info("zone rejects a kind", "zone", n.Zone, "kind", n.Kind, "rejected", len(n.Rejected), "detail", n.Detail)
+				log.Info("zone rejects a kind", "zone", n.Node, "kind", n.TypeURL, "rejected", len(n.Rejected), "detail", n.Detail)
 			}
 		},
 		ACK: func(a event.ACK) {
@@ -177,24 +177,24 @@ func (g *Global) logObserver() event.Observer {
 				return // (the stream's NACK was counted before its next ACK is heard)
 			}
 			mu.Lock()
-			was := failing[streamKind{a.StreamID, a.Kind}]
-			delete(failing, streamKind{a.StreamID, a.Kind})
+			was := failing[streamKind{a.StreamID, a.TypeURL}]
+			delete(failing, streamKind{a.StreamID, a.TypeURL})
 			nFailing.Store(int64(len(failing)))
 			mu.Unlock()
 			if was {
-				log.Info("zone accepts the kind again", "zone", a.Zone, "kind", a.Kind)
+				log.Info("zone accepts the kind again", "zone", a.Node, "kind", a.TypeURL)
 			}
 		},
 		// Refusals are counted in kds_stream_refusals_total, each of them; the log writes a few
 		// a second per reason, and then how many it left out.
 		Refused: func(r event.Refusal) {
 			if r.Reason == "replaced" {
-				g.refusals.Log(r.Reason, hclog.Info, "zone stream replaced by a newer one", "zone", r.Zone, "detail", r.Detail)
+				g.refusals.Log(r.Reason, hclog.Info, "zone stream replaced by a newer one", "zone", r.Node, "detail", r.Detail)
 				return
 			}
 			args := []any{"reason", r.Reason}
-			if r.Zone != "" {
-				args = append(args, "zone", r.Zone)
+			if r.Node != "" {
+				args = append(args, "zone", r.Node)
 			}
 			g.refusals.Log(r.Reason, hclog.Warn, "KDS stream refused", append(args, "detail", r.Detail)...)
 		},

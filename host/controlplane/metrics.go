@@ -9,13 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
-	"github.com/kds-host/kds-host/host/retry"
-	"github.com/kds-host/kds-host/host/shrink"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
+	"github.com/kds-host/kds-host/internal/shrink"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -225,8 +225,8 @@ func (m *kdsMetrics) observer() event.Observer {
 		StreamClosed: func(int64, string) { m.streams.Dec() },
 		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights).
 		NACK: func(n event.NACK) {
-			m.zones.count(n.Zone, func(z *zoneCounts) {
-				k := z.kind(n.Kind)
+			m.zones.count(n.Node, func(z *zoneCounts) {
+				k := z.kind(n.TypeURL)
 				if k.rejected == nil {
 					k.rejected = map[event.Cause]float64{}
 				}
@@ -237,7 +237,7 @@ func (m *kdsMetrics) observer() event.Observer {
 		},
 		Refused: func(r event.Refusal) { m.refused.WithLabelValues(r.Reason).Inc() },
 		ReRequest: func(r event.ReRequest) {
-			m.zones.count(r.Zone, func(z *zoneCounts) {
+			m.zones.count(r.Node, func(z *zoneCounts) {
 				if r.Answered {
 					z.reRequests[0]++
 				} else {

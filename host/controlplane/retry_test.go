@@ -66,7 +66,7 @@ func metricHelp(t testing.TB, diagAddr, name string) string {
 // TestAnOutageOfMeshConvergesAfterIt runs a real global and zone: the zone's admission refuses
 // Mesh for a while, and the retry rounds bring everything once it is ready. The test asserts the
 // order of what happens, not how long it takes: the timing of the rounds is the scheduler's,
-// covered exactly by its synctest tests (host/retry).
+// covered exactly by its synctest tests (engine/retry).
 func TestAnOutageOfMeshConvergesAfterIt(t *testing.T) {
 	g := NewWithT(t)
 	reg := resource.Default()

@@ -8,9 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/api"
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/retry"
 )
 
 // timelineCap is how many events a zone's timeline keeps: the latest, the older ones dropped.
@@ -127,28 +127,28 @@ func (t *timeline) observer() event.Observer {
 			t.record(zone, false, func(z *zoneTimeline) { z.add(TimelineEvent{At: time.Now(), Type: TimelineDisconnected}) })
 		},
 		NACK: func(n event.NACK) {
-			t.record(n.Zone, false, func(z *zoneTimeline) {
-				if !z.failing[n.Kind] {
-					z.failing[n.Kind] = true
+			t.record(n.Node, false, func(z *zoneTimeline) {
+				if !z.failing[n.TypeURL] {
+					z.failing[n.TypeURL] = true
 					t.failing.Add(1)
 				}
-				z.add(TimelineEvent{At: time.Now(), Type: TimelineNACK, Kind: n.Kind, Count: len(n.Rejected), Detail: n.Detail})
+				z.add(TimelineEvent{At: time.Now(), Type: TimelineNACK, Kind: n.TypeURL, Count: len(n.Rejected), Detail: n.Detail})
 			})
 		},
 		ACK: func(a event.ACK) {
 			if a.Initial || t.failing.Load() == 0 {
 				return // (a zone's NACK was counted before its stream's next ACK is heard)
 			}
-			t.record(a.Zone, false, func(z *zoneTimeline) {
-				if !z.failing[a.Kind] {
+			t.record(a.Node, false, func(z *zoneTimeline) {
+				if !z.failing[a.TypeURL] {
 					return
 				}
-				delete(z.failing, a.Kind)
+				delete(z.failing, a.TypeURL)
 				t.failing.Add(-1)
 				if len(z.failing) == 0 {
 					z.round = 0
 				}
-				z.add(TimelineEvent{At: time.Now(), Type: TimelineRecovered, Kind: a.Kind})
+				z.add(TimelineEvent{At: time.Now(), Type: TimelineRecovered, Kind: a.TypeURL})
 			})
 		},
 	}

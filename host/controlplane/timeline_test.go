@@ -7,8 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 )
 
 func TestATimelineKeepsTheLatestEventsOfKnownZonesOnly(t *testing.T) {
@@ -18,19 +18,19 @@ func TestATimelineKeepsTheLatestEventsOfKnownZonesOnly(t *testing.T) {
 	obs, hooks := tl.observer(), tl.hooks(retry.Hooks{Round: func(string, time.Duration, map[string]int) { rounds++ }})
 
 	// Nothing is kept for a zone whose stream never opened (or that was forgotten).
-	obs.NACK(event.NACK{Zone: "ghost", Kind: "Mesh"})
+	obs.NACK(event.NACK{Node: "ghost", TypeURL: "Mesh"})
 	hooks.Round("ghost", time.Second, map[string]int{"Mesh": 1})
 	hooks.GaveUp("ghost", "no")
 	g.Expect(tl.report("").Zones).To(BeEmpty())
 	g.Expect(rounds).To(Equal(1), "the wrapped hook is still called")
 
 	obs.StreamOpened(1, "zone-1")
-	obs.NACK(event.NACK{Zone: "zone-1", Kind: "Mesh", Rejected: []event.Rejection{{Name: "default"}}, Detail: strings.Repeat("é", 500)})
+	obs.NACK(event.NACK{Node: "zone-1", TypeURL: "Mesh", Rejected: []event.Rejection{{Name: "default"}}, Detail: strings.Repeat("é", 500)})
 	hooks.Round("zone-1", 100*time.Millisecond, map[string]int{"Mesh": 1})
-	obs.NACK(event.NACK{Zone: "zone-1", Kind: "Mesh"})
+	obs.NACK(event.NACK{Node: "zone-1", TypeURL: "Mesh"})
 	hooks.Round("zone-1", 200*time.Millisecond, map[string]int{"Mesh": 1})
-	obs.ACK(event.ACK{Zone: "zone-1", Kind: "MeshTimeout"}) // never NACKed: nothing to recover
-	obs.ACK(event.ACK{Zone: "zone-1", Kind: "Mesh"})
+	obs.ACK(event.ACK{Node: "zone-1", TypeURL: "MeshTimeout"}) // never NACKed: nothing to recover
+	obs.ACK(event.ACK{Node: "zone-1", TypeURL: "Mesh"})
 	hooks.GaveUp("zone-1", "max attempts")
 	obs.StreamClosed(1, "zone-1")
 
@@ -61,6 +61,6 @@ func TestATimelineKeepsTheLatestEventsOfKnownZonesOnly(t *testing.T) {
 	// A zone that leaves leaves nothing.
 	tl.forget("zone-1")
 	g.Expect(tl.zones).To(BeEmpty())
-	obs.NACK(event.NACK{Zone: "zone-1", Kind: "Mesh"})
+	obs.NACK(event.NACK{Node: "zone-1", TypeURL: "Mesh"})
 	g.Expect(tl.zones).To(BeEmpty())
 }

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
-	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/store"
 )
 

@@ -7,10 +7,10 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
-	"github.com/kds-host/kds-host/host/retry"
 )
 
 // lookup finds states by stream, and counts the lookups.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kds-host/kds-host/host/nack"
+	"github.com/kds-host/kds-host/engine/nack"
 )
 
 // DefaultMaxRequestBytes bounds one request a zone sends the global, unless configured

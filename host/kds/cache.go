@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/shrink"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/internal/shrink"
 )
 
 // Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds). An

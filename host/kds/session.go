@@ -12,9 +12,9 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/retry"
-	"github.com/kds-host/kds-host/host/serial"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
+	"github.com/kds-host/kds-host/internal/serial"
 )
 
 // Session is everything the global knows about one zone stream on the wire, in one place behind

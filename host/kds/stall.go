@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 )
 
 // stallTimer closes a stream of kds's own loop whose oldest response stays unanswered past the
@@ -86,6 +86,6 @@ func (s *Session) checkStall() {
 		msg += "; its connection is closed"
 	}
 	if report := s.cache.onStall; report != nil {
-		report(event.Refusal{Reason: "stalled", Zone: zone, Detail: msg})
+		report(event.Refusal{Reason: "stalled", Node: zone, Detail: msg})
 	}
 }

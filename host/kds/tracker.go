@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/nack"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/nack"
 )
 
 // Tracker is the delta server's Callbacks: it opens and closes each stream's Session, admits
@@ -135,7 +135,7 @@ func (t *Tracker) refuse(reason, zone string, err error) {
 
 // refusal is the refusal of a stream refused with err, a gRPC status error.
 func refusal(reason, zone string, err error) event.Refusal {
-	return event.Refusal{Reason: reason, Zone: zone, Detail: status.Convert(err).Message()}
+	return event.Refusal{Reason: reason, Node: zone, Detail: status.Convert(err).Message()}
 }
 
 // OnDeltaStreamOpen implements delta.Callbacks.
@@ -192,7 +192,7 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 				// One stream per zone: the newer one wins, and the older is told why it ends.
 				msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", node)
 				replaced.info.close(status.Error(codes.Aborted, msg))
-				refusals = append(refusals, event.Refusal{Reason: "replaced", Zone: node, Detail: msg})
+				refusals = append(refusals, event.Refusal{Reason: "replaced", Node: node, Detail: msg})
 			}
 		}
 		if err != nil {
@@ -227,7 +227,7 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 	case req.GetErrorDetail() == nil:
 		// The event reads the response in place: the ACK is told before the watch that may
 		// reuse its record is opened again (the stream loop's request), or the observers copy.
-		ack = event.ACK{StreamID: id, Zone: zone, Kind: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
+		ack = event.ACK{StreamID: id, Node: zone, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
 		s.answerLocked(answered, nil)
 	default:
 		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage, t.plain)
@@ -239,14 +239,14 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 	return func() {
 		tellRefusals()
 		if reRequest {
-			t.observers.ReRequest(event.ReRequest{StreamID: id, Zone: zone, Kind: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
+			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: zone, TypeURL: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
 		}
 		if opened {
 			t.observers.StreamOpened(id, zone)
 		}
 		if first && len(req.GetInitialResourceVersions()) > 0 {
 			// What the zone already holds counts as ACKed.
-			t.observers.ACK(event.ACK{StreamID: id, Zone: zone, Kind: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
+			t.observers.ACK(event.ACK{StreamID: id, Node: zone, TypeURL: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
 		}
 		switch {
 		case answered == nil:
@@ -278,7 +278,7 @@ func (t *Tracker) sentFlight(s *Session, id int64, resp *discovery.DeltaDiscover
 	r := s.sentLocked(resp, flight)
 	zone := s.zone
 	s.mu.Unlock()
-	t.observers.Sent(event.Sent{StreamID: id, Zone: zone, Kind: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
+	t.observers.Sent(event.Sent{StreamID: id, Node: zone, TypeURL: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
 }
 
 // nackOf reads a NACK of the response answered (nack.Read): the zone's structured rejection
@@ -290,7 +290,7 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 		prior := answered.prior(res.Name)
 		carried[i] = nack.Carried{Name: res.Name, Version: res.Version, New: !prior.ok || prior.version != res.Version}
 	}
-	n := event.NACK{StreamID: id, Zone: zone, Kind: answered.kind, Accepted: map[string]string{}}
+	n := event.NACK{StreamID: id, Node: zone, TypeURL: answered.kind, Accepted: map[string]string{}}
 	n.Rejected, n.Detail = nack.Read(detail, carried, maxText, plain)
 	rejected := make(map[string]bool, len(n.Rejected))
 	for _, r := range n.Rejected {

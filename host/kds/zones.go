@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/resource"
-	"github.com/kds-host/kds-host/host/shrink"
+	"github.com/kds-host/kds-host/internal/shrink"
 )
 
 // Zones is the zone table: per zone, whether it is connected and since when, and its session

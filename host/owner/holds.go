@@ -39,10 +39,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
-	"github.com/kds-host/kds-host/host/shrink"
+	"github.com/kds-host/kds-host/internal/shrink"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -260,10 +260,10 @@ func (h *Holds) Observer() event.Observer {
 			}
 			h.enqueue(zone)
 		},
-		ACK: func(a event.ACK) { h.arrived(a.Zone, a.Kind, a.Versions, a.Removed) },
+		ACK: func(a event.ACK) { h.arrived(a.Node, a.TypeURL, a.Versions, a.Removed) },
 		NACK: func(n event.NACK) {
 			if len(n.Accepted) > 0 {
-				h.arrived(n.Zone, n.Kind, event.VersionsOf(n.Accepted), nil)
+				h.arrived(n.Node, n.TypeURL, event.VersionsOf(n.Accepted), nil)
 			}
 		},
 		StreamClosed: func(id int64, zone string) {

@@ -13,7 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
@@ -166,7 +166,7 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 
 	// The zone ACKs its Mesh: the policy is released, and its name refreshed.
 	w.hold("zone-1", meshKey)
-	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
+	obs.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
 	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 	g.Expect(h.Visible("zone-1", w.snap.Kind("MeshTimeout")["default/t"])).To(BeTrue())
 	w.mu.Lock()
@@ -209,7 +209,7 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 	for len(h.Withheld("zone-1")) < 10_000 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshRetry", Versions: event.VersionsOf(map[string]string{"default/x": "1"})}
+	ack := event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "MeshRetry", Versions: event.VersionsOf(map[string]string{"default/x": "1"})}
 	b.ResetTimer()
 	for range b.N {
 		obs.ACK(ack)
@@ -308,7 +308,7 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 	// The zone ACKs its Mesh: the 100 that waited for it, found by index, are checked.
 	w.hold("zone-1", meshKey)
 	calls := rec.count()
-	obs.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(snap, meshKey)})})
+	obs.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(snap, meshKey)})})
 	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
 	g.Expect(rec.count()).To(Equal(calls + 1))
 	g.Expect(rec.last("zone-1").GetCandidates()).To(HaveLen(100))
@@ -392,7 +392,7 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 	}
 	ackMesh := func(w *world, h *owner.Holds, i int, z string) {
 		w.hold(z, meshKey)
-		h.Observer().ACK(event.ACK{StreamID: int64(i + 1), Zone: z, Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
+		h.Observer().ACK(event.ACK{StreamID: int64(i + 1), Node: z, TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
 	}
 
 	t.Run("shared", func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
@@ -96,7 +96,7 @@ func TestAReportDuringACheckIsWeighedAfterIt(t *testing.T) {
 		synctest.Wait() // the check waits at the gate
 		versions := map[string]string{pol.XDSName(): version(w.snap, pol)}
 		w.store("zone-1", pol.Kind, versions, nil)
-		h.Observer().ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: pol.Kind, Versions: event.VersionsOf(versions), Initial: true})
+		h.Observer().ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: pol.Kind, Versions: event.VersionsOf(versions), Initial: true})
 		p.gate.open()
 		synctest.Wait()
 
@@ -192,7 +192,7 @@ func TestAnAnswerFromAnInventoryThatMovedMeanwhileIsNotShared(t *testing.T) {
 
 		// Stream 2 reports what the zone holds: the same as when the check began.
 		w.store("zone-1", pol.Kind, held, nil)
-		h.Observer().ACK(event.ACK{StreamID: 2, Zone: "zone-1", Kind: pol.Kind, Versions: event.VersionsOf(held), Initial: true})
+		h.Observer().ACK(event.ACK{StreamID: 2, Node: "zone-1", TypeURL: pol.Kind, Versions: event.VersionsOf(held), Initial: true})
 		p.gate.open()
 		synctest.Wait()
 

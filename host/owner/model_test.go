@@ -13,7 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
@@ -290,7 +290,7 @@ func (r *modelRun) ack(nack bool) {
 	if !nack {
 		r.logf("%s ACKs %s: %v, removed %v", zone, kind, sent, removed)
 		r.global.store(zone, kind, sent, removed)
-		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: event.VersionsOf(sent), Removed: removed})
+		r.obs.ACK(event.ACK{StreamID: z.id, Node: zone, TypeURL: kind, Versions: event.VersionsOf(sent), Removed: removed})
 		return
 	}
 	accepted := map[string]string{}
@@ -304,7 +304,7 @@ func (r *modelRun) ack(nack bool) {
 	}
 	r.logf("%s NACKs %s: accepted %v", zone, kind, accepted)
 	r.global.store(zone, kind, accepted, nil)
-	r.obs.NACK(event.NACK{StreamID: z.id, Zone: zone, Kind: kind, Accepted: accepted, Rejected: rejected})
+	r.obs.NACK(event.NACK{StreamID: z.id, Node: zone, TypeURL: kind, Accepted: accepted, Rejected: rejected})
 }
 
 // connect opens a new stream of zone, which reports some of what it held as initial versions.
@@ -322,7 +322,7 @@ func (r *modelRun) connect(zone string) {
 		}
 		r.logf("%s reports %s: %v", zone, kind, before[kind])
 		r.global.store(zone, kind, before[kind], nil)
-		r.obs.ACK(event.ACK{StreamID: z.id, Zone: zone, Kind: kind, Versions: event.VersionsOf(before[kind]), Initial: true})
+		r.obs.ACK(event.ACK{StreamID: z.id, Node: zone, TypeURL: kind, Versions: event.VersionsOf(before[kind]), Initial: true})
 	}
 }
 

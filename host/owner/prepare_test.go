@@ -12,7 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
@@ -211,7 +211,7 @@ func TestAZoneThatHearsSomethingWhileItsGroupIsDecidedChecksOnItsOwn(t *testing.
 					w.mu.Lock()
 					w.held[z][resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "r"}] = "v1"
 					w.mu.Unlock()
-					h.Observer().ACK(event.ACK{Zone: z, Kind: "MeshRetry", Versions: event.VersionsOf(map[string]string{"m1/r": "v1"})})
+					h.Observer().ACK(event.ACK{Node: z, TypeURL: "MeshRetry", Versions: event.VersionsOf(map[string]string{"m1/r": "v1"})})
 				}
 				w.during.Store(&heard)
 				h.Prepare(snap2)

@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/plugins"
-	"github.com/kds-host/kds-host/host/retry"
-	"github.com/kds-host/kds-host/host/serial"
+	"github.com/kds-host/kds-host/internal/serial"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -60,7 +60,7 @@ func (z *rejectingZone) Resend(map[string][]string) {
 }
 
 func (z *rejectingZone) nack(id int64) {
-	z.sched.Observer().NACK(event.NACK{StreamID: id, Zone: "zone-1", Kind: "Mesh",
+	z.sched.Observer().NACK(event.NACK{StreamID: id, Node: "zone-1", TypeURL: "Mesh",
 		Rejected: []event.Rejection{{Name: "default", Version: "v1"}}})
 }
 

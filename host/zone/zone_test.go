@@ -11,8 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/kds-host/kds-host/engine/nack"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/nack"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"

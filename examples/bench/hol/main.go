@@ -37,10 +37,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/resource"
-	"github.com/kds-host/kds-host/host/retry"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 )

@@ -8,10 +8,10 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/spf13/cobra"
 
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/event"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/retry"
 )
 
 func TestInspectZonesShowsCausesAndWhatIsWithheldAndParked(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/engine/retry"
 )
 
 func TestBlockingEmulations(t *testing.T) {

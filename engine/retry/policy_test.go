@@ -9,8 +9,8 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -93,7 +93,7 @@ func TestTheReasonOfTheDecisionInForce(t *testing.T) {
 	g.Expect(r.Decision.Reason).To(Equal("no policy answered (plugin down); retrying in 1s"))
 	g.Expect(m.State().Reason).To(Equal(r.Decision.Reason))
 
-	m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v2"})}, t0.Add(2*time.Second))
+	m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v2"})}, t0.Add(2*time.Second))
 	g.Expect(m.State().Reason).To(BeEmpty())
 	g.Expect(m.State().Round).To(BeZero())
 }

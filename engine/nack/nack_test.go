@@ -7,7 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/shrink"
+	"github.com/kds-host/kds-host/internal/shrink"
 )
 
 func TestAMapThatEmptiesGivesItsMemoryBack(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -40,19 +40,19 @@ func TestAQuietMachineIgnoresSentAndACK(t *testing.T) {
 					owner = "Mesh/" + names[rng.IntN(len(names))]
 				}
 				ev = func(m *Machine) Ready {
-					return m.NACK(event.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected",
+					return m.NACK(event.NACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Detail: "rejected",
 						Rejected: []event.Rejection{{Name: name, Version: version, Cause: cause, MissingOwner: owner}}}, now)
 				}
 			case 1:
 				plain = true
 				ev = func(m *Machine) Ready {
-					return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
+					return m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
 				}
 			case 2:
 				plain = true
 				removed := rng.IntN(4) == 0
 				ev = func(m *Machine) Ready {
-					s := event.Sent{StreamID: 1, Zone: "zone-1", Kind: kind}
+					s := event.Sent{StreamID: 1, Node: "zone-1", TypeURL: kind}
 					if removed {
 						s.Removed = []string{name}
 					} else {
@@ -76,7 +76,7 @@ func TestAQuietMachineIgnoresSentAndACK(t *testing.T) {
 				ev = func(m *Machine) Ready { return m.Fired(m.token, now) }
 			default:
 				ev = func(m *Machine) Ready {
-					return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Initial: true}, now)
+					return m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Initial: true}, now)
 				}
 			}
 			if all.quiet() != skip.quiet() {

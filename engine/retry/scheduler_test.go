@@ -12,9 +12,9 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/retry"
-	"github.com/kds-host/kds-host/host/serial"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
+	"github.com/kds-host/kds-host/internal/serial"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -172,7 +172,7 @@ func newSchedulerFallback(t *testing.T, p, fallback shared.RetryForcer, r *resen
 }
 
 func nack(kind string, names ...string) event.NACK {
-	n := event.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected"}
+	n := event.NACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Detail: "rejected"}
 	for _, name := range names {
 		n.Rejected = append(n.Rejected, event.Rejection{Name: name, Version: "v1"})
 	}
@@ -222,7 +222,7 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 
 		// The zone accepts: the kind leaves the failing set, the round resets, no timer remains.
 		r.onSend = nil
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
+		s.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
 		st := s.State()[0]
 		g.Expect(st.Round).To(BeZero())
 		g.Expect(st.Failing).To(BeEmpty())
@@ -262,7 +262,7 @@ func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
 
 		// New content is sent (by the cache, at once); the give-up is lifted, and its NACK
 		// starts a new round from 0.
-		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.Sent(event.Sent{StreamID: 1, Node: "zone-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
 		g.Expect(s.State()[0].GivenUp).To(BeEmpty())
 		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Second)
@@ -447,8 +447,8 @@ func TestAGiveUpLiftedByNewContentStillRetriesTheOtherKinds(t *testing.T) {
 		g.Expect(s.State()[0].GivenUp).To(Equal("max attempts reached"))
 
 		p.giveUpAt = 0
-		s.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.Sent(event.Sent{StreamID: 1, Node: "zone-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		g.Expect(len(r.Rounds())).To(BeNumerically(">", 1), "Mesh still fails: it gets rounds again")
@@ -495,7 +495,7 @@ func TestARoundDoesNotResendANameTheZoneACKedBeforeIt(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
 		var s *sched
-		ack := event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})}
+		ack := event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})}
 		// The zone's ACK of the round's name arrives just as the round fires: the Round hook
 		// runs on the round's goroutine, between the round and its resend.
 		hooks := retry.Hooks{Round: func(string, time.Duration, map[string]int) { s.ACK(ack) }}
@@ -552,7 +552,7 @@ func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T)
 		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
 
 		carried := map[string]string{"default": "v1"} // the response, read in place
-		s.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Versions: event.VersionsOf(carried)})
+		s.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(carried)})
 		clear(carried) // the stream reuses what the view read
 		g.Expect(s.State()[0].Failing).To(HaveLen(1), "the ACK waits for the resend decided before it")
 		done()

@@ -19,8 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/engine/event"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
@@ -56,7 +55,7 @@ func Read(detail *rpcstatus.Status, carried []Carried, maxText int, plain event.
 			seen[r.GetName()] = true
 			rj := event.Rejection{Name: r.GetName(), Version: carried[i].Version, Reason: Truncate(r.GetReason(), maxText/4), Cause: causeOf(r.GetCause())}
 			if mo := r.GetMissingOwner(); mo != nil {
-				rj.MissingOwner = resource.Key{Kind: mo.GetKind(), Mesh: mo.GetMesh(), Name: mo.GetName()}.String()
+				rj.MissingOwner = ownerKey(mo.GetKind(), mo.GetMesh(), mo.GetName())
 				if rj.Cause == event.CauseUnspecified {
 					rj.Cause = event.CauseMissingOwner // a zone that names the owner but predates causes
 				}
@@ -181,4 +180,12 @@ func Detail(list *kdsv1.RejectionList, message string) (*rpcstatus.Status, error
 		return nil, err
 	}
 	return &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: message, Details: []*anypb.Any{a}}, nil
+}
+
+// ownerKey names a missing owner as KIND/NAME, or KIND/MESH/NAME in a mesh (kds-host's keys).
+func ownerKey(kind, mesh, name string) string {
+	if mesh == "" {
+		return kind + "/" + name
+	}
+	return kind + "/" + mesh + "/" + name
 }

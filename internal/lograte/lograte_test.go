@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/lograte"
+	"github.com/kds-host/kds-host/internal/lograte"
 )
 
 // buffer is a log output safe to write from several goroutines.

@@ -10,8 +10,8 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kds-host/kds-host/host/event"
-	"github.com/kds-host/kds-host/host/retry"
+	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -34,7 +34,7 @@ func nackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time
 
 func nackCause(kind, name string, cause event.Cause, owner string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-		return m.NACK(event.NACK{StreamID: 1, Zone: "zone-1", Kind: kind, Detail: "rejected",
+		return m.NACK(event.NACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Detail: "rejected",
 			Rejected: []event.Rejection{{Name: name, Version: "v1", Cause: cause, MissingOwner: owner}}}, now)
 	}
 }
@@ -45,13 +45,13 @@ func ackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time)
 		for _, n := range names {
 			v[n] = "v1"
 		}
-		return m.ACK(event.ACK{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: event.VersionsOf(v)}, now)
+		return m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Versions: event.VersionsOf(v)}, now)
 	}
 }
 
 func sentAt(kind, name, version string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-		return m.Sent(event.Sent{StreamID: 1, Zone: "zone-1", Kind: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
+		return m.Sent(event.Sent{StreamID: 1, Node: "zone-1", TypeURL: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
 	}
 }
 
@@ -199,7 +199,7 @@ func TestMachineTransitions(t *testing.T) {
 		{"an initial ACK says nothing of this stream's rejections", []step{
 			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
 			{"initial ACK", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-				return m.ACK(event.ACK{StreamID: 1, Kind: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"}), Initial: true}, now)
+				return m.ACK(event.ACK{StreamID: 1, TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"}), Initial: true}, now)
 			}, nothing},
 		}, func(g Gomega, st retry.StreamState) { g.Expect(st.Failing).To(HaveLen(1)) }},
 		{"an owner's ACK resends at once what missed it", []step{
@@ -280,7 +280,7 @@ func TestMachineTransitions(t *testing.T) {
 			{"decision", delay(time.Second), arms(time.Second)},
 			{"new content sent", sentAt("Mesh", "default", "v2"), func(Gomega, retry.Ready, retry.StreamState) {}},
 			{"its NACK starts both over", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-				return m.NACK(event.NACK{StreamID: 1, Zone: "zone-1", Kind: "Mesh", Detail: "rejected",
+				return m.NACK(event.NACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Detail: "rejected",
 					Rejected: []event.Rejection{{Name: "default", Version: "v2", Cause: event.CauseInvalid}}}, now)
 			}, attempts(1, 1)},
 		}, nil},
@@ -319,7 +319,7 @@ func TestMachineTransitions(t *testing.T) {
 		{"a removed name is nothing to resend", []step{
 			{"NACK", nackAt("MeshTimeout", "default/a"), asks(0, "MeshTimeout")},
 			{"removal", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-				return m.Sent(event.Sent{StreamID: 1, Kind: "MeshTimeout", Removed: []string{"default/a"}}, now)
+				return m.Sent(event.Sent{StreamID: 1, TypeURL: "MeshTimeout", Removed: []string{"default/a"}}, now)
 			}, func(g Gomega, r retry.Ready, st retry.StreamState) {
 				g.Expect(r.Disarm).To(BeTrue(), "the outstanding decision is dropped")
 				g.Expect(st.Failing).To(BeEmpty())

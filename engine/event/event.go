@@ -40,8 +40,8 @@ func OwnerName(kind, xdsName string) string { return kind + "/" + xdsName }
 // false: the stream's rate limit refused it.
 type ReRequest struct {
 	StreamID int64
-	Zone     string
-	Kind     string
+	Node     string
+	TypeURL  string
 	Names    []string
 	Answered bool
 }
@@ -49,8 +49,8 @@ type ReRequest struct {
 // NACK is a zone's refusal of (part of) one response.
 type NACK struct {
 	StreamID int64
-	Zone     string
-	Kind     string
+	Node     string
+	TypeURL  string
 	// Rejected are the refused resources; without a structured rejection list from the zone,
 	// every resource of the response counts as refused.
 	Rejected []Rejection
@@ -65,8 +65,8 @@ type NACK struct {
 // never change them.
 type ACK struct {
 	StreamID int64
-	Zone     string
-	Kind     string
+	Node     string
+	TypeURL  string
 	Versions Versions
 	Removed  []string
 	Initial  bool
@@ -75,8 +75,8 @@ type ACK struct {
 // Sent is one response that went out: resources (versions by name) and removals of one kind.
 type Sent struct {
 	StreamID int64
-	Zone     string
-	Kind     string
+	Node     string
+	TypeURL  string
 	Versions Versions
 	Removed  []string
 }
@@ -176,7 +176,7 @@ type Observer struct {
 // (unauthenticated, permission_denied, limit, invalid, replaced); Detail says what a person needs.
 type Refusal struct {
 	Reason string
-	Zone   string // when known
+	Node   string // when known
 	Detail string
 }
 

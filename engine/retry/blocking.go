@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 )
 
 // Emulation modes reproduce the retry behaviour of Kuma 2.3 to 2.7, for side-by-side figures.
@@ -60,8 +60,8 @@ func (b *Blocking) Nacked(n event.NACK) {
 			b.bursts = map[int64]*burstState{}
 		}
 		bs := b.bursts[n.StreamID]
-		if bs != nil && time.Since(bs.ended) <= burst && !bs.kinds[n.Kind] {
-			bs.kinds[n.Kind] = true
+		if bs != nil && time.Since(bs.ended) <= burst && !bs.kinds[n.TypeURL] {
+			bs.kinds[n.TypeURL] = true
 			sleep = false
 		}
 		b.mu.Unlock()
@@ -70,7 +70,7 @@ func (b *Blocking) Nacked(n event.NACK) {
 		time.Sleep(b.Backoff)
 		if b.PerStream {
 			b.mu.Lock()
-			b.bursts[n.StreamID] = &burstState{ended: time.Now(), kinds: map[string]bool{n.Kind: true}}
+			b.bursts[n.StreamID] = &burstState{ended: time.Now(), kinds: map[string]bool{n.TypeURL: true}}
 			b.mu.Unlock()
 		}
 	}
@@ -78,5 +78,5 @@ func (b *Blocking) Nacked(n event.NACK) {
 	for _, r := range n.Rejected {
 		names = append(names, r.Name)
 	}
-	b.Resender.Resend(n.StreamID, map[string][]string{n.Kind: names})
+	b.Resender.Resend(n.StreamID, map[string][]string{n.TypeURL: names})
 }

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -145,10 +145,10 @@ type Round struct {
 
 // NACK records a rejection; the rejected names become due for a round.
 func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
-	fk := m.failing[n.Kind]
+	fk := m.failing[n.TypeURL]
 	if fk == nil {
 		fk = &failingKind{rejected: map[string]*rejectedName{}, parked: map[string]parkedName{}, firstNACK: now}
-		m.failing[n.Kind] = fk
+		m.failing[n.TypeURL] = fk
 	}
 	for name := range n.Accepted {
 		delete(fk.rejected, name)
@@ -187,7 +187,7 @@ func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 	if a.Initial {
 		return r
 	}
-	if fk := m.failing[a.Kind]; fk != nil {
+	if fk := m.failing[a.TypeURL]; fk != nil {
 		for name := range a.Versions.All() {
 			delete(fk.rejected, name)
 			delete(fk.parked, name)
@@ -211,7 +211,7 @@ func (m *Machine) release(a event.ACK, r *Ready) {
 		}
 		ownerKind, ownerName, _ := strings.Cut(rn.owner, "/")
 		_, ok := a.Versions.Get(ownerName)
-		return ok && ownerKind == a.Kind
+		return ok && ownerKind == a.TypeURL
 	}
 	for _, kind := range sortedKinds(m.failing) {
 		fk := m.failing[kind]
@@ -250,7 +250,7 @@ func (m *Machine) release(a event.ACK, r *Ready) {
 // nothing to resend any more.
 func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 	var r Ready
-	fk := m.failing[s.Kind]
+	fk := m.failing[s.TypeURL]
 	if fk == nil {
 		return r
 	}

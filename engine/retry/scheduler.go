@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kds-host/kds-host/host/event"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/shared"
 )
 
