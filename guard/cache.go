@@ -344,7 +344,7 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
 	for _, ref := range c.owners(typeURL, r) {
 		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
 	}
-	e := &kds.Entry{Key: resource.Key{Kind: typeURL, Name: name}, Name: name, Version: version, Resource: env, Any: a,
+	e := &kds.Entry{TypeURL: typeURL, Name: name, Version: version, Any: a, Source: &kds.Source{Key: resource.Key{Kind: typeURL, Name: name}, Resource: env},
 		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
 	if err := e.EncodeWire(); err != nil { // once, for every client (the codec)
 		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)

@@ -208,7 +208,7 @@ func entries(t *testing.T, kind string, n int) []*kds.Entry {
 	out := make([]*kds.Entry, n)
 	for i := range out {
 		key := resource.Key{Kind: kind, Mesh: "default", Name: fmt.Sprintf("p-%06d", i)}
-		e := &kds.Entry{Key: key, Name: key.XDSName(), Version: e0.Version, Resource: e0.Resource, Any: e0.Any,
+		e := &kds.Entry{TypeURL: kind, Name: key.XDSName(), Version: e0.Version, Source: &kds.Source{Key: key, Resource: kds.ResourceOf(e0)}, Any: e0.Any,
 			Wire: &discovery.Resource{Name: key.XDSName(), Version: e0.Version, Resource: e0.Any}}
 		if err := e.EncodeWire(); err != nil {
 			t.Fatal(err)

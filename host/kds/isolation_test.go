@@ -90,7 +90,7 @@ func TestAZoneThatStopsReadingOnlyHurtsItself(t *testing.T) {
 				refusals = append(refusals, <-refused)
 			}
 			g.Expect(refusals).To(ContainElement(And(
-				HaveField("Reason", "stalled"), HaveField("Zone", HavePrefix("slow-")),
+				HaveField("Reason", "stalled"), HaveField("Node", HavePrefix("slow-")),
 				HaveField("Detail", ContainSubstring("has not answered a MeshAccessLog response for 30s")))),
 				"the zone that took the pool is closed at the timeout")
 			closed := 0

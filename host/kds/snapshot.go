@@ -23,18 +23,19 @@ import (
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
-// Entry is one resource as the wire carries it.
+// Entry is one resource version as the wire carries it: immutable once a snapshot holds it.
 type Entry struct {
-	Key      resource.Key
-	Name     string // Key.XDSName(): the entry's key in Snapshot.Kind
-	Version  string
-	Resource *kdsv1.Resource
-	Any      *anypb.Any
+	TypeURL string // its type: the entry's key in Snapshot.Kind (kds-host: the kind)
+	Name    string // its name within the type
+	Version string
+	Any     *anypb.Any
 	// Wire is the entry as a delta response carries it, shared by every response that sends
 	// this version: read-only.
 	Wire *discovery.Resource
 	// Size is Wire's encoded size in a response (0: measured when needed).
 	Size int
+	// Source is the builder's own value of the resource (kds-host: its Source), read-only.
+	Source any
 	// frame is Wire encoded as one of a delta response's resources (nil: encoded per response),
 	// written by every stream's response (codec.go).
 	frame mem.Buffer
@@ -214,17 +215,11 @@ type builtEntry struct {
 // earlier version) and listed by Unservable.
 func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable) (*Snapshot, error) {
 	next := make(map[resource.Key]builtEntry, len(rs))
-	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
+	entries := make([]*Entry, 0, len(rs))
 	b.bad = nil
 	keep := func(key resource.Key, be builtEntry) {
 		next[key] = be
-		byName := s.kinds[key.Kind]
-		if byName == nil {
-			byName = map[string]*Entry{}
-			s.kinds[key.Kind] = byName
-		}
-		byName[key.XDSName()] = be.entry
-		s.size++
+		entries = append(entries, be.entry)
 	}
 	for i := range rs {
 		r := &rs[i]
@@ -252,6 +247,7 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable
 			keep(u.Key, be) // served before: stays
 		}
 	}
+	s := SnapshotOf(entries)
 	b.prev = next
 	b.last = s
 	return s, nil
@@ -267,7 +263,7 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable
 func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key, unreadable ...Unservable) (*Snapshot, error) {
 	prev := b.last
 	if prev == nil {
-		prev = &Snapshot{kinds: map[string]map[string]*Entry{}}
+		prev = SnapshotOf(nil)
 	}
 	type put struct {
 		key resource.Key
@@ -303,65 +299,92 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 		b.last = prev
 		return prev, nil
 	}
-
-	s := &Snapshot{kinds: maps.Clone(prev.kinds), size: prev.size, base: weak.Make(prev), changed: map[string][]string{}}
-	own := func(kind string) map[string]*Entry { // copy on first write
-		if _, ok := s.changed[kind]; !ok {
-			m := maps.Clone(prev.kinds[kind])
-			if m == nil {
-				m = map[string]*Entry{}
-			}
-			s.kinds[kind] = m
-		}
-		return s.kinds[kind]
-	}
 	if b.prev == nil {
 		b.prev = map[resource.Key]builtEntry{}
 	}
-	seen := make(map[resource.Key]bool, len(puts)+len(dels)) // a key put twice, or put and deleted
-	changedName := func(k resource.Key, name string) {
-		if !seen[k] {
-			seen[k] = true
-			s.changed[k.Kind] = append(s.changed[k.Kind], name)
-		}
-	}
-	for _, p := range puts {
-		byName, name := own(p.key.Kind), p.key.XDSName()
-		if _, ok := byName[name]; !ok {
-			s.size++
-		}
-		byName[name] = p.be.entry
-		changedName(p.key, name)
+	entries := make([]*Entry, len(puts))
+	removed := map[string][]string{}
+	for i, p := range puts {
+		entries[i] = p.be.entry
 		b.prev[p.key] = p.be
 	}
 	for _, k := range dels {
-		byName, name := own(k.Kind), k.XDSName()
-		if _, ok := byName[name]; !ok {
-			continue // named twice in deleted: gone already
-		}
-		delete(byName, name)
-		s.size--
-		changedName(k, name)
+		removed[k.Kind] = append(removed[k.Kind], k.XDSName())
 		delete(b.prev, k)
 	}
-	for kind := range s.changed {
-		if len(s.kinds[kind]) == 0 {
-			delete(s.kinds, kind) // as Build: a snapshot has no empty kind
-		}
-	}
+	s := prev.Update(entries, removed)
 	b.last = s
 	return s, nil
 }
 
-// SnapshotOf is a snapshot of entries made elsewhere (any xDS type): by kind (the entry's
-// Key.Kind) and name. An entry whose kind and name were given before replaces it.
+// Update returns s with put in (each replacing the entry of its type and name, if any) and
+// removed (type -> names) taken out, derived from s: ChangesFrom(s) names, by type, each name
+// that differs, once. Only the types it touches get new maps; the others are shared with s, so
+// its cost follows the size of the change, not of the snapshot. A name both put and removed is
+// removed.
+func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
+	if s == nil {
+		s = &Snapshot{kinds: map[string]map[string]*Entry{}}
+	}
+	d := &Snapshot{kinds: maps.Clone(s.kinds), size: s.size, base: weak.Make(s), changed: map[string][]string{}}
+	own := func(typeURL string) map[string]*Entry { // copy on first write
+		if _, ok := d.changed[typeURL]; !ok {
+			m := maps.Clone(s.kinds[typeURL])
+			if m == nil {
+				m = map[string]*Entry{}
+			}
+			d.kinds[typeURL] = m
+			d.changed[typeURL] = nil
+		}
+		return d.kinds[typeURL]
+	}
+	type ref struct{ typeURL, name string }
+	seen := make(map[ref]bool, len(put)) // a name put twice, or put and removed
+	changedName := func(typeURL, name string) {
+		if !seen[ref{typeURL, name}] {
+			seen[ref{typeURL, name}] = true
+			d.changed[typeURL] = append(d.changed[typeURL], name)
+		}
+	}
+	for _, e := range put {
+		byName := own(e.TypeURL)
+		if _, ok := byName[e.Name]; !ok {
+			d.size++
+		}
+		byName[e.Name] = e
+		changedName(e.TypeURL, e.Name)
+	}
+	for typeURL, names := range removed {
+		for _, name := range names {
+			byName := own(typeURL)
+			if _, ok := byName[name]; !ok {
+				continue // not there, or named twice: gone already
+			}
+			delete(byName, name)
+			d.size--
+			changedName(typeURL, name)
+		}
+	}
+	for typeURL, names := range d.changed {
+		if len(names) == 0 {
+			delete(d.changed, typeURL) // touched, nothing changed
+		}
+		if len(d.kinds[typeURL]) == 0 {
+			delete(d.kinds, typeURL) // as SnapshotOf: a snapshot has no empty type
+		}
+	}
+	return d
+}
+
+// SnapshotOf is a snapshot of entries, by type and name. An entry whose type and name were given
+// before replaces it.
 func SnapshotOf(entries []*Entry) *Snapshot {
 	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
 	for _, e := range entries {
-		byName := s.kinds[e.Key.Kind]
+		byName := s.kinds[e.TypeURL]
 		if byName == nil {
 			byName = map[string]*Entry{}
-			s.kinds[e.Key.Kind] = byName
+			s.kinds[e.TypeURL] = byName
 		}
 		if _, ok := byName[e.Name]; !ok {
 			s.size++
@@ -382,7 +405,7 @@ func NewEntry(r *resource.Resource) (*Entry, error) {
 		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
 	}
 	name, version := r.Key().XDSName(), resource.Version(p)
-	e := &Entry{Key: r.Key(), Name: name, Version: version, Resource: p, Any: a,
+	e := &Entry{TypeURL: r.Kind, Name: name, Version: version, Any: a, Source: &Source{Key: r.Key(), Resource: p},
 		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
 	if err := e.EncodeWire(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
@@ -425,3 +448,16 @@ func (s *Snapshot) Kinds() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Source is what kds-host's entries carry (Entry.Source): the resource's key and its kds.v1
+// envelope, as owner checks and the API read them.
+type Source struct {
+	Key      resource.Key
+	Resource *kdsv1.Resource
+}
+
+// KeyOf is the key of an entry kds-host built (NewEntry, or one with a Source).
+func KeyOf(e *Entry) resource.Key { return e.Source.(*Source).Key }
+
+// ResourceOf is the kds.v1 resource of an entry kds-host built.
+func ResourceOf(e *Entry) *kdsv1.Resource { return e.Source.(*Source).Resource }

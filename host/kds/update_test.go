@@ -207,7 +207,7 @@ type hiding struct {
 func (f *hiding) Visible(_ string, e *kds.Entry) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.hidden[e.Key]
+	return !f.hidden[kds.KeyOf(e)]
 }
 
 // TestRandomUpdatesLeaveTheZoneWithTheSnapshot drives the cache with random changes through
@@ -347,7 +347,7 @@ type counting struct {
 func (f *counting) Visible(_ string, e *kds.Entry) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.asked[e.Key.Kind]++
+	f.asked[e.TypeURL]++
 	return true
 }
 

@@ -84,7 +84,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 			z.setOwn(k, Verdict{}, nil) // no version: never visible until checked again
 		}
 		for _, e := range o.d.Accepted {
-			z.setOwn(e.Key, Verdict{Version: e.Version}, e)
+			z.setOwn(kds.KeyOf(e), Verdict{Version: e.Version}, e)
 		}
 		for k, v := range o.d.Withheld {
 			z.setOwn(k, v, snap.Kind(k.Kind)[k.XDSName()])
@@ -115,7 +115,7 @@ func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
 	}
 	if z.table != nil {
 		for _, e := range o.d.Accepted {
-			if _, held := z.table.held[e.Key]; held {
+			if _, held := z.table.held[kds.KeyOf(e)]; held {
 				return false
 			}
 		}
@@ -240,15 +240,15 @@ func (h *Holds) entriesFor(zone string, snap *kds.Snapshot, full bool, keys map[
 // explicit owners.
 func owners(e *kds.Entry) []resource.Key {
 	var out []resource.Key
-	if e.Resource.GetMesh() != "" {
-		out = append(out, resource.Key{Kind: resource.MeshKind, Name: e.Resource.GetMesh()})
+	if kds.ResourceOf(e).GetMesh() != "" {
+		out = append(out, resource.Key{Kind: resource.MeshKind, Name: kds.ResourceOf(e).GetMesh()})
 	}
 	return append(out, explicitOwners(e)...)
 }
 
 func explicitOwners(e *kds.Entry) []resource.Key {
 	var out []resource.Key
-	for _, o := range e.Resource.GetOwners() {
+	for _, o := range kds.ResourceOf(e).GetOwners() {
 		out = append(out, resource.Key{Kind: o.GetKind(), Mesh: o.GetMesh(), Name: o.GetName()})
 	}
 	return out

@@ -83,7 +83,7 @@ func NewPlan(zone string, snap *kds.Snapshot, acked map[string]map[string]string
 	var entries []*kds.Entry
 	for _, kind := range snap.Kinds() {
 		for _, e := range snap.Kind(kind) {
-			if !inExtra[e.Key] {
+			if !inExtra[kds.KeyOf(e)] {
 				entries = append(entries, e)
 			}
 		}
@@ -113,12 +113,12 @@ func newPlan(zone string, entries []*kds.Entry, extra []*kdsv1.Resource, ackedVe
 	p.Request.Candidates = make([]*kdsv1.Resource, 0, len(extra)+len(entries))
 	p.Request.Candidates = append(p.Request.Candidates, extra...)
 	for _, e := range entries {
-		if v, ok := ackedVersion(e.Key.Kind, e.Name); ok && v == e.Version {
+		if v, ok := ackedVersion(kds.KeyOf(e).Kind, e.Name); ok && v == e.Version {
 			p.acked = append(p.acked, e)
 			continue
 		}
 		p.entries = append(p.entries, e)
-		p.Request.Candidates = append(p.Request.Candidates, e.Resource)
+		p.Request.Candidates = append(p.Request.Candidates, kds.ResourceOf(e))
 	}
 	return p
 }
@@ -151,7 +151,7 @@ func (d Decision) Verdicts() Verdicts {
 		out[k] = v
 	}
 	for _, e := range d.Accepted {
-		out[e.Key] = Verdict{Version: e.Version}
+		out[kds.KeyOf(e)] = Verdict{Version: e.Version}
 	}
 	return out
 }
@@ -175,8 +175,8 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	preds := resp.GetPredictions()
 	for i, e := range p.entries {
 		if err == nil {
-			if h := withheldOf(preds[p.extra+i], e.Key); h.Verdict != Accept {
-				d.Withheld[e.Key] = Verdict{Version: e.Version, Withheld: &h}
+			if h := withheldOf(preds[p.extra+i], kds.KeyOf(e)); h.Verdict != Accept {
+				d.Withheld[kds.KeyOf(e)] = Verdict{Version: e.Version, Withheld: &h}
 				continue
 			}
 		}
@@ -194,13 +194,13 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 // shown names, by kind, the accepted entries whose version prev did not show.
 func shown(accepted []*kds.Entry, prev View) map[string][]string {
 	out := map[string][]string{}
-	visible := func(e *kds.Entry) string { return prev.VisibleVersion(e.Key) }
+	visible := func(e *kds.Entry) string { return prev.VisibleVersion(kds.KeyOf(e)) }
 	if z, ok := prev.(*zoneHolds); ok {
 		visible = z.visibleEntry // no xDS name to build
 	}
 	for _, e := range accepted {
 		if prev == nil || visible(e) != e.Version {
-			out[e.Key.Kind] = append(out[e.Key.Kind], e.Name)
+			out[kds.KeyOf(e).Kind] = append(out[kds.KeyOf(e).Kind], e.Name)
 		}
 	}
 	return out

@@ -36,14 +36,14 @@ func (d dependents) add(e *kds.Entry) {
 		if d[s] == nil {
 			d[s] = map[resource.Key]bool{}
 		}
-		d[s][e.Key] = true
+		d[s][kds.KeyOf(e)] = true
 	}
 }
 
 func (d dependents) remove(e *kds.Entry) {
 	for _, o := range owners(e) {
 		s := o.String()
-		delete(d[s], e.Key)
+		delete(d[s], kds.KeyOf(e))
 		if len(d[s]) == 0 {
 			delete(d, s)
 		}

@@ -172,7 +172,7 @@ func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, rel
 		if z == nil {
 			return false
 		}
-		v, ok := z.verdict(e.Key, e.Name)
+		v, ok := z.verdict(kds.KeyOf(e), e.Name)
 		return ok && v.Accepted() && v.Version == e.Version
 	}, none, h.mu.RUnlock
 }

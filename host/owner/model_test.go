@@ -395,7 +395,7 @@ func (r *modelRun) check() {
 		for _, kind := range snap.Kinds() {
 			for _, name := range snap.Names(kind) {
 				e := snap.Kind(kind)[name]
-				v := verdicts[e.Key]
+				v := verdicts[kds.KeyOf(e)]
 				wantVisible := v.Accepted() && v.Version == e.Version
 				if visible(e) != wantVisible {
 					r.t.Errorf("%s sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, visible(e), wantVisible, v.Withheld)

@@ -102,10 +102,10 @@ func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *kds.Snaps
 	for _, z := range zones {
 		w.held[z] = map[resource.Key]string{}
 		for _, e := range snap.Kind(resource.MeshKind) {
-			w.held[z][e.Key] = e.Version
+			w.held[z][kds.KeyOf(e)] = e.Version
 		}
 		e := snap.Kind("MeshTimeout")[pol1K.XDSName()]
-		w.held[z][e.Key] = e.Version
+		w.held[z][kds.KeyOf(e)] = e.Version
 	}
 	p := &counting{OwnerCheck: ownerpredict.New()}
 	h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,

@@ -110,7 +110,7 @@ var _ kds.ZoneView = (*Published)(nil)
 
 // Visible implements kds.ZoneView: an entry is visible at the version of an accepted verdict.
 func (p *Published) Visible(e *kds.Entry) bool {
-	v, ok := p.verdict(e.Key, e.Name)
+	v, ok := p.verdict(kds.KeyOf(e), e.Name)
 	return ok && v.Accepted() && v.Version == e.Version
 }
 

@@ -130,7 +130,7 @@ func (z *zoneHolds) VisibleVersion(k resource.Key) string {
 
 // visibleEntry is VisibleVersion of an entry's key, without building its xDS name.
 func (z *zoneHolds) visibleEntry(e *kds.Entry) string {
-	v, _ := z.verdict(e.Key, e.Name)
+	v, _ := z.verdict(kds.KeyOf(e), e.Name)
 	return v.visible()
 }
 

@@ -51,10 +51,10 @@ func newFloor(entries []*kds.Entry) *floor {
 	f := &floor{full: map[string]*discovery.DeltaDiscoveryResponse{}, streams: map[*floorStream]struct{}{},
 		prepared: map[string]*grpc.PreparedMsg{}}
 	for _, e := range entries {
-		r := f.full[e.Key.Kind]
+		r := f.full[e.TypeURL]
 		if r == nil {
-			r = &discovery.DeltaDiscoveryResponse{TypeUrl: e.Key.Kind, Nonce: "full"}
-			f.full[e.Key.Kind] = r
+			r = &discovery.DeltaDiscoveryResponse{TypeUrl: e.TypeURL, Nonce: "full"}
+			f.full[e.TypeURL] = r
 		}
 		r.Resources = append(r.Resources, e.Wire)
 	}
@@ -119,7 +119,7 @@ func (f *floor) fullMsg(s grpc.ServerStream, typeURL string) (*grpc.PreparedMsg,
 // is encoded once and its bytes shared, and the streams of a connection are sent back to back
 // (grpc-go's writer flushes them together), as kds-host's fan-out does.
 func (f *floor) update(ctx context.Context, seq int, e *kds.Entry) error {
-	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: e.Key.Kind, Nonce: fmt.Sprintf("u%d", seq), Resources: []*discovery.Resource{e.Wire}}
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: e.TypeURL, Nonce: fmt.Sprintf("u%d", seq), Resources: []*discovery.Resource{e.Wire}}
 	f.mu.Lock()
 	if f.order == nil {
 		f.order = slices.SortedFunc(maps.Keys(f.streams), func(a, b *floorStream) int { return strings.Compare(a.conn, b.conn) })

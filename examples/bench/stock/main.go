@@ -80,7 +80,7 @@ func run(n int, addr string, wrap, bare bool, prof *benchproc.Profiles) error {
 		if byKind[r.Kind] == nil {
 			byKind[r.Kind] = map[string]types.Resource{}
 		}
-		byKind[r.Kind][e.Key.XDSName()] = e.Resource
+		byKind[r.Kind][e.Name] = kds.ResourceOf(e)
 	}
 	// One LinearCache per kind: a LinearCache serves the one type URL it is given, and a kds-host
 	// type URL is the kind's name. Every kind has one, so a client that subscribes another kind
@@ -144,7 +144,7 @@ func run(n int, addr string, wrap, bare bool, prof *benchproc.Profiles) error {
 		if fl != nil {
 			return fl.update(ctx, seq, e)
 		}
-		return linear[r.Kind].UpdateResource(e.Key.XDSName(), e.Resource)
+		return linear[r.Kind].UpdateResource(e.Name, kds.ResourceOf(e))
 	}
 	control, err := benchproc.Control(ctx, prof, update)
 	if err != nil {
