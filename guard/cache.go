@@ -24,6 +24,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/kds"
@@ -53,16 +54,16 @@ import (
 //	srv := server.NewServer(ctx, c, c.Callbacks(myCallbacks))
 //	c.SetResources(map[string][]types.Resource{resource.ClusterType: {cluster}})
 type Cache struct {
-	*kds.Cache
-	tracker *kds.Tracker
-	zones   *kds.Zones
+	*engine.Cache
+	tracker *engine.Tracker
+	zones   *engine.Zones
 	sched   *retry.Scheduler // nil when emulating an old behaviour
 	holds   *owner.Holds     // nil without Options.OwnerCheck
 	owners  func(typeURL string, r Resource) []Ref
 	types   []string
 	totals  totals
-	setMu   sync.Mutex                       // one SetResources at a time
-	built   map[string]map[string]*kds.Entry // SetResources' last entries, by type and name, reused while unchanged
+	setMu   sync.Mutex                          // one SetResources at a time
+	built   map[string]map[string]*engine.Entry // SetResources' last entries, by type and name, reused while unchanged
 
 	refusals *lograte.Log // refused streams, a few lines a second per reason
 
@@ -76,8 +77,8 @@ type Cache struct {
 // KDSOptions tune NewCache beyond Options: kds-host's own global sets them (its metrics, its zone
 // limits, its emulation of old behaviours); a server that adopts the package leaves them zero.
 type KDSOptions struct {
-	// Limits bound what each client may cost (zero fields: kds.DefaultLimits).
-	Limits kds.Limits
+	// Limits bound what each client may cost (zero fields: engine.DefaultLimits).
+	Limits engine.Limits
 	// Bounds are what a retry decision may say (zero fields: shared's defaults).
 	Bounds shared.Bounds
 	// OnFallback hears of each retry decision the built-in policy made instead of the plugin.
@@ -135,8 +136,8 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 	if kopts.ClientGrace <= 0 {
 		kopts.ClientGrace = time.Minute
 	}
-	kc := kds.NewCache(types)
-	c := &Cache{Cache: kc, zones: kds.NewZones(kc), owners: opts.Owners, types: slices.Clone(types), refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
+	kc := engine.NewCache(types)
+	c := &Cache{Cache: kc, zones: engine.NewZones(kc), owners: opts.Owners, types: slices.Clone(types), refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
 		grace: kopts.ClientGrace, forget: kopts.Forget, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -176,7 +177,7 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 		kc.SetFilter(c.holds)
 		observers = append(observers, c.holds.Observer())
 	}
-	c.tracker = kds.NewTracker(kc, observers...)
+	c.tracker = engine.NewTracker(kc, observers...)
 	if kopts.Emulate != "" {
 		c.tracker.SetCallbacksStallStreams()
 	}
@@ -209,7 +210,7 @@ func (c *Cache) Close() {
 
 // SetSnapshot replaces what is served (kds-host's global builds its snapshots from its store;
 // SetResources builds one from resources), and has the owner holds check what changed.
-func (c *Cache) SetSnapshot(snap *kds.Snapshot) {
+func (c *Cache) SetSnapshot(snap *engine.Snapshot) {
 	if c.holds != nil {
 		// A write of a few resources is decided first for the zones that ask the same, so that
 		// the cache's one evaluation of each of their streams sends it.
@@ -248,10 +249,10 @@ func (c *Cache) expire() {
 // Tracker, Zones, Retry and Holds are the parts kds-host's global reads: the delta server's
 // callbacks, the zone table, the retry scheduler (nil when emulating) and the owner holds (nil
 // without an owner check).
-func (c *Cache) Tracker() *kds.Tracker   { return c.tracker }
-func (c *Cache) Zones() *kds.Zones       { return c.zones }
-func (c *Cache) Retry() *retry.Scheduler { return c.sched }
-func (c *Cache) Holds() *owner.Holds     { return c.holds }
+func (c *Cache) Tracker() *engine.Tracker { return c.tracker }
+func (c *Cache) Zones() *engine.Zones     { return c.zones }
+func (c *Cache) Retry() *retry.Scheduler  { return c.sched }
+func (c *Cache) Holds() *owner.Holds      { return c.holds }
 
 // Callbacks returns the server callbacks the cache follows each stream with: pass them to
 // server.NewServer. Each delta callback calls the cache's and then next's (may be nil); the
@@ -265,7 +266,7 @@ func (c *Cache) Callbacks(next server.Callbacks) server.Callbacks {
 
 type cacheCallbacks struct {
 	server.Callbacks
-	t *kds.Tracker
+	t *engine.Tracker
 }
 
 func (cb *cacheCallbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
@@ -298,13 +299,13 @@ func (cb *cacheCallbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDi
 func (c *Cache) SetResources(resources map[string][]types.Resource) error {
 	c.setMu.Lock()
 	defer c.setMu.Unlock()
-	built := make(map[string]map[string]*kds.Entry, len(resources))
-	var entries []*kds.Entry
+	built := make(map[string]map[string]*engine.Entry, len(resources))
+	var entries []*engine.Entry
 	for _, typeURL := range slices.Sorted(maps.Keys(resources)) {
 		if !slices.Contains(c.types, typeURL) {
 			return fmt.Errorf("guard: type %q is not one of the cache's (%v)", typeURL, c.types)
 		}
-		byName := map[string]*kds.Entry{}
+		byName := map[string]*engine.Entry{}
 		for _, r := range resources[typeURL] {
 			e, err := c.entry(typeURL, r)
 			if err != nil {
@@ -319,13 +320,13 @@ func (c *Cache) SetResources(resources map[string][]types.Resource) error {
 		built[typeURL] = byName
 	}
 	c.built = built
-	c.SetSnapshot(kds.SnapshotOf(entries))
+	c.SetSnapshot(engine.SnapshotOf(entries))
 	return nil
 }
 
 // entry encodes one resource, or reuses the entry of its last version when its content is the
 // same: its version is a digest of its encoding, as the wrapped caches' items are.
-func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
+func (c *Cache) entry(typeURL string, r types.Resource) (*engine.Entry, error) {
 	a := &anypb.Any{}
 	if err := anypb.MarshalFrom(a, r, proto.MarshalOptions{Deterministic: true}); err != nil {
 		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)
@@ -344,7 +345,7 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*kds.Entry, error) {
 	for _, ref := range c.owners(typeURL, r) {
 		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
 	}
-	e := &kds.Entry{TypeURL: typeURL, Name: name, Version: version, Any: a, Source: &kds.Source{Key: resource.Key{Kind: typeURL, Name: name}, Resource: env},
+	e := &engine.Entry{TypeURL: typeURL, Name: name, Version: version, Any: a, Source: &kds.Source{Key: resource.Key{Kind: typeURL, Name: name}, Resource: env},
 		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
 	if err := e.EncodeWire(); err != nil { // once, for every client (the codec)
 		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)

@@ -11,13 +11,13 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Resender makes a stream send named resources again (kds.Cache.Resend), for the blocking
+// Resender makes a stream send named resources again (engine.Cache.Resend), for the blocking
 // emulation of the old behaviour.
 type Resender interface {
 	Resend(streamID int64, names map[string][]string)
 }
 
-// Session is a zone stream's session as the scheduler steps it (kds.Session): the stream's
+// Session is a zone stream's session as the scheduler steps it (engine.Session): the stream's
 // retry state lives in it, and its events run one at a time through it.
 type Session interface {
 	// Do runs f after the work given before it, one at a time; it returns at once when the
@@ -107,7 +107,7 @@ type Config struct {
 	// Policy decides every round; Standard composes the host's (deadline, checks, fallback).
 	// It must return within a bounded time.
 	Policy shared.RetryForcer
-	// Sessions finds a stream's session while it is open (kds.Cache.Session); nil once closed.
+	// Sessions finds a stream's session while it is open (engine.Cache.Session); nil once closed.
 	Sessions func(streamID int64) Session
 	Hooks    Hooks
 }
@@ -168,7 +168,7 @@ func (s *Scheduler) Observer() event.Observer {
 		},
 		NACK: func(n event.NACK) { s.step(n.StreamID, func(m *Machine) Ready { return m.NACK(n, time.Now()) }) },
 		// A stream's state goes with its session: the cache closes its Stream when the stream
-		// closes (kds.Cache), and nothing here keeps it.
+		// closes (engine.Cache), and nothing here keeps it.
 	}
 }
 

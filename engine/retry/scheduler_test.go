@@ -85,7 +85,7 @@ func (r *resender) Rounds() []map[string][]string {
 	return append([]map[string][]string(nil), r.rounds...)
 }
 
-// session is a stream's session as kds.Session is to the scheduler: a work queue, the retry
+// session is a stream's session as engine.Session is to the scheduler: a work queue, the retry
 // state, and the resend (recorded by r).
 type session struct {
 	serial.Queue
@@ -97,7 +97,7 @@ type session struct {
 func (s *session) Retry() *retry.Stream             { return &s.retry }
 func (s *session) Resend(names map[string][]string) { s.r.Resend(s.id, names) }
 
-// sessions is the registry of open sessions, as kds.Cache keeps it.
+// sessions is the registry of open sessions, as engine.Cache keeps it.
 type sessions struct {
 	mu   sync.Mutex
 	open map[int64]*session

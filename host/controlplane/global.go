@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/guard"
@@ -67,11 +68,11 @@ type GlobalConfig struct {
 	NACKBackoff time.Duration
 
 	// Limits bound what zones may cost: node id length, zones in total, NACK text kept, and
-	// how often a stream's re-requests are answered (zero fields: kds.DefaultLimits).
-	Limits kds.Limits
+	// how often a stream's re-requests are answered (zero fields: engine.DefaultLimits).
+	Limits engine.Limits
 	// MaxStreamsPerConnection bounds the KDS streams of one connection (default 16).
 	MaxStreamsPerConnection uint32
-	// MaxRequestBytes bounds one message a zone sends on KDS (default kds.DefaultMaxRequestBytes);
+	// MaxRequestBytes bounds one message a zone sends on KDS (default engine.DefaultMaxRequestBytes);
 	// a larger one ends its stream with ResourceExhausted.
 	MaxRequestBytes int
 	// ZoneGrace is how long a zone's state (its table entry, owner verdicts, metrics series)
@@ -132,11 +133,11 @@ type Global struct {
 	cfg     GlobalConfig
 	log     hclog.Logger
 	kds     *guard.Cache // the cache, the zone table, the retry scheduler and the owner holds below
-	Cache   *kds.Cache
-	Zones   *kds.Zones
+	Cache   *engine.Cache
+	Zones   *engine.Zones
 	Retry   *retry.Scheduler // nil when emulating
 	Holds   *owner.Holds     // nil when owner holds are off
-	tracker *kds.Tracker
+	tracker *engine.Tracker
 	metrics *prometheus.Registry
 	API     *api.Server
 
@@ -227,7 +228,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
 	maxMessage := cfg.Limits.MaxMessage
 	if maxMessage <= 0 {
-		maxMessage = kds.DefaultLimits().MaxMessage
+		maxMessage = engine.DefaultLimits().MaxMessage
 	}
 	g.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "global",
 		MaxResourceWireBytes: maxMessage})
@@ -277,7 +278,7 @@ func (g *Global) Run(ctx context.Context) error {
 	defer g.kds.Close()
 
 	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, MaxRequestBytes: g.cfg.MaxRequestBytes,
-		Conns: kds.NewConns()}
+		Conns: engine.NewConns()}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}
@@ -365,7 +366,7 @@ func (g *Global) isReady() bool {
 func (g *Global) sync(ctx context.Context) error {
 	var lastRev int64 = -1
 	var published bool // by the update under way
-	publish := func(snap *kds.Snapshot) {
+	publish := func(snap *engine.Snapshot) {
 		g.kds.SetSnapshot(snap)
 		published = true
 	}
@@ -495,7 +496,7 @@ func (g *Global) sync(ctx context.Context) error {
 // ZoneView is one zone's insight: KDS counters per kind, the retry state of its stream, and
 // what the global withholds from it.
 type ZoneView struct {
-	kds.ZoneInsight
+	engine.ZoneInsight
 	// Replica is the global replica the zone is connected to (this one, or another sharing
 	// the store, as its heartbeat records), ReplicaAddress its KDS address, and Heartbeat when
 	// another replica last recorded the stream (nil for this replica's own).
@@ -548,7 +549,7 @@ func (g *Global) ZoneViews() []ZoneView {
 // zoneViews joins the zone table with the retry state of each connected zone's stream, read from
 // its session (retryOf; nil: retry is off), and what is withheld (withheld nil: owner holds are
 // off). /api/zones, polled every second, costs one lookup a zone.
-func zoneViews(insights []kds.ZoneInsight, retryOf func(stream int64) *retry.StreamState, withheld func(zone string) []owner.Withheld) []ZoneView {
+func zoneViews(insights []engine.ZoneInsight, retryOf func(stream int64) *retry.StreamState, withheld func(zone string) []owner.Withheld) []ZoneView {
 	var out []ZoneView
 	for _, zi := range insights {
 		zv := ZoneView{ZoneInsight: zi}
@@ -567,7 +568,7 @@ func zoneViews(insights []kds.ZoneInsight, retryOf func(stream int64) *retry.Str
 			}
 			for kind, n := range perKind { // withheld before anything of the kind was sent
 				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
-				zv.Kinds = append(zv.Kinds, &kds.KindInsight{Kind: kind, Withheld: n, Held: n})
+				zv.Kinds = append(zv.Kinds, &engine.KindInsight{Kind: kind, Withheld: n, Held: n})
 			}
 			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
 		}

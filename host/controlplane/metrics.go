@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
@@ -34,7 +34,7 @@ func newRegistry() *prometheus.Registry {
 // here: each zone's session counts it already, and Collect reads it from the zone table
 // (insights), so that a write to 10,000 zones does not also count into 10,000 zones' metrics.
 type zoneMetrics struct {
-	insights func() []kds.ZoneInsight // the zone table's, with every kind's counters; nil: none
+	insights func() []engine.ZoneInsight // the zone table's, with every kind's counters; nil: none
 
 	mu    sync.RWMutex // guards zones and peak; each zone's counters have their own lock
 	zones map[string]*zoneCounts
@@ -393,7 +393,7 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 // within its grace (--zone-grace); past the grace the zone and its series are gone. A zone served
 // by another replica is that replica's series.
 type zoneConnections struct {
-	list func() []kds.ZoneInsight
+	list func() []engine.ZoneInsight
 }
 
 var zoneConnectedDesc = prometheus.NewDesc("kds_zone_connected",

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/store"
 )
 
@@ -74,7 +74,7 @@ func newReplicas(cfg *GlobalConfig, kdsAddr string, log hclog.Logger) *replicas 
 }
 
 // run records the zones connected here every interval until ctx ends, then removes its records.
-func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
+func (r *replicas) run(ctx context.Context, zones *engine.Zones) {
 	if r.rec == nil {
 		return
 	}
@@ -104,7 +104,7 @@ func (r *replicas) run(ctx context.Context, zones *kds.Zones) {
 //
 // same says that the zones connected are the ones the last beat recorded, on the same streams
 // (insights is not read); beat reports whether it recorded the zones it was given.
-func (r *replicas) beat(ctx context.Context, insights []kds.ZoneInsight, same bool, now time.Time) bool {
+func (r *replicas) beat(ctx context.Context, insights []engine.ZoneInsight, same bool, now time.Time) bool {
 	r.beats++
 	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: now}
 	if r.rewrite || r.beats%auditBeats == 1 || now.Sub(r.lastBeat) > (staleBeats-1)*r.interval {

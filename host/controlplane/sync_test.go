@@ -12,10 +12,10 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
@@ -125,7 +125,7 @@ func postgresOpener(t testing.TB) storeOpener {
 	return func() store.Store { return openPostgres(t) }
 }
 
-func kindInsight(g *controlplane.Global, zoneName, kind string) kds.KindInsight {
+func kindInsight(g *controlplane.Global, zoneName, kind string) engine.KindInsight {
 	for _, z := range g.ZoneViews() {
 		if z.Zone != zoneName {
 			continue
@@ -136,7 +136,7 @@ func kindInsight(g *controlplane.Global, zoneName, kind string) kds.KindInsight 
 			}
 		}
 	}
-	return kds.KindInsight{}
+	return engine.KindInsight{}
 }
 
 func TestThirtyTwoKindsOfAHundredResourcesSyncOnOneStream(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/api"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/store"
 )
@@ -53,7 +53,7 @@ var zoneStates = []string{"connected", "disconnected", "failing", "withholding",
 // zoneRow is one zone as the summary and the filter see it: cheap to make for every zone (no
 // kinds, no copy of the retry state).
 type zoneRow struct {
-	kds.ZoneInsight
+	engine.ZoneInsight
 	other                         *store.ZoneStream // the stream another replica serves, when it is there
 	failing, withholding, givenUp bool
 }
@@ -165,7 +165,7 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 				}
 			}
 		}
-		v := zoneViews([]kds.ZoneInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
+		v := zoneViews([]engine.ZoneInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
 		if row.other != nil {
 			v.Replica, v.ReplicaAddress, v.Heartbeat = row.other.Replica, row.other.Address, &row.other.Heartbeat
 		} else if v.Connected {
@@ -202,7 +202,7 @@ func (g *Global) zoneRows(now time.Time) []zoneRow {
 		}
 	}
 	for _, z := range elsewhere {
-		rows = append(rows, zoneRow{ZoneInsight: kds.ZoneInsight{Zone: z.Zone, Connected: true, Since: z.Since}, other: &z})
+		rows = append(rows, zoneRow{ZoneInsight: engine.ZoneInsight{Zone: z.Zone, Connected: true, Since: z.Since}, other: &z})
 	}
 	slices.SortFunc(rows, func(a, b zoneRow) int { return strings.Compare(a.Zone, b.Zone) })
 	return rows

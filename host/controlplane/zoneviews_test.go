@@ -7,8 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -30,11 +30,11 @@ func lookup(states []retry.StreamState, reads *int) func(stream int64) *retry.St
 func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 	g := NewWithT(t)
 	const n = 2000
-	insights := make([]kds.ZoneInsight, n)
+	insights := make([]engine.ZoneInsight, n)
 	states := make([]retry.StreamState, n)
 	for i := range n {
 		zone := fmt.Sprintf("zone-%04d", i)
-		insights[i] = kds.ZoneInsight{Zone: zone, Connected: true, Stream: int64(i + 1)}
+		insights[i] = engine.ZoneInsight{Zone: zone, Connected: true, Stream: int64(i + 1)}
 		states[i] = retry.StreamState{Stream: int64(n - i), Zone: fmt.Sprintf("zone-%04d", n-1-i), Round: uint32(n - i)}
 	}
 	reads := 0
@@ -51,7 +51,7 @@ func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 // A retry state goes only to a connected zone whose current stream it is.
 func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	g := NewWithT(t)
-	insights := []kds.ZoneInsight{
+	insights := []engine.ZoneInsight{
 		{Zone: "connected", Connected: true, Stream: 1},
 		{Zone: "gone", Connected: false, Stream: 2},                // left, within its grace
 		{Zone: "reconnected", Connected: true, Stream: 4},          // its old stream 3 still has state
@@ -106,7 +106,7 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 // fails). Names withheld but never rejected, and names rejected but not withheld, are not in it.
 func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 	g := NewWithT(t)
-	insights := []kds.ZoneInsight{{Zone: "zone-1", Connected: true, Stream: 1}, {Zone: "zone-2", Connected: true, Stream: 2}}
+	insights := []engine.ZoneInsight{{Zone: "zone-1", Connected: true, Stream: 1}, {Zone: "zone-2", Connected: true, Stream: 2}}
 	states := []retry.StreamState{
 		{Stream: 1, Zone: "zone-1", Round: 4, Failing: []retry.KindState{
 			{Kind: "Mesh", Rejected: []string{"default"}},

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -46,9 +47,9 @@ func (r *refusals) reasons() []string {
 // boundedHarness serves MeshTimeout under the bounds given (names the global does not hold,
 // bytes of a request), counting refusals.
 func boundedHarness(t *testing.T, seen *refusals, maxUnknown, maxRequest int) *harness {
-	return newHarness(t, []string{"MeshTimeout"}, func(h *harness) *kds.Tracker {
-		tr := kds.NewTracker(h.cache, h.zones.Observer(), seen.observer())
-		tr.SetLimits(kds.Limits{MaxUnknownNames: maxUnknown})
+	return newHarness(t, []string{"MeshTimeout"}, func(h *harness) *engine.Tracker {
+		tr := engine.NewTracker(h.cache, h.zones.Observer(), seen.observer())
+		tr.SetLimits(engine.Limits{MaxUnknownNames: maxUnknown})
 		h.server.MaxRequestBytes = maxRequest
 		return tr
 	})
@@ -158,7 +159,7 @@ func TestAClosedStreamLetsGoOfItsRequestsAtOnce(t *testing.T) {
 	const n = 30_000
 	seen := &refusals{}
 	h := boundedHarness(t, seen, 3, 0)
-	h.cache.SetSnapshot(kds.SnapshotOf(entries(t, "MeshTimeout", n+1)))
+	h.cache.SetSnapshot(engine.SnapshotOf(entries(t, "MeshTimeout", n+1)))
 	heap := func() uint64 {
 		runtime.GC()
 		runtime.GC()
@@ -200,15 +201,15 @@ func deltaNamesOf(r *discovery.DeltaDiscoveryResponse) []string {
 
 // entries are n entries of kind, default/p-000000 and on, each a copy of one policy's encoding
 // (many entries, made fast).
-func entries(t *testing.T, kind string, n int) []*kds.Entry {
+func entries(t *testing.T, kind string, n int) []*engine.Entry {
 	e0, err := kds.NewEntry(&resource.Resource{Kind: kind, Mesh: "default", Name: "p", Spec: []byte(`{}`), Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]*kds.Entry, n)
+	out := make([]*engine.Entry, n)
 	for i := range out {
 		key := resource.Key{Kind: kind, Mesh: "default", Name: fmt.Sprintf("p-%06d", i)}
-		e := &kds.Entry{TypeURL: kind, Name: key.XDSName(), Version: e0.Version, Source: &kds.Source{Key: key, Resource: kds.ResourceOf(e0)}, Any: e0.Any,
+		e := &engine.Entry{TypeURL: kind, Name: key.XDSName(), Version: e0.Version, Source: &kds.Source{Key: key, Resource: kds.ResourceOf(e0)}, Any: e0.Any,
 			Wire: &discovery.Resource{Name: key.XDSName(), Version: e0.Version, Resource: e0.Any}}
 		if err := e.EncodeWire(); err != nil {
 			t.Fatal(err)

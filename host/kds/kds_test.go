@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/nack"
 	"github.com/kds-host/kds-host/host/kds"
@@ -29,8 +30,8 @@ import (
 // harness is a real KDS gRPC server on loopback and a raw delta ADS client stream.
 type harness struct {
 	t      *testing.T
-	cache  *kds.Cache
-	zones  *kds.Zones
+	cache  *engine.Cache
+	zones  *engine.Zones
 	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	in     chan *discovery.DeltaDiscoveryResponse // what the one reader goroutine received
 	ended  chan error                             // the stream's end, once the reader saw it
@@ -41,12 +42,12 @@ type harness struct {
 }
 
 // newHarness serves kinds; each tune, if any, sets up the tracker before it serves.
-func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *kds.Tracker) *harness {
+func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *engine.Tracker) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, cache: kds.NewCache(kinds)}
-	h.zones = kds.NewZones(h.cache)
-	tracker := kds.NewTracker(h.cache, h.zones.Observer())
+	h := &harness{t: t, cache: engine.NewCache(kinds)}
+	h.zones = engine.NewZones(h.cache)
+	tracker := engine.NewTracker(h.cache, h.zones.Observer())
 	for _, f := range tune {
 		tracker = f(h)
 	}
@@ -238,7 +239,7 @@ func TestNACKedNamesAreNotResentUntilForcedOrChanged(t *testing.T) {
 	g.Expect(r.Resources).To(HaveLen(2))
 	h.nack(r, "default/a")
 	h.expectQuiet(200 * time.Millisecond)
-	g.Expect(h.zones.Inventory("zone-1")).To(ConsistOf(resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "b"}))
+	g.Expect(h.zones.Inventory("zone-1")).To(ConsistOf(engine.Ref{TypeURL: "MeshTimeout", Name: "default/b"}))
 
 	// A forced resend sends exactly the rejected name, at the same version.
 	h.cache.Resend(1, map[string][]string{"MeshTimeout": {"default/a"}})
@@ -255,7 +256,7 @@ func TestNACKedNamesAreNotResentUntilForcedOrChanged(t *testing.T) {
 	g.Expect(r3.Resources).To(HaveLen(1))
 	g.Expect(r3.Resources[0].Name).To(Equal("default/a"))
 	h.ack(r3)
-	g.Eventually(func() []resource.Key { return h.zones.Inventory("zone-1") }).Should(HaveLen(2))
+	g.Eventually(func() []engine.Ref { return h.zones.Inventory("zone-1") }).Should(HaveLen(2))
 
 	// A deletion is sent as a removal.
 	h.set([]resource.Resource{policy("MeshTimeout", "default", "b", `{"v":1}`)})
@@ -269,9 +270,9 @@ func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
 	obs := event.Observer{NACK: func(n event.NACK) { nacks = append(nacks, n) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := kds.NewCache([]string{"MeshTimeout"})
+	c := engine.NewCache([]string{"MeshTimeout"})
 	defer c.Close()
-	tr := kds.NewTracker(c, obs)
+	tr := engine.NewTracker(c, obs)
 	g.Expect(tr.OnDeltaStreamOpen(ctx, 7, "")).To(Succeed())
 	g.Expect(tr.OnStreamDeltaRequest(7, &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}, TypeUrl: "MeshTimeout"})).To(Succeed())
 	tr.OnStreamDeltaResponse(7, nil, &discovery.DeltaDiscoveryResponse{TypeUrl: "MeshTimeout", Nonce: "1",
@@ -286,9 +287,9 @@ func TestNACKWithoutRejectionListRejectsTheWholeResponse(t *testing.T) {
 
 func TestARequestWithoutATypeURLIsRefused(t *testing.T) {
 	g := NewWithT(t)
-	c := kds.NewCache([]string{"Mesh"})
+	c := engine.NewCache([]string{"Mesh"})
 	defer c.Close()
-	tr := kds.NewTracker(c)
+	tr := engine.NewTracker(c)
 	g.Expect(tr.OnDeltaStreamOpen(context.Background(), 1, "")).To(Succeed())
 	err := tr.OnStreamDeltaRequest(1, &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "z"}})
 	g.Expect(err).To(MatchError(ContainSubstring("type_url is required")))
@@ -301,9 +302,9 @@ func TestARequestWithoutATypeURLIsRefused(t *testing.T) {
 func TestAKindLargerThanAMessageGoesInSeveralResponses(t *testing.T) {
 	g := NewWithT(t)
 	const limit = 64 << 10
-	h := newHarness(t, []string{"MeshTimeout"}, func(h *harness) *kds.Tracker {
-		tr := kds.NewTracker(h.cache, h.zones.Observer())
-		tr.SetLimits(kds.Limits{MaxMessage: limit})
+	h := newHarness(t, []string{"MeshTimeout"}, func(h *harness) *engine.Tracker {
+		tr := engine.NewTracker(h.cache, h.zones.Observer())
+		tr.SetLimits(engine.Limits{MaxMessage: limit})
 		return tr
 	})
 	big := func(name string, n int) resource.Resource {
@@ -377,13 +378,13 @@ func TestNamesTheGlobalDoesNotHoldAreBoundedPerStream(t *testing.T) {
 	g := NewWithT(t)
 	var refusals []event.Refusal
 	var mu sync.Mutex
-	h := newHarness(t, []string{"MeshTimeout"}, func(h *harness) *kds.Tracker {
-		tr := kds.NewTracker(h.cache, h.zones.Observer(), event.Observer{Refused: func(r event.Refusal) {
+	h := newHarness(t, []string{"MeshTimeout"}, func(h *harness) *engine.Tracker {
+		tr := engine.NewTracker(h.cache, h.zones.Observer(), event.Observer{Refused: func(r event.Refusal) {
 			mu.Lock()
 			refusals = append(refusals, r)
 			mu.Unlock()
 		}})
-		tr.SetLimits(kds.Limits{MaxUnknownNames: 3})
+		tr.SetLimits(engine.Limits{MaxUnknownNames: 3})
 		return tr
 	})
 	h.set([]resource.Resource{policy("MeshTimeout", "default", "held", `{}`)})

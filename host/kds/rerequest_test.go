@@ -8,8 +8,8 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -40,10 +40,10 @@ func (r *reRequests) answered() (yes, no int) {
 	return yes, no
 }
 
-func harnessWithLimit(limit kds.RateLimit, rec *reRequests) func(h *harness) *kds.Tracker {
-	return func(h *harness) *kds.Tracker {
-		tr := kds.NewTracker(h.cache, h.zones.Observer(), rec.observer())
-		tr.SetLimits(kds.Limits{ReRequests: limit})
+func harnessWithLimit(limit engine.RateLimit, rec *reRequests) func(h *harness) *engine.Tracker {
+	return func(h *harness) *engine.Tracker {
+		tr := engine.NewTracker(h.cache, h.zones.Observer(), rec.observer())
+		tr.SetLimits(engine.Limits{ReRequests: limit})
 		return tr
 	}
 }
@@ -53,7 +53,7 @@ func harnessWithLimit(limit kds.RateLimit, rec *reRequests) func(h *harness) *kd
 func TestAReRequestIsAnsweredAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	rec := &reRequests{}
-	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(kds.DefaultReRequestLimit(), rec))
+	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(engine.DefaultReRequestLimit(), rec))
 	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{}`), policy("MeshTimeout", "default", "b", `{}`)})
 	h.subscribe("MeshTimeout")
 	r := h.recv()
@@ -80,7 +80,7 @@ func TestAReRequestIsAnsweredAtOnce(t *testing.T) {
 func TestReRequestsAreRateLimitedPerStream(t *testing.T) {
 	g := NewWithT(t)
 	rec := &reRequests{}
-	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(kds.RateLimit{Rate: 1e-6, Burst: 3}, rec))
+	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(engine.RateLimit{Rate: 1e-6, Burst: 3}, rec))
 	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{}`)})
 	h.subscribe("MeshTimeout")
 	h.ack(h.recv())
@@ -113,7 +113,7 @@ func TestReRequestsAreRateLimitedPerStream(t *testing.T) {
 func TestTheReRequestBudgetCountsNamesAndOutlivesAStream(t *testing.T) {
 	g := NewWithT(t)
 	rec := &reRequests{}
-	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(kds.RateLimit{Rate: 1e-6, Burst: 4}, rec))
+	h := newHarness(t, []string{"MeshTimeout"}, harnessWithLimit(engine.RateLimit{Rate: 1e-6, Burst: 4}, rec))
 	h.set([]resource.Resource{policy("MeshTimeout", "default", "a", `{}`), policy("MeshTimeout", "default", "b", `{}`), policy("MeshTimeout", "default", "c", `{}`)})
 	h.subscribe("MeshTimeout")
 	h.ack(h.recv())

@@ -9,25 +9,21 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/kds-host/kds-host/engine"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
 // ServerConfig is how NewGRPCServer serves. The zero value serves plaintext, unauthenticated.
@@ -46,7 +42,7 @@ type ServerConfig struct {
 	// Conns, when set, registers the server's connections: a stream that the response timeout
 	// closes has its connection dropped, which ends it for the zone and frees what gRPC holds for
 	// it. Nil: the stream is closed only.
-	Conns *Conns
+	Conns *engine.Conns
 	// MaxRequestBytes bounds one message a client sends (default DefaultMaxRequestBytes): gRPC
 	// refuses a larger one as its bytes arrive, before it is decoded, and the stream ends with
 	// ResourceExhausted, counted as a refusal.
@@ -59,12 +55,12 @@ const ServerWindow = 1 << 20
 // NewGRPCServer returns a gRPC server that serves KDS (ADS, delta only) from cache through
 // go-control-plane's delta server, with tracker as its callbacks, and grpc.health.v1. The server
 // stops serving streams when ctx ends.
-func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) (*grpc.Server, *health.Server) {
+func NewGRPCServer(ctx context.Context, c *engine.Cache, t *engine.Tracker, cfg ServerConfig) (*grpc.Server, *health.Server) {
 	if cfg.MaxStreamsPerConnection == 0 {
 		cfg.MaxStreamsPerConnection = 16
 	}
 	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+		cfg.MaxRequestBytes = engine.DefaultMaxRequestBytes
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
@@ -92,120 +88,11 @@ func NewGRPCServer(ctx context.Context, c *Cache, t *Tracker, cfg ServerConfig) 
 		opts = append(opts, grpc.Creds(creds))
 	}
 	s := grpc.NewServer(opts...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(s, &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg})
+	discovery.RegisterAggregatedDiscoveryServiceServer(s, c.DeltaADS(ctx, t, engine.ADSConfig{Authenticate: cfg.Authenticate, Header: cfg.Header, Conns: cfg.Conns}))
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the caller says so
 	healthpb.RegisterHealthServer(s, h)
 	return s, h
-}
-
-// ads serves the delta half of the Aggregated Discovery Service.
-type ads struct {
-	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	ctx     context.Context // the server's: streams end with it
-	cache   *Cache
-	streams atomic.Int64 // the last stream id given
-	tracker *Tracker
-	cfg     ServerConfig
-}
-
-// DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
-// can close (a newer stream of the same zone replaces it): its end then carries the reason.
-func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	growStack()
-	zone := ""
-	if a.cfg.Authenticate != nil {
-		z, err := a.cfg.Authenticate(s.Context())
-		if err != nil {
-			a.tracker.refuse(refusalOf(err), "", err)
-			return err
-		}
-		zone = z
-	}
-	if len(a.cfg.Header) > 0 {
-		if err := s.SendHeader(a.cfg.Header); err != nil {
-			return err
-		}
-	}
-	// The stream ends with the status the server closes it with: grpc-go's server stream writes
-	// it and cancels the stream, whose Recv and Send then return at once, even while the loop
-	// waits for the zone's next request. (A handler's returned status comes too late for that:
-	// the Recv that the cancel ends writes its own, "context canceled", first.)
-	ts, ok := grpc.ServerTransportStreamFromContext(s.Context()).(statusWriter)
-	if !ok {
-		return status.Error(codes.Internal, "the stream cannot be ended with a status: serve KDS with NewGRPCServer")
-	}
-	ctx, cancel := context.WithCancelCause(s.Context())
-	defer cancel(nil)
-	end := func(cause error) {
-		cancel(cause)
-		_ = ts.WriteStatus(status.Convert(cause)) // fails only once the stream has ended
-	}
-	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
-	defer stop()
-	info := &streamInfo{zone: zone, conn: connOf(s.Context()), close: end, loop: true}
-	if a.cfg.Conns != nil {
-		info.drop = func() bool { return a.cfg.Conns.Drop(info.conn) }
-	}
-	ctx = context.WithValue(ctx, streamKey{}, info)
-	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
-	if err == nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause // closed by the tracker, or the cache closing: the zone was told why
-		}
-	}
-	return err // the loop's own error first
-}
-
-// connOf names a stream's connection by its peer's address ("" when unknown).
-func connOf(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
-}
-
-// statusWriter is grpc-go's server stream (grpc.ServerTransportStreamFromContext's), which
-// ends the RPC with a status and cancels its context: what a handler's return does, from
-// another goroutine. TestAClosedStreamEndsWithItsStatus holds grpc-go to it.
-type statusWriter interface {
-	WriteStatus(*status.Status) error
-}
-
-// refusalOf names, for the refusals metric, why a stream was refused.
-func refusalOf(err error) string {
-	switch status.Code(err) {
-	case codes.Unauthenticated:
-		return "unauthenticated"
-	case codes.PermissionDenied:
-		return "permission_denied"
-	case codes.ResourceExhausted:
-		return "limit"
-	case codes.InvalidArgument:
-		return "invalid"
-	}
-	return "other"
-}
-
-// streamKey is the context key of a stream's streamInfo.
-type streamKey struct{}
-
-// streamInfo is what the server knows of a stream before the callbacks do: the zone its
-// credentials prove ("" unauthenticated), and how to close it.
-type streamInfo struct {
-	zone  string
-	conn  string // the peer's address: the same for the streams of one connection
-	close context.CancelCauseFunc
-	drop  func() bool // drops the stream's connection, and reports whether it could (nil: it cannot)
-	loop  bool        // served by kds's own loop (stream.go), which sends the session's responses
-}
-
-func streamInfoOf(ctx context.Context) *streamInfo {
-	si, _ := ctx.Value(streamKey{}).(*streamInfo)
-	if si == nil {
-		return &streamInfo{close: func(error) {}}
-	}
-	return si
 }
 
 // ServerTLS loads the KDS certificate and key, or, when both are empty, makes a self-signed

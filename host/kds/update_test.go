@@ -12,6 +12,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -25,7 +26,7 @@ func meshResource(name string) resource.Resource {
 }
 
 // versions returns the snapshot's versions by kind and xDS name.
-func versions(s *kds.Snapshot) map[string]map[string]string {
+func versions(s *engine.Snapshot) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, kind := range s.Kinds() {
 		out[kind] = map[string]string{}
@@ -198,13 +199,13 @@ func TestANACKedNameIsResentAfterAnUpdate(t *testing.T) {
 	h.expectQuiet(100 * time.Millisecond)
 }
 
-// hiding is a kds.Filter that hides the keys it is told to, from every zone.
+// hiding is a engine.Filter that hides the keys it is told to, from every zone.
 type hiding struct {
 	mu     sync.Mutex
 	hidden map[resource.Key]bool
 }
 
-func (f *hiding) Visible(_ string, e *kds.Entry) bool {
+func (f *hiding) Visible(_ string, e *engine.Entry) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return !f.hidden[kds.KeyOf(e)]
@@ -338,13 +339,13 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 	converge(-1)
 }
 
-// counting is a kds.Filter that shows everything and counts what it is asked, by kind.
+// counting is a engine.Filter that shows everything and counts what it is asked, by kind.
 type counting struct {
 	mu    sync.Mutex
 	asked map[string]int
 }
 
-func (f *counting) Visible(_ string, e *kds.Entry) bool {
+func (f *counting) Visible(_ string, e *engine.Entry) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked[e.TypeURL]++
@@ -428,7 +429,7 @@ func TestAnUnreadableResourceKeepsItsServedVersionUntilItIsRead(t *testing.T) {
 
 	s2, err := b.Build([]resource.Resource{meshResource("default")}, badA, badN)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s2.Kind("MeshTimeout")).To(Equal(map[string]*kds.Entry{"default/a": served}), "a keeps its served version; new is left out")
+	g.Expect(s2.Kind("MeshTimeout")).To(Equal(map[string]*engine.Entry{"default/a": served}), "a keeps its served version; new is left out")
 	g.Expect(b.Unservable()).To(Equal([]kds.Unservable{badA, badN}))
 
 	b2 := policy("MeshTimeout", "default", "b", `{}`)

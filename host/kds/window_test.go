@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/internal/h2test"
 
 	"github.com/kds-host/kds-host/host/kds"
@@ -19,9 +20,9 @@ import (
 func TestTheServerWindowIsFixed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := kds.NewCache([]string{"a"})
+	c := engine.NewCache([]string{"a"})
 	defer c.Close()
-	srv, _ := kds.NewGRPCServer(ctx, c, kds.NewTracker(c), kds.ServerConfig{})
+	srv, _ := kds.NewGRPCServer(ctx, c, engine.NewTracker(c), kds.ServerConfig{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -109,7 +110,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 // none, the check held nothing back and looked at no key z's table holds, and snap is z's base or
 // derived from it by changes the check accepted (or removed entries, which are not visible once
 // snap is the base).
-func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
+func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
 	if z.own.len() > 0 || len(o.d.Withheld) > 0 || z.base == nil {
 		return false
 	}
@@ -134,13 +135,13 @@ func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
 	}
 	// The accepted entries are snap's: a changed entry was accepted if it is one of them. A check
 	// of a write looks at a few, so a scan; a map past that.
-	accepted := func(e *kds.Entry) bool { return slices.Contains(o.d.Accepted, e) }
+	accepted := func(e *engine.Entry) bool { return slices.Contains(o.d.Accepted, e) }
 	if len(o.d.Accepted) > 16 {
-		set := make(map[*kds.Entry]bool, len(o.d.Accepted))
+		set := make(map[*engine.Entry]bool, len(o.d.Accepted))
 		for _, e := range o.d.Accepted {
 			set[e] = true
 		}
-		accepted = func(e *kds.Entry) bool { return set[e] }
+		accepted = func(e *engine.Entry) bool { return set[e] }
 	}
 	for kind, names := range changed {
 		entries := snap.Kind(kind)
@@ -155,18 +156,21 @@ func rebases(z *zoneHolds, snap *kds.Snapshot, o *outcome) bool {
 
 // decide runs one check of zone against snap: plan, Predict, decision (and the hooks). It
 // returns nil when ctx is done.
-func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
+func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
 	entries, gone := h.entriesFor(zone, snap, full, keys)
 	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.AckedVersion(zone, kind, name) })
 	o := &outcome{gone: gone}
 	if plan.Asks() {
-		var extra []resource.Key
+		var extra []engine.Ref
 		if kinds != nil {
 			for _, e := range plan.entries {
-				extra = append(extra, explicitOwners(e)...)
+				for _, k := range explicitOwners(e) {
+					extra = append(extra, engine.Ref{TypeURL: k.Kind, Name: k.XDSName()})
+				}
 			}
 		}
-		for _, k := range h.cfg.Inventory.InventoryKeys(zone, kinds, extra) {
+		for _, r := range h.cfg.Inventory.InventoryKeys(zone, kinds, extra) {
+			k := resource.KeyFromXDSName(r.TypeURL, r.Name)
 			plan.Request.Inventory = append(plan.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
 		}
 		start := time.Now()
@@ -196,7 +200,7 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *kds.Snapshot, ful
 // and, transitively, the owners they name that are served (a candidate's owner is a candidate
 // too, so the policy can tell "wait for it" from "it exists nowhere"); and the keys no longer
 // served.
-func (h *Holds) entriesFor(zone string, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) (entries []*kds.Entry, gone []resource.Key) {
+func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys map[resource.Key]bool) (entries []*engine.Entry, gone []resource.Key) {
 	if full {
 		for _, kind := range snap.Kinds() {
 			for _, e := range snap.Kind(kind) {
@@ -238,7 +242,7 @@ func (h *Holds) entriesFor(zone string, snap *kds.Snapshot, full bool, keys map[
 
 // owners are the keys a resource names as its owners: its Mesh, when mesh-scoped, and its
 // explicit owners.
-func owners(e *kds.Entry) []resource.Key {
+func owners(e *engine.Entry) []resource.Key {
 	var out []resource.Key
 	if kds.ResourceOf(e).GetMesh() != "" {
 		out = append(out, resource.Key{Kind: resource.MeshKind, Name: kds.ResourceOf(e).GetMesh()})
@@ -246,7 +250,7 @@ func owners(e *kds.Entry) []resource.Key {
 	return append(out, explicitOwners(e)...)
 }
 
-func explicitOwners(e *kds.Entry) []resource.Key {
+func explicitOwners(e *engine.Entry) []resource.Key {
 	var out []resource.Key
 	for _, o := range kds.ResourceOf(e).GetOwners() {
 		out = append(out, resource.Key{Kind: o.GetKind(), Mesh: o.GetMesh(), Name: o.GetName()})

@@ -9,6 +9,7 @@ package owner
 import (
 	"errors"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -66,21 +67,21 @@ type Plan struct {
 	// snapshot that the zone does not hold at its version; the zone's inventory.
 	Request *pluginv1.PredictRequest
 
-	extra   int          // how many of Request's candidates are extra
-	entries []*kds.Entry // the snapshot's candidates, in Request order after the extra ones
-	acked   []*kds.Entry // the snapshot's entries the zone has ACKed at their version
+	extra   int             // how many of Request's candidates are extra
+	entries []*engine.Entry // the snapshot's candidates, in Request order after the extra ones
+	acked   []*engine.Entry // the snapshot's entries the zone has ACKed at their version
 }
 
 // NewPlan plans the check of zone, which has ACKed acked (kind -> xDS name -> version), against
 // snap: every entry of the snapshot, and the zone's whole inventory. The extra candidates (a
 // `kds-host check` file) are judged too, before the snapshot's, and replace the snapshot's
 // entries of the same keys.
-func NewPlan(zone string, snap *kds.Snapshot, acked map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
+func NewPlan(zone string, snap *engine.Snapshot, acked map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
 	inExtra := make(map[resource.Key]bool, len(extra))
 	for _, r := range extra {
 		inExtra[resource.Key{Kind: r.GetKind(), Mesh: r.GetMesh(), Name: r.GetName()}] = true
 	}
-	var entries []*kds.Entry
+	var entries []*engine.Entry
 	for _, kind := range snap.Kinds() {
 		for _, e := range snap.Kind(kind) {
 			if !inExtra[kds.KeyOf(e)] {
@@ -104,11 +105,11 @@ func NewPlan(zone string, snap *kds.Snapshot, acked map[string]map[string]string
 // NewPlanOf plans the check of the given entries for zone: those the zone has ACKed at their
 // version (ackedVersion says) are accepted, the others are the candidates. The caller adds the inventory
 // to Request.
-func NewPlanOf(zone string, entries []*kds.Entry, ackedVersion func(kind, name string) (string, bool)) *Plan {
+func NewPlanOf(zone string, entries []*engine.Entry, ackedVersion func(kind, name string) (string, bool)) *Plan {
 	return newPlan(zone, entries, nil, ackedVersion)
 }
 
-func newPlan(zone string, entries []*kds.Entry, extra []*kdsv1.Resource, ackedVersion func(kind, name string) (string, bool)) *Plan {
+func newPlan(zone string, entries []*engine.Entry, extra []*kdsv1.Resource, ackedVersion func(kind, name string) (string, bool)) *Plan {
 	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
 	p.Request.Candidates = make([]*kdsv1.Resource, 0, len(extra)+len(entries))
 	p.Request.Candidates = append(p.Request.Candidates, extra...)
@@ -132,7 +133,7 @@ type Decision struct {
 	// REJECT); every other entry looked at is in Accepted.
 	Withheld Verdicts
 	// Accepted are the entries looked at that the zone may see, at their version.
-	Accepted []*kds.Entry
+	Accepted []*engine.Entry
 	// Shown names, by kind, the entries visible now at a version that was not visible before:
 	// the zone's view must be refreshed for those (and for no other: a hidden entry never makes
 	// a response, so an entry hidden now needs no refresh).
@@ -170,7 +171,7 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	if err == nil && p.Asks() && len(resp.GetPredictions()) != len(p.Request.Candidates) {
 		err = errors.New("owner check answered a different number of predictions")
 	}
-	d := Decision{Withheld: Verdicts{}, Accepted: make([]*kds.Entry, 0, len(p.acked)+len(p.entries)), Err: err}
+	d := Decision{Withheld: Verdicts{}, Accepted: make([]*engine.Entry, 0, len(p.acked)+len(p.entries)), Err: err}
 	d.Accepted = append(d.Accepted, p.acked...) // already there
 	preds := resp.GetPredictions()
 	for i, e := range p.entries {
@@ -192,9 +193,9 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 }
 
 // shown names, by kind, the accepted entries whose version prev did not show.
-func shown(accepted []*kds.Entry, prev View) map[string][]string {
+func shown(accepted []*engine.Entry, prev View) map[string][]string {
 	out := map[string][]string{}
-	visible := func(e *kds.Entry) string { return prev.VisibleVersion(kds.KeyOf(e)) }
+	visible := func(e *engine.Entry) string { return prev.VisibleVersion(kds.KeyOf(e)) }
 	if z, ok := prev.(*zoneHolds); ok {
 		visible = z.visibleEntry // no xDS name to build
 	}

@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
@@ -19,7 +20,7 @@ var (
 	retryKey   = resource.Key{Kind: "MeshRetry", Mesh: "default", Name: "r"}
 )
 
-func snapshot(t testing.TB, keys ...resource.Key) *kds.Snapshot {
+func snapshot(t testing.TB, keys ...resource.Key) *engine.Snapshot {
 	t.Helper()
 	var rs []resource.Resource
 	for _, k := range keys {
@@ -34,10 +35,10 @@ func snapshot(t testing.TB, keys ...resource.Key) *kds.Snapshot {
 }
 
 // version is the version a snapshot serves for key.
-func version(s *kds.Snapshot, k resource.Key) string { return s.Kind(k.Kind)[k.XDSName()].Version }
+func version(s *engine.Snapshot, k resource.Key) string { return s.Kind(k.Kind)[k.XDSName()].Version }
 
 // holding is a zone inventory: each key at the snapshot's version, or at "old".
-func holding(s *kds.Snapshot, current []resource.Key, old ...resource.Key) map[string]map[string]string {
+func holding(s *engine.Snapshot, current []resource.Key, old ...resource.Key) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	add := func(k resource.Key, v string) {
 		if out[k.Kind] == nil {
@@ -81,7 +82,7 @@ func candidates(p *owner.Plan) []resource.Key {
 	return out
 }
 
-func accepted(s *kds.Snapshot, k resource.Key) owner.Verdict {
+func accepted(s *engine.Snapshot, k resource.Key) owner.Verdict {
 	return owner.Verdict{Version: version(s, k)}
 }
 

@@ -12,6 +12,7 @@ package owner
 //     not derived from the previous one.
 
 import (
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -20,7 +21,7 @@ import (
 type dependents map[string]map[resource.Key]bool
 
 // dependentsOf indexes every entry of snap.
-func dependentsOf(snap *kds.Snapshot) dependents {
+func dependentsOf(snap *engine.Snapshot) dependents {
 	d := dependents{}
 	for _, kind := range snap.Kinds() {
 		for _, e := range snap.Kind(kind) {
@@ -30,7 +31,7 @@ func dependentsOf(snap *kds.Snapshot) dependents {
 	return d
 }
 
-func (d dependents) add(e *kds.Entry) {
+func (d dependents) add(e *engine.Entry) {
 	for _, o := range owners(e) {
 		s := o.String()
 		if d[s] == nil {
@@ -40,7 +41,7 @@ func (d dependents) add(e *kds.Entry) {
 	}
 }
 
-func (d dependents) remove(e *kds.Entry) {
+func (d dependents) remove(e *engine.Entry) {
 	for _, o := range owners(e) {
 		s := o.String()
 		delete(d[s], kds.KeyOf(e))
@@ -52,7 +53,7 @@ func (d dependents) remove(e *kds.Entry) {
 
 // update turns the index of prev into the index of snap, which differs from prev in changed
 // (kind -> xDS names).
-func (d dependents) update(prev, snap *kds.Snapshot, changed map[string][]string) {
+func (d dependents) update(prev, snap *engine.Snapshot, changed map[string][]string) {
 	for kind, names := range changed {
 		for _, n := range names {
 			if e := prev.Kind(kind)[n]; e != nil {

@@ -15,7 +15,7 @@
 // keeps per zone; queue.go the zones waiting for a check and the workers; check.go one check;
 // shared.go the answers zones share; prepare.go a write decided once for the zones at rest
 // before the cache serves it; published.go the own verdicts' layers and the view of a zone's
-// verdicts published into its session (kds.ZoneView); describe.go the policy's Describe
+// verdicts published into its session (engine.ZoneView); describe.go the policy's Describe
 // declaration; dependents.go the snapshot's entries by owner; this file Holds itself and the
 // stream events it hears. Each file states the invariants of what it owns (docs/architecture.md has the
 // whole).
@@ -39,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -48,7 +49,7 @@ import (
 
 // Source is what Holds reads: the snapshot being served.
 type Source interface {
-	Snapshot() *kds.Snapshot
+	Snapshot() *engine.Snapshot
 }
 
 // Inventory is what each zone has ACKed.
@@ -56,18 +57,18 @@ type Inventory interface {
 	// AckedVersion is the version of a resource (kind, xDS name) the zone holds.
 	AckedVersion(zone, kind, name string) (string, bool)
 	// InventoryKeys lists what the zone holds of kinds (nil: everything), and which of extra.
-	InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key
+	InventoryKeys(zone string, kinds []string, extra []engine.Ref) []engine.Ref
 	// InventoryDigest identifies what the zone holds now: checks of two zones with the same
 	// digest at the same snapshot ask the same, and may share one answer.
-	InventoryDigest(zone string) kds.Digest
+	InventoryDigest(zone string) engine.Digest
 	Connected() []string
 }
 
-// Refresher is where a zone's view goes (kds.Cache): Publish puts the view of its verdicts in the
+// Refresher is where a zone's view goes (engine.Cache): Publish puts the view of its verdicts in the
 // zone's session, for the cache to read with no lock of Holds; Refresh re-evaluates the zone's
 // watches for the named entries (kind -> xDS names) that became visible.
 type Refresher interface {
-	Publish(zone string, v kds.ZoneView)
+	Publish(zone string, v engine.ZoneView)
 	Refresh(zone string, names map[string][]string)
 }
 
@@ -94,7 +95,7 @@ type Config struct {
 	Generation func() uint64
 }
 
-// Holds is the kds.Filter that keeps a zone's view to what its owners allow, and the observer
+// Holds is the engine.Filter that keeps a zone's view to what its owners allow, and the observer
 // that re-checks a zone when what it holds changes. A resource version not checked yet for a
 // zone is not visible to it: nothing reaches a zone unchecked, except when the policy fails, and
 // then everything does.
@@ -104,7 +105,7 @@ type Holds struct {
 	mu        sync.RWMutex // guards the fields below; the policy is never called with it held
 	zones     map[string]*zoneHolds
 	peak      shrink.Peak // of zones
-	snap      *kds.Snapshot
+	snap      *engine.Snapshot
 	queue     zoneQueue       // zones with work, in order
 	scheduled map[string]bool // zones queued or being checked
 	wake      chan struct{}
@@ -148,27 +149,27 @@ func (h *Holds) Close() {
 	h.wg.Wait()
 }
 
-// Visible implements kds.Filter.
-func (h *Holds) Visible(zone string, e *kds.Entry) bool {
+// Visible implements engine.Filter.
+func (h *Holds) Visible(zone string, e *engine.Entry) bool {
 	visible, _, release := h.View(zone)
 	defer release()
 	return visible(e)
 }
 
-var _ kds.ViewPublisher = (*Holds)(nil)
+var _ engine.ViewPublisher = (*Holds)(nil)
 
-// PublishesViews implements kds.ViewPublisher: the cache reads each zone's view of its verdicts
+// PublishesViews implements engine.ViewPublisher: the cache reads each zone's view of its verdicts
 // from the zone's session (published after every check), not through View under its lock.
 func (h *Holds) PublishesViews() {}
 
 // View is Visible for one zone, under one read lock until release (the cache reads the published
-// view instead; Visible, the kds.Filter method, and the tests read this one). A zone not checked
+// view instead; Visible, the engine.Filter method, and the tests read this one). A zone not checked
 // yet sees nothing.
-func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, release func()) {
+func (h *Holds) View(zone string) (visible func(*engine.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
 	z := h.zones[zone]
 	none = z == nil || (z.base == nil && z.table == nil && z.own.len() == 0)
-	return func(e *kds.Entry) bool {
+	return func(e *engine.Entry) bool {
 		if z == nil {
 			return false
 		}
@@ -179,7 +180,7 @@ func (h *Holds) View(zone string) (visible func(*kds.Entry) bool, none bool, rel
 
 // Changed tells Holds the snapshot served now. When it was derived from the previous one, each
 // connected zone checks the changed entries and what waits for them; otherwise everything.
-func (h *Holds) Changed(snap *kds.Snapshot) {
+func (h *Holds) Changed(snap *engine.Snapshot) {
 	h.mu.Lock()
 	changed, delta := snap.ChangesFrom(h.snap)
 	if h.dependents != nil {

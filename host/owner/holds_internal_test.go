@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
@@ -92,21 +93,21 @@ func TestForget(t *testing.T) {
 // emptyZones is an Inventory of zones that hold nothing, a Source of one snapshot and a
 // Refresher that counts.
 type emptyZones struct {
-	snap      *kds.Snapshot
+	snap      *engine.Snapshot
 	refreshes atomic.Int32
 }
 
-func (e *emptyZones) Snapshot() *kds.Snapshot                          { return e.snap }
+func (e *emptyZones) Snapshot() *engine.Snapshot                       { return e.snap }
 func (*emptyZones) AckedVersion(string, string, string) (string, bool) { return "", false }
-func (*emptyZones) InventoryKeys(string, []string, []resource.Key) []resource.Key {
+func (*emptyZones) InventoryKeys(string, []string, []engine.Ref) []engine.Ref {
 	return nil
 }
-func (*emptyZones) InventoryDigest(string) kds.Digest     { return kds.Digest{} }
+func (*emptyZones) InventoryDigest(string) engine.Digest  { return engine.Digest{} }
 func (*emptyZones) Connected() []string                   { return nil }
 func (e *emptyZones) Refresh(string, map[string][]string) { e.refreshes.Add(1) }
-func (e *emptyZones) Publish(string, kds.ZoneView)        {}
+func (e *emptyZones) Publish(string, engine.ZoneView)     {}
 
-func newTestHolds(t *testing.T, snap *kds.Snapshot, p shared.OwnerCheck) *Holds {
+func newTestHolds(t *testing.T, snap *engine.Snapshot, p shared.OwnerCheck) *Holds {
 	t.Helper()
 	w := &emptyZones{snap: snap}
 	h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2})
@@ -136,7 +137,7 @@ func TestAnAcceptedWriteMovesTheBaseInsteadOfAddingOwnVerdicts(t *testing.T) {
 		h.Changed(snap1)
 		h.Observer().StreamOpened(1, "zone-1")
 		synctest.Wait()
-		layers := func() (own int, base *kds.Snapshot) {
+		layers := func() (own int, base *engine.Snapshot) {
 			h.mu.RLock()
 			defer h.mu.RUnlock()
 			z := h.zones["zone-1"]

@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
@@ -33,18 +34,18 @@ func TestMain(m *testing.M) {
 // world is the global as Holds sees it: a snapshot, the zones' inventories, the refreshes.
 type world struct {
 	mu        sync.Mutex
-	snap      *kds.Snapshot
+	snap      *engine.Snapshot
 	inventory map[string]map[string]map[string]string // zone -> kind -> name -> version
 	refreshed map[string][]string                     // zone -> "kind name" refreshed
-	views     map[string]kds.ZoneView                 // zone -> the view published to its session
+	views     map[string]engine.ZoneView              // zone -> the view published to its session
 }
 
-// Publish keeps the zone's latest view, as a kds.Session does.
-func (w *world) Publish(zone string, v kds.ZoneView) {
+// Publish keeps the zone's latest view, as a engine.Session does.
+func (w *world) Publish(zone string, v engine.ZoneView) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.views == nil {
-		w.views = map[string]kds.ZoneView{}
+		w.views = map[string]engine.ZoneView{}
 	}
 	if cur := w.views[zone]; cur == nil || cur.Seq() < v.Seq() {
 		w.views[zone] = v
@@ -52,13 +53,13 @@ func (w *world) Publish(zone string, v kds.ZoneView) {
 }
 
 // view is the zone's published view (nil: none yet).
-func (w *world) view(zone string) kds.ZoneView {
+func (w *world) view(zone string) engine.ZoneView {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.views[zone]
 }
 
-func (w *world) Snapshot() *kds.Snapshot {
+func (w *world) Snapshot() *engine.Snapshot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.snap
@@ -71,29 +72,29 @@ func (w *world) AckedVersion(zone, kind, name string) (string, bool) {
 	return v, ok
 }
 
-func (w *world) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
+func (w *world) InventoryKeys(zone string, kinds []string, extra []engine.Ref) []engine.Ref {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []resource.Key
+	var out []engine.Ref
 	for kind, names := range w.inventory[zone] {
 		if kinds != nil && !slices.Contains(kinds, kind) {
 			continue
 		}
 		for n := range names {
-			out = append(out, resource.KeyFromXDSName(kind, n))
+			out = append(out, engine.Ref{TypeURL: kind, Name: n})
 		}
 	}
-	for _, k := range extra {
-		if _, ok := w.inventory[zone][k.Kind][k.XDSName()]; ok && !slices.Contains(kinds, k.Kind) {
-			out = append(out, k)
+	for _, r := range extra {
+		if _, ok := w.inventory[zone][r.TypeURL][r.Name]; ok && !slices.Contains(kinds, r.TypeURL) {
+			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// InventoryDigest is a hash of the zone's sorted inventory (kds.Zones keeps its digest as ACKs
+// InventoryDigest is a hash of the zone's sorted inventory (engine.Zones keeps its digest as ACKs
 // land; this one is computed on demand).
-func (w *world) InventoryDigest(zone string) kds.Digest {
+func (w *world) InventoryDigest(zone string) engine.Digest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var lines []string
@@ -107,7 +108,7 @@ func (w *world) InventoryDigest(zone string) kds.Digest {
 	for _, l := range lines {
 		h.Write([]byte(l + "\n"))
 	}
-	return kds.Digest{Sum: h.Sum64(), N: len(lines)}
+	return engine.Digest{Sum: h.Sum64(), N: len(lines)}
 }
 
 func (w *world) Connected() []string {

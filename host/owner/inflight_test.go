@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
@@ -151,7 +152,7 @@ type digestTaken struct {
 	taken atomic.Pointer[func()]
 }
 
-func (w *digestTaken) InventoryDigest(zone string) kds.Digest {
+func (w *digestTaken) InventoryDigest(zone string) engine.Digest {
 	d := w.world.InventoryDigest(zone)
 	if f := w.taken.Swap(nil); f != nil {
 		(*f)()

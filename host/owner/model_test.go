@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
@@ -51,7 +52,7 @@ func (w *world) inventoryOf(zone string) map[string]map[string]string {
 	return out
 }
 
-// store records that zone holds versions of kind (by name) and no longer removed, as kds.Zones
+// store records that zone holds versions of kind (by name) and no longer removed, as engine.Zones
 // does before the observers hear of the ACK.
 func (w *world) store(zone, kind string, versions map[string]string, removed []string) {
 	w.mu.Lock()
@@ -66,14 +67,14 @@ func (w *world) store(zone, kind string, versions map[string]string, removed []s
 	}
 }
 
-// empty forgets what zone holds, as kds.Zones does when a stream opens.
+// empty forgets what zone holds, as engine.Zones does when a stream opens.
 func (w *world) empty(zone string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.inventory[zone] = map[string]map[string]string{}
 }
 
-func (w *world) serve(snap *kds.Snapshot) {
+func (w *world) serve(snap *engine.Snapshot) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.snap = snap

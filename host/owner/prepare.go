@@ -22,7 +22,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -37,7 +37,7 @@ const maxGroups = 4
 // atRest reports whether z is at rest at prev: open, neither checked nor queued, no work
 // pending, no verdict of its own, and its verdicts as of prev (base) published. Call with
 // Holds.mu.
-func (h *Holds) atRest(name string, z *zoneHolds, prev *kds.Snapshot) bool {
+func (h *Holds) atRest(name string, z *zoneHolds, prev *engine.Snapshot) bool {
 	return z.open && !z.checking && !h.scheduled[name] && !z.full && len(z.keys) == 0 &&
 		z.own.len() == 0 && z.base == prev && z.pub != nil && z.pub.base == prev && len(z.pub.own) == 0
 }
@@ -49,7 +49,7 @@ type restZone struct {
 	name   string
 	table  *table
 	heard  uint64
-	digest kds.Digest
+	digest engine.Digest
 	group  int
 	moved  bool
 }
@@ -65,7 +65,7 @@ type prepareGroup []restZone
 // Changed queues the checks as before. It returns when the groups are decided: the largest
 // maxGroups, each one Predict call within the policy's deadline, stopping at the first that
 // fails (the zones left are the workers', as before).
-func (h *Holds) Prepare(snap *kds.Snapshot) {
+func (h *Holds) Prepare(snap *engine.Snapshot) {
 	h.prepareMu.Lock()
 	defer h.prepareMu.Unlock()
 	ctx := h.ctx
@@ -99,7 +99,7 @@ func (h *Holds) Prepare(snap *kds.Snapshot) {
 	// checks, one Predict call each; the zones left over are checked by the workers as before).
 	type groupKey struct {
 		table  *table
-		digest kds.Digest
+		digest engine.Digest
 	}
 	ids := map[groupKey]int{}
 	var sizes []int
@@ -147,7 +147,7 @@ func waitsFor(t *table, owners []string) bool {
 // prepareGroup decides the write for one group by a check of its first zone, and moves every
 // zone of it that is still at rest, with the same inventory, to snap. It reports false when the
 // check failed (stopped, or the policy failed open).
-func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *kds.Snapshot, keys map[resource.Key]bool, kinds []string) bool {
+func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *engine.Snapshot, keys map[resource.Key]bool, kinds []string) bool {
 	first := g[0]
 	o := h.decide(ctx, first.name, snap, false, keys, kinds)
 	if o == nil || o.d.Err != nil {

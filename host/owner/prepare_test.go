@@ -3,8 +3,6 @@ package owner
 import (
 	"context"
 	"hash/maphash"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
@@ -24,15 +23,15 @@ import (
 // zone unless told otherwise), a Source of one snapshot and a Refresher that records.
 type heldZones struct {
 	mu        sync.Mutex
-	snap      *kds.Snapshot
+	snap      *engine.Snapshot
 	held      map[string]map[resource.Key]string // zone -> key -> version
-	published map[string]kds.ZoneView
+	published map[string]engine.ZoneView
 	refreshed map[string]int
 	// during runs once, when a check next reads a zone's inventory, with that zone.
 	during atomic.Pointer[func(zone string)]
 }
 
-func (w *heldZones) Snapshot() *kds.Snapshot { w.mu.Lock(); defer w.mu.Unlock(); return w.snap }
+func (w *heldZones) Snapshot() *engine.Snapshot { w.mu.Lock(); defer w.mu.Unlock(); return w.snap }
 func (w *heldZones) AckedVersion(zone, kind, name string) (string, bool) {
 	if f := w.during.Swap(nil); f != nil {
 		(*f)(zone)
@@ -42,15 +41,19 @@ func (w *heldZones) AckedVersion(zone, kind, name string) (string, bool) {
 	v, ok := w.held[zone][resource.KeyFromXDSName(kind, name)]
 	return v, ok
 }
-func (w *heldZones) InventoryKeys(zone string, _ []string, _ []resource.Key) []resource.Key {
+func (w *heldZones) InventoryKeys(zone string, _ []string, _ []engine.Ref) []engine.Ref {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Collect(maps.Keys(w.held[zone]))
+	var out []engine.Ref
+	for k := range w.held[zone] {
+		out = append(out, engine.Ref{TypeURL: k.Kind, Name: k.XDSName()})
+	}
+	return out
 }
-func (w *heldZones) InventoryDigest(zone string) kds.Digest {
+func (w *heldZones) InventoryDigest(zone string) engine.Digest {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d := kds.Digest{N: len(w.held[zone])}
+	d := engine.Digest{N: len(w.held[zone])}
 	for k, v := range w.held[zone] {
 		var h maphash.Hash
 		h.SetSeed(testSeed)
@@ -65,7 +68,7 @@ func (w *heldZones) Refresh(zone string, _ map[string][]string) {
 	defer w.mu.Unlock()
 	w.refreshed[zone]++
 }
-func (w *heldZones) Publish(zone string, v kds.ZoneView) {
+func (w *heldZones) Publish(zone string, v engine.ZoneView) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.published[zone] = v
@@ -87,7 +90,7 @@ func (c *counting) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*
 // zonesAtRest is zones that each hold every Mesh of a snapshot (m1 to m5, so that a write is not
 // most of it) and a policy of m1, checked in full and at rest, under Holds with a counting policy
 // whose answers are shared.
-func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *kds.Snapshot, *heldZones, *Holds, *counting) {
+func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *engine.Snapshot, *heldZones, *Holds, *counting) {
 	t.Helper()
 	b := &kds.SnapshotBuilder{}
 	rs := []resource.Resource{mesh1, pol1}
@@ -98,7 +101,7 @@ func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *kds.Snaps
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &heldZones{snap: snap, held: map[string]map[resource.Key]string{}, published: map[string]kds.ZoneView{}, refreshed: map[string]int{}}
+	w := &heldZones{snap: snap, held: map[string]map[resource.Key]string{}, published: map[string]engine.ZoneView{}, refreshed: map[string]int{}}
 	for _, z := range zones {
 		w.held[z] = map[resource.Key]string{}
 		for _, e := range snap.Kind(resource.MeshKind) {

@@ -7,13 +7,14 @@ package owner
 //     maps are never written again, so a published view that shares them reads them without
 //     a lock.
 //   - A zone's published view is its verdicts as of its last check: the session's filter reads
-//     it (kds.Session.SetView) with no lock of Holds, so no lock is taken across packages on the
+//     it (engine.Session.SetView) with no lock of Holds, so no lock is taken across packages on the
 //     hot path.
 
 import (
 	"maps"
 	"slices"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -97,34 +98,34 @@ func (o *ownLayers) freeze() []Verdicts {
 	return o.frozen
 }
 
-// Published is what a zone may see as of its last check, read-only: the kds.ZoneView that Holds
+// Published is what a zone may see as of its last check, read-only: the engine.ZoneView that Holds
 // publishes into the zone's session.
 type Published struct {
 	own   []Verdicts
 	table *table
-	base  *kds.Snapshot
+	base  *engine.Snapshot
 	seq   uint64
 }
 
-var _ kds.ZoneView = (*Published)(nil)
+var _ engine.ZoneView = (*Published)(nil)
 
-// Visible implements kds.ZoneView: an entry is visible at the version of an accepted verdict.
-func (p *Published) Visible(e *kds.Entry) bool {
+// Visible implements engine.ZoneView: an entry is visible at the version of an accepted verdict.
+func (p *Published) Visible(e *engine.Entry) bool {
 	v, ok := p.verdict(kds.KeyOf(e), e.Name)
 	return ok && v.Accepted() && v.Version == e.Version
 }
 
-// None implements kds.ZoneView: no verdict at all yet (the zone's first check has not answered).
+// None implements engine.ZoneView: no verdict at all yet (the zone's first check has not answered).
 func (p *Published) None() bool { return p.base == nil && p.table == nil && len(p.own) == 0 }
 
-// SeesAll implements kds.ZoneView: a view of snap with no verdict of its own and none held in
+// SeesAll implements engine.ZoneView: a view of snap with no verdict of its own and none held in
 // its table accepts every entry of snap at its version (below), as after a full check that held
 // nothing back.
-func (p *Published) SeesAll(snap *kds.Snapshot) bool {
+func (p *Published) SeesAll(snap *engine.Snapshot) bool {
 	return p.base == snap && snap != nil && (p.table == nil || len(p.table.held) == 0) && !slices.ContainsFunc(p.own, func(v Verdicts) bool { return len(v) > 0 })
 }
 
-// Seq implements kds.ZoneView: later views of a zone have larger ones.
+// Seq implements engine.ZoneView: later views of a zone have larger ones.
 func (p *Published) Seq() uint64 { return p.seq }
 
 func (p *Published) verdict(k resource.Key, name string) (Verdict, bool) {

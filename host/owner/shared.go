@@ -21,7 +21,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kds-host/kds-host/host/kds"
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -39,7 +39,7 @@ type outcome struct {
 // view is a zone's verdicts when it has no own ones: zones that share one see the same.
 type view struct {
 	table *table
-	base  *kds.Snapshot
+	base  *engine.Snapshot
 }
 
 // shownTo is what the decision makes visible to z (Decision.Shown), computed once for the zones
@@ -64,9 +64,9 @@ func (o *outcome) shownTo(z *zoneHolds) map[string][]string {
 
 // shareKey is what makes two zones' checks ask the same.
 type shareKey struct {
-	snap       *kds.Snapshot
+	snap       *engine.Snapshot
 	generation uint64
-	inventory  kds.Digest
+	inventory  engine.Digest
 	full       bool
 	keys       uint64 // the keys a partial check looks at
 	ownerKinds string
@@ -74,7 +74,7 @@ type shareKey struct {
 
 // decision decides a check of zone (z, being checked): the zone's own, or one shared with the
 // zones that asked the same before (or are asking now). It returns nil when ctx is done.
-func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *kds.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
+func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *engine.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
 	decl := h.described.get(ctx)
 	kinds := decl.kinds
 	if !decl.shared {
@@ -116,7 +116,7 @@ func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *k
 		// The same digest at both ends is not enough: the inventory may have moved and come back
 		// in between (a new stream starts from nothing and reports the same again), the check
 		// reading it meanwhile. A zone's inventory changes on its stream's goroutine, and Holds
-		// hears each change (z.moved) before the next is made (kds.Zones hears a new stream
+		// hears each change (z.moved) before the next is made (engine.Zones hears a new stream
 		// first), so an inventory that came back was heard moving.
 		moved = moved || z.moved
 		if mine == nil || mine.d.Err != nil || moved {

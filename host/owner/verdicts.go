@@ -20,6 +20,7 @@ package owner
 import (
 	"slices"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -44,13 +45,13 @@ type zoneHolds struct {
 	ownOwners  map[resource.Key][]string // the owners each of own's held verdicts is indexed under
 	ownHeld    int                       // how many of own's verdicts are held
 	table      *table
-	base       *kds.Snapshot
+	base       *engine.Snapshot
 
 	pending  // what the next check looks at (queue.go)
 	inFlight // while it is checked (check.go)
 	// prepared is the snapshot Prepare moved the zone to ahead of Changed (prepare.go), until
 	// Changed has seen it.
-	prepared *kds.Snapshot
+	prepared *engine.Snapshot
 	// heard counts the changes of the zone's inventory Holds has heard (an ACK, a NACK's stored
 	// part, a new stream): Prepare tells by it that a zone holds what it held when grouped.
 	heard uint64
@@ -68,7 +69,7 @@ type table struct {
 	waiting map[string][]resource.Key // held's WAIT verdicts, by the owner they wait for
 }
 
-func newTable(held Verdicts, snap *kds.Snapshot) *table {
+func newTable(held Verdicts, snap *engine.Snapshot) *table {
 	t := &table{held: held, waiting: map[string][]resource.Key{}}
 	for k, v := range held {
 		for _, o := range heldUnder(v, snap.Kind(k.Kind)[k.XDSName()]) {
@@ -82,7 +83,7 @@ func newTable(held Verdicts, snap *kds.Snapshot) *table {
 // zone may change a held verdict of e: what it waits for, and every owner e names (a REJECT for
 // an owner served nowhere may become a WAIT or an ACCEPT once that owner is written or arrives).
 // An accepted verdict is under none.
-func heldUnder(v Verdict, e *kds.Entry) []string {
+func heldUnder(v Verdict, e *engine.Entry) []string {
 	if v.Withheld == nil {
 		return nil
 	}
@@ -110,7 +111,7 @@ func (z *zoneHolds) verdict(k resource.Key, name string) (Verdict, bool) {
 
 // below is the verdict of k under a zone's own verdicts: its table's, else the base snapshot's
 // version (accepted).
-func below(t *table, base *kds.Snapshot, k resource.Key, name string) (Verdict, bool) {
+func below(t *table, base *engine.Snapshot, k resource.Key, name string) (Verdict, bool) {
 	if t != nil {
 		if v, ok := t.held[k]; ok {
 			return v, true
@@ -129,7 +130,7 @@ func (z *zoneHolds) VisibleVersion(k resource.Key) string {
 }
 
 // visibleEntry is VisibleVersion of an entry's key, without building its xDS name.
-func (z *zoneHolds) visibleEntry(e *kds.Entry) string {
+func (z *zoneHolds) visibleEntry(e *engine.Entry) string {
 	v, _ := z.verdict(kds.KeyOf(e), e.Name)
 	return v.visible()
 }
@@ -161,7 +162,7 @@ func (z *zoneHolds) addWaiting(owner string, snapLen int) bool {
 
 // setOwn records the verdict of k in own (a verdict without version: k is no longer served), e
 // being the entry it judged (nil: none), and keeps own's waiting index.
-func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *kds.Entry) {
+func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *engine.Entry) {
 	for _, o := range z.ownOwners[k] {
 		if w := z.ownWaiting[o]; w != nil {
 			delete(w, k)

@@ -9,12 +9,13 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
 // served builds a snapshot of rs.
-func served(t *testing.T, rs ...resource.Resource) *kds.Snapshot {
+func served(t *testing.T, rs ...resource.Resource) *engine.Snapshot {
 	t.Helper()
 	var b kds.SnapshotBuilder
 	s, err := b.Build(rs)
@@ -38,13 +39,13 @@ var (
 )
 
 // servedPolicies is a snapshot of mesh1, pol1 and pol2, and the version it serves of a key.
-func servedPolicies(t *testing.T) (*kds.Snapshot, func(resource.Key) string) {
+func servedPolicies(t *testing.T) (*engine.Snapshot, func(resource.Key) string) {
 	snap := served(t, mesh1, pol1, pol2)
 	return snap, func(k resource.Key) string { return snap.Kind(k.Kind)[k.XDSName()].Version }
 }
 
 // layered is a zone whose verdicts are own, then a table of table (nil: none), then snap.
-func layered(own, table Verdicts, snap *kds.Snapshot) *zoneHolds {
+func layered(own, table Verdicts, snap *engine.Snapshot) *zoneHolds {
 	z := &zoneHolds{own: ownOf(own), base: snap}
 	if table != nil {
 		z.table = newTable(table, snap)

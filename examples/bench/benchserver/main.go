@@ -23,11 +23,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
 )
@@ -94,7 +94,7 @@ func run(n, zones int, tokensFile string, holds, kdsAuth bool, tmp, addr, logLev
 		Store: st, Registry: reg, Logger: benchcp.Logger(logLevel, "global"), KDSAddr: addr,
 		Builtin: retrypolicy.New(), PolicyTimeout: 200 * time.Millisecond,
 		OwnerHolds: holds, OwnerCheckTimeout: time.Second,
-		Limits: kds.DefaultLimits(), ZoneGrace: time.Minute, MaxStreamsPerConnection: 16,
+		Limits: engine.DefaultLimits(), ZoneGrace: time.Minute, MaxStreamsPerConnection: 16,
 		Keys: keys, KDSAuth: kdsAuth,
 	})
 	if err != nil {

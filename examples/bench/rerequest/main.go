@@ -31,9 +31,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
@@ -43,16 +43,16 @@ func main() {
 	rate := flag.Int("rate", 1000, "re-requests the looper sends a second")
 	loop := flag.Duration("for", 10*time.Second, "how long the looper loops")
 	updates := flag.Int("updates", 100, "updates of the healthy zone's MeshTimeout per phase")
-	limit := flag.Float64("limit", kds.DefaultReRequestLimit().Rate, "the global's --rerequest-rate")
-	burst := flag.Int("burst", kds.DefaultReRequestLimit().Burst, "the global's --rerequest-burst")
+	limit := flag.Float64("limit", engine.DefaultReRequestLimit().Rate, "the global's --rerequest-rate")
+	burst := flag.Int("burst", engine.DefaultReRequestLimit().Burst, "the global's --rerequest-burst")
 	flag.Parse()
-	if err := run(*rate, *loop, *updates, kds.RateLimit{Rate: *limit, Burst: *burst}); err != nil {
+	if err := run(*rate, *loop, *updates, engine.RateLimit{Rate: *limit, Burst: *burst}); err != nil {
 		fmt.Fprintln(os.Stderr, "rerequest:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rate int, loop time.Duration, updates int, limit kds.RateLimit) error {
+func run(rate int, loop time.Duration, updates int, limit engine.RateLimit) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tmp, err := os.MkdirTemp("", "kds-bench-rerequest-")
@@ -70,7 +70,7 @@ func run(rate int, loop time.Duration, updates int, limit kds.RateLimit) error {
 		return err
 	}
 	gl, err := benchcp.StartGlobal(ctx, controlplane.GlobalConfig{Store: gst, Registry: reg, Builtin: retrypolicy.New(),
-		OwnerHolds: true, Limits: kds.Limits{ReRequests: limit}, Logger: benchcp.Logger("off", "global")})
+		OwnerHolds: true, Limits: engine.Limits{ReRequests: limit}, Logger: benchcp.Logger("off", "global")})
 	if err != nil {
 		return err
 	}

@@ -10,12 +10,11 @@ import (
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/kds-host/kds-host/engine"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	"github.com/kds-host/kds-host/host/kds"
 )
 
 // floor is the least a delta ADS server on grpc-go can do for the bench's fleet, the floor under
@@ -47,7 +46,7 @@ func (fs *floorStream) send(m any) error {
 	return fs.s.SendMsg(m)
 }
 
-func newFloor(entries []*kds.Entry) *floor {
+func newFloor(entries []*engine.Entry) *floor {
 	f := &floor{full: map[string]*discovery.DeltaDiscoveryResponse{}, streams: map[*floorStream]struct{}{},
 		prepared: map[string]*grpc.PreparedMsg{}}
 	for _, e := range entries {
@@ -118,7 +117,7 @@ func (f *floor) fullMsg(s grpc.ServerStream, typeURL string) (*grpc.PreparedMsg,
 // update sends e to every open stream, from as many goroutines as there are cores: the message
 // is encoded once and its bytes shared, and the streams of a connection are sent back to back
 // (grpc-go's writer flushes them together), as kds-host's fan-out does.
-func (f *floor) update(ctx context.Context, seq int, e *kds.Entry) error {
+func (f *floor) update(ctx context.Context, seq int, e *engine.Entry) error {
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: e.TypeURL, Nonce: fmt.Sprintf("u%d", seq), Resources: []*discovery.Resource{e.Wire}}
 	f.mu.Lock()
 	if f.order == nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/host/kds"
@@ -64,7 +65,7 @@ func run(n int, addr string, wrap, bare bool, prof *benchproc.Profiles) error {
 
 	reg := resource.Default()
 	byKind := map[string]map[string]types.Resource{}
-	var entries []*kds.Entry // for -floor
+	var entries []*engine.Entry // for -floor
 	for _, r := range benchproc.Resources(n) {
 		if err := reg.Validate(&r); err != nil {
 			return err

@@ -8,10 +8,10 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/spf13/cobra"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/kds"
 )
 
 func TestInspectZonesShowsCausesAndWhatIsWithheldAndParked(t *testing.T) {
@@ -20,7 +20,7 @@ func TestInspectZonesShowsCausesAndWhatIsWithheldAndParked(t *testing.T) {
 	cmd := &cobra.Command{}
 	cmd.SetOut(&out)
 	list := zoneList{Total: 1, Items: []controlplane.ZoneView{{
-		ZoneInsight: kds.ZoneInsight{Zone: "zone-1", Connected: true, Kinds: []*kds.KindInsight{
+		ZoneInsight: engine.ZoneInsight{Zone: "zone-1", Connected: true, Kinds: []*engine.KindInsight{
 			{Kind: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
 			{Kind: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
 		}},

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
@@ -54,7 +55,7 @@ type runFlags struct {
 	signingKey        string
 	verifyKeys        []string
 	zoneGrace         time.Duration
-	limits            kds.Limits
+	limits            engine.Limits
 	responseTimeout   time.Duration
 	maxReceive        int
 	maxStreamsPerConn uint32
@@ -107,16 +108,16 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.signingKey, "token-signing-key", "", "global: Ed25519 key (PEM) that signs zone and user tokens (default: one made at first start under --data-dir/keys, mode 0600)")
 	f.StringSliceVar(&flags.verifyKeys, "token-verification-key", nil, "global: more keys (PEM, public or private) whose tokens are accepted, e.g. the key before a rotation (repeatable)")
 	f.DurationVar(&flags.zoneGrace, "zone-grace", time.Minute, "global: how long a zone's state (owner verdicts, insights, metrics series) outlives its last stream")
-	f.IntVar(&flags.limits.MaxZones, "max-zones", kds.DefaultLimits().MaxZones, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
-	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", kds.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
-	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", kds.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
-	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", kds.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones: each zone stream's share (this / streams) goes at once, a larger response waits for room in this much across zones, so a full sync of many zones goes a few zones at a time, and a zone that stops reading holds only what it was given")
-	f.DurationVar(&flags.responseTimeout, "kds-response-timeout", kds.DefaultLimits().ResponseTimeout, "global: close a zone's stream when a response it was sent stays unanswered this long (a zone that stops reading, its window full), counted in kds_stream_refusals_total{reason=\"stalled\"}; the zone connects again; 0: never")
-	f.IntVar(&flags.limits.MaxMessage, "kds-max-message", kds.DefaultLimits().MaxMessage, "global: bytes of one KDS response at most; a kind larger goes in several responses, and the API refuses a resource larger than this (keep it under the zones' --kds-max-receive-message)")
-	f.IntVar(&flags.limits.MaxUnknownNames, "kds-max-unknown-names", kds.DefaultLimits().MaxUnknownNames, "global: names one zone stream may subscribe to, or report holding in initial_resource_versions, that the global does not hold; a request beyond it is refused (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
+	f.IntVar(&flags.limits.MaxZones, "max-zones", engine.DefaultLimits().MaxZones, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
+	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", engine.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
+	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", engine.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
+	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", engine.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones: each zone stream's share (this / streams) goes at once, a larger response waits for room in this much across zones, so a full sync of many zones goes a few zones at a time, and a zone that stops reading holds only what it was given")
+	f.DurationVar(&flags.responseTimeout, "kds-response-timeout", engine.DefaultLimits().ResponseTimeout, "global: close a zone's stream when a response it was sent stays unanswered this long (a zone that stops reading, its window full), counted in kds_stream_refusals_total{reason=\"stalled\"}; the zone connects again; 0: never")
+	f.IntVar(&flags.limits.MaxMessage, "kds-max-message", engine.DefaultLimits().MaxMessage, "global: bytes of one KDS response at most; a kind larger goes in several responses, and the API refuses a resource larger than this (keep it under the zones' --kds-max-receive-message)")
+	f.IntVar(&flags.limits.MaxUnknownNames, "kds-max-unknown-names", engine.DefaultLimits().MaxUnknownNames, "global: names one zone stream may subscribe to, or report holding in initial_resource_versions, that the global does not hold; a request beyond it is refused (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
 	f.IntVar(&flags.maxReceive, "kds-max-receive-message", 64<<20, "zone: bytes of one KDS response the zone accepts (the global's --kds-max-message must stay under it)")
 	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open (HTTP/2's limit: a client waits to open more, or its stream is reset)")
-	f.IntVar(&flags.maxRequest, "kds-max-request", kds.DefaultMaxRequestBytes, "global: bytes of one message a zone sends on KDS (its ACKs, NACKs and, on a new stream, the names and versions it holds); a larger one is refused as it arrives (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
+	f.IntVar(&flags.maxRequest, "kds-max-request", engine.DefaultMaxRequestBytes, "global: bytes of one message a zone sends on KDS (its ACKs, NACKs and, on a new stream, the names and versions it holds); a larger one is refused as it arrives (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
 	f.StringVar(&flags.apiTLSCert, "api-tls-cert", "", "global: serve the HTTP API over TLS with this certificate (with --api-tls-key)")
 	f.StringVar(&flags.apiTLSKey, "api-tls-key", "", "global: the HTTP API's TLS key")
 	f.StringVar(&flags.zoneTokenFile, "zone-token-file", "", "zone: file holding this zone's token (from `kds-host token zone --name NAME` on the global)")
@@ -220,7 +221,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 	if limits.ResponseTimeout <= 0 {
 		limits.ResponseTimeout = -1 // never
 	}
-	limits.ReRequests = kds.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst}
+	limits.ReRequests = engine.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst}
 	cfg := controlplane.GlobalConfig{
 		Registry: reg, Logger: log, Version: version,
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,

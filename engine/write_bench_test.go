@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func BenchmarkWrite(b *testing.B) {
 			c := NewCache([]string{"MeshTimeout"})
 			defer c.Close()
 			tr := NewTracker(c)
-			var sb SnapshotBuilder
+			var sb testSnapshots
 			rs := make([]resource.Resource, 100)
 			for i := range rs {
 				rs[i] = policyAt("MeshTimeout", fmt.Sprintf("p%03d", i), 1, 100)

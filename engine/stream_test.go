@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"context"
@@ -95,7 +95,7 @@ func TestAStreamIsOneGoroutine(t *testing.T) {
 		c := NewCache([]string{"MeshTimeout"})
 		defer c.Close()
 		tr := NewTracker(c)
-		var b SnapshotBuilder
+		var b testSnapshots
 		snap, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "p", 1, 10)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(snap)
@@ -118,7 +118,7 @@ func TestAStreamIsOneGoroutine(t *testing.T) {
 		buf = buf[:runtime.Stack(buf, true)]
 		streams := 0
 		for _, gr := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(gr, "kds.serveDelta") || strings.Contains(gr, "kds.(*deltaStream)") {
+			if strings.Contains(gr, "engine.serveDelta") || strings.Contains(gr, "engine.(*deltaStream)") {
 				streams++
 			}
 		}
@@ -135,7 +135,7 @@ func TestAFirstSyncOfAWholeKindIsTheSnapshotsList(t *testing.T) {
 		c := NewCache([]string{"MeshTimeout"})
 		defer c.Close()
 		tr := NewTracker(c)
-		var b SnapshotBuilder
+		var b testSnapshots
 		var rs []resource.Resource
 		for i := range 5 {
 			rs = append(rs, policyAt("MeshTimeout", fmt.Sprintf("p%d", i), 1, 10))
@@ -203,7 +203,7 @@ func TestTheStreamLoopSendsWhenTheBudgetHasRoom(t *testing.T) {
 		defer c.Close()
 		tr := NewTracker(c)
 		tr.SetLimits(Limits{MaxInFlightBytes: 1}) // one response at a time
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{{Kind: "MeshTimeout", Mesh: "m", Name: "a", Spec: json.RawMessage(`{}`), Generation: 1}})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
@@ -277,7 +277,7 @@ func TestACacheClosingEndsTheStreamLoops(t *testing.T) {
 		g := NewWithT(t)
 		c := NewCache([]string{"MeshTimeout"})
 		tr := NewTracker(c)
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{{Kind: "MeshTimeout", Mesh: "m", Name: "a", Spec: json.RawMessage(`{}`), Generation: 1}})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
@@ -305,7 +305,7 @@ func TestAWriteIsOneMessageForEveryStream(t *testing.T) {
 		c := NewCache([]string{"MeshTimeout"})
 		defer c.Close()
 		tr := NewTracker(c)
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0), policyAt("MeshTimeout", "b", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
@@ -399,7 +399,7 @@ func TestAnACKReusesTheKindsWatch(t *testing.T) {
 		c := NewCache([]string{"MeshTimeout"})
 		defer c.Close()
 		tr := NewTracker(c)
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
@@ -457,7 +457,7 @@ func TestAWriteToAStreamInStepIsSentByTheFanOut(t *testing.T) {
 		c := NewCache([]string{"MeshRetry", "MeshTimeout"})
 		defer c.Close()
 		tr := NewTracker(c)
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0), policyAt("MeshRetry", "r", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
@@ -543,7 +543,7 @@ func TestAWriteBeforeTheZonesFirstViewWaitsForIt(t *testing.T) {
 		synctest.Wait()
 		g.Expect(z.str.sent).To(BeEmpty(), "nothing to send: the snapshot is empty")
 
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "a", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)

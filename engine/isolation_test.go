@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func TestAZoneThatStopsReadingOnlyHurtsItself(t *testing.T) {
 			refused := make(chan event.Refusal, slow)
 			tr := NewTracker(c, event.Observer{Refused: func(r event.Refusal) { refused <- r }})
 			tr.SetLimits(Limits{MaxInFlightBytes: 256 << 10})
-			var b SnapshotBuilder
+			var b testSnapshots
 			big := make([]resource.Resource, 8) // a kind of 1 MiB, in one response
 			for i := range big {
 				big[i] = policyAt("MeshAccessLog", string(rune('a'+i)), 1, 128<<10)
@@ -121,7 +121,7 @@ func TestTheResponseTimeoutRunsFromTheOldestUnansweredResponse(t *testing.T) {
 		defer c.Close()
 		tr := NewTracker(c)
 		tr.SetLimits(Limits{ResponseTimeout: 30 * time.Second})
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{policyAt("MeshTimeout", "t", 1, 0)})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)
@@ -157,7 +157,7 @@ func TestAZoneThatHalfClosesWithAFullWindowEndsItsStream(t *testing.T) {
 	defer c.Close()
 	closed := make(chan string, 1)
 	tr := NewTracker(c, event.Observer{StreamClosed: func(_ int64, zone string) { closed <- zone }})
-	var b SnapshotBuilder
+	var b testSnapshots
 	var big []resource.Resource
 	for i := range 16 { // 2 MiB: a response and more that the zone's window does not take
 		big = append(big, policyAt("MeshAccessLog", string(rune('a'+i)), 1, 128<<10))
@@ -165,7 +165,7 @@ func TestAZoneThatHalfClosesWithAFullWindowEndsItsStream(t *testing.T) {
 	s, err := b.Build(append(big, policyAt("MeshTimeout", "t", 1, 0)))
 	g.Expect(err).NotTo(HaveOccurred())
 	c.SetSnapshot(s)
-	str := nonReadingZone(t, ctx, c, tr, ServerConfig{}, "MeshAccessLog")
+	str := nonReadingZone(t, ctx, c, tr, ADSConfig{}, "MeshAccessLog")
 	g.Eventually(func() int {
 		if st := c.Current("z"); st != nil {
 			return st.InFlight()
@@ -183,7 +183,7 @@ func TestAZoneThatHalfClosesWithAFullWindowEndsItsStream(t *testing.T) {
 
 // A zone that does not read is disconnected at the response timeout: its stream's status waits
 // behind what it does not read, and so does what gRPC holds for it, so the global drops its
-// connection (ServerConfig.Conns), and says so.
+// connection (ADSConfig.Conns), and says so.
 func TestAStalledZonesConnectionIsDropped(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -193,7 +193,7 @@ func TestAStalledZonesConnectionIsDropped(t *testing.T) {
 	refused := make(chan event.Refusal, 1)
 	tr := NewTracker(c, event.Observer{Refused: func(r event.Refusal) { refused <- r }})
 	tr.SetLimits(Limits{ResponseTimeout: 200 * time.Millisecond})
-	var b SnapshotBuilder
+	var b testSnapshots
 	var big []resource.Resource
 	for i := range 8 { // 1 MiB: more than the zone's window takes
 		big = append(big, policyAt("MeshAccessLog", string(rune('a'+i)), 1, 128<<10))
@@ -201,7 +201,7 @@ func TestAStalledZonesConnectionIsDropped(t *testing.T) {
 	s, err := b.Build(big)
 	g.Expect(err).NotTo(HaveOccurred())
 	c.SetSnapshot(s)
-	str := nonReadingZone(t, ctx, c, tr, ServerConfig{Conns: NewConns()}, "MeshAccessLog")
+	str := nonReadingZone(t, ctx, c, tr, ADSConfig{Conns: NewConns()}, "MeshAccessLog")
 
 	var r event.Refusal
 	g.Eventually(refused, 10*time.Second).Should(Receive(&r))
@@ -213,13 +213,18 @@ func TestAStalledZonesConnectionIsDropped(t *testing.T) {
 	g.Expect(c.budget.inUse()).To(BeZero())
 }
 
-// nonReadingZone serves c on a loopback listener with cfg and opens a stream to it as zone z,
+// nonReadingZone serves c (DeltaADS) on a loopback listener with cfg and opens a stream to it as zone z,
 // subscribed to kind, over the smallest windows there are, which never reads: the server's
 // sends to it wait.
-func nonReadingZone(t *testing.T, ctx context.Context, c *Cache, tr *Tracker, cfg ServerConfig, kind string) discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+func nonReadingZone(t *testing.T, ctx context.Context, c *Cache, tr *Tracker, cfg ADSConfig, kind string) discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
 	t.Helper()
 	g := NewWithT(t)
-	srv, _ := NewGRPCServer(ctx, c, tr, cfg)
+	opts := []grpc.ServerOption{grpc.ForceServerCodecV2(c.Codec())}
+	if cfg.Conns != nil {
+		opts = append(opts, grpc.Creds(cfg.Conns.Creds(nil)))
+	}
+	srv := grpc.NewServer(opts...)
+	discovery.RegisterAggregatedDiscoveryServiceServer(srv, c.DeltaADS(ctx, tr, cfg))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	go srv.Serve(ln)

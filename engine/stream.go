@@ -1,4 +1,4 @@
-package kds
+package engine
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14), with
 // what KDS needs of it and no more. It differs in five ways. It ends when the server closes the

@@ -1,4 +1,4 @@
-package kds
+package engine
 
 // The bounds of what one zone stream's requests may make the global hold, checked before anything
 // of a request is stored, and what a closed stream's session lets go of.

@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"slices"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
@@ -146,8 +145,8 @@ func (z *Zones) Expire(before time.Time) []string {
 	return out
 }
 
-// Inventory returns the keys the zone has ACKed.
-func (z *Zones) Inventory(zone string) []resource.Key { return z.InventoryKeys(zone, nil, nil) }
+// Inventory returns what the zone has ACKed.
+func (z *Zones) Inventory(zone string) []Ref { return z.InventoryKeys(zone, nil, nil) }
 
 // Insights returns every zone's state, sorted by zone and kind: per kind, what its current (or
 // last) session counted, with the counters of its earlier streams added.
@@ -279,21 +278,21 @@ func (z *Zones) AckedVersion(zone, kind, name string) (string, bool) {
 	return "", false
 }
 
-// InventoryKeys returns the keys the zone has ACKed of the given kinds (nil: of every kind),
-// and of the extra keys it holds.
-func (z *Zones) InventoryKeys(zone string, kinds []string, extra []resource.Key) []resource.Key {
+// InventoryKeys returns what the zone has ACKed of the given types (nil: of every type), and
+// which of extra it holds.
+func (z *Zones) InventoryKeys(zone string, types []string, extra []Ref) []Ref {
 	s := z.session(zone)
 	if s == nil {
 		return nil
 	}
-	var out []resource.Key
-	s.Acked(kinds, func(kind, name, _ string) { out = append(out, resource.KeyFromXDSName(kind, name)) })
-	for _, k := range extra {
-		if kinds == nil || slices.Contains(kinds, k.Kind) {
+	var out []Ref
+	s.Acked(types, func(typeURL, name, _ string) { out = append(out, Ref{TypeURL: typeURL, Name: name}) })
+	for _, r := range extra {
+		if types == nil || slices.Contains(types, r.TypeURL) {
 			continue // already there
 		}
-		if _, ok := s.AckedVersion(k.Kind, k.XDSName()); ok {
-			out = append(out, k)
+		if _, ok := s.AckedVersion(r.TypeURL, r.Name); ok {
+			out = append(out, r)
 		}
 	}
 	return out

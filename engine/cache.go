@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"cmp"

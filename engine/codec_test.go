@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ import (
 // exactly the response that was sent, whatever else it carries.
 func TestTheCodecWritesEntriesFromTheirOneEncoding(t *testing.T) {
 	g := NewWithT(t)
-	var b SnapshotBuilder
+	var b testSnapshots
 	snap, err := b.Build([]resource.Resource{
 		{Kind: resource.MeshKind, Name: "m1", Generation: 1},
 		{Kind: resource.MeshKind, Name: "m2", Generation: 1},
@@ -107,7 +107,7 @@ func TestTheCodecKnowsEveryFieldOfADeltaResponse(t *testing.T) {
 // zone decodes the same message either way.
 func TestTheCodecWritesARunOfEntriesAsOneSlice(t *testing.T) {
 	g := NewWithT(t)
-	var b SnapshotBuilder
+	var b testSnapshots
 	var rs []resource.Resource
 	for i := range 2 * runMin {
 		rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: fmt.Sprintf("m%03d", i), Generation: 1})

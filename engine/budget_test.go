@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"context"
@@ -114,7 +114,7 @@ func TestResponsesWaitForRoomUntilAZoneAnswers(t *testing.T) {
 		defer c.Close()
 		tr := NewTracker(c)
 		tr.SetLimits(Limits{MaxInFlightBytes: 1}) // one response at a time
-		var b SnapshotBuilder
+		var b testSnapshots
 		s, err := b.Build([]resource.Resource{{Kind: "MeshTimeout", Mesh: "m", Name: "a", Spec: json.RawMessage(`{}`), Generation: 1}})
 		g.Expect(err).NotTo(HaveOccurred())
 		c.SetSnapshot(s)

@@ -1,4 +1,4 @@
-package kds
+package engine
 
 // growStack grows the calling goroutine's stack to 8 KiB at once, while the goroutine is still
 // shallow. A stream's goroutine reaches about that depth on its first request (grpc-go's

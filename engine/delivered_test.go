@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var rebased, shared, advanced int
 	for round := range 200 {
-		var b SnapshotBuilder
+		var b testSnapshots
 		names := []string{"m1", "m2", "m3", "m4", "m5", "m6"}
 		gen := map[string]int64{}
 		var rs []resource.Resource
@@ -146,7 +146,7 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 // A first response that is exactly the kind's entries is held as the snapshot's, with no map;
 // any other is not.
 func TestAFirstResponseOfEverythingSharesTheSnapshots(t *testing.T) {
-	var b SnapshotBuilder
+	var b testSnapshots
 	snap, err := b.Build([]resource.Resource{{Kind: resource.MeshKind, Name: "m1", Generation: 1}, {Kind: resource.MeshKind, Name: "m2", Generation: 1}})
 	if err != nil {
 		t.Fatal(err)

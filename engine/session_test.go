@@ -1,4 +1,4 @@
-package kds
+package engine
 
 import (
 	"context"
@@ -228,7 +228,7 @@ func TestAZonesCountersAddUpAcrossItsStreams(t *testing.T) {
 // (the snapshot's sum of them): the digest and the count are what accounting each entry gives.
 func TestAnACKOfAWholeKindCountsEachOfItsEntries(t *testing.T) {
 	g := NewWithT(t)
-	var b SnapshotBuilder
+	var b testSnapshots
 	snap, err := b.Build([]resource.Resource{{Kind: resource.MeshKind, Name: "m1", Generation: 1},
 		{Kind: resource.MeshKind, Name: "m2", Generation: 3}, {Kind: resource.MeshKind, Name: "m3", Generation: 2}})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// ADSConfig is how DeltaADS serves. The zero value serves every stream, unauthenticated.
+type ADSConfig struct {
+	// Authenticate names the node a stream's credentials prove (a token in its metadata, or its
+	// client certificate), or refuses the stream with a gRPC status error (Unauthenticated,
+	// PermissionDenied). Nil accepts every stream as whatever node its node id names.
+	Authenticate func(ctx context.Context) (node string, err error)
+	// Header is sent to each stream before anything else.
+	Header metadata.MD
+	// Conns, when set, registers the server's connections (serve with its Creds): a stream that
+	// the response timeout closes has its connection dropped, which ends it for the client and
+	// frees what gRPC holds for it. Nil: the stream is closed only.
+	Conns *Conns
+}
+
+// DeltaADS is the delta half of the Aggregated Discovery Service served from c by the engine's
+// own stream loop, with t as its callbacks, until ctx ends. Register it on a gRPC server that
+// uses c.Codec().
+func (c *Cache) DeltaADS(ctx context.Context, t *Tracker, cfg ADSConfig) discovery.AggregatedDiscoveryServiceServer {
+	return &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg}
+}
+
+// ads serves the delta half of the Aggregated Discovery Service.
+type ads struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+	ctx     context.Context // the server's: streams end with it
+	cache   *Cache
+	streams atomic.Int64 // the last stream id given
+	tracker *Tracker
+	cfg     ADSConfig
+}
+
+// DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
+// can close (a newer stream of the same zone replaces it): its end then carries the reason.
+func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	growStack()
+	zone := ""
+	if a.cfg.Authenticate != nil {
+		z, err := a.cfg.Authenticate(s.Context())
+		if err != nil {
+			a.tracker.refuse(refusalOf(err), "", err)
+			return err
+		}
+		zone = z
+	}
+	if len(a.cfg.Header) > 0 {
+		if err := s.SendHeader(a.cfg.Header); err != nil {
+			return err
+		}
+	}
+	// The stream ends with the status the server closes it with: grpc-go's server stream writes
+	// it and cancels the stream, whose Recv and Send then return at once, even while the loop
+	// waits for the zone's next request. (A handler's returned status comes too late for that:
+	// the Recv that the cancel ends writes its own, "context canceled", first.)
+	ts, ok := grpc.ServerTransportStreamFromContext(s.Context()).(statusWriter)
+	if !ok {
+		return status.Error(codes.Internal, "the stream cannot be ended with a status: serve KDS with NewGRPCServer")
+	}
+	ctx, cancel := context.WithCancelCause(s.Context())
+	defer cancel(nil)
+	end := func(cause error) {
+		cancel(cause)
+		_ = ts.WriteStatus(status.Convert(cause)) // fails only once the stream has ended
+	}
+	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
+	defer stop()
+	info := &streamInfo{zone: zone, conn: connOf(s.Context()), close: end, loop: true}
+	if a.cfg.Conns != nil {
+		info.drop = func() bool { return a.cfg.Conns.Drop(info.conn) }
+	}
+	ctx = context.WithValue(ctx, streamKey{}, info)
+	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
+	if err == nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause // closed by the tracker, or the cache closing: the zone was told why
+		}
+	}
+	return err // the loop's own error first
+}
+
+// connOf names a stream's connection by its peer's address ("" when unknown).
+func connOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// statusWriter is grpc-go's server stream (grpc.ServerTransportStreamFromContext's), which
+// ends the RPC with a status and cancels its context: what a handler's return does, from
+// another goroutine. TestAClosedStreamEndsWithItsStatus holds grpc-go to it.
+type statusWriter interface {
+	WriteStatus(*status.Status) error
+}
+
+// refusalOf names, for the refusals metric, why a stream was refused.
+func refusalOf(err error) string {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return "unauthenticated"
+	case codes.PermissionDenied:
+		return "permission_denied"
+	case codes.ResourceExhausted:
+		return "limit"
+	case codes.InvalidArgument:
+		return "invalid"
+	}
+	return "other"
+}
+
+// streamKey is the context key of a stream's streamInfo.
+type streamKey struct{}
+
+// streamInfo is what the server knows of a stream before the callbacks do: the zone its
+// credentials prove ("" unauthenticated), and how to close it.
+type streamInfo struct {
+	zone  string
+	conn  string // the peer's address: the same for the streams of one connection
+	close context.CancelCauseFunc
+	drop  func() bool // drops the stream's connection, and reports whether it could (nil: it cannot)
+	loop  bool        // served by kds's own loop (stream.go), which sends the session's responses
+}
+
+func streamInfoOf(ctx context.Context) *streamInfo {
+	si, _ := ctx.Value(streamKey{}).(*streamInfo)
+	if si == nil {
+		return &streamInfo{close: func(error) {}}
+	}
+	return si
+}

@@ -1,0 +1,218 @@
+package kds
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kds-host/kds-host/engine"
+	"github.com/kds-host/kds-host/host/resource"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+)
+
+// SnapshotBuilder turns store contents into Snapshots, reusing the encoded entry of a resource
+// whose content did not change since the previous build. Build starts from a full list; Update
+// applies changes to the last snapshot built. It is not safe for concurrent use.
+//
+// A resource that cannot be encoded (a spec written by another version, a manual fix gone wrong),
+// or that its caller could not read from the store (given to Build or Update as unreadable), does
+// not stop the others: it is left out, or, when an earlier version of it was served, that version
+// stays (its zones keep what they have), and it is listed by Unservable until a later version of
+// it encodes or it is deleted.
+type SnapshotBuilder struct {
+	prev map[resource.Key]builtEntry // what the last snapshot holds
+	last *engine.Snapshot
+	bad  map[resource.Key]Unservable
+}
+
+// Unservable is a stored resource the global cannot read or encode for zones.
+type Unservable struct {
+	Key        resource.Key `json:"key"`
+	Generation int64        `json:"generation"`
+	// Column is the stored column that cannot be read; empty when the row reads but cannot be
+	// encoded.
+	Column string `json:"column,omitempty"`
+	Error  string `json:"error"`
+}
+
+// Unservable lists the resources the last snapshot could not encode, sorted by key.
+func (b *SnapshotBuilder) Unservable() []Unservable {
+	out := make([]Unservable, 0, len(b.bad))
+	for _, u := range b.bad {
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b Unservable) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out
+}
+
+// refuse records that r cannot be encoded.
+func (b *SnapshotBuilder) refuse(r *resource.Resource, err error) {
+	b.unreadable(Unservable{Key: r.Key(), Generation: r.Generation, Error: err.Error()})
+}
+
+// unreadable records u.
+func (b *SnapshotBuilder) unreadable(u Unservable) {
+	if b.bad == nil {
+		b.bad = map[resource.Key]Unservable{}
+	}
+	b.bad[u.Key] = u
+}
+
+type builtEntry struct {
+	gen   int64
+	spec  string
+	entry *engine.Entry
+}
+
+// Build returns a snapshot of rs, the stored resources but the unreadable ones. It fails on
+// nothing: a resource that cannot be encoded, and one unreadable, is left out (or keeps its
+// earlier version) and listed by Unservable.
+func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable) (*engine.Snapshot, error) {
+	next := make(map[resource.Key]builtEntry, len(rs))
+	entries := make([]*engine.Entry, 0, len(rs))
+	b.bad = nil
+	keep := func(key resource.Key, be builtEntry) {
+		next[key] = be
+		entries = append(entries, be.entry)
+	}
+	for i := range rs {
+		r := &rs[i]
+		key := r.Key()
+		be, ok := b.prev[key]
+		if !ok || be.gen != r.Generation || be.spec != string(r.Spec) {
+			e, err := NewEntry(r)
+			if err != nil {
+				b.refuse(r, err)
+				if !ok {
+					continue // never served: left out
+				}
+			} else {
+				be = builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}
+			}
+		}
+		keep(key, be)
+	}
+	for _, u := range unreadable {
+		if _, listed := next[u.Key]; listed {
+			continue
+		}
+		b.unreadable(u)
+		if be, ok := b.prev[u.Key]; ok {
+			keep(u.Key, be) // served before: stays
+		}
+	}
+	s := engine.SnapshotOf(entries)
+	b.prev = next
+	b.last = s
+	return s, nil
+}
+
+// Update returns the last snapshot built with changed put in (created or replacing the entry
+// of the same key) and deleted taken out. Only the kinds it touches get new maps; the others
+// are shared with the last snapshot, so its cost follows the size of the change, not of the
+// snapshot (plus one copy of each touched kind's map). A change that changes nothing (same
+// generation and spec, or a delete of an absent key) returns the last snapshot itself. A resource
+// that cannot be encoded, and one of unreadable (stored resources the caller could not read), is
+// not applied (its earlier version, if any, stays) and is listed by Unservable; the rest is.
+func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key, unreadable ...Unservable) (*engine.Snapshot, error) {
+	prev := b.last
+	if prev == nil {
+		prev = engine.SnapshotOf(nil)
+	}
+	type put struct {
+		key resource.Key
+		be  builtEntry
+	}
+	var puts []put
+	for i := range changed {
+		r := &changed[i]
+		key := r.Key()
+		if be, ok := b.prev[key]; ok && be.gen == r.Generation && be.spec == string(r.Spec) {
+			delete(b.bad, key) // served as it is: read again, as its caller found it
+			continue
+		}
+		e, err := NewEntry(r)
+		if err != nil {
+			b.refuse(r, err) // the version served before, if any, stays
+			continue
+		}
+		delete(b.bad, key)
+		puts = append(puts, put{key: key, be: builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}})
+	}
+	var dels []resource.Key
+	for _, k := range deleted {
+		delete(b.bad, k)
+		if _, ok := b.prev[k]; ok {
+			dels = append(dels, k)
+		}
+	}
+	for _, u := range unreadable {
+		b.unreadable(u) // the version served before, if any, stays
+	}
+	if len(puts) == 0 && len(dels) == 0 {
+		b.last = prev
+		return prev, nil
+	}
+	if b.prev == nil {
+		b.prev = map[resource.Key]builtEntry{}
+	}
+	entries := make([]*engine.Entry, len(puts))
+	removed := map[string][]string{}
+	for i, p := range puts {
+		entries[i] = p.be.entry
+		b.prev[p.key] = p.be
+	}
+	for _, k := range dels {
+		removed[k.Kind] = append(removed[k.Kind], k.XDSName())
+		delete(b.prev, k)
+	}
+	s := prev.Update(entries, removed)
+	b.last = s
+	return s, nil
+}
+
+// NewEntry encodes one resource for the wire.
+func NewEntry(r *resource.Resource) (*engine.Entry, error) {
+	p, err := r.ToProto()
+	if err != nil {
+		return nil, err
+	}
+	a, err := anypb.New(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
+	}
+	name, version := r.Key().XDSName(), resource.Version(p)
+	e := &engine.Entry{TypeURL: r.Kind, Name: name, Version: version, Any: a, Source: &Source{Key: r.Key(), Resource: p},
+		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
+	if err := e.EncodeWire(); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", r.Key(), err)
+	}
+	return e, nil
+}
+
+// Decode reads a resource out of an Any from a KDS response. The Any's type URL is the request's
+// type URL (the kind), not the message's, so it is decoded as the one envelope type it always is.
+func Decode(a *anypb.Any) (*kdsv1.Resource, error) {
+	r := &kdsv1.Resource{}
+	if err := proto.Unmarshal(a.GetValue(), r); err != nil {
+		return nil, fmt.Errorf("decode kds.v1.Resource: %w", err)
+	}
+	return r, nil
+}
+
+// Source is what kds-host's entries carry (Entry.Source): the resource's key and its kds.v1
+// envelope, as owner checks and the API read them.
+type Source struct {
+	Key      resource.Key
+	Resource *kdsv1.Resource
+}
+
+// KeyOf is the key of an entry kds-host built (NewEntry, or one with a Source).
+func KeyOf(e *engine.Entry) resource.Key { return e.Source.(*Source).Key }
+
+// ResourceOf is the kds.v1 resource of an entry kds-host built.
+func ResourceOf(e *engine.Entry) *kdsv1.Resource { return e.Source.(*Source).Resource }
