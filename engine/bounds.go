@@ -96,7 +96,7 @@ func (c *Cache) namesPerRequest(n int) int {
 	largest := 0
 	snap := c.snap.Load()
 	for _, kind := range c.kinds {
-		largest = max(largest, len(snap.Kind(kind)))
+		largest = max(largest, len(snap.Type(kind)))
 	}
 	return limit + largest
 }
@@ -128,7 +128,7 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 	if len(subscribe) == 0 && len(unsubscribe) == 0 && len(initial) == 0 {
 		return nil // an ACK or a NACK, most requests: nothing to count, no lock taken
 	}
-	entries := s.cache.snap.Load().Kind(kind)
+	entries := s.cache.snap.Load().Type(kind)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks := s.kinds.get(s.cache, kind); ks != nil && ks.requested {
@@ -238,6 +238,6 @@ func (t *Tracker) refused(s *Session, recvErr error) error {
 		return nil
 	}
 	err := status.Errorf(codes.ResourceExhausted, "%s (--kds-max-request)", status.Convert(recvErr).Message())
-	t.refuse(refusalOf(err), zoneOf(s, s.Zone(), nil), err)
+	t.refuse(refusalOf(err), zoneOf(s, s.Node(), nil), err)
 	return err
 }

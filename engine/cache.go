@@ -69,10 +69,10 @@ type Cache struct {
 	zonePeak shrink.Peak
 }
 
-// ZoneView is what one zone may see of the snapshot, as its filter last decided: published into
+// View is what one zone may see of the snapshot, as its filter last decided: published into
 // the zone's session (Cache.Publish) and read by the cache under the session's lock, with no lock
 // of the filter's. It is read-only.
-type ZoneView interface {
+type View interface {
 	// Visible reports whether the zone may see e.
 	Visible(e *Entry) bool
 	// None reports that the zone may see nothing at all yet (its first check has not answered).
@@ -92,7 +92,7 @@ type ViewPublisher interface {
 }
 
 // Publish puts v in the zone's current session, unless the session has a later view already.
-func (c *Cache) Publish(zone string, v ZoneView) {
+func (c *Cache) Publish(zone string, v View) {
 	if st := c.Current(zone); st != nil {
 		st.publish(v)
 	}
@@ -278,7 +278,7 @@ func (st *Session) mark(names map[string][]string, force bool) {
 			continue
 		}
 		ks := st.kind(kind)
-		if !force && 2*len(ns) >= len(st.cache.snap.Load().Kind(kind)) {
+		if !force && 2*len(ns) >= len(st.cache.snap.Load().Type(kind)) {
 			ks.full = true // most of the kind (owner holds releasing what waited): one walk
 		} else {
 			for _, n := range ns {
@@ -350,9 +350,9 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 	return old, nil
 }
 
-// ForgetZone frees what the cache keeps of a zone across its streams (its re-request budget),
+// ForgetNode frees what the cache keeps of a zone across its streams (its re-request budget),
 // once the zone's grace after its last stream is over.
-func (c *Cache) ForgetZone(zone string) {
+func (c *Cache) ForgetNode(zone string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, connected := c.byZone[zone]; !connected {
@@ -470,7 +470,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		ks.started, ks.full = true, true
 		for n, v := range sub.ReturnedResources() {
 			r := versionOnly(n, v)
-			if e := c.snap.Load().Kind(w.kind)[n]; e != nil && e.Version == v {
+			if e := c.snap.Load().Type(w.kind)[n]; e != nil && e.Version == v {
 				r = e.Wire // the version served: shared, as if sent
 			}
 			st.setView(w.kind, n, func() { ks.setDelivered(n, r) })
@@ -543,13 +543,13 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		return
 	}
 	snap := c.snap.Load()
-	entries := snap.Kind(w.kind)
+	entries := snap.Type(w.kind)
 	var visible func(*Entry) bool // nil: everything
 	switch f := c.filter.Load().Filter.(type) {
 	case nil:
 	case ViewPublisher:
 		v := st.view.Load()
-		if v == nil || v.ZoneView.None() {
+		if v == nil || v.View.None() {
 			if ks.delivered.len() == 0 {
 				// Nothing to send or remove (a zone whose first owner check has not answered):
 				// the walk waits for the Refresh that the check makes, its dirty names kept.
@@ -559,8 +559,8 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 				return
 			}
 			visible = func(*Entry) bool { return false }
-		} else if !v.ZoneView.SeesAll(snap) {
-			visible = v.ZoneView.Visible
+		} else if !v.View.SeesAll(snap) {
+			visible = v.View.Visible
 		}
 	default:
 		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }

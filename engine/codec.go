@@ -83,7 +83,7 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 			return mem.BufferSlice{mem.SliceBuffer(hb), mem.SliceBuffer(run)}, nil
 		}
 	}
-	return encodeDelta(resp, snap.Kind(resp.TypeUrl))
+	return encodeDelta(resp, snap.Type(resp.TypeUrl))
 }
 
 // encodeDelta is resp's encoding: its head, then each resource from its entry's frame when it
@@ -242,7 +242,7 @@ func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[st
 			continue
 		}
 		names = slices.Sorted(slices.Values(names))
-		entries := snap.Kind(kind)
+		entries := snap.Type(kind)
 		sh := &sharedAnswer{resp: discovery.DeltaDiscoveryResponse{
 			TypeUrl: kind, SystemVersionInfo: version, Nonce: version + "." + strconv.Itoa(i)}}
 		for _, n := range names {

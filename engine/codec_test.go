@@ -29,7 +29,7 @@ func TestTheCodecWritesEntriesFromTheirOneEncoding(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	c := NewCache([]string{resource.MeshKind})
 	c.SetSnapshot(snap)
-	m1, m2 := snap.Kind(resource.MeshKind)["m1"], snap.Kind(resource.MeshKind)["m2"]
+	m1, m2 := snap.Type(resource.MeshKind)["m1"], snap.Type(resource.MeshKind)["m2"]
 	old := &discovery.Resource{Name: "m2", Version: "an older version", Resource: m2.Any} // not the snapshot's
 	resp := &discovery.DeltaDiscoveryResponse{
 		SystemVersionInfo: "7", TypeUrl: resource.MeshKind, Nonce: "12",
@@ -119,7 +119,7 @@ func TestTheCodecWritesARunOfEntriesAsOneSlice(t *testing.T) {
 	wires := func(from, to int) []*discovery.Resource {
 		var out []*discovery.Resource
 		for _, n := range snap.Names(resource.MeshKind)[from:to] {
-			out = append(out, snap.Kind(resource.MeshKind)[n].Wire)
+			out = append(out, snap.Type(resource.MeshKind)[n].Wire)
 		}
 		return out
 	}

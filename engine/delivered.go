@@ -92,7 +92,7 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 	if cur == nil || cur == d.snap {
 		return
 	}
-	entries := cur.Kind(kind)
+	entries := cur.Type(kind)
 	switch ch, ok := cur.ChangesFrom(d.snap); {
 	case ok:
 		for _, n := range ch[kind] {
@@ -136,7 +136,7 @@ func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.R
 	if !ok || len(names) != len(resources)+len(removed) || len(names) > 16 { // a write's few: scans
 		return false
 	}
-	entries := cur.Kind(kind)
+	entries := cur.Type(kind)
 	for _, r := range resources {
 		if e := entries[r.Name]; e == nil || e.Wire != r || !slices.Contains(names, r.Name) {
 			return false
@@ -160,7 +160,7 @@ func (d *delivered) share(cur *Snapshot, entries map[string]*Entry) {
 // sentAll makes an empty d hold rs when rs are exactly the kind's entries of cur in name order
 // (a stream's first response of a kind, most often), without a map: it reports whether it did.
 func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource) bool {
-	if d.n != 0 || len(rs) == 0 || len(rs) != len(cur.Kind(kind)) {
+	if d.n != 0 || len(rs) == 0 || len(rs) != len(cur.Type(kind)) {
 		return false
 	}
 	if ko := cur.order(kind); !ko.isAll(rs) {
@@ -170,6 +170,6 @@ func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource
 			}
 		}
 	}
-	d.share(cur, cur.Kind(kind))
+	d.share(cur, cur.Type(kind))
 	return true
 }

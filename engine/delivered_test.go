@@ -46,7 +46,7 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 					t.Fatal(err)
 				}
 			case 1, 2: // sent what is served
-				for n, e := range snap.Kind(resource.MeshKind) {
+				for n, e := range snap.Type(resource.MeshKind) {
 					if rng.IntN(2) == 0 || op == 2 {
 						d.set(n, e.Wire)
 						want[n] = e.Wire
@@ -54,7 +54,7 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 				}
 				if op == 2 {
 					for n := range want {
-						if snap.Kind(resource.MeshKind)[n] == nil {
+						if snap.Type(resource.MeshKind)[n] == nil {
 							d.drop(n)
 							delete(want, n)
 						}
@@ -83,7 +83,7 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 				var rs []*discovery.Resource
 				var removed []string
 				for _, n := range changed {
-					if e := snap.Kind(resource.MeshKind)[n]; e != nil {
+					if e := snap.Type(resource.MeshKind)[n]; e != nil {
 						rs = append(rs, e.Wire)
 					} else if _, held := want[n]; held {
 						removed = append(removed, n)
@@ -124,11 +124,11 @@ func TestDeliveredIsAMapWhateverItsBase(t *testing.T) {
 			}
 		}
 		// In sync with what is served: no map of its own once rebased.
-		for n, e := range snap.Kind(resource.MeshKind) {
+		for n, e := range snap.Type(resource.MeshKind) {
 			d.set(n, e.Wire)
 		}
 		for _, n := range names {
-			if snap.Kind(resource.MeshKind)[n] == nil {
+			if snap.Type(resource.MeshKind)[n] == nil {
 				d.drop(n)
 			}
 		}
@@ -151,7 +151,7 @@ func TestAFirstResponseOfEverythingSharesTheSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m1, m2 := snap.Kind(resource.MeshKind)["m1"].Wire, snap.Kind(resource.MeshKind)["m2"].Wire
+	m1, m2 := snap.Type(resource.MeshKind)["m1"].Wire, snap.Type(resource.MeshKind)["m2"].Wire
 	var d delivered
 	if d.sentAll(snap, resource.MeshKind, []*discovery.Resource{m1}) {
 		t.Fatal("one of two entries taken for all of them")

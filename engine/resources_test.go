@@ -35,13 +35,13 @@ func (b *testSnapshots) Update(changed []resource.Resource, deleted []resource.K
 		if err != nil {
 			return nil, err
 		}
-		if old := b.last.Kind(e.TypeURL)[e.Name]; old == nil || old.Version != e.Version {
+		if old := b.last.Type(e.TypeURL)[e.Name]; old == nil || old.Version != e.Version {
 			put = append(put, e)
 		}
 	}
 	removed := map[string][]string{}
 	for _, k := range deleted {
-		if b.last.Kind(k.Kind)[k.XDSName()] != nil {
+		if b.last.Type(k.Kind)[k.XDSName()] != nil {
 			removed[k.Kind] = append(removed[k.Kind], k.XDSName())
 		}
 	}

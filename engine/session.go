@@ -642,13 +642,13 @@ func (s *Session) byNonce(nonce string) *inflight {
 }
 
 // viewBox holds a ZoneView for an atomic pointer.
-type viewBox struct{ ZoneView }
+type viewBox struct{ View }
 
 // publish installs v unless the session has a later view of its zone already.
-func (s *Session) publish(v ZoneView) {
+func (s *Session) publish(v View) {
 	for {
 		cur := s.view.Load()
-		if cur != nil && cur.ZoneView.Seq() >= v.Seq() {
+		if cur != nil && cur.View.Seq() >= v.Seq() {
 			return
 		}
 		if s.view.CompareAndSwap(cur, &viewBox{v}) {
@@ -665,8 +665,8 @@ func (s *Session) Retry() *retry.Stream { return &s.retry }
 // ignored.
 func (s *Session) Resend(names map[string][]string) { s.mark(names, true) }
 
-// Zone is the zone the session serves ("" before its first request).
-func (s *Session) Zone() string {
+// Node is the zone the session serves ("" before its first request).
+func (s *Session) Node() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.zone
@@ -706,15 +706,15 @@ func (s *Session) Digest() Digest {
 // Insight is what happened to each kind on the stream, and how much of it the zone has ACKed: a
 // kind appears once something was sent, answered or reported held of it. The caller owns the
 // copies.
-func (s *Session) Insight() []*KindInsight {
+func (s *Session) Insight() []*TypeInsight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*KindInsight
+	var out []*TypeInsight
 	s.kinds.each(func(ks *kindState) {
 		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 {
 			return
 		}
-		out = append(out, &KindInsight{Kind: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
+		out = append(out, &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
 			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked})
 	})
 	return out

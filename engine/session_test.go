@@ -99,7 +99,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 	}
 	defer tr.OnDeltaStreamClosed(1, nil)
 	s := c.Session(1)
-	z := NewZones(c)
+	z := NewNodes(c)
 	z.streamOpened(1, "zone-1")
 
 	m := &zoneModel{acked: map[string]map[string]string{}, responses: map[string]int64{}, acks: map[string]int64{}, nacks: map[string]int64{}}
@@ -182,7 +182,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 			}
 			known := 0 // a kind the zone has ACKed something of is in the insight
 			for _, ki := range s.Insight() {
-				if ki.Kind == kind {
+				if ki.TypeURL == kind {
 					known = ki.Known
 				}
 			}
@@ -190,7 +190,7 @@ func sessionModelRun(t *testing.T, seed uint64) {
 		}
 		g.Expect(z.InventoryDigest("zone-1")).To(Equal(m.digest()), "step %d", step)
 		for _, ki := range s.Insight() {
-			g.Expect([]int64{ki.Responses, ki.ACKs, ki.NACKs}).To(Equal([]int64{m.responses[ki.Kind], m.acks[ki.Kind], m.nacks[ki.Kind]}), "step %d, %s insight", step, ki.Kind)
+			g.Expect([]int64{ki.Responses, ki.ACKs, ki.NACKs}).To(Equal([]int64{m.responses[ki.TypeURL], m.acks[ki.TypeURL], m.nacks[ki.TypeURL]}), "step %d, %s insight", step, ki.TypeURL)
 		}
 		g.Expect(s.InFlight()).To(Equal(len(m.pending)), "step %d", step)
 		g.Expect(z.InventoryKeys("zone-1", nil, nil)).To(HaveLen(m.digest().N))
@@ -203,7 +203,7 @@ func TestAZonesCountersAddUpAcrossItsStreams(t *testing.T) {
 	g := NewWithT(t)
 	c := NewCache([]string{"MeshTimeout"})
 	defer c.Close()
-	z := NewZones(c)
+	z := NewNodes(c)
 	tr := NewTracker(c, z.Observer())
 	for id := range int64(3) {
 		stream := id + 1
@@ -217,8 +217,8 @@ func TestAZonesCountersAddUpAcrossItsStreams(t *testing.T) {
 	zi := z.Insights()
 	g.Expect(zi).To(HaveLen(1))
 	g.Expect(zi[0].Stream).To(Equal(int64(3)))
-	g.Expect(zi[0].Kinds).To(HaveLen(1))
-	ki := zi[0].Kinds[0]
+	g.Expect(zi[0].Types).To(HaveLen(1))
+	ki := zi[0].Types[0]
 	g.Expect([]int64{ki.Responses, ki.Sent, ki.ACKs, ki.NACKs}).To(Equal([]int64{3, 6, 3, 0}))
 	g.Expect(ki.Known).To(Equal(2), "what the last stream's zone ACKed")
 	g.Expect(z.Streams()).To(BeEmpty(), "no stream is open")
@@ -239,14 +239,14 @@ func TestAnACKOfAWholeKindCountsEachOfItsEntries(t *testing.T) {
 	g.Expect(tr.OnDeltaStreamOpen(context.Background(), 1, "")).To(Succeed())
 	defer tr.OnDeltaStreamClosed(1, nil)
 	g.Expect(tr.OnStreamDeltaRequest(1, &discovery.DeltaDiscoveryRequest{TypeUrl: resource.MeshKind, Node: &core.Node{Id: "zone-1"}})).To(Succeed())
-	z := NewZones(c)
+	z := NewNodes(c)
 	z.streamOpened(1, "zone-1")
 	s := c.Session(1)
 
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: resource.MeshKind, Nonce: "1"}
 	want := &zoneModel{acked: map[string]map[string]string{resource.MeshKind: {}}}
 	for _, n := range snap.Names(resource.MeshKind) {
-		e := snap.Kind(resource.MeshKind)[n]
+		e := snap.Type(resource.MeshKind)[n]
 		resp.Resources = append(resp.Resources, e.Wire)
 		want.acked[resource.MeshKind][n] = e.Version
 	}

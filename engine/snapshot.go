@@ -102,7 +102,7 @@ func perKind[T any](s *Snapshot, m *map[string]*T, kind string) *T {
 func (s *Snapshot) order(kind string) *kindOrder {
 	ko := perKind(s, &s.orders, kind)
 	ko.once.Do(func() {
-		byName := s.Kind(kind)
+		byName := s.Type(kind)
 		ko.names = slices.Sorted(maps.Keys(byName))
 		ko.entries = make([]*Entry, len(ko.names))
 		ko.wires = make([]*discovery.Resource, len(ko.names))
@@ -146,8 +146,8 @@ func (s *Snapshot) Len() int {
 	return s.size
 }
 
-// Kind returns the entries of one kind by xDS name. The map must not be modified.
-func (s *Snapshot) Kind(kind string) map[string]*Entry {
+// Type returns the entries of one kind by xDS name. The map must not be modified.
+func (s *Snapshot) Type(kind string) map[string]*Entry {
 	if s == nil {
 		return nil
 	}
@@ -244,8 +244,8 @@ func (e *Entry) EncodeWire() error {
 	return nil
 }
 
-// Kinds returns the kinds the snapshot has resources of, sorted.
-func (s *Snapshot) Kinds() []string {
+// Types returns the kinds the snapshot has resources of, sorted.
+func (s *Snapshot) Types() []string {
 	if s == nil {
 		return nil
 	}

@@ -331,7 +331,7 @@ func TestAWriteIsOneMessageForEveryStream(t *testing.T) {
 		shared := got[0]
 		g.Expect(got[1]).To(BeIdenticalTo(shared))
 		g.Expect(got[2]).To(BeIdenticalTo(shared))
-		a := s2.Kind("MeshTimeout")[s2.Names("MeshTimeout")[0]]
+		a := s2.Type("MeshTimeout")[s2.Names("MeshTimeout")[0]]
 		g.Expect(shared.Resources).To(Equal([]*discovery.Resource{a.Wire}))
 		g.Expect(shared.RemovedResources).To(BeEmpty())
 		g.Expect(shared.Nonce).To(Equal(shared.SystemVersionInfo+".0"), "the snapshot's and the kind's")
@@ -437,7 +437,7 @@ func TestAnACKReusesTheKindsWatch(t *testing.T) {
 		g.Expect(st.InFlight()).To(Equal(1))
 		z.ack(update)
 		synctest.Wait()
-		a := s2.Kind("MeshTimeout")[s2.Names("MeshTimeout")[0]]
+		a := s2.Type("MeshTimeout")[s2.Names("MeshTimeout")[0]]
 		v, ok := st.AckedVersion("MeshTimeout", a.Name)
 		g.Expect(ok).To(BeTrue())
 		g.Expect(v).To(Equal(a.Version), "the ACK found the response it answers")

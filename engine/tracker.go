@@ -34,8 +34,8 @@ type Tracker struct {
 type Limits struct {
 	// MaxNodeIDLength bounds a node id, the zone's name (default 253).
 	MaxNodeIDLength int
-	// MaxZones bounds the zones with an open stream (default 10,000).
-	MaxZones int
+	// MaxNodes bounds the zones with an open stream (default 10,000).
+	MaxNodes int
 	// MaxNACKMessage bounds the NACK text kept and passed on, in bytes (default 4 KiB); a
 	// longer one is truncated, and so is each rejection's reason.
 	MaxNACKMessage int
@@ -65,7 +65,7 @@ type Limits struct {
 
 // DefaultLimits are the limits unless configured.
 func DefaultLimits() Limits {
-	return Limits{MaxNodeIDLength: 253, MaxZones: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit(), MaxInFlightBytes: 64 << 20,
+	return Limits{MaxNodeIDLength: 253, MaxNodes: 10_000, MaxNACKMessage: 4 << 10, ReRequests: DefaultReRequestLimit(), MaxInFlightBytes: 64 << 20,
 		MaxMessage: 16 << 20, MaxUnknownNames: 10_000, ResponseTimeout: 30 * time.Second}
 }
 
@@ -74,8 +74,8 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxNodeIDLength <= 0 {
 		l.MaxNodeIDLength = d.MaxNodeIDLength
 	}
-	if l.MaxZones <= 0 {
-		l.MaxZones = d.MaxZones
+	if l.MaxNodes <= 0 {
+		l.MaxNodes = d.MaxNodes
 	}
 	if l.MaxNACKMessage <= 0 {
 		l.MaxNACKMessage = d.MaxNACKMessage
@@ -147,7 +147,7 @@ func (t *Tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) err
 // OnDeltaStreamClosed implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
 	if s := t.cache.closeStream(id); s != nil {
-		if zone := s.Zone(); zone != "" {
+		if zone := s.Node(); zone != "" {
 			t.observers.StreamClosed(id, zone)
 		}
 	}
@@ -176,7 +176,7 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 			t.observers.Refused(r)
 		}
 	}
-	zone := s.Zone()
+	zone := s.Node()
 	// The bounds first: a refused request stores nothing, and replaces no stream of its zone.
 	if err := t.bound(s, req); err != nil {
 		refusals = append(refusals, refusal(refusalOf(err), zoneOf(s, zone, req), err))
@@ -187,7 +187,7 @@ func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryReq
 		node, err := t.admissible(s, req.GetNode().GetId())
 		if err == nil {
 			var replaced *Session
-			replaced, err = t.cache.admit(s, node, t.limits.MaxZones)
+			replaced, err = t.cache.admit(s, node, t.limits.MaxNodes)
 			if replaced != nil && replaced != s {
 				// One stream per zone: the newer one wins, and the older is told why it ends.
 				msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", node)

@@ -23,7 +23,7 @@ func TestASessionKeepsTheLatestViewPublished(t *testing.T) {
 	s := newSession(NewCache([]string{"Mesh"}), 1, nil)
 	s.publish(seqView{seq: 2, visible: true})
 	s.publish(seqView{seq: 1, visible: false})
-	g.Expect(s.view.Load().ZoneView.Seq()).To(Equal(uint64(2)))
+	g.Expect(s.view.Load().View.Seq()).To(Equal(uint64(2)))
 	s.publish(seqView{seq: 3, visible: false})
-	g.Expect(s.view.Load().ZoneView.Seq()).To(Equal(uint64(3)))
+	g.Expect(s.view.Load().View.Seq()).To(Equal(uint64(3)))
 }

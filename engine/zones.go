@@ -11,11 +11,11 @@ import (
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
-// Zones is the zone table: per zone, whether it is connected and since when, and its session
+// Nodes is the zone table: per zone, whether it is connected and since when, and its session
 // (its current stream's, or its last one's while the zone is within its grace), which says what
-// the zone holds and what happened to each kind on the stream: Zones keeps no copy of either. It
+// the zone holds and what happened to each kind on the stream: Nodes keeps no copy of either. It
 // keeps only the counters of the zone's earlier streams, so that they add up across reconnects.
-type Zones struct {
+type Nodes struct {
 	cache *Cache
 
 	mu    sync.Mutex // guards zones, peak, order and orderOK; released before a session's lock is taken
@@ -33,12 +33,12 @@ type zoneState struct {
 	connected bool
 	since     time.Time
 	session   *Session                // of stream; nil until it opened
-	earlier   map[string]*KindInsight // the counters of the zone's earlier streams, by kind
+	earlier   map[string]*TypeInsight // the counters of the zone's earlier streams, by kind
 }
 
-// KindInsight is what happened to one kind on one zone.
-type KindInsight struct {
-	Kind      string            `json:"kind"`
+// TypeInsight is what happened to one kind on one zone.
+type TypeInsight struct {
+	TypeURL      string            `json:"kind"`
 	Sent      int64             `json:"sent"`
 	Responses int64             `json:"responses"`
 	ACKs      int64             `json:"acks"`
@@ -55,33 +55,33 @@ type KindInsight struct {
 	Held int `json:"held,omitempty"`
 }
 
-// ZoneInsight is one zone's state.
-type ZoneInsight struct {
-	Zone      string         `json:"zone"`
+// NodeInsight is one zone's state.
+type NodeInsight struct {
+	Node      string         `json:"zone"`
 	Connected bool           `json:"connected"`
 	Stream    int64          `json:"stream,omitempty"`
 	Since     time.Time      `json:"since"`
-	Kinds     []*KindInsight `json:"kinds"`
+	Types     []*TypeInsight `json:"kinds"`
 }
 
-// NewZones returns an empty zone table over the sessions of c.
-func NewZones(c *Cache) *Zones { return &Zones{cache: c, zones: map[string]*zoneState{}} }
+// NewNodes returns an empty zone table over the sessions of c.
+func NewNodes(c *Cache) *Nodes { return &Nodes{cache: c, zones: map[string]*zoneState{}} }
 
 // Observer is how the zone table hears of streams opening and closing. What happens on a stream
 // is counted by its session.
-func (z *Zones) Observer() event.Observer {
+func (z *Nodes) Observer() event.Observer {
 	return event.Observer{StreamOpened: z.streamOpened, StreamClosed: z.streamClosed}
 }
 
 // streamOpened: a zone's new stream starts from what the zone reports; the counters of its last
 // stream are added to its earlier ones.
-func (z *Zones) streamOpened(id int64, zone string) {
+func (z *Nodes) streamOpened(id int64, zone string) {
 	defer z.streamsGen.Add(1)
 	session := z.cache.Session(id)
 	z.mu.Lock()
 	s := z.zones[zone]
 	if s == nil {
-		s = &zoneState{earlier: map[string]*KindInsight{}}
+		s = &zoneState{earlier: map[string]*TypeInsight{}}
 		z.zones[zone] = s
 		z.orderOK = false
 	}
@@ -95,10 +95,10 @@ func (z *Zones) streamOpened(id int64, zone string) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	for _, ki := range counts {
-		e := s.earlier[ki.Kind]
+		e := s.earlier[ki.TypeURL]
 		if e == nil {
-			e = &KindInsight{Kind: ki.Kind}
-			s.earlier[ki.Kind] = e
+			e = &TypeInsight{TypeURL: ki.TypeURL}
+			s.earlier[ki.TypeURL] = e
 		}
 		e.Sent += ki.Sent
 		e.Responses += ki.Responses
@@ -107,7 +107,7 @@ func (z *Zones) streamOpened(id int64, zone string) {
 	}
 }
 
-func (z *Zones) streamClosed(id int64, zone string) {
+func (z *Nodes) streamClosed(id int64, zone string) {
 	defer z.streamsGen.Add(1)
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -118,7 +118,7 @@ func (z *Zones) streamClosed(id int64, zone string) {
 }
 
 // session is the zone's session (current, or its last within its grace), or nil.
-func (z *Zones) session(zone string) *Session {
+func (z *Nodes) session(zone string) *Session {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if s := z.zones[zone]; s != nil {
@@ -129,7 +129,7 @@ func (z *Zones) session(zone string) *Session {
 
 // Expire frees the state of every zone whose last stream closed before the given time, and
 // returns their names.
-func (z *Zones) Expire(before time.Time) []string {
+func (z *Nodes) Expire(before time.Time) []string {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	var out []string
@@ -146,29 +146,29 @@ func (z *Zones) Expire(before time.Time) []string {
 }
 
 // Inventory returns what the zone has ACKed.
-func (z *Zones) Inventory(zone string) []Ref { return z.InventoryKeys(zone, nil, nil) }
+func (z *Nodes) Inventory(zone string) []Ref { return z.InventoryKeys(zone, nil, nil) }
 
 // Insights returns every zone's state, sorted by zone and kind: per kind, what its current (or
 // last) session counted, with the counters of its earlier streams added.
-func (z *Zones) Insights() []ZoneInsight {
+func (z *Nodes) Insights() []NodeInsight {
 	z.mu.Lock()
-	out := make([]ZoneInsight, 0, len(z.zones))
+	out := make([]NodeInsight, 0, len(z.zones))
 	parts := make([]zoneParts, 0, len(z.zones))
 	for name, s := range z.zones {
-		out = append(out, ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since})
+		out = append(out, NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since})
 		parts = append(parts, s.parts())
 	}
 	z.mu.Unlock()
 	for i := range out { // never under z.mu: a session's lock
-		out[i].Kinds = parts[i].kinds()
+		out[i].Types = parts[i].kinds()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Zone < out[j].Zone })
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
 
 // List returns every zone's state without its kinds, sorted by zone: what a summary of many
 // zones needs, at the cost of the zone table alone (the order is kept until a zone comes or goes).
-func (z *Zones) List() []ZoneInsight {
+func (z *Nodes) List() []NodeInsight {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if !z.orderOK {
@@ -179,26 +179,26 @@ func (z *Zones) List() []ZoneInsight {
 		slices.Sort(z.order)
 		z.orderOK = true
 	}
-	out := make([]ZoneInsight, len(z.order))
+	out := make([]NodeInsight, len(z.order))
 	for i, name := range z.order {
 		s := z.zones[name]
-		out[i] = ZoneInsight{Zone: name, Connected: s.connected, Stream: s.stream, Since: s.since}
+		out[i] = NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since}
 	}
 	return out
 }
 
 // Insight is one zone's state, as Insights gives it, and whether the zone is known.
-func (z *Zones) Insight(zone string) (ZoneInsight, bool) {
+func (z *Nodes) Insight(zone string) (NodeInsight, bool) {
 	z.mu.Lock()
 	s, ok := z.zones[zone]
 	if !ok {
 		z.mu.Unlock()
-		return ZoneInsight{}, false
+		return NodeInsight{}, false
 	}
-	zi := ZoneInsight{Zone: zone, Connected: s.connected, Stream: s.stream, Since: s.since}
+	zi := NodeInsight{Node: zone, Connected: s.connected, Stream: s.stream, Since: s.since}
 	p := s.parts()
 	z.mu.Unlock()
-	zi.Kinds = p.kinds()
+	zi.Types = p.kinds()
 	return zi, true
 }
 
@@ -206,7 +206,7 @@ func (z *Zones) Insight(zone string) (ZoneInsight, bool) {
 // copied under the table's lock.
 type zoneParts struct {
 	session *Session
-	earlier []KindInsight
+	earlier []TypeInsight
 }
 
 func (s *zoneState) parts() zoneParts {
@@ -219,39 +219,39 @@ func (s *zoneState) parts() zoneParts {
 
 // kinds is the zone's kinds, sorted: its session's counters with its earlier streams' added.
 // Call without the table's lock (it takes the session's).
-func (p zoneParts) kinds() []*KindInsight {
-	byKind := map[string]*KindInsight{}
+func (p zoneParts) kinds() []*TypeInsight {
+	byKind := map[string]*TypeInsight{}
 	if p.session != nil {
 		for _, ki := range p.session.Insight() {
-			byKind[ki.Kind] = ki
+			byKind[ki.TypeURL] = ki
 		}
 	}
 	for _, e := range p.earlier {
-		ki := byKind[e.Kind]
+		ki := byKind[e.TypeURL]
 		if ki == nil {
-			ki = &KindInsight{Kind: e.Kind}
-			byKind[e.Kind] = ki
+			ki = &TypeInsight{TypeURL: e.TypeURL}
+			byKind[e.TypeURL] = ki
 		}
 		ki.Sent += e.Sent
 		ki.Responses += e.Responses
 		ki.ACKs += e.ACKs
 		ki.NACKs += e.NACKs
 	}
-	out := make([]*KindInsight, 0, len(byKind))
+	out := make([]*TypeInsight, 0, len(byKind))
 	for _, ki := range byKind {
 		out = append(out, ki)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Kind < out[b].Kind })
+	sort.Slice(out, func(a, b int) bool { return out[a].TypeURL < out[b].TypeURL })
 	return out
 }
 
 // StreamsGeneration changes whenever a stream opens or closes: two equal readings mean the same
 // zones are connected on the same streams (Streams would list the same).
-func (z *Zones) StreamsGeneration() uint64 { return z.streamsGen.Load() }
+func (z *Nodes) StreamsGeneration() uint64 { return z.streamsGen.Load() }
 
 // Streams returns the connected zones with their stream and since when, sorted by zone, without
 // their kinds: what a replica's heartbeat records, at the cost of the zone table alone.
-func (z *Zones) Streams() []ZoneInsight {
+func (z *Nodes) Streams() []NodeInsight {
 	all := z.List()
 	out := all[:0]
 	for _, zi := range all {
@@ -263,7 +263,7 @@ func (z *Zones) Streams() []ZoneInsight {
 }
 
 // Known reports whether the zone is in the table: connected, or left within its grace.
-func (z *Zones) Known(zone string) bool {
+func (z *Nodes) Known(zone string) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	_, ok := z.zones[zone]
@@ -271,7 +271,7 @@ func (z *Zones) Known(zone string) bool {
 }
 
 // AckedVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
-func (z *Zones) AckedVersion(zone, kind, name string) (string, bool) {
+func (z *Nodes) AckedVersion(zone, kind, name string) (string, bool) {
 	if s := z.session(zone); s != nil {
 		return s.AckedVersion(kind, name)
 	}
@@ -280,7 +280,7 @@ func (z *Zones) AckedVersion(zone, kind, name string) (string, bool) {
 
 // InventoryKeys returns what the zone has ACKed of the given types (nil: of every type), and
 // which of extra it holds.
-func (z *Zones) InventoryKeys(zone string, types []string, extra []Ref) []Ref {
+func (z *Nodes) InventoryKeys(zone string, types []string, extra []Ref) []Ref {
 	s := z.session(zone)
 	if s == nil {
 		return nil
@@ -300,7 +300,7 @@ func (z *Zones) InventoryKeys(zone string, types []string, extra []Ref) []Ref {
 
 // InventoryDigest identifies what the zone holds now (the zero Digest for nothing, or an
 // unknown zone).
-func (z *Zones) InventoryDigest(zone string) Digest {
+func (z *Nodes) InventoryDigest(zone string) Digest {
 	if s := z.session(zone); s != nil {
 		return s.Digest()
 	}
@@ -308,7 +308,7 @@ func (z *Zones) InventoryDigest(zone string) Digest {
 }
 
 // Versions returns what the zone holds: kind -> xDS name -> version. The caller owns the copy.
-func (z *Zones) Versions(zone string) map[string]map[string]string {
+func (z *Nodes) Versions(zone string) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	if s := z.session(zone); s != nil {
 		s.Acked(nil, func(kind, name, version string) {
@@ -322,7 +322,7 @@ func (z *Zones) Versions(zone string) map[string]map[string]string {
 }
 
 // Connected returns the names of the zones with an open stream.
-func (z *Zones) Connected() []string {
+func (z *Nodes) Connected() []string {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	var out []string

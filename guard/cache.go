@@ -56,7 +56,7 @@ import (
 type Cache struct {
 	*engine.Cache
 	tracker *engine.Tracker
-	zones   *engine.Zones
+	zones   *engine.Nodes
 	sched   *retry.Scheduler // nil when emulating an old behaviour
 	holds   *owner.Holds     // nil without Options.OwnerCheck
 	owners  func(typeURL string, r Resource) []Ref
@@ -137,7 +137,7 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 		kopts.ClientGrace = time.Minute
 	}
 	kc := engine.NewCache(types)
-	c := &Cache{Cache: kc, zones: engine.NewZones(kc), owners: opts.Owners, types: slices.Clone(types), refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
+	c := &Cache{Cache: kc, zones: engine.NewNodes(kc), owners: opts.Owners, types: slices.Clone(types), refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
 		grace: kopts.ClientGrace, forget: kopts.Forget, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -235,7 +235,7 @@ func (c *Cache) expire() {
 		case <-tick.C:
 		}
 		for _, client := range c.zones.Expire(time.Now().Add(-c.grace)) {
-			c.ForgetZone(client)
+			c.ForgetNode(client)
 			if c.holds != nil {
 				c.holds.Forget(client)
 			}
@@ -250,7 +250,7 @@ func (c *Cache) expire() {
 // callbacks, the zone table, the retry scheduler (nil when emulating) and the owner holds (nil
 // without an owner check).
 func (c *Cache) Tracker() *engine.Tracker { return c.tracker }
-func (c *Cache) Zones() *engine.Zones     { return c.zones }
+func (c *Cache) Zones() *engine.Nodes     { return c.zones }
 func (c *Cache) Retry() *retry.Scheduler  { return c.sched }
 func (c *Cache) Holds() *owner.Holds      { return c.holds }
 
@@ -374,10 +374,10 @@ func (c *Cache) Clients() []ClientInsight {
 		if !z.Connected {
 			continue
 		}
-		ci := ClientInsight{Stream: z.Stream, Delta: true, Node: z.Zone}
+		ci := ClientInsight{Stream: z.Stream, Delta: true, Node: z.Node}
 		held := map[string][]Withheld{}
 		if c.holds != nil {
-			for _, w := range c.holds.Withheld(z.Zone) {
+			for _, w := range c.holds.Withheld(z.Node) {
 				reason := w.Verdict + ": " + w.Reason
 				if w.WaitingFor != "" {
 					reason = w.Verdict + ": waiting for " + w.WaitingFor
@@ -385,8 +385,8 @@ func (c *Cache) Clients() []ClientInsight {
 				held[w.Key.Kind] = append(held[w.Key.Kind], Withheld{Name: w.Key.XDSName(), Reason: reason})
 			}
 		}
-		for _, k := range z.Kinds {
-			ti := &TypeInsight{TypeURL: k.Kind, Responses: k.Responses, ACKs: k.ACKs, NACKs: k.NACKs, LastError: k.LastError, Withheld: held[k.Kind]}
+		for _, k := range z.Types {
+			ti := &TypeInsight{TypeURL: k.TypeURL, Responses: k.Responses, ACKs: k.ACKs, NACKs: k.NACKs, LastError: k.LastError, Withheld: held[k.TypeURL]}
 			for _, r := range k.Rejected {
 				ti.Withheld = append(ti.Withheld, Withheld{Name: r.Name, Version: r.Version, Reason: "refused by the client: " + r.Reason})
 			}

@@ -106,7 +106,7 @@ func TestKDSCacheEncodesAVersionOnceForEveryClient(t *testing.T) {
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {
 		staticCluster("a", cluster.Cluster_ROUND_ROBIN), staticCluster("b", cluster.Cluster_LEAST_REQUEST)}})).To(Succeed())
 	var rs []*discovery.Resource
-	for _, e := range c.Snapshot().Kind(resource.ClusterType) {
+	for _, e := range c.Snapshot().Type(resource.ClusterType) {
 		rs = append(rs, e.Wire)
 	}
 	var written [][]byte
@@ -139,5 +139,5 @@ func TestKDSCacheRefusesWhatItCannotServe(t *testing.T) {
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {staticCluster("", cluster.Cluster_ROUND_ROBIN)}})).To(MatchError(ContainSubstring("without a name")))
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {
 		staticCluster("a", cluster.Cluster_ROUND_ROBIN), staticCluster("a", cluster.Cluster_MAGLEV)}})).To(MatchError(ContainSubstring(`"a" given twice`)))
-	g.Expect(c.Snapshot().Kind(resource.ClusterType)).To(HaveKey("a"), "what was served stays")
+	g.Expect(c.Snapshot().Type(resource.ClusterType)).To(HaveKey("a"), "what was served stays")
 }

@@ -122,6 +122,6 @@ func ExampleNewCache() {
 	err = c.SetResources(map[string][]types.Resource{
 		resource.ClusterType: {&cluster.Cluster{Name: "backend"}},
 	})
-	fmt.Println(err, len(c.Snapshot().Kind(resource.ClusterType)), len(c.Clients()))
+	fmt.Println(err, len(c.Snapshot().Type(resource.ClusterType)), len(c.Clients()))
 	// Output: <nil> 1 0
 }

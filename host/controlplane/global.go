@@ -134,7 +134,7 @@ type Global struct {
 	log     hclog.Logger
 	kds     *guard.Cache // the cache, the zone table, the retry scheduler and the owner holds below
 	Cache   *engine.Cache
-	Zones   *engine.Zones
+	Zones   *engine.Nodes
 	Retry   *retry.Scheduler // nil when emulating
 	Holds   *owner.Holds     // nil when owner holds are off
 	tracker *engine.Tracker
@@ -496,7 +496,7 @@ func (g *Global) sync(ctx context.Context) error {
 // ZoneView is one zone's insight: KDS counters per kind, the retry state of its stream, and
 // what the global withholds from it.
 type ZoneView struct {
-	engine.ZoneInsight
+	engine.NodeInsight
 	// Replica is the global replica the zone is connected to (this one, or another sharing
 	// the store, as its heartbeat records), ReplicaAddress its KDS address, and Heartbeat when
 	// another replica last recorded the stream (nil for this replica's own).
@@ -549,28 +549,28 @@ func (g *Global) ZoneViews() []ZoneView {
 // zoneViews joins the zone table with the retry state of each connected zone's stream, read from
 // its session (retryOf; nil: retry is off), and what is withheld (withheld nil: owner holds are
 // off). /api/zones, polled every second, costs one lookup a zone.
-func zoneViews(insights []engine.ZoneInsight, retryOf func(stream int64) *retry.StreamState, withheld func(zone string) []owner.Withheld) []ZoneView {
+func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *retry.StreamState, withheld func(zone string) []owner.Withheld) []ZoneView {
 	var out []ZoneView
 	for _, zi := range insights {
-		zv := ZoneView{ZoneInsight: zi}
+		zv := ZoneView{NodeInsight: zi}
 		if withheld != nil {
-			zv.Withheld = withheld(zi.Zone)
+			zv.Withheld = withheld(zi.Node)
 			zv.Held = zv.Withheld // deprecated JSON "held", kept one release
 			perKind := map[string]int{}
 			for _, h := range zv.Withheld {
 				perKind[h.Key.Kind]++
 			}
-			for _, k := range zv.Kinds {
-				k.Withheld = perKind[k.Kind]
+			for _, k := range zv.Types {
+				k.Withheld = perKind[k.TypeURL]
 				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
 				k.Held = k.Withheld
-				delete(perKind, k.Kind)
+				delete(perKind, k.TypeURL)
 			}
 			for kind, n := range perKind { // withheld before anything of the kind was sent
 				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
-				zv.Kinds = append(zv.Kinds, &engine.KindInsight{Kind: kind, Withheld: n, Held: n})
+				zv.Types = append(zv.Types, &engine.TypeInsight{TypeURL: kind, Withheld: n, Held: n})
 			}
-			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
+			sort.Slice(zv.Types, func(i, j int) bool { return zv.Types[i].TypeURL < zv.Types[j].TypeURL })
 		}
 		if zi.Connected && retryOf != nil {
 			zv.Retry = retryOf(zi.Stream)

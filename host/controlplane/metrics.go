@@ -34,7 +34,7 @@ func newRegistry() *prometheus.Registry {
 // here: each zone's session counts it already, and Collect reads it from the zone table
 // (insights), so that a write to 10,000 zones does not also count into 10,000 zones' metrics.
 type zoneMetrics struct {
-	insights func() []engine.ZoneInsight // the zone table's, with every kind's counters; nil: none
+	insights func() []engine.NodeInsight // the zone table's, with every kind's counters; nil: none
 
 	mu    sync.RWMutex // guards zones and peak; each zone's counters have their own lock
 	zones map[string]*zoneCounts
@@ -146,11 +146,11 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.insights != nil {
 		for _, zi := range m.insights() {
-			for _, ki := range zi.Kinds {
-				emit(d.responses, float64(ki.Responses), zi.Zone, ki.Kind)
-				emit(d.resources, float64(ki.Sent), zi.Zone, ki.Kind)
-				emit(d.acks, float64(ki.ACKs), zi.Zone, ki.Kind)
-				emit(d.nacks, float64(ki.NACKs), zi.Zone, ki.Kind)
+			for _, ki := range zi.Types {
+				emit(d.responses, float64(ki.Responses), zi.Node, ki.TypeURL)
+				emit(d.resources, float64(ki.Sent), zi.Node, ki.TypeURL)
+				emit(d.acks, float64(ki.ACKs), zi.Node, ki.TypeURL)
+				emit(d.nacks, float64(ki.NACKs), zi.Node, ki.TypeURL)
 			}
 		}
 	}
@@ -393,7 +393,7 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 // within its grace (--zone-grace); past the grace the zone and its series are gone. A zone served
 // by another replica is that replica's series.
 type zoneConnections struct {
-	list func() []engine.ZoneInsight
+	list func() []engine.NodeInsight
 }
 
 var zoneConnectedDesc = prometheus.NewDesc("kds_zone_connected",
@@ -408,7 +408,7 @@ func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
 		if zi.Connected {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, v, zi.Zone)
+		ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, v, zi.Node)
 	}
 }
 

@@ -74,7 +74,7 @@ func newReplicas(cfg *GlobalConfig, kdsAddr string, log hclog.Logger) *replicas 
 }
 
 // run records the zones connected here every interval until ctx ends, then removes its records.
-func (r *replicas) run(ctx context.Context, zones *engine.Zones) {
+func (r *replicas) run(ctx context.Context, zones *engine.Nodes) {
 	if r.rec == nil {
 		return
 	}
@@ -104,7 +104,7 @@ func (r *replicas) run(ctx context.Context, zones *engine.Zones) {
 //
 // same says that the zones connected are the ones the last beat recorded, on the same streams
 // (insights is not read); beat reports whether it recorded the zones it was given.
-func (r *replicas) beat(ctx context.Context, insights []engine.ZoneInsight, same bool, now time.Time) bool {
+func (r *replicas) beat(ctx context.Context, insights []engine.NodeInsight, same bool, now time.Time) bool {
 	r.beats++
 	hb := store.Heartbeat{Replica: r.id, Address: r.address, Now: now}
 	if r.rewrite || r.beats%auditBeats == 1 || now.Sub(r.lastBeat) > (staleBeats-1)*r.interval {
@@ -118,8 +118,8 @@ func (r *replicas) beat(ctx context.Context, insights []engine.ZoneInsight, same
 				continue
 			}
 			connected++
-			if id, ok := r.recorded[zi.Zone]; r.rewrite || !ok || id != zi.Stream {
-				hb.Put = append(hb.Put, store.ZoneStream{Zone: zi.Zone, Since: zi.Since})
+			if id, ok := r.recorded[zi.Node]; r.rewrite || !ok || id != zi.Stream {
+				hb.Put = append(hb.Put, store.ZoneStream{Zone: zi.Node, Since: zi.Since})
 			}
 		}
 	}
@@ -130,7 +130,7 @@ func (r *replicas) beat(ctx context.Context, insights []engine.ZoneInsight, same
 		current = make(map[string]int64, connected)
 		for _, zi := range insights {
 			if zi.Connected {
-				current[zi.Zone] = zi.Stream
+				current[zi.Node] = zi.Stream
 			}
 		}
 		for zone := range r.recorded {

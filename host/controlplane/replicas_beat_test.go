@@ -55,7 +55,7 @@ func TestAHeartbeatThatChangesNothingOnlyRefreshes(t *testing.T) {
 	g := NewWithT(t)
 	rec := &recorder{records: -1}
 	r := &replicas{id: "r1", address: "grpc://r1:5685", interval: 2 * time.Second, rec: rec, log: hclog.NewNullLogger(), recorded: map[string]int64{}}
-	zones := []engine.ZoneInsight{{Zone: "a", Stream: 1, Connected: true}, {Zone: "b", Stream: 2, Connected: true}, {Zone: "c", Stream: 3}}
+	zones := []engine.NodeInsight{{Node: "a", Stream: 1, Connected: true}, {Node: "b", Stream: 2, Connected: true}, {Node: "c", Stream: 3}}
 	now := time.Unix(1000, 0)
 	beat := func() store.Heartbeat {
 		t.Helper()
@@ -108,7 +108,7 @@ func TestAHeartbeatWithTheSameStreamsListsNothing(t *testing.T) {
 	g := NewWithT(t)
 	rec := &recorder{records: -1}
 	r := &replicas{id: "r1", address: "grpc://r1:5685", interval: 2 * time.Second, rec: rec, log: hclog.NewNullLogger(), recorded: map[string]int64{}}
-	zones := []engine.ZoneInsight{{Zone: "a", Stream: 1, Connected: true}, {Zone: "b", Stream: 2, Connected: true}}
+	zones := []engine.NodeInsight{{Node: "a", Stream: 1, Connected: true}, {Node: "b", Stream: 2, Connected: true}}
 	now := time.Unix(1000, 0)
 	g.Expect(r.beat(context.Background(), zones, false, now)).To(BeTrue())
 	g.Expect(r.beat(context.Background(), nil, true, now.Add(r.interval))).To(BeTrue())
@@ -129,7 +129,7 @@ func TestTheStreamsGenerationMovesWithStreams(t *testing.T) {
 	g := NewWithT(t)
 	c := engine.NewCache([]string{"Mesh"})
 	defer c.Close()
-	zones := engine.NewZones(c)
+	zones := engine.NewNodes(c)
 	o := zones.Observer()
 	g0 := zones.StreamsGeneration()
 	o.StreamOpened(1, "a")

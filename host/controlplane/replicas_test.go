@@ -20,7 +20,7 @@ import (
 func replicaOf(gl *controlplane.Global, zoneName string) func() string {
 	return func() string {
 		for _, v := range gl.ZoneViews() {
-			if v.Zone == zoneName {
+			if v.Node == zoneName {
 				return v.Replica
 			}
 		}

@@ -125,18 +125,18 @@ func postgresOpener(t testing.TB) storeOpener {
 	return func() store.Store { return openPostgres(t) }
 }
 
-func kindInsight(g *controlplane.Global, zoneName, kind string) engine.KindInsight {
+func kindInsight(g *controlplane.Global, zoneName, kind string) engine.TypeInsight {
 	for _, z := range g.ZoneViews() {
-		if z.Zone != zoneName {
+		if z.Node != zoneName {
 			continue
 		}
-		for _, k := range z.Kinds {
-			if k.Kind == kind {
+		for _, k := range z.Types {
+			if k.TypeURL == kind {
 				return *k
 			}
 		}
 	}
-	return engine.KindInsight{}
+	return engine.TypeInsight{}
 }
 
 func TestThirtyTwoKindsOfAHundredResourcesSyncOnOneStream(t *testing.T) {
@@ -168,7 +168,7 @@ func TestThirtyTwoKindsOfAHundredResourcesSyncOnOneStream(t *testing.T) {
 	g.Expect(z.Client.Stats().NACKs).To(BeZero())
 	insights := gl.Zones.Insights()
 	g.Expect(insights).To(HaveLen(1))
-	g.Expect(insights[0].Kinds).To(HaveLen(33), "every kind went over the one stream")
+	g.Expect(insights[0].Types).To(HaveLen(33), "every kind went over the one stream")
 }
 
 func TestAGlobalRestartResendsOnlyWhatChanged(t *testing.T) {

@@ -53,7 +53,7 @@ var zoneStates = []string{"connected", "disconnected", "failing", "withholding",
 // zoneRow is one zone as the summary and the filter see it: cheap to make for every zone (no
 // kinds, no copy of the retry state).
 type zoneRow struct {
-	engine.ZoneInsight
+	engine.NodeInsight
 	other                         *store.ZoneStream // the stream another replica serves, when it is there
 	failing, withholding, givenUp bool
 }
@@ -123,7 +123,7 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 				row.failing, row.givenUp = s.Retry().Failing()
 			}
 		}
-		row.withholding = g.Holds != nil && g.Holds.Withholds(row.Zone)
+		row.withholding = g.Holds != nil && g.Holds.Withholds(row.Node)
 		ans.Summary.Zones++
 		if row.Connected {
 			ans.Summary.Connected++
@@ -139,7 +139,7 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 		if row.givenUp {
 			ans.Summary.GivenUp++
 		}
-		if (state == "" || row.is(state)) && strings.Contains(row.Zone, part) {
+		if (state == "" || row.is(state)) && strings.Contains(row.Node, part) {
 			matching = append(matching, i)
 		}
 	}
@@ -153,9 +153,9 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 	}
 	for _, i := range matching[offset:min(offset+limit, len(matching))] {
 		row := rows[i]
-		zi := row.ZoneInsight
+		zi := row.NodeInsight
 		var rs *retry.StreamState
-		if full, ok := g.Zones.Insight(zi.Zone); ok {
+		if full, ok := g.Zones.Insight(zi.Node); ok {
 			zi = full
 		}
 		if row.other == nil {
@@ -165,7 +165,7 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 				}
 			}
 		}
-		v := zoneViews([]engine.ZoneInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
+		v := zoneViews([]engine.NodeInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
 		if row.other != nil {
 			v.Replica, v.ReplicaAddress, v.Heartbeat = row.other.Replica, row.other.Address, &row.other.Heartbeat
 		} else if v.Connected {
@@ -187,23 +187,23 @@ func (g *Global) zoneRows(now time.Time) []zoneRow {
 	list := g.Zones.List()
 	rows := make([]zoneRow, len(list))
 	for i, zi := range list {
-		rows[i].ZoneInsight = zi
+		rows[i].NodeInsight = zi
 	}
 	elsewhere := g.replicas.elsewhere(now)
 	if len(elsewhere) == 0 {
 		return rows
 	}
 	for i := range rows {
-		if z, ok := elsewhere[rows[i].Zone]; ok {
-			delete(elsewhere, rows[i].Zone)
+		if z, ok := elsewhere[rows[i].Node]; ok {
+			delete(elsewhere, rows[i].Node)
 			if !rows[i].Connected {
 				rows[i].other = &z // shown on that replica; the zone table's state kept
 			}
 		}
 	}
 	for _, z := range elsewhere {
-		rows = append(rows, zoneRow{ZoneInsight: engine.ZoneInsight{Zone: z.Zone, Connected: true, Since: z.Since}, other: &z})
+		rows = append(rows, zoneRow{NodeInsight: engine.NodeInsight{Node: z.Zone, Connected: true, Since: z.Since}, other: &z})
 	}
-	slices.SortFunc(rows, func(a, b zoneRow) int { return strings.Compare(a.Zone, b.Zone) })
+	slices.SortFunc(rows, func(a, b zoneRow) int { return strings.Compare(a.Node, b.Node) })
 	return rows
 }

@@ -30,11 +30,11 @@ func lookup(states []retry.StreamState, reads *int) func(stream int64) *retry.St
 func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 	g := NewWithT(t)
 	const n = 2000
-	insights := make([]engine.ZoneInsight, n)
+	insights := make([]engine.NodeInsight, n)
 	states := make([]retry.StreamState, n)
 	for i := range n {
 		zone := fmt.Sprintf("zone-%04d", i)
-		insights[i] = engine.ZoneInsight{Zone: zone, Connected: true, Stream: int64(i + 1)}
+		insights[i] = engine.NodeInsight{Node: zone, Connected: true, Stream: int64(i + 1)}
 		states[i] = retry.StreamState{Stream: int64(n - i), Zone: fmt.Sprintf("zone-%04d", n-1-i), Round: uint32(n - i)}
 	}
 	reads := 0
@@ -42,7 +42,7 @@ func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 	g.Expect(reads).To(Equal(n), "retry states read for %d zones x %d streams", n, n)
 	g.Expect(views).To(HaveLen(n))
 	for _, v := range views {
-		g.Expect(v.Retry).NotTo(BeNil(), v.Zone)
+		g.Expect(v.Retry).NotTo(BeNil(), v.Node)
 		g.Expect(v.Retry.Stream).To(Equal(v.Stream))
 		g.Expect(v.Retry.Round).To(Equal(uint32(v.Stream)))
 	}
@@ -51,12 +51,12 @@ func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 // A retry state goes only to a connected zone whose current stream it is.
 func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	g := NewWithT(t)
-	insights := []engine.ZoneInsight{
-		{Zone: "connected", Connected: true, Stream: 1},
-		{Zone: "gone", Connected: false, Stream: 2},                // left, within its grace
-		{Zone: "reconnected", Connected: true, Stream: 4},          // its old stream 3 still has state
-		{Zone: "no-state", Connected: true, Stream: 5},             // nothing failing
-		{Zone: "withheld", Connected: true, Stream: 6, Kinds: nil}, // owner holds only
+	insights := []engine.NodeInsight{
+		{Node: "connected", Connected: true, Stream: 1},
+		{Node: "gone", Connected: false, Stream: 2},                // left, within its grace
+		{Node: "reconnected", Connected: true, Stream: 4},          // its old stream 3 still has state
+		{Node: "no-state", Connected: true, Stream: 5},             // nothing failing
+		{Node: "withheld", Connected: true, Stream: 6, Types: nil}, // owner holds only
 	}
 	states := []retry.StreamState{
 		{Stream: 1, Zone: "connected", Round: 1},
@@ -75,16 +75,16 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	g.Expect(views).To(HaveLen(5))
 	retryOf := map[string]*retry.StreamState{}
 	for _, v := range views {
-		retryOf[v.Zone] = v.Retry
+		retryOf[v.Node] = v.Retry
 	}
 	g.Expect(retryOf["connected"]).To(Equal(&states[0]))
 	g.Expect(retryOf["gone"]).To(BeNil(), "a zone that left shows no retry state")
 	g.Expect(retryOf["reconnected"]).To(BeNil(), "the state of an older stream is not the zone's")
 	g.Expect(retryOf["no-state"]).To(BeNil())
 	g.Expect(views[4].Withheld).To(HaveLen(1))
-	g.Expect(views[4].Kinds).To(HaveLen(1))
-	g.Expect(views[4].Kinds[0].Kind).To(Equal("MeshTimeout"))
-	g.Expect(views[4].Kinds[0].Withheld).To(Equal(1))
+	g.Expect(views[4].Types).To(HaveLen(1))
+	g.Expect(views[4].Types[0].TypeURL).To(Equal("MeshTimeout"))
+	g.Expect(views[4].Types[0].Withheld).To(Equal(1))
 
 	// /api/zones: "withheld", and for one release the deprecated "held" beside it, at both levels.
 	js, err := json.Marshal(views[4])
@@ -106,7 +106,7 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 // fails). Names withheld but never rejected, and names rejected but not withheld, are not in it.
 func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 	g := NewWithT(t)
-	insights := []engine.ZoneInsight{{Zone: "zone-1", Connected: true, Stream: 1}, {Zone: "zone-2", Connected: true, Stream: 2}}
+	insights := []engine.NodeInsight{{Node: "zone-1", Connected: true, Stream: 1}, {Node: "zone-2", Connected: true, Stream: 2}}
 	states := []retry.StreamState{
 		{Stream: 1, Zone: "zone-1", Round: 4, Failing: []retry.KindState{
 			{Kind: "Mesh", Rejected: []string{"default"}},

@@ -169,7 +169,7 @@ func TestAClosedStreamLetsGoOfItsRequestsAtOnce(t *testing.T) {
 	}
 	before := heap()
 	initial := map[string]string{}
-	for _, e := range h.cache.Snapshot().Kind("MeshTimeout") {
+	for _, e := range h.cache.Snapshot().Type("MeshTimeout") {
 		initial[e.Name] = e.Version
 	}
 	last := fmt.Sprintf("default/p-%06d", n)
@@ -183,7 +183,7 @@ func TestAClosedStreamLetsGoOfItsRequestsAtOnce(t *testing.T) {
 	g.Eventually(func() bool { z, _ := h.zones.Insight("zone-1"); return z.Connected }).Should(BeFalse())
 	z, ok := h.zones.Insight("zone-1")
 	g.Expect(ok).To(BeTrue(), "the zone is within its grace")
-	g.Expect(z.Kinds).To(ConsistOf(HaveField("Known", n)))
+	g.Expect(z.Types).To(ConsistOf(HaveField("Known", n)))
 
 	grown := int64(heap()) - int64(before)
 	t.Logf("the heap grew by %d bytes (%d a name the zone reported) with the closed stream's session kept", grown, grown/n)

@@ -31,7 +31,7 @@ import (
 type harness struct {
 	t      *testing.T
 	cache  *engine.Cache
-	zones  *engine.Zones
+	zones  *engine.Nodes
 	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	in     chan *discovery.DeltaDiscoveryResponse // what the one reader goroutine received
 	ended  chan error                             // the stream's end, once the reader saw it
@@ -46,7 +46,7 @@ func newHarness(t *testing.T, kinds []string, tune ...func(h *harness) *engine.T
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, cache: engine.NewCache(kinds)}
-	h.zones = engine.NewZones(h.cache)
+	h.zones = engine.NewNodes(h.cache)
 	tracker := engine.NewTracker(h.cache, h.zones.Observer())
 	for _, f := range tune {
 		tracker = f(h)

@@ -28,9 +28,9 @@ func meshResource(name string) resource.Resource {
 // versions returns the snapshot's versions by kind and xDS name.
 func versions(s *engine.Snapshot) map[string]map[string]string {
 	out := map[string]map[string]string{}
-	for _, kind := range s.Kinds() {
+	for _, kind := range s.Types() {
 		out[kind] = map[string]string{}
-		for name, e := range s.Kind(kind) {
+		for name, e := range s.Type(kind) {
 			out[kind][name] = e.Version
 		}
 	}
@@ -44,7 +44,7 @@ func TestUpdateSharesTheKindsItDoesNotTouch(t *testing.T) {
 	s1, err := b.Build([]resource.Resource{meshResource("default"), a1,
 		policy("MeshTimeout", "default", "b", `{"v":1}`), policy("MeshRetry", "default", "r", `{}`)})
 	g.Expect(err).NotTo(HaveOccurred())
-	old := s1.Kind("MeshTimeout")["default/a"]
+	old := s1.Type("MeshTimeout")["default/a"]
 
 	a2 := a1
 	a2.Spec, a2.Generation = json.RawMessage(`{"v":2}`), 2
@@ -52,15 +52,15 @@ func TestUpdateSharesTheKindsItDoesNotTouch(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s2).NotTo(BeIdenticalTo(s1))
 	g.Expect(s2.Len()).To(Equal(4))
-	g.Expect(sameMap(s2.Kind("Mesh"), s1.Kind("Mesh"))).To(BeTrue(), "untouched kinds are shared")
-	g.Expect(sameMap(s2.Kind("MeshRetry"), s1.Kind("MeshRetry"))).To(BeTrue())
-	g.Expect(sameMap(s2.Kind("MeshTimeout"), s1.Kind("MeshTimeout"))).To(BeFalse(), "a touched kind is copied")
-	g.Expect(s1.Kind("MeshTimeout")["default/a"]).To(BeIdenticalTo(old), "the previous snapshot is not modified")
+	g.Expect(sameMap(s2.Type("Mesh"), s1.Type("Mesh"))).To(BeTrue(), "untouched kinds are shared")
+	g.Expect(sameMap(s2.Type("MeshRetry"), s1.Type("MeshRetry"))).To(BeTrue())
+	g.Expect(sameMap(s2.Type("MeshTimeout"), s1.Type("MeshTimeout"))).To(BeFalse(), "a touched kind is copied")
+	g.Expect(s1.Type("MeshTimeout")["default/a"]).To(BeIdenticalTo(old), "the previous snapshot is not modified")
 	want, err := kds.NewEntry(&a2)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).To(Equal(want.Version))
-	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).NotTo(Equal(old.Version))
-	g.Expect(s2.Kind("MeshTimeout")["default/b"]).To(BeIdenticalTo(s1.Kind("MeshTimeout")["default/b"]), "unchanged entries are reused")
+	g.Expect(s2.Type("MeshTimeout")["default/a"].Version).To(Equal(want.Version))
+	g.Expect(s2.Type("MeshTimeout")["default/a"].Version).NotTo(Equal(old.Version))
+	g.Expect(s2.Type("MeshTimeout")["default/b"]).To(BeIdenticalTo(s1.Type("MeshTimeout")["default/b"]), "unchanged entries are reused")
 
 	// Nothing to do: the same snapshot.
 	s3, err := b.Update([]resource.Resource{a2}, []resource.Key{{Kind: "MeshRetry", Mesh: "default", Name: "absent"}})
@@ -71,30 +71,30 @@ func TestUpdateSharesTheKindsItDoesNotTouch(t *testing.T) {
 	s4, err := b.Update([]resource.Resource{policy("MeshTimeout", "default", "c", `{}`)},
 		[]resource.Key{{Kind: "MeshRetry", Mesh: "default", Name: "r"}})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s4.Kinds()).To(Equal([]string{"Mesh", "MeshTimeout"}))
+	g.Expect(s4.Types()).To(Equal([]string{"Mesh", "MeshTimeout"}))
 	g.Expect(s4.Len()).To(Equal(4))
-	g.Expect(sameMap(s4.Kind("Mesh"), s1.Kind("Mesh"))).To(BeTrue())
+	g.Expect(sameMap(s4.Type("Mesh"), s1.Type("Mesh"))).To(BeTrue())
 
 	// A resource that cannot be encoded is skipped and listed; the rest of the update applies.
 	s5, err := b.Update([]resource.Resource{policy("MeshTimeout", "default", "d", `{}`), policy("MeshTimeout", "default", "bad", `[1]`)}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s5.Kind("MeshTimeout")).To(HaveKey("default/d"))
-	g.Expect(s5.Kind("MeshTimeout")).NotTo(HaveKey("default/bad"))
+	g.Expect(s5.Type("MeshTimeout")).To(HaveKey("default/d"))
+	g.Expect(s5.Type("MeshTimeout")).NotTo(HaveKey("default/bad"))
 	g.Expect(b.Unservable()).To(ConsistOf(And(HaveField("Key.Name", "bad"), HaveField("Error", Not(BeEmpty())))))
 	// A served resource whose new version cannot be encoded keeps its served version.
-	served := s5.Kind("MeshTimeout")["default/d"]
+	served := s5.Type("MeshTimeout")["default/d"]
 	badD := policy("MeshTimeout", "default", "d", `"no"`)
 	badD.Generation = 2
 	s6, err := b.Update([]resource.Resource{badD}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s6.Kind("MeshTimeout")["default/d"]).To(BeIdenticalTo(served))
+	g.Expect(s6.Type("MeshTimeout")["default/d"]).To(BeIdenticalTo(served))
 	g.Expect(b.Unservable()).To(HaveLen(2))
 	// Fixed or deleted, it is no longer listed.
 	fixed := policy("MeshTimeout", "default", "bad", `{"fixed":true}`)
 	fixed.Generation = 2
 	s7, err := b.Update([]resource.Resource{fixed}, []resource.Key{{Kind: "MeshTimeout", Mesh: "default", Name: "d"}, {Kind: "MeshTimeout", Mesh: "default", Name: "c"}})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s7.Kind("MeshTimeout")).To(HaveKey("default/bad"))
+	g.Expect(s7.Type("MeshTimeout")).To(HaveKey("default/bad"))
 	g.Expect(b.Unservable()).To(BeEmpty())
 	s5, err = b.Update(nil, []resource.Key{{Kind: "MeshTimeout", Mesh: "default", Name: "bad"}})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -143,7 +143,7 @@ func TestAnUpdateSendsWhatChangedAndNothingElse(t *testing.T) {
 	g.Expect(r.TypeUrl).To(Equal("MeshTimeout"))
 	g.Expect(r.Resources).To(HaveLen(1))
 	g.Expect(r.Resources[0].Name).To(Equal("default/a"))
-	g.Expect(r.Resources[0].Version).To(Equal(h.cache.Snapshot().Kind("MeshTimeout")["default/a"].Version))
+	g.Expect(r.Resources[0].Version).To(Equal(h.cache.Snapshot().Type("MeshTimeout")["default/a"].Version))
 	g.Expect(r.RemovedResources).To(BeEmpty())
 	h.ack(r)
 	h.expectQuiet(100 * time.Millisecond) // the ACK's watch is in step: nothing more, no other kind
@@ -166,7 +166,7 @@ func TestAnUpdateSendsWhatChangedAndNothingElse(t *testing.T) {
 	r = h.recv()
 	g.Expect(r.Resources).To(HaveLen(1))
 	g.Expect(r.Resources[0].Name).To(Equal("default/a"))
-	g.Expect(r.Resources[0].Version).To(Equal(h.cache.Snapshot().Kind("MeshTimeout")["default/a"].Version))
+	g.Expect(r.Resources[0].Version).To(Equal(h.cache.Snapshot().Type("MeshTimeout")["default/a"].Version))
 	h.ack(r)
 
 	h.update(nil, resource.Key{Kind: "MeshRetry", Mesh: "default", Name: "r"})
@@ -263,7 +263,7 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 		snap := h.cache.Snapshot()
 		for kind, names := range zone {
 			for name := range names {
-				if _, ok := snap.Kind(kind)[name]; !ok {
+				if _, ok := snap.Type(kind)[name]; !ok {
 					return false
 				}
 			}
@@ -408,10 +408,10 @@ func TestAnUpdateListsEachChangedNameOnce(t *testing.T) {
 	g.Expect(ok).To(BeTrue())
 	g.Expect(changed["MeshTimeout"]).To(ConsistOf("default/a", "default/b"))
 	g.Expect(s2.Len()).To(Equal(2), "the Mesh and a; b deleted once")
-	g.Expect(s2.Kind("MeshTimeout")).To(HaveLen(1))
+	g.Expect(s2.Type("MeshTimeout")).To(HaveLen(1))
 	want, err := kds.NewEntry(&a3)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s2.Kind("MeshTimeout")["default/a"].Version).To(Equal(want.Version), "the last write of a")
+	g.Expect(s2.Type("MeshTimeout")["default/a"].Version).To(Equal(want.Version), "the last write of a")
 }
 
 // A stored resource its caller could not read (given as unreadable) is listed with its column,
@@ -423,20 +423,20 @@ func TestAnUnreadableResourceKeepsItsServedVersionUntilItIsRead(t *testing.T) {
 	a := policy("MeshTimeout", "default", "a", `{"v":1}`)
 	s1, err := b.Build([]resource.Resource{meshResource("default"), a})
 	g.Expect(err).NotTo(HaveOccurred())
-	served := s1.Kind("MeshTimeout")["default/a"]
+	served := s1.Type("MeshTimeout")["default/a"]
 	badA := kds.Unservable{Key: a.Key(), Generation: 1, Column: "labels", Error: "invalid character"}
 	badN := kds.Unservable{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "new"}, Generation: 3, Column: "owners", Error: "cannot unmarshal"}
 
 	s2, err := b.Build([]resource.Resource{meshResource("default")}, badA, badN)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s2.Kind("MeshTimeout")).To(Equal(map[string]*engine.Entry{"default/a": served}), "a keeps its served version; new is left out")
+	g.Expect(s2.Type("MeshTimeout")).To(Equal(map[string]*engine.Entry{"default/a": served}), "a keeps its served version; new is left out")
 	g.Expect(b.Unservable()).To(Equal([]kds.Unservable{badA, badN}))
 
 	b2 := policy("MeshTimeout", "default", "b", `{}`)
 	s3, err := b.Update([]resource.Resource{b2}, nil, badA)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s3.Kind("MeshTimeout")).To(HaveKeyWithValue("default/a", served))
-	g.Expect(s3.Kind("MeshTimeout")).To(HaveKey("default/b"))
+	g.Expect(s3.Type("MeshTimeout")).To(HaveKeyWithValue("default/a", served))
+	g.Expect(s3.Type("MeshTimeout")).To(HaveKey("default/b"))
 	g.Expect(b.Unservable()).To(Equal([]kds.Unservable{badA, badN}))
 
 	s4, err := b.Update([]resource.Resource{a}, nil) // read again as it was served
@@ -448,6 +448,6 @@ func TestAnUnreadableResourceKeepsItsServedVersionUntilItIsRead(t *testing.T) {
 	n.Generation = 3
 	s5, err := b.Update([]resource.Resource{n}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s5.Kind("MeshTimeout")).To(HaveKey("default/new"))
+	g.Expect(s5.Type("MeshTimeout")).To(HaveKey("default/new"))
 	g.Expect(b.Unservable()).To(BeEmpty())
 }

@@ -88,7 +88,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 			z.setOwn(kds.KeyOf(e), Verdict{Version: e.Version}, e)
 		}
 		for k, v := range o.d.Withheld {
-			z.setOwn(k, v, snap.Kind(k.Kind)[k.XDSName()])
+			z.setOwn(k, v, snap.Type(k.Kind)[k.XDSName()])
 		}
 	}
 	// What arrived while the policy was asked was weighed against the verdicts before: weigh it
@@ -144,7 +144,7 @@ func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
 		accepted = func(e *engine.Entry) bool { return set[e] }
 	}
 	for kind, names := range changed {
-		entries := snap.Kind(kind)
+		entries := snap.Type(kind)
 		for _, n := range names {
 			if e := entries[n]; e != nil && !accepted(e) {
 				return false
@@ -202,8 +202,8 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, 
 // served.
 func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys map[resource.Key]bool) (entries []*engine.Entry, gone []resource.Key) {
 	if full {
-		for _, kind := range snap.Kinds() {
-			for _, e := range snap.Kind(kind) {
+		for _, kind := range snap.Types() {
+			for _, e := range snap.Type(kind) {
 				entries = append(entries, e)
 			}
 		}
@@ -221,14 +221,14 @@ func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys m
 			continue
 		}
 		seen[k] = true
-		e, ok := snap.Kind(k.Kind)[k.XDSName()]
+		e, ok := snap.Type(k.Kind)[k.XDSName()]
 		if !ok {
 			gone = append(gone, k)
 			continue
 		}
 		entries = append(entries, e)
 		for _, o := range owners(e) {
-			served, ok := snap.Kind(o.Kind)[o.XDSName()]
+			served, ok := snap.Type(o.Kind)[o.XDSName()]
 			if !ok {
 				continue // served nowhere: the policy's to judge (REJECT), not a candidate
 			}

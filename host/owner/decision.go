@@ -82,8 +82,8 @@ func NewPlan(zone string, snap *engine.Snapshot, acked map[string]map[string]str
 		inExtra[resource.Key{Kind: r.GetKind(), Mesh: r.GetMesh(), Name: r.GetName()}] = true
 	}
 	var entries []*engine.Entry
-	for _, kind := range snap.Kinds() {
-		for _, e := range snap.Kind(kind) {
+	for _, kind := range snap.Types() {
+		for _, e := range snap.Type(kind) {
 			if !inExtra[kds.KeyOf(e)] {
 				entries = append(entries, e)
 			}

@@ -35,7 +35,7 @@ func snapshot(t testing.TB, keys ...resource.Key) *engine.Snapshot {
 }
 
 // version is the version a snapshot serves for key.
-func version(s *engine.Snapshot, k resource.Key) string { return s.Kind(k.Kind)[k.XDSName()].Version }
+func version(s *engine.Snapshot, k resource.Key) string { return s.Type(k.Kind)[k.XDSName()].Version }
 
 // holding is a zone inventory: each key at the snapshot's version, or at "old".
 func holding(s *engine.Snapshot, current []resource.Key, old ...resource.Key) map[string]map[string]string {

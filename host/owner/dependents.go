@@ -23,8 +23,8 @@ type dependents map[string]map[resource.Key]bool
 // dependentsOf indexes every entry of snap.
 func dependentsOf(snap *engine.Snapshot) dependents {
 	d := dependents{}
-	for _, kind := range snap.Kinds() {
-		for _, e := range snap.Kind(kind) {
+	for _, kind := range snap.Types() {
+		for _, e := range snap.Type(kind) {
 			d.add(e)
 		}
 	}
@@ -56,10 +56,10 @@ func (d dependents) remove(e *engine.Entry) {
 func (d dependents) update(prev, snap *engine.Snapshot, changed map[string][]string) {
 	for kind, names := range changed {
 		for _, n := range names {
-			if e := prev.Kind(kind)[n]; e != nil {
+			if e := prev.Type(kind)[n]; e != nil {
 				d.remove(e)
 			}
-			if e := snap.Kind(kind)[n]; e != nil {
+			if e := snap.Type(kind)[n]; e != nil {
 				d.add(e)
 			}
 		}

@@ -68,7 +68,7 @@ type Inventory interface {
 // zone's session, for the cache to read with no lock of Holds; Refresh re-evaluates the zone's
 // watches for the named entries (kind -> xDS names) that became visible.
 type Refresher interface {
-	Publish(zone string, v engine.ZoneView)
+	Publish(zone string, v engine.View)
 	Refresh(zone string, names map[string][]string)
 }
 

@@ -78,7 +78,7 @@ func TestForget(t *testing.T) {
 				synctest.Wait()
 				h.Forget("zone-1")
 				g.Expect(h.Zones()).To(Equal(tc.wantZones))
-				e := snap.Kind(resource.MeshKind)["m1"]
+				e := snap.Type(resource.MeshKind)["m1"]
 				g.Expect(h.Visible("zone-1", e)).To(Equal(tc.wantZones == 1))
 				if tc.wantZones == 0 {
 					_, none, release := h.View("zone-1")
@@ -105,7 +105,7 @@ func (*emptyZones) InventoryKeys(string, []string, []engine.Ref) []engine.Ref {
 func (*emptyZones) InventoryDigest(string) engine.Digest  { return engine.Digest{} }
 func (*emptyZones) Connected() []string                   { return nil }
 func (e *emptyZones) Refresh(string, map[string][]string) { e.refreshes.Add(1) }
-func (e *emptyZones) Publish(string, engine.ZoneView)     {}
+func (e *emptyZones) Publish(string, engine.View)     {}
 
 func newTestHolds(t *testing.T, snap *engine.Snapshot, p shared.OwnerCheck) *Holds {
 	t.Helper()
@@ -153,7 +153,7 @@ func TestAnAcceptedWriteMovesTheBaseInsteadOfAddingOwnVerdicts(t *testing.T) {
 		own, base := layers()
 		g.Expect(own).To(BeZero(), "an accepted write is no verdict of the zone's own")
 		g.Expect(base).To(BeIdenticalTo(snap2))
-		g.Expect(h.Visible("zone-1", snap2.Kind(resource.MeshKind)["m1"])).To(BeTrue(), "the new version is visible")
+		g.Expect(h.Visible("zone-1", snap2.Type(resource.MeshKind)["m1"])).To(BeTrue(), "the new version is visible")
 
 		// The zone does not hold m1: a policy in it waits for its Mesh.
 		snap3, err := b.Update([]resource.Resource{pol1}, nil)
@@ -163,8 +163,8 @@ func TestAnAcceptedWriteMovesTheBaseInsteadOfAddingOwnVerdicts(t *testing.T) {
 		own, base = layers()
 		g.Expect(own).To(BeNumerically(">", 0), "a write held back is the zone's own verdict")
 		g.Expect(base).To(BeIdenticalTo(snap2), "over the base it had")
-		g.Expect(h.Visible("zone-1", snap3.Kind("MeshTimeout")[pol1K.XDSName()])).To(BeFalse())
-		g.Expect(h.Visible("zone-1", snap3.Kind(resource.MeshKind)["m1"])).To(BeTrue())
+		g.Expect(h.Visible("zone-1", snap3.Type("MeshTimeout")[pol1K.XDSName()])).To(BeFalse())
+		g.Expect(h.Visible("zone-1", snap3.Type(resource.MeshKind)["m1"])).To(BeTrue())
 
 		// Deleting the held policy again: the zone has own verdicts, so they stay its own.
 		snap4, err := b.Update(nil, []resource.Key{pol1K})

@@ -37,15 +37,15 @@ type world struct {
 	snap      *engine.Snapshot
 	inventory map[string]map[string]map[string]string // zone -> kind -> name -> version
 	refreshed map[string][]string                     // zone -> "kind name" refreshed
-	views     map[string]engine.ZoneView              // zone -> the view published to its session
+	views     map[string]engine.View              // zone -> the view published to its session
 }
 
 // Publish keeps the zone's latest view, as a engine.Session does.
-func (w *world) Publish(zone string, v engine.ZoneView) {
+func (w *world) Publish(zone string, v engine.View) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.views == nil {
-		w.views = map[string]engine.ZoneView{}
+		w.views = map[string]engine.View{}
 	}
 	if cur := w.views[zone]; cur == nil || cur.Seq() < v.Seq() {
 		w.views[zone] = v
@@ -53,7 +53,7 @@ func (w *world) Publish(zone string, v engine.ZoneView) {
 }
 
 // view is the zone's published view (nil: none yet).
-func (w *world) view(zone string) engine.ZoneView {
+func (w *world) view(zone string) engine.View {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.views[zone]
@@ -162,14 +162,14 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 	obs.StreamOpened(1, "zone-1")
 	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(HaveLen(1))
 	g.Expect(h.Withheld("zone-1")[0].Verdict).To(Equal(owner.Wait))
-	g.Expect(h.Visible("zone-1", w.snap.Kind("Mesh")["default"])).To(BeTrue())
-	g.Expect(h.Visible("zone-1", w.snap.Kind("MeshTimeout")["default/t"])).To(BeFalse())
+	g.Expect(h.Visible("zone-1", w.snap.Type("Mesh")["default"])).To(BeTrue())
+	g.Expect(h.Visible("zone-1", w.snap.Type("MeshTimeout")["default/t"])).To(BeFalse())
 
 	// The zone ACKs its Mesh: the policy is released, and its name refreshed.
 	w.hold("zone-1", meshKey)
 	obs.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": version(w.snap, meshKey)})})
 	g.Eventually(func() []owner.Withheld { return h.Withheld("zone-1") }).Should(BeEmpty())
-	g.Expect(h.Visible("zone-1", w.snap.Kind("MeshTimeout")["default/t"])).To(BeTrue())
+	g.Expect(h.Visible("zone-1", w.snap.Type("MeshTimeout")["default/t"])).To(BeTrue())
 	w.mu.Lock()
 	g.Expect(w.refreshed["zone-1"]).To(ContainElement("MeshTimeout default/t"))
 	w.mu.Unlock()
@@ -178,7 +178,7 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 	obs.StreamOpened(2, "zone-1")
 	obs.StreamClosed(1, "zone-1")
 	g.Expect(h.Zones()).To(Equal(1))
-	g.Eventually(func() bool { return h.Visible("zone-1", w.snap.Kind("Mesh")["default"]) }).Should(BeTrue())
+	g.Eventually(func() bool { return h.Visible("zone-1", w.snap.Type("Mesh")["default"]) }).Should(BeTrue())
 
 	// Defect 5: the verdicts of a zone that left were never freed. They outlive its last stream
 	// for its grace period (a zone back soon is not checked from scratch), then Forget frees them.
@@ -187,7 +187,7 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 	h.Forget("zone-1")
 	g.Expect(h.Zones()).To(BeZero())
 	g.Expect(h.Withheld("zone-1")).To(BeEmpty())
-	g.Expect(h.Visible("zone-1", w.snap.Kind("Mesh")["default"])).To(BeFalse())
+	g.Expect(h.Visible("zone-1", w.snap.Type("Mesh")["default"])).To(BeFalse())
 }
 
 // BenchmarkACKWithManyWaiting is the cost of an ACK on the stream's goroutine while 10,000
@@ -330,7 +330,7 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 	h.Changed(snap2)
 	g.Eventually(rec.count).Should(Equal(calls + 1))
 	g.Expect(candidateNames(rec.last("zone-1"))).To(Equal([]string{"MeshTimeout/" + changed.Name}))
-	g.Eventually(func() bool { return h.Visible("zone-1", snap2.Kind("MeshTimeout")["default/"+changed.Name]) }).Should(BeTrue())
+	g.Eventually(func() bool { return h.Visible("zone-1", snap2.Type("MeshTimeout")["default/"+changed.Name]) }).Should(BeTrue())
 
 	// A plugin that declares no owner kinds gets the whole inventory, as before.
 	rec.ownerKinds = false
@@ -342,7 +342,7 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 	w.mu.Unlock()
 	h2.Changed(snap2)
 	h2.Observer().StreamOpened(1, "zone-1")
-	g.Eventually(func() bool { return h2.Visible("zone-1", snap2.Kind("MeshTimeout")["default/"+changed.Name]) }).Should(BeTrue())
+	g.Eventually(func() bool { return h2.Visible("zone-1", snap2.Type("MeshTimeout")["default/"+changed.Name]) }).Should(BeTrue())
 	g.Expect(rec.last("zone-1").GetInventory()).To(HaveLen(101))
 }
 
@@ -358,8 +358,8 @@ func TestZonesAreCheckedInParallel(t *testing.T) {
 	obs := h.Observer()
 	obs.StreamOpened(1, "slow")
 	obs.StreamOpened(2, "fast")
-	g.Eventually(func() bool { return h.Visible("fast", w.snap.Kind("Mesh")["default"]) }).Should(BeTrue())
-	g.Expect(h.Visible("slow", w.snap.Kind("Mesh")["default"])).To(BeFalse(), "still waiting for its policy call")
+	g.Eventually(func() bool { return h.Visible("fast", w.snap.Type("Mesh")["default"]) }).Should(BeTrue())
+	g.Expect(h.Visible("slow", w.snap.Type("Mesh")["default"])).To(BeFalse(), "still waiting for its policy call")
 }
 
 // Zones that hold the same at the same snapshot share one Predict answer when the policy says its
@@ -401,7 +401,7 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		w, rec, h := run(t, false, func() uint64 { return 7 })
 		g.Expect(rec.count()).To(Equal(1), "four zones that hold nothing: one answer")
 		for _, z := range zones {
-			g.Expect(h.Visible(z, w.snap.Kind("Mesh")["default"])).To(BeTrue(), z)
+			g.Expect(h.Visible(z, w.snap.Type("Mesh")["default"])).To(BeTrue(), z)
 			w.mu.Lock()
 			g.Expect(w.refreshed[z]).To(Equal([]string{"Mesh default"}), z)
 			w.mu.Unlock()
@@ -415,8 +415,8 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		g.Expect(rec.count()).To(Equal(2))
 		g.Expect(h.Withheld("zone-3")).To(HaveLen(50), "a zone that holds less keeps its own verdicts")
 		for _, n := range []string{"default/t-0", "default/t-49"} {
-			g.Expect(h.Visible("zone-2", w.snap.Kind("MeshTimeout")[n])).To(BeTrue())
-			g.Expect(h.Visible("zone-3", w.snap.Kind("MeshTimeout")[n])).To(BeFalse())
+			g.Expect(h.Visible("zone-2", w.snap.Type("MeshTimeout")[n])).To(BeTrue())
+			g.Expect(h.Visible("zone-3", w.snap.Type("MeshTimeout")[n])).To(BeFalse())
 		}
 		w.mu.Lock()
 		g.Expect(w.refreshed["zone-2"]).To(HaveLen(51), "the Mesh, then the 50 it freed")

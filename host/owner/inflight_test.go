@@ -101,7 +101,7 @@ func TestAReportDuringACheckIsWeighedAfterIt(t *testing.T) {
 		p.gate.open()
 		synctest.Wait()
 
-		g.Expect(h.Visible("zone-1", w.snap.Kind(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
+		g.Expect(h.Visible("zone-1", w.snap.Type(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
 		g.Expect(h.Withheld("zone-1")).To(BeEmpty())
 	})
 }
@@ -139,7 +139,7 @@ func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
 		p.gate.open()
 		synctest.Wait()
 		g.Expect(p.gate.count()).To(Equal(2), "checked again once the first check ended")
-		e := snap2.Kind(pol.Kind)[pol.Key().XDSName()]
+		e := snap2.Type(pol.Kind)[pol.Key().XDSName()]
 		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
 		g.Expect(h.Withheld("zone-1")).To(ConsistOf(HaveField("Key", pol.Key())))
 	})
@@ -197,7 +197,7 @@ func TestAnAnswerFromAnInventoryThatMovedMeanwhileIsNotShared(t *testing.T) {
 		p.gate.open()
 		synctest.Wait()
 
-		g.Expect(h.Visible("zone-1", snap.Kind(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
+		g.Expect(h.Visible("zone-1", snap.Type(pol.Kind)[pol.XDSName()])).To(BeTrue(), "held at its version: accepted")
 		g.Expect(h.Withheld("zone-1")).To(BeEmpty())
 	})
 }

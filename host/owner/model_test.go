@@ -273,14 +273,14 @@ func (r *modelRun) ack(nack bool) {
 	held := r.global.inventoryOf(zone)[kind]
 	sent := map[string]string{}
 	for _, name := range snap.Names(kind) {
-		e := snap.Kind(kind)[name]
+		e := snap.Type(kind)[name]
 		if held[name] != e.Version && r.holds.Visible(zone, e) {
 			sent[name] = e.Version
 		}
 	}
 	var removed []string
 	for name := range held {
-		if _, served := snap.Kind(kind)[name]; !served {
+		if _, served := snap.Type(kind)[name]; !served {
 			removed = append(removed, name)
 		}
 	}
@@ -393,9 +393,9 @@ func (r *modelRun) check() {
 		if seesAll {
 			r.seesAll++
 		}
-		for _, kind := range snap.Kinds() {
+		for _, kind := range snap.Types() {
 			for _, name := range snap.Names(kind) {
-				e := snap.Kind(kind)[name]
+				e := snap.Type(kind)[name]
 				v := verdicts[kds.KeyOf(e)]
 				wantVisible := v.Accepted() && v.Version == e.Version
 				if visible(e) != wantVisible {

@@ -25,7 +25,7 @@ type heldZones struct {
 	mu        sync.Mutex
 	snap      *engine.Snapshot
 	held      map[string]map[resource.Key]string // zone -> key -> version
-	published map[string]engine.ZoneView
+	published map[string]engine.View
 	refreshed map[string]int
 	// during runs once, when a check next reads a zone's inventory, with that zone.
 	during atomic.Pointer[func(zone string)]
@@ -68,7 +68,7 @@ func (w *heldZones) Refresh(zone string, _ map[string][]string) {
 	defer w.mu.Unlock()
 	w.refreshed[zone]++
 }
-func (w *heldZones) Publish(zone string, v engine.ZoneView) {
+func (w *heldZones) Publish(zone string, v engine.View) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.published[zone] = v
@@ -101,13 +101,13 @@ func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *engine.Sn
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &heldZones{snap: snap, held: map[string]map[resource.Key]string{}, published: map[string]engine.ZoneView{}, refreshed: map[string]int{}}
+	w := &heldZones{snap: snap, held: map[string]map[resource.Key]string{}, published: map[string]engine.View{}, refreshed: map[string]int{}}
 	for _, z := range zones {
 		w.held[z] = map[resource.Key]string{}
-		for _, e := range snap.Kind(resource.MeshKind) {
+		for _, e := range snap.Type(resource.MeshKind) {
 			w.held[z][kds.KeyOf(e)] = e.Version
 		}
-		e := snap.Kind("MeshTimeout")[pol1K.XDSName()]
+		e := snap.Type("MeshTimeout")[pol1K.XDSName()]
 		w.held[z][kds.KeyOf(e)] = e.Version
 	}
 	p := &counting{OwnerCheck: ownerpredict.New()}
@@ -142,8 +142,8 @@ func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T)
 		g.Expect(err).NotTo(HaveOccurred())
 		calls := p.calls.Load()
 		h.Prepare(snap2)
-		e2 := snap2.Kind("MeshTimeout")[pol1K.XDSName()]
-		g.Expect(e2.Version).NotTo(Equal(snap1.Kind("MeshTimeout")[pol1K.XDSName()].Version))
+		e2 := snap2.Type("MeshTimeout")[pol1K.XDSName()]
+		g.Expect(e2.Version).NotTo(Equal(snap1.Type("MeshTimeout")[pol1K.XDSName()].Version))
 		for _, z := range zones {
 			g.Expect(w.published[z].Visible(e2)).To(BeTrue(), "%s sees the write before the cache serves it", z)
 		}
@@ -165,7 +165,7 @@ func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T)
 		snap3, err := b.Update([]resource.Resource{pol3}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
 		h.Prepare(snap3)
-		e3 := snap3.Kind("MeshTimeout")[pol3.Key().XDSName()]
+		e3 := snap3.Type("MeshTimeout")[pol3.Key().XDSName()]
 		for _, z := range zones {
 			g.Expect(w.published[z].Visible(e3)).To(BeFalse())
 		}
@@ -205,7 +205,7 @@ func TestAZoneThatHearsSomethingWhileItsGroupIsDecidedChecksOnItsOwn(t *testing.
 				pol1v2.Generation, pol1v2.Labels = 2, map[string]string{"team": "b"}
 				snap2, err := b.Update([]resource.Resource{pol1v2}, nil)
 				g.Expect(err).NotTo(HaveOccurred())
-				e2 := snap2.Kind("MeshTimeout")[pol1K.XDSName()]
+				e2 := snap2.Type("MeshTimeout")[pol1K.XDSName()]
 				// The zones share one group; which one the check reads is Prepare's pick.
 				var first string
 				heard := func(zone string) {

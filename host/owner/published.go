@@ -107,7 +107,7 @@ type Published struct {
 	seq   uint64
 }
 
-var _ engine.ZoneView = (*Published)(nil)
+var _ engine.View = (*Published)(nil)
 
 // Visible implements engine.ZoneView: an entry is visible at the version of an accepted verdict.
 func (p *Published) Visible(e *engine.Entry) bool {

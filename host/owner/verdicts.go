@@ -72,7 +72,7 @@ type table struct {
 func newTable(held Verdicts, snap *engine.Snapshot) *table {
 	t := &table{held: held, waiting: map[string][]resource.Key{}}
 	for k, v := range held {
-		for _, o := range heldUnder(v, snap.Kind(k.Kind)[k.XDSName()]) {
+		for _, o := range heldUnder(v, snap.Type(k.Kind)[k.XDSName()]) {
 			t.waiting[o] = append(t.waiting[o], k)
 		}
 	}
@@ -117,7 +117,7 @@ func below(t *table, base *engine.Snapshot, k resource.Key, name string) (Verdic
 			return v, true
 		}
 	}
-	if e := base.Kind(k.Kind)[name]; e != nil {
+	if e := base.Type(k.Kind)[name]; e != nil {
 		return Verdict{Version: e.Version}, true
 	}
 	return Verdict{}, false

@@ -41,7 +41,7 @@ var (
 // servedPolicies is a snapshot of mesh1, pol1 and pol2, and the version it serves of a key.
 func servedPolicies(t *testing.T) (*engine.Snapshot, func(resource.Key) string) {
 	snap := served(t, mesh1, pol1, pol2)
-	return snap, func(k resource.Key) string { return snap.Kind(k.Kind)[k.XDSName()].Version }
+	return snap, func(k resource.Key) string { return snap.Type(k.Kind)[k.XDSName()].Version }
 }
 
 // layered is a zone whose verdicts are own, then a table of table (nil: none), then snap.
@@ -89,7 +89,7 @@ func TestZoneVerdictLayers(t *testing.T) {
 			g.Expect(got).To(Equal(tc.want))
 			g.Expect(known).To(Equal(tc.wantKnown))
 			g.Expect(z.VisibleVersion(tc.key)).To(Equal(tc.wantVisible))
-			if e := snap.Kind(tc.key.Kind)[tc.key.XDSName()]; e != nil {
+			if e := snap.Type(tc.key.Kind)[tc.key.XDSName()]; e != nil {
 				g.Expect(z.visibleEntry(e)).To(Equal(tc.wantVisible))
 			}
 		})
@@ -100,7 +100,7 @@ func TestZoneVerdictLayers(t *testing.T) {
 // keeps own's index as verdicts replace each other, and an accepted verdict is under nothing.
 func TestOwnWaitingIndex(t *testing.T) {
 	snap := served(t, mesh1, pol1, pol2)
-	e1, e2 := snap.Kind(pol1K.Kind)[pol1K.XDSName()], snap.Kind(pol2K.Kind)[pol2K.XDSName()]
+	e1, e2 := snap.Type(pol1K.Kind)[pol1K.XDSName()], snap.Type(pol2K.Kind)[pol2K.XDSName()]
 	type set = map[string][]resource.Key
 	for _, tc := range []struct {
 		name string

@@ -108,7 +108,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.signingKey, "token-signing-key", "", "global: Ed25519 key (PEM) that signs zone and user tokens (default: one made at first start under --data-dir/keys, mode 0600)")
 	f.StringSliceVar(&flags.verifyKeys, "token-verification-key", nil, "global: more keys (PEM, public or private) whose tokens are accepted, e.g. the key before a rotation (repeatable)")
 	f.DurationVar(&flags.zoneGrace, "zone-grace", time.Minute, "global: how long a zone's state (owner verdicts, insights, metrics series) outlives its last stream")
-	f.IntVar(&flags.limits.MaxZones, "max-zones", engine.DefaultLimits().MaxZones, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
+	f.IntVar(&flags.limits.MaxNodes, "max-zones", engine.DefaultLimits().MaxNodes, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
 	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", engine.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
 	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", engine.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
 	f.Int64Var(&flags.limits.MaxInFlightBytes, "kds-max-inflight-bytes", engine.DefaultLimits().MaxInFlightBytes, "global: bytes of KDS responses sent and not yet answered by their zones: each zone stream's share (this / streams) goes at once, a larger response waits for room in this much across zones, so a full sync of many zones goes a few zones at a time, and a zone that stops reading holds only what it was given")
