@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/owner"
@@ -154,18 +153,18 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 	for _, i := range matching[offset:min(offset+limit, len(matching))] {
 		row := rows[i]
 		zi := row.ZoneInsight
-		var rs *retry.StreamState
+		var rs *ZoneRetry
 		if full, ok := g.Zones.Insight(zi.Zone); ok {
 			zi = full
 		}
 		if row.other == nil {
 			if zi.Connected && g.Retry != nil {
 				if s := g.Cache.Session(zi.Stream); s != nil {
-					rs = s.Retry().State()
+					rs = zoneRetryOf(s.Retry().State())
 				}
 			}
 		}
-		v := zoneViews([]kds.ZoneInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
+		v := zoneViews([]kds.ZoneInsight{zi}, func(int64) *ZoneRetry { return rs }, withheld)[0]
 		if row.other != nil {
 			v.Replica, v.ReplicaAddress, v.Heartbeat = row.other.Replica, row.other.Address, &row.other.Heartbeat
 		} else if v.Connected {
