@@ -38,7 +38,7 @@ type zoneState struct {
 
 // TypeInsight is what happened to one kind on one zone.
 type TypeInsight struct {
-	TypeURL      string            `json:"kind"`
+	TypeURL   string            `json:"kind"`
 	Sent      int64             `json:"sent"`
 	Responses int64             `json:"responses"`
 	ACKs      int64             `json:"acks"`

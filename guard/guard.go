@@ -213,7 +213,7 @@ func loggingHooks(log hclog.Logger, next retry.Hooks) retry.Hooks {
 	h := next
 	h.Parked = func(client string, parked []retry.ParkedName) {
 		for _, p := range parked {
-			log.Info("resource parked until its content changes", "client", client, "type", p.Kind, "name", p.Name, "reason", p.Reason)
+			log.Info("resource parked until its content changes", "client", client, "type", p.TypeURL, "name", p.Name, "reason", p.Reason)
 		}
 		if next.Parked != nil {
 			next.Parked(client, parked)

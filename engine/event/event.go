@@ -1,42 +1,43 @@
-// Package event names what happens on a zone's KDS stream (opened, sent, ACKed, NACKed, closed)
-// for the parts of the global that react to it, without the xDS stack.
+// Package event names what happens on an xDS client's stream (opened, sent, ACKed, NACKed,
+// closed) for the parts of a control plane that react to it, without the xDS stack.
 package event
 
 import "iter"
 
-// Cause is why a zone refused a resource (kds.v1.Cause without its prefix); empty when the zone
-// did not say.
+// Cause is why a client refused a resource, as its structured rejection list says it (the Cause
+// enum without its CAUSE_ prefix); empty when the client did not say.
 type Cause string
 
-// The causes a zone gives.
+// The causes a client gives.
 const (
-	// CauseUnspecified: the zone did not say (a plain xDS client, or a zone that predates causes).
+	// CauseUnspecified: the client did not say (a plain xDS client such as Envoy, or one that
+	// predates causes).
 	CauseUnspecified Cause = ""
-	// CauseTransient: the zone cannot take it now (admission not ready, a timeout).
+	// CauseTransient: the client cannot take it now (admission not ready, a timeout).
 	CauseTransient Cause = "TRANSIENT"
-	// CauseMissingOwner: its owner is not on the zone (Rejection.MissingOwner).
+	// CauseMissingOwner: the client lacks the resource it refers to (Rejection.MissingOwner).
 	CauseMissingOwner Cause = "MISSING_OWNER"
 	// CauseInvalid: the content itself is refused; the same content again cannot help.
 	CauseInvalid Cause = "INVALID"
 )
 
-// Rejection is one resource a zone refused in a NACK.
+// Rejection is one resource a client refused in a NACK.
 type Rejection struct {
 	Name string `json:"name"`
-	// Version is the version the zone refused.
+	// Version is the version the client refused.
 	Version string `json:"version,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Cause   Cause  `json:"cause,omitempty"`
-	// MissingOwner is the owner the zone lacks, as KIND/XDS-NAME (Mesh/default), with
-	// CauseMissingOwner.
+	// MissingOwner is the resource the client lacks, with CauseMissingOwner, as TYPE/NAME (see
+	// OwnerName); kds-host's zones name it by kind and xDS name (Mesh/default).
 	MissingOwner string `json:"missingOwner,omitempty"`
 }
 
-// OwnerName is how Rejection.MissingOwner names a resource of kind by its xDS name.
-func OwnerName(kind, xdsName string) string { return kind + "/" + xdsName }
+// OwnerName is how Rejection.MissingOwner names the resource name of type typeURL.
+func OwnerName(typeURL, name string) string { return typeURL + "/" + name }
 
-// ReRequest is a zone asking again, over its stream, for names it refused once their cause
-// cleared (it subscribes to them again). Answered tells whether the global resends them now;
+// ReRequest is a client asking again, over its stream, for names it refused once their cause
+// cleared (it subscribes to them again). Answered tells whether the server resends them now;
 // false: the stream's rate limit refused it.
 type ReRequest struct {
 	StreamID int64
@@ -46,21 +47,21 @@ type ReRequest struct {
 	Answered bool
 }
 
-// NACK is a zone's refusal of (part of) one response.
+// NACK is a client's refusal of (part of) one response.
 type NACK struct {
 	StreamID int64
 	Node     string
 	TypeURL  string
-	// Rejected are the refused resources; without a structured rejection list from the zone,
+	// Rejected are the refused resources; without a structured rejection list from the client,
 	// every resource of the response counts as refused.
 	Rejected []Rejection
-	// Accepted maps the names of the response the zone did store to their versions.
+	// Accepted maps the names of the response the client did store to their versions.
 	Accepted map[string]string
 	Detail   string
 }
 
-// ACK is a zone's acceptance of one response: it stored Versions (by name) and removed Removed.
-// Initial marks what a zone reported holding when it subscribed (initial_resource_versions).
+// ACK is a client's acceptance of one response: it stored Versions (by name) and removed Removed.
+// Initial marks what a client reported holding when it subscribed (initial_resource_versions).
 // Versions and Removed are the response's own: observers read them during the call only, and
 // never change them.
 type ACK struct {
@@ -72,7 +73,7 @@ type ACK struct {
 	Initial  bool
 }
 
-// Sent is one response that went out: resources (versions by name) and removals of one kind.
+// Sent is one response that went out: resources (versions by name) and removals of one type.
 type Sent struct {
 	StreamID int64
 	Node     string
@@ -156,23 +157,23 @@ func (v Versions) Get(name string) (string, bool) {
 	return "", false
 }
 
-// Observer is told what happens on zone streams; a nil func is not told. The funcs run on the
-// stream's goroutines, one call at a time per stream, inside the xDS callbacks (kds-host's own
+// Observer is told what happens on client streams; a nil func is not told. The funcs run on the
+// stream's goroutines, one call at a time per stream, inside the xDS callbacks (the engine's own
 // stream loop tells of a request on the goroutine that read it, of a response on the one that
 // sends it): they must record and return, never block.
 type Observer struct {
-	StreamOpened func(streamID int64, zone string)
+	StreamOpened func(streamID int64, node string)
 	Sent         func(Sent)
 	ACK          func(ACK)
 	NACK         func(NACK)
 	ReRequest    func(ReRequest)
-	StreamClosed func(streamID int64, zone string)
-	// Refused: a stream was refused (no or a bad token, a node id that is not the token's zone,
-	// a limit), or closed because a newer stream of its zone replaced it.
+	StreamClosed func(streamID int64, node string)
+	// Refused: a stream was refused (no or a bad token, a node id the token does not allow, a
+	// limit), or closed because a newer stream of its node replaced it.
 	Refused func(Refusal)
 }
 
-// Refusal is a stream the global refused or closed. Reason is a short word for metrics
+// Refusal is a stream the server refused or closed. Reason is a short word for metrics
 // (unauthenticated, permission_denied, limit, invalid, replaced); Detail says what a person needs.
 type Refusal struct {
 	Reason string
@@ -183,11 +184,11 @@ type Refusal struct {
 // Observers tells each of its observers, in order.
 type Observers []Observer
 
-// StreamOpened tells every observer that a zone's stream opened.
-func (os Observers) StreamOpened(id int64, zone string) {
+// StreamOpened tells every observer that a node's stream opened.
+func (os Observers) StreamOpened(id int64, node string) {
 	for _, o := range os {
 		if o.StreamOpened != nil {
-			o.StreamOpened(id, zone)
+			o.StreamOpened(id, node)
 		}
 	}
 }
@@ -219,7 +220,7 @@ func (os Observers) NACK(n NACK) {
 	}
 }
 
-// ReRequest tells every observer of a zone's re-request.
+// ReRequest tells every observer of a client's re-request.
 func (os Observers) ReRequest(r ReRequest) {
 	for _, o := range os {
 		if o.ReRequest != nil {
@@ -237,11 +238,11 @@ func (os Observers) Refused(r Refusal) {
 	}
 }
 
-// StreamClosed tells every observer that a zone's stream closed.
-func (os Observers) StreamClosed(id int64, zone string) {
+// StreamClosed tells every observer that a node's stream closed.
+func (os Observers) StreamClosed(id int64, node string) {
 	for _, o := range os {
 		if o.StreamClosed != nil {
-			o.StreamClosed(id, zone)
+			o.StreamClosed(id, node)
 		}
 	}
 }

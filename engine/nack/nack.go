@@ -1,9 +1,9 @@
-// Package nack reads what an xDS client refused from its NACK, for every server kds-host runs:
-// the global's zone streams and the guard in front of any go-control-plane server. A NACK says
-// what it refused in one of three ways, read in this order:
+// Package nack reads what an xDS client refused from its NACK: the one reading of a NACK, for
+// the engine and the guard alike. A NACK says what it refused in one of three ways, read in this
+// order:
 //
-//  1. kds-host's structured detail (a kds.v1.RejectionList in error_detail.details), with a
-//     name, a reason and a cause per refused resource: a kds-host zone's;
+//  1. the structured rejection list (kds-host's kds.v1.RejectionList) in error_detail.details,
+//     with a name, a reason and a cause per refused resource;
 //  2. the message, where the client names what it refused: grpc-go quotes each name
 //     (`resource "NAME": ...`), Envoy ends each with a colon (`... cluster(s) NAME: ...`);
 //  3. neither: every resource the response brought new (a version the client did not hold),
@@ -31,10 +31,9 @@ type Carried struct {
 }
 
 // Read is what a NACK refused of the resources its response carried, each name once, in the
-// order they were carried (sorted by name, as every response kds-host makes), and the message
-// kept, at most maxText bytes (each reason at most a quarter of it). A refusal read from the
-// message, or the whole response, gets the cause plain: the structured detail is the only way a
-// client says why.
+// order they were carried, and the message kept, at most maxText bytes (each reason at most a
+// quarter of it). A refusal read from the message, or the whole response, gets the cause plain:
+// the structured detail is the only way a client says why.
 func Read(detail *rpcstatus.Status, carried []Carried, maxText int, plain event.Cause) (rejected []event.Rejection, message string) {
 	msg := detail.GetMessage()
 	if len(msg) > maxRead {
@@ -57,7 +56,7 @@ func Read(detail *rpcstatus.Status, carried []Carried, maxText int, plain event.
 			if mo := r.GetMissingOwner(); mo != nil {
 				rj.MissingOwner = ownerKey(mo.GetKind(), mo.GetMesh(), mo.GetName())
 				if rj.Cause == event.CauseUnspecified {
-					rj.Cause = event.CauseMissingOwner // a zone that names the owner but predates causes
+					rj.Cause = event.CauseMissingOwner // a client that names the owner but predates causes
 				}
 			}
 			rejected = append(rejected, rj)
@@ -172,8 +171,8 @@ func RejectionListOf(detail *rpcstatus.Status) *kdsv1.RejectionList {
 	return nil
 }
 
-// Detail builds the error_detail a kds-host zone sends: a message a person reads, and the
-// structured rejection list the global acts on.
+// Detail builds the error_detail of a NACK that carries a structured rejection list: a message
+// a person reads, and the list the server acts on.
 func Detail(list *kdsv1.RejectionList, message string) (*rpcstatus.Status, error) {
 	a, err := anypb.New(list)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 const (
 	// EmulatePerType sleeps the NACK backoff inside the xDS callback for every NACKed type.
 	EmulatePerType = "blocking-per-type"
-	// EmulatePerStream sleeps once for the NACKs of all kinds that queued up during a sleep
+	// EmulatePerStream sleeps once for the NACKs of all types that queued up during a sleep
 	// (the upstream fix): still a stall of the whole stream, but one per burst, not per type.
 	EmulatePerStream = "blocking-per-stream"
 )
@@ -22,7 +22,7 @@ const (
 const burst = 100 * time.Millisecond
 
 // Blocking is the observer of the old behaviour: on a NACK it sleeps the backoff inside
-// the callback, stalling every kind on the stream, and then resends the rejected names.
+// the callback, stalling every type on the stream, and then resends the rejected names.
 type Blocking struct {
 	PerStream bool
 	Backoff   time.Duration
@@ -32,10 +32,10 @@ type Blocking struct {
 	bursts map[int64]*burstState // per stream
 }
 
-// burstState is a stream's last sleep: when it ended, and the kinds handled since without one.
+// burstState is a stream's last sleep: when it ended, and the types handled since without one.
 type burstState struct {
-	ended time.Time
-	kinds map[string]bool
+	ended    time.Time
+	typeURLs map[string]bool
 }
 
 // Observer is how the emulation hears of NACKs, and of streams closing.
@@ -53,15 +53,15 @@ func (b *Blocking) streamClosed(id int64, _ string) {
 func (b *Blocking) Nacked(n event.NACK) {
 	sleep := true
 	if b.PerStream {
-		// One sleep covers the NACKs of the other kinds that queued up while it lasted: they
-		// come right after it, once each. A kind NACKed again starts a new sleep.
+		// One sleep covers the NACKs of the other types that queued up while it lasted: they
+		// come right after it, once each. A type NACKed again starts a new sleep.
 		b.mu.Lock()
 		if b.bursts == nil {
 			b.bursts = map[int64]*burstState{}
 		}
 		bs := b.bursts[n.StreamID]
-		if bs != nil && time.Since(bs.ended) <= burst && !bs.kinds[n.TypeURL] {
-			bs.kinds[n.TypeURL] = true
+		if bs != nil && time.Since(bs.ended) <= burst && !bs.typeURLs[n.TypeURL] {
+			bs.typeURLs[n.TypeURL] = true
 			sleep = false
 		}
 		b.mu.Unlock()
@@ -70,7 +70,7 @@ func (b *Blocking) Nacked(n event.NACK) {
 		time.Sleep(b.Backoff)
 		if b.PerStream {
 			b.mu.Lock()
-			b.bursts[n.StreamID] = &burstState{ended: time.Now(), kinds: map[string]bool{n.TypeURL: true}}
+			b.bursts[n.StreamID] = &burstState{ended: time.Now(), typeURLs: map[string]bool{n.TypeURL: true}}
 			b.mu.Unlock()
 		}
 	}

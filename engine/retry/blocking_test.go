@@ -25,12 +25,12 @@ func TestBlockingEmulations(t *testing.T) {
 				r := &resender{}
 				b := &retry.Blocking{PerStream: tc.perStream, Backoff: 5 * time.Second, Resender: r}
 				start := time.Now()
-				for _, kind := range []string{"Mesh", "MeshTimeout", "MeshRetry"} {
-					b.Nacked(nack(kind, "x")) // the stream's goroutine: one callback after another
+				for _, typeURL := range []string{"Mesh", "MeshTimeout", "MeshRetry"} {
+					b.Nacked(nack(typeURL, "x")) // the stream's goroutine: one callback after another
 				}
 				g.Expect(time.Since(start)).To(Equal(tc.want))
 				g.Expect(r.Rounds()).To(HaveLen(3), "each NACK is resent after its sleep")
-				// The same kind NACKed again sleeps again, in both modes.
+				// The same type NACKed again sleeps again, in both modes.
 				again := time.Now()
 				b.Nacked(nack("MeshTimeout", "x"))
 				g.Expect(time.Since(again)).To(Equal(5 * time.Second))

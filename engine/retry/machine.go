@@ -1,4 +1,4 @@
-// Package retry sends again, on a backoff schedule, what zones rejected: stream-level rounds
+// Package retry sends again, on a backoff schedule, what xDS clients rejected: stream-level rounds
 // decided by a RetryForcer policy off the stream's goroutine, applied by one timer per stream.
 //
 // Machine is the decision, per stream, as plain state transitions: events go in with the time
@@ -27,17 +27,17 @@ import (
 // retry in a second rather than never.
 const failedDecisionDelay = time.Second
 
-// Machine is one zone stream's retry state. The zero value is not ready: use NewMachine.
+// Machine is one client stream's retry state. The zero value is not ready: use NewMachine.
 //
-// A failing kind is due (NACKed, waiting for a round) or resent (sent again by a round, waiting
-// for the zone's answer). While some kind is due and no decision or timer is outstanding and the
-// policy has not given up, the Machine asks for a decision: that one rule is what keeps every
-// failing kind covered, whatever order the events come in.
+// A failing type is due (NACKed, waiting for a round) or resent (sent again by a round, waiting
+// for the client's answer). While some type is due and no decision or timer is outstanding and
+// the policy has not given up, the Machine asks for a decision: that one rule is what keeps
+// every failing type covered, whatever order the events come in.
 type Machine struct {
 	stream int64
-	zone   string
+	node   string
 
-	failing map[string]*failingKind
+	failing map[string]*failingType
 	round   uint32
 	last    time.Duration // delay of the previous round
 	givenUp string        // the policy's reason, while it has given up
@@ -49,11 +49,11 @@ type Machine struct {
 	armed   bool      // the timer is armed
 	nextAt  time.Time // when the armed timer fires
 	delay   time.Duration
-	planned []string // kinds the armed round resends; none: every failing kind
+	planned []string // type URLs the armed round resends; none: every failing type
 }
 
-// failingKind is one kind with names the zone refused and has not accepted since.
-type failingKind struct {
+// failingType is one type URL with names the client refused and has not accepted since.
+type failingType struct {
 	rejected  map[string]*rejectedName // what a round resends
 	parked    map[string]parkedName    // what the policy parks until its content changes
 	detail    string
@@ -72,18 +72,18 @@ type rejectedName struct {
 }
 
 // parkedName is a refused name the policy parks: not resent until its content changes, or, for a
-// name that missed its owner, until the zone ACKs that owner.
+// name that missed its owner, until the client ACKs that owner.
 type parkedName struct {
 	rejectedName
 	reason string
 }
 
-// active reports whether the kind has names a round would resend.
-func (fk *failingKind) active() bool { return len(fk.rejected) > 0 }
+// active reports whether the type has names a round would resend.
+func (ft *failingType) active() bool { return len(ft.rejected) > 0 }
 
 // NewMachine returns the retry state of a stream that has just opened.
-func NewMachine(stream int64, zone string) *Machine {
-	return &Machine{stream: stream, zone: zone, failing: map[string]*failingKind{}}
+func NewMachine(stream int64, node string) *Machine {
+	return &Machine{stream: stream, node: node, failing: map[string]*failingType{}}
 }
 
 // Ready is what a Machine asks of its driver after an event. Any field may be empty.
@@ -97,15 +97,15 @@ type Ready struct {
 	Disarm bool
 	// Token identifies the decision or the timer asked for.
 	Token uint64
-	// Resend: send these names of each kind again (a round fired).
+	// Resend: send these names of each type URL again (a round fired).
 	Resend map[string][]string
-	// Round reports a round that fired: its delay and the names resent per kind.
+	// Round reports a round that fired: its delay and the names resent per type URL.
 	Round *Round
 	// GaveUp reports the policy's give-up, with its reason.
 	GaveUp string
 	// Parked reports the names the policy just parked, with their reasons.
 	Parked []ParkedName
-	// Released counts, by kind, the names resent at once because the owner they missed was
+	// Released counts, by type URL, the names resent at once because the owner they missed was
 	// ACKed (they are in Resend too).
 	Released map[string]int
 	// Decision reports the policy's answer that Decided took, for the log.
@@ -118,9 +118,9 @@ type Decision struct {
 	Round uint32
 	// Delay is how long the round waits; zero with GiveUp.
 	Delay time.Duration
-	// Kinds are the kinds the round resends; none: every failing kind.
-	Kinds  []string
-	GiveUp bool
+	// TypeURLs are the types the round resends; none: every failing type.
+	TypeURLs []string
+	GiveUp   bool
 	// Parked counts the names the decision parks until their content changes.
 	Parked int
 	// Reason is the policy's reason, or why no policy answered.
@@ -132,9 +132,9 @@ type Decision struct {
 // ParkedName is a rejected name the policy parks: not resent until its content changes (the
 // policy's answer named it in ScheduleResponse.hold).
 type ParkedName struct {
-	Kind   string `json:"kind"`
-	Name   string `json:"name"`
-	Reason string `json:"reason"`
+	TypeURL string `json:"typeUrl"`
+	Name    string `json:"name"`
+	Reason  string `json:"reason"`
 }
 
 // Round is a retry round that fired.
@@ -145,24 +145,24 @@ type Round struct {
 
 // NACK records a rejection; the rejected names become due for a round.
 func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
-	fk := m.failing[n.TypeURL]
-	if fk == nil {
-		fk = &failingKind{rejected: map[string]*rejectedName{}, parked: map[string]parkedName{}, firstNACK: now}
-		m.failing[n.TypeURL] = fk
+	ft := m.failing[n.TypeURL]
+	if ft == nil {
+		ft = &failingType{rejected: map[string]*rejectedName{}, parked: map[string]parkedName{}, firstNACK: now}
+		m.failing[n.TypeURL] = ft
 	}
 	for name := range n.Accepted {
-		delete(fk.rejected, name)
-		delete(fk.parked, name)
+		delete(ft.rejected, name)
+		delete(ft.parked, name)
 	}
 	for _, rj := range n.Rejected {
-		if h, ok := fk.parked[rj.Name]; ok && h.version == rj.Version {
-			continue // parked: the zone refused it once more, and it stays parked
+		if h, ok := ft.parked[rj.Name]; ok && h.version == rj.Version {
+			continue // parked: the client refused it once more, and it stays parked
 		}
-		delete(fk.parked, rj.Name)
-		rn := fk.rejected[rj.Name]
+		delete(ft.parked, rj.Name)
+		rn := ft.rejected[rj.Name]
 		if rn == nil || rn.version != rj.Version {
 			rn = &rejectedName{version: rj.Version}
-			fk.rejected[rj.Name] = rn
+			ft.rejected[rj.Name] = rn
 		}
 		if rn.attempts == 0 || rn.cause != rj.Cause {
 			rn.causeAttempts = 0
@@ -171,26 +171,26 @@ func (m *Machine) NACK(n event.NACK, now time.Time) Ready {
 		rn.attempts++
 		rn.causeAttempts++
 	}
-	fk.nacks++
-	fk.detail = n.Detail
-	fk.due = true
+	ft.nacks++
+	ft.detail = n.Detail
+	ft.due = true
 	var r Ready
 	m.settle(&r)
 	m.next(&r)
 	return r
 }
 
-// ACK records that the zone stored the names of a response. What a zone reports holding when
+// ACK records that the client stored the names of a response. What a client reports holding when
 // it subscribes (an initial ACK) says nothing about what it refused on this stream.
 func (m *Machine) ACK(a event.ACK, _ time.Time) Ready {
 	var r Ready
 	if a.Initial {
 		return r
 	}
-	if fk := m.failing[a.TypeURL]; fk != nil {
+	if ft := m.failing[a.TypeURL]; ft != nil {
 		for name := range a.Versions.All() {
-			delete(fk.rejected, name)
-			delete(fk.parked, name)
+			delete(ft.rejected, name)
+			delete(ft.parked, name)
 		}
 	}
 	m.release(a, &r)
@@ -209,24 +209,24 @@ func (m *Machine) release(a event.ACK, r *Ready) {
 		if rn.cause != event.CauseMissingOwner || rn.owner == "" {
 			return false
 		}
-		ownerKind, ownerName, _ := strings.Cut(rn.owner, "/")
+		ownerType, ownerName, _ := strings.Cut(rn.owner, "/")
 		_, ok := a.Versions.Get(ownerName)
-		return ok && ownerKind == a.TypeURL
+		return ok && ownerType == a.TypeURL
 	}
-	for _, kind := range sortedKinds(m.failing) {
-		fk := m.failing[kind]
-		wasActive := fk.active()
+	for _, typeURL := range sortedTypes(m.failing) {
+		ft := m.failing[typeURL]
+		wasActive := ft.active()
 		var names []string
-		for name, rn := range fk.rejected {
+		for name, rn := range ft.rejected {
 			if brought(*rn) {
 				names = append(names, name)
 			}
 		}
-		for name, p := range fk.parked {
+		for name, p := range ft.parked {
 			if brought(p.rejectedName) {
 				rn := p.rejectedName
-				fk.rejected[name] = &rn
-				delete(fk.parked, name)
+				ft.rejected[name] = &rn
+				delete(ft.parked, name)
 				names = append(names, name)
 			}
 		}
@@ -234,14 +234,14 @@ func (m *Machine) release(a event.ACK, r *Ready) {
 			continue
 		}
 		if !wasActive {
-			fk.due = false // only released names: they wait for the zone's answer, as after a round
+			ft.due = false // only released names: they wait for the client's answer, as after a round
 		}
 		slices.Sort(names)
 		if r.Resend == nil {
 			r.Resend, r.Released = map[string][]string{}, map[string]int{}
 		}
-		r.Resend[kind] = names
-		r.Released[kind] = len(names)
+		r.Resend[typeURL] = names
+		r.Released[typeURL] = len(names)
 	}
 }
 
@@ -250,16 +250,16 @@ func (m *Machine) release(a event.ACK, r *Ready) {
 // nothing to resend any more.
 func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 	var r Ready
-	fk := m.failing[s.TypeURL]
-	if fk == nil {
+	ft := m.failing[s.TypeURL]
+	if ft == nil {
 		return r
 	}
 	for name, v := range s.Versions.All() {
-		if h, ok := fk.parked[name]; ok && h.version != v {
-			delete(fk.parked, name)
+		if h, ok := ft.parked[name]; ok && h.version != v {
+			delete(ft.parked, name)
 		}
-		if rn, ok := fk.rejected[name]; ok && rn.version != v {
-			delete(fk.rejected, name)
+		if rn, ok := ft.rejected[name]; ok && rn.version != v {
+			delete(ft.rejected, name)
 			if m.givenUp != "" {
 				m.givenUp = ""
 				m.round, m.last = 0, 0
@@ -267,8 +267,8 @@ func (m *Machine) Sent(s event.Sent, _ time.Time) Ready {
 		}
 	}
 	for _, name := range s.Removed {
-		delete(fk.rejected, name)
-		delete(fk.parked, name)
+		delete(ft.rejected, name)
+		delete(ft.parked, name)
 	}
 	m.settle(&r)
 	m.next(&r)
@@ -316,8 +316,8 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 		d.GiveUp, d.Reason = true, m.givenUp
 		r.GaveUp = m.givenUp
 	default:
-		d.Delay, d.Kinds = resp.GetDelay().AsDuration(), resp.GetKinds()
-		m.arm(d.Delay, d.Kinds, now, &r)
+		d.Delay, d.TypeURLs = resp.GetDelay().AsDuration(), resp.GetKinds()
+		m.arm(d.Delay, d.TypeURLs, now, &r)
 	}
 	m.reason = d.Reason
 	return r
@@ -326,11 +326,11 @@ func (m *Machine) Decided(token uint64, resp *pluginv1.ScheduleResponse, err err
 // park moves the names the policy parks (its answer's hold) out of what rounds resend.
 func (m *Machine) park(names []*pluginv1.HeldName, r *Ready) {
 	for _, h := range names {
-		fk := m.failing[h.GetKind()]
-		if fk == nil {
+		ft := m.failing[h.GetKind()]
+		if ft == nil {
 			continue
 		}
-		rn, ok := fk.rejected[h.GetName()]
+		rn, ok := ft.rejected[h.GetName()]
 		if !ok {
 			continue
 		}
@@ -338,28 +338,28 @@ func (m *Machine) park(names []*pluginv1.HeldName, r *Ready) {
 		if reason == "" {
 			reason = "the policy parks it until its content changes"
 		}
-		delete(fk.rejected, h.GetName())
-		fk.parked[h.GetName()] = parkedName{rejectedName: *rn, reason: reason}
-		r.Parked = append(r.Parked, ParkedName{Kind: h.GetKind(), Name: h.GetName(), Reason: reason})
+		delete(ft.rejected, h.GetName())
+		ft.parked[h.GetName()] = parkedName{rejectedName: *rn, reason: reason}
+		r.Parked = append(r.Parked, ParkedName{TypeURL: h.GetKind(), Name: h.GetName(), Reason: reason})
 	}
 }
 
 func (m *Machine) anyActive() bool {
-	for _, fk := range m.failing {
-		if fk.active() {
+	for _, ft := range m.failing {
+		if ft.active() {
 			return true
 		}
 	}
 	return false
 }
 
-func (m *Machine) arm(d time.Duration, kinds []string, now time.Time, r *Ready) {
-	m.armed, m.nextAt, m.delay, m.planned = true, now.Add(d), d, kinds
+func (m *Machine) arm(d time.Duration, typeURLs []string, now time.Time, r *Ready) {
+	m.armed, m.nextAt, m.delay, m.planned = true, now.Add(d), d, typeURLs
 	r.Arm, r.Token = d, m.token
 }
 
-// Fired runs the round of the timer with token: the rejected names of the planned kinds (every
-// failing kind when the plan names none) are sent again, all at once.
+// Fired runs the round of the timer with token: the rejected names of the planned types (every
+// failing type when the plan names none) are sent again, all at once.
 func (m *Machine) Fired(token uint64, _ time.Time) Ready {
 	var r Ready
 	if token != m.token || !m.armed {
@@ -368,33 +368,33 @@ func (m *Machine) Fired(token uint64, _ time.Time) Ready {
 	m.armed, m.nextAt = false, time.Time{}
 	m.round++
 	m.last = m.delay
-	kinds := m.planned
-	if len(kinds) == 0 {
-		kinds = sortedKinds(m.failing)
+	typeURLs := m.planned
+	if len(typeURLs) == 0 {
+		typeURLs = sortedTypes(m.failing)
 	}
 	r.Resend = map[string][]string{}
 	r.Round = &Round{Delay: m.delay, Resent: map[string]int{}}
-	for _, kind := range kinds {
-		fk := m.failing[kind]
-		if fk == nil || !fk.active() {
+	for _, typeURL := range typeURLs {
+		ft := m.failing[typeURL]
+		if ft == nil || !ft.active() {
 			continue
 		}
-		names := fk.names()
-		r.Resend[kind] = names
-		r.Round.Resent[kind] = len(names)
-		fk.due = false
+		names := ft.names()
+		r.Resend[typeURL] = names
+		r.Round.Resent[typeURL] = len(names)
+		ft.due = false
 	}
-	// A kind that failed after the plan was made, and was left out of it, gets its own round.
+	// A type that failed after the plan was made, and was left out of it, gets its own round.
 	m.next(&r)
 	return r
 }
 
-// settle drops the kinds with no rejected or parked name left; with nothing left to resend, the
+// settle drops the types with no rejected or parked name left; with nothing left to resend, the
 // stream starts over: no round is outstanding and the next NACK starts from round 0.
 func (m *Machine) settle(r *Ready) {
-	for kind, fk := range m.failing {
-		if !fk.active() && len(fk.parked) == 0 {
-			delete(m.failing, kind)
+	for typeURL, ft := range m.failing {
+		if !ft.active() && len(ft.parked) == 0 {
+			delete(m.failing, typeURL)
 		}
 	}
 	if m.anyActive() {
@@ -415,14 +415,14 @@ func (m *Machine) quiet() bool {
 	return len(m.failing) == 0 && !m.asking && !m.armed && m.givenUp == "" && m.reason == "" && m.round == 0 && m.last == 0 && m.planned == nil
 }
 
-// next asks for a decision when a kind is due and nothing is outstanding.
+// next asks for a decision when a type is due and nothing is outstanding.
 func (m *Machine) next(r *Ready) {
 	if m.asking || m.armed || m.givenUp != "" {
 		return
 	}
 	due := false
-	for _, fk := range m.failing {
-		due = due || fk.due && fk.active()
+	for _, ft := range m.failing {
+		due = due || ft.due && ft.active()
 	}
 	if !due {
 		return
@@ -432,24 +432,24 @@ func (m *Machine) next(r *Ready) {
 	r.Ask, r.Token = m.request(), m.token
 }
 
-// request is what the policy is asked: every failing kind of the stream.
+// request is what the policy is asked: every failing type of the stream.
 func (m *Machine) request() *pluginv1.ScheduleRequest {
 	req := &pluginv1.ScheduleRequest{
-		StreamId: strconv.FormatInt(m.stream, 10), Zone: m.zone,
+		StreamId: strconv.FormatInt(m.stream, 10), Zone: m.node,
 		Round: m.round, LastDelay: durationpb.New(m.last),
 	}
-	for _, kind := range sortedKinds(m.failing) {
-		fk := m.failing[kind]
-		if !fk.active() {
+	for _, typeURL := range sortedTypes(m.failing) {
+		ft := m.failing[typeURL]
+		if !ft.active() {
 			continue
 		}
-		names := fk.names()
+		names := ft.names()
 		f := &pluginv1.FailingKind{
-			Kind: kind, RejectedNames: names, ErrorDetail: fk.detail,
-			NackCount: fk.nacks, FirstNack: timestamppb.New(fk.firstNACK),
+			Kind: typeURL, RejectedNames: names, ErrorDetail: ft.detail,
+			NackCount: ft.nacks, FirstNack: timestamppb.New(ft.firstNACK),
 		}
 		for _, n := range names {
-			rn := fk.rejected[n]
+			rn := ft.rejected[n]
 			f.Rejected = append(f.Rejected, &pluginv1.RejectedName{Name: n, Cause: wireCause(rn.cause), MissingOwner: ownerKey(rn.owner), Attempts: rn.attempts, CauseAttempts: rn.causeAttempts})
 		}
 		req.Failing = append(req.Failing, f)
@@ -470,29 +470,30 @@ func wireCause(c event.Cause) kdsv1.Cause {
 	return kdsv1.Cause_CAUSE_UNSPECIFIED
 }
 
-// ownerKey reads KIND/XDS-NAME (event.Rejection.MissingOwner) as a resource key.
+// ownerKey reads event.Rejection.MissingOwner as the plugin wire's resource key (a NAME of
+// MESH/LOCAL is a mesh-scoped key of kds-host's).
 func ownerKey(owner string) *kdsv1.ResourceKey {
-	kind, name, ok := strings.Cut(owner, "/")
+	typeURL, name, ok := strings.Cut(owner, "/")
 	if !ok {
 		return nil
 	}
 	mesh, local, scoped := strings.Cut(name, "/")
 	if !scoped {
-		return &kdsv1.ResourceKey{Kind: kind, Name: name}
+		return &kdsv1.ResourceKey{Kind: typeURL, Name: name}
 	}
-	return &kdsv1.ResourceKey{Kind: kind, Mesh: mesh, Name: local}
+	return &kdsv1.ResourceKey{Kind: typeURL, Mesh: mesh, Name: local}
 }
 
-func (fk *failingKind) names() []string {
-	names := make([]string, 0, len(fk.rejected))
-	for n := range fk.rejected {
+func (ft *failingType) names() []string {
+	names := make([]string, 0, len(ft.rejected))
+	for n := range ft.rejected {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	return names
 }
 
-func sortedKinds(m map[string]*failingKind) []string {
+func sortedTypes(m map[string]*failingType) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -501,23 +502,19 @@ func sortedKinds(m map[string]*failingKind) []string {
 	return out
 }
 
-// KindState is the retry state of one failing kind of a stream.
-type KindState struct {
-	Kind      string       `json:"kind"`
+// TypeState is the retry state of one failing type of a stream.
+type TypeState struct {
+	TypeURL   string       `json:"typeUrl"`
 	Rejected  []string     `json:"rejected"`
 	Parked    []ParkedName `json:"parked,omitempty"`
 	NACKs     uint32       `json:"nacks"`
 	FirstNACK time.Time    `json:"firstNack"`
-	// Held is Parked under its old JSON name, for the clients that read "held".
-	//
-	// Deprecated: use Parked (JSON "parked"); "held" is emitted for one more release only.
-	Held []ParkedName `json:"held,omitempty"`
 }
 
 // StreamState is the retry state of one stream, for insights.
 type StreamState struct {
 	Stream    int64      `json:"stream"`
-	Zone      string     `json:"zone"`
+	Node      string     `json:"node"`
 	Round     uint32     `json:"round"`
 	LastDelay string     `json:"lastDelay,omitempty"`
 	NextRetry *time.Time `json:"nextRetry,omitempty"`
@@ -525,12 +522,12 @@ type StreamState struct {
 	// Reason is the reason the policy gave for the decision in force (the armed round or the
 	// give-up); a decision of the built-in fallback says so, and why.
 	Reason  string      `json:"reason,omitempty"`
-	Failing []KindState `json:"failing,omitempty"`
+	Failing []TypeState `json:"failing,omitempty"`
 }
 
 // State is the stream's retry state as insights show it.
 func (m *Machine) State() StreamState {
-	ss := StreamState{Stream: m.stream, Zone: m.zone, Round: m.round, GivenUp: m.givenUp, Reason: m.reason}
+	ss := StreamState{Stream: m.stream, Node: m.node, Round: m.round, GivenUp: m.givenUp, Reason: m.reason}
 	if m.last > 0 {
 		ss.LastDelay = m.last.String()
 	}
@@ -538,14 +535,13 @@ func (m *Machine) State() StreamState {
 		t := m.nextAt
 		ss.NextRetry = &t
 	}
-	for _, kind := range sortedKinds(m.failing) {
-		fk := m.failing[kind]
-		ks := KindState{Kind: kind, Rejected: fk.names(), NACKs: fk.nacks, FirstNACK: fk.firstNACK}
-		for _, n := range slices.Sorted(maps.Keys(fk.parked)) {
-			ks.Parked = append(ks.Parked, ParkedName{Kind: kind, Name: n, Reason: fk.parked[n].reason})
+	for _, typeURL := range sortedTypes(m.failing) {
+		ft := m.failing[typeURL]
+		ts := TypeState{TypeURL: typeURL, Rejected: ft.names(), NACKs: ft.nacks, FirstNACK: ft.firstNACK}
+		for _, n := range slices.Sorted(maps.Keys(ft.parked)) {
+			ts.Parked = append(ts.Parked, ParkedName{TypeURL: typeURL, Name: n, Reason: ft.parked[n].reason})
 		}
-		ks.Held = ks.Parked // deprecated JSON "held", kept one release
-		ss.Failing = append(ss.Failing, ks)
+		ss.Failing = append(ss.Failing, ts)
 	}
 	return ss
 }

@@ -28,30 +28,32 @@ type step struct {
 	want func(g Gomega, r retry.Ready, st retry.StreamState)
 }
 
-func nackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
-	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready { return m.NACK(nack(kind, names...), now) }
+func nackAt(typeURL string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
+		return m.NACK(nack(typeURL, names...), now)
+	}
 }
 
-func nackCause(kind, name string, cause event.Cause, owner string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+func nackCause(typeURL, name string, cause event.Cause, owner string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-		return m.NACK(event.NACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Detail: "rejected",
+		return m.NACK(event.NACK{StreamID: 1, Node: "node-1", TypeURL: typeURL, Detail: "rejected",
 			Rejected: []event.Rejection{{Name: name, Version: "v1", Cause: cause, MissingOwner: owner}}}, now)
 	}
 }
 
-func ackAt(kind string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+func ackAt(typeURL string, names ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
 		v := map[string]string{}
 		for _, n := range names {
 			v[n] = "v1"
 		}
-		return m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Versions: event.VersionsOf(v)}, now)
+		return m.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: typeURL, Versions: event.VersionsOf(v)}, now)
 	}
 }
 
-func sentAt(kind, name, version string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+func sentAt(typeURL, name, version string) func(*retry.Machine, uint64, time.Time) retry.Ready {
 	return func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-		return m.Sent(event.Sent{StreamID: 1, Node: "zone-1", TypeURL: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
+		return m.Sent(event.Sent{StreamID: 1, Node: "node-1", TypeURL: typeURL, Versions: event.VersionsOf(map[string]string{name: version})}, now)
 	}
 }
 
@@ -61,8 +63,8 @@ func decide(resp *pluginv1.ScheduleResponse, err error) func(*retry.Machine, uin
 	}
 }
 
-func delay(d time.Duration, kinds ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
-	return decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(d), Kinds: kinds}, nil)
+func delay(d time.Duration, typeURLs ...string) func(*retry.Machine, uint64, time.Time) retry.Ready {
+	return decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(d), Kinds: typeURLs}, nil)
 }
 
 func giveUp(reason string) func(*retry.Machine, uint64, time.Time) retry.Ready {
@@ -75,7 +77,7 @@ func stale(do func(*retry.Machine, uint64, time.Time) retry.Ready) func(*retry.M
 	return func(m *retry.Machine, token uint64, now time.Time) retry.Ready { return do(m, token-1, now) }
 }
 
-func asks(round uint32, kinds ...string) func(Gomega, retry.Ready, retry.StreamState) {
+func asks(round uint32, typeURLs ...string) func(Gomega, retry.Ready, retry.StreamState) {
 	return func(g Gomega, r retry.Ready, _ retry.StreamState) {
 		g.Expect(r.Ask).NotTo(BeNil(), "an Ask")
 		g.Expect(r.Ask.GetRound()).To(Equal(round))
@@ -83,7 +85,7 @@ func asks(round uint32, kinds ...string) func(Gomega, retry.Ready, retry.StreamS
 		for _, f := range r.Ask.GetFailing() {
 			got = append(got, f.GetKind())
 		}
-		g.Expect(got).To(Equal(kinds))
+		g.Expect(got).To(Equal(typeURLs))
 		g.Expect(r.Arm).To(BeZero())
 	}
 }
@@ -140,7 +142,7 @@ func TestMachineTransitions(t *testing.T) {
 			{"NACK while armed", nackAt("MeshRetry", "default/r"), nothing},
 			{"timer", fire, resends(map[string][]string{"Mesh": {"default"}, "MeshRetry": {"default/r"}, "MeshTimeout": {"default/a"}}, false)},
 		}, nil},
-		{"an ACK of every failing kind disarms and resets", []step{
+		{"an ACK of every failing type disarms and resets", []step{
 			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
 			{"decision", delay(time.Second), arms(time.Second)},
 			{"ACK", ackAt("Mesh", "default"), func(g Gomega, r retry.Ready, st retry.StreamState) {
@@ -156,7 +158,7 @@ func TestMachineTransitions(t *testing.T) {
 		}, func(g Gomega, st retry.StreamState) {
 			g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/b"}))
 		}},
-		{"a kind left out of the plan gets its own round after it", []step{
+		{"a type left out of the plan gets its own round after it", []step{
 			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
 			{"NACK", nackAt("MeshTimeout", "default/a"), nothing},
 			{"decision for Mesh only", delay(time.Second, "Mesh"), arms(time.Second)},
@@ -185,9 +187,9 @@ func TestMachineTransitions(t *testing.T) {
 			{"give up", giveUp("no"), func(Gomega, retry.Ready, retry.StreamState) {}},
 			{"same version sent", sentAt("MeshTimeout", "default/a", "v1"), nothing},
 		}, func(g Gomega, st retry.StreamState) { g.Expect(st.GivenUp).To(Equal("no")) }},
-		// Defect 1: the give-up was lifted by new content of one kind, that kind was ACKed, and
-		// the other failing kind was left with no round pending.
-		{"a give-up lifted by new content reschedules the kinds still failing", []step{
+		// Defect 1: the give-up was lifted by new content of one type, that type was ACKed, and
+		// the other failing type was left with no round pending.
+		{"a give-up lifted by new content reschedules the types still failing", []step{
 			{"NACK", nackAt("Mesh", "default"), asks(0, "Mesh")},
 			{"NACK", nackAt("MeshTimeout", "default/a"), nothing},
 			{"give up", giveUp("max attempts"), func(Gomega, retry.Ready, retry.StreamState) {}},
@@ -219,17 +221,17 @@ func TestMachineTransitions(t *testing.T) {
 			{"decision parks the invalid one", decide(&pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second),
 				Hold: []*pluginv1.HeldName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}}, nil),
 				func(g Gomega, r retry.Ready, st retry.StreamState) {
-					g.Expect(r.Parked).To(Equal([]retry.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+					g.Expect(r.Parked).To(Equal([]retry.ParkedName{{TypeURL: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
 					g.Expect(r.Arm).To(Equal(time.Second), "the other name still gets its round")
 					g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/late"}))
-					g.Expect(st.Failing[0].Parked).To(Equal([]retry.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
+					g.Expect(st.Failing[0].Parked).To(Equal([]retry.ParkedName{{TypeURL: "MeshTimeout", Name: "default/bad", Reason: "invalid 3 times"}}))
 					js, err := json.Marshal(st.Failing[0])
 					g.Expect(err).NotTo(HaveOccurred())
 					var fields map[string]json.RawMessage
 					g.Expect(json.Unmarshal(js, &fields)).To(Succeed())
-					parked := `[{"kind":"MeshTimeout","name":"default/bad","reason":"invalid 3 times"}]`
+					parked := `[{"typeUrl":"MeshTimeout","name":"default/bad","reason":"invalid 3 times"}]`
 					g.Expect(fields).To(HaveKeyWithValue("parked", MatchJSON(parked)))
-					g.Expect(fields).To(HaveKeyWithValue("held", MatchJSON(parked)), "the deprecated JSON field is still emitted")
+					g.Expect(fields).To(HaveKeyWithValue("typeUrl", MatchJSON(`"MeshTimeout"`)))
 				}},
 			{"timer", fire, resends(map[string][]string{"MeshTimeout": {"default/late"}}, false)},
 			{"the other is ACKed", ackAt("MeshTimeout", "default/late"), func(g Gomega, r retry.Ready, st retry.StreamState) {
@@ -280,7 +282,7 @@ func TestMachineTransitions(t *testing.T) {
 			{"decision", delay(time.Second), arms(time.Second)},
 			{"new content sent", sentAt("Mesh", "default", "v2"), func(Gomega, retry.Ready, retry.StreamState) {}},
 			{"its NACK starts both over", func(m *retry.Machine, _ uint64, now time.Time) retry.Ready {
-				return m.NACK(event.NACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Detail: "rejected",
+				return m.NACK(event.NACK{StreamID: 1, Node: "node-1", TypeURL: "Mesh", Detail: "rejected",
 					Rejected: []event.Rejection{{Name: "default", Version: "v2", Cause: event.CauseInvalid}}}, now)
 			}, attempts(1, 1)},
 		}, nil},
@@ -311,8 +313,8 @@ func TestMachineTransitions(t *testing.T) {
 				g.Expect(r.Resend).To(Equal(map[string][]string{"MeshTimeout": {"default/a"}}))
 				g.Expect(r.Released).To(Equal(map[string]int{"MeshTimeout": 1}))
 				g.Expect(st.Failing[0].Parked).To(BeEmpty())
-				g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/a"}), "rejected again until the zone answers")
-				g.Expect(r.Ask).To(BeNil(), "no round until the zone answers the resend")
+				g.Expect(st.Failing[0].Rejected).To(Equal([]string{"default/a"}), "rejected again until the client answers")
+				g.Expect(r.Ask).To(BeNil(), "no round until the client answers the resend")
 			}},
 			{"its NACK asks the policy again", nackCause("MeshTimeout", "default/a", event.CauseMissingOwner, "Mesh/default"), attempts(2, 2)},
 		}, nil},
@@ -328,7 +330,7 @@ func TestMachineTransitions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			m := retry.NewMachine(1, "zone-1")
+			m := retry.NewMachine(1, "node-1")
 			var token uint64
 			now := t0
 			for i, s := range tc.steps {

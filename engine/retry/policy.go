@@ -23,7 +23,7 @@ const DefaultTimeout = 200 * time.Millisecond
 type StandardConfig struct {
 	// Timeout is the deadline of each Schedule call (default DefaultTimeout).
 	Timeout time.Duration
-	// Bounds are what the host accepts of an answer (kds-host --retry-max-delay; zero fields:
+	// Bounds are what the server accepts of an answer, its maximum delay included (zero fields:
 	// shared's defaults).
 	Bounds shared.Bounds
 	// OnFallback, if set, hears of each decision the built-in policy made instead, and why.
@@ -112,7 +112,7 @@ func (d *deadline) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) 
 
 // Checked turns an answer the host must not act on into an error: none, or one outside bounds
 // (shared.Bounds.CheckSchedule: a delay that is not positive or over MaxDelay, a reason too
-// long, kinds or hold names the request did not carry). The error is a *shared.BoundsError.
+// long, type URLs or hold names the request did not carry). The error is a *shared.BoundsError.
 func Checked(p shared.RetryForcer, bounds shared.Bounds) shared.RetryForcer {
 	return &checked{decorator{p}, bounds.WithDefaults()}
 }

@@ -37,21 +37,21 @@ func after(d time.Duration, reason string) answer {
 	return answer{resp: &pluginv1.ScheduleResponse{Delay: durationpb.New(d), Reason: reason}}
 }
 
-var oneKind = &pluginv1.ScheduleRequest{Zone: "zone-1", Failing: []*pluginv1.FailingKind{{Kind: "Mesh", RejectedNames: []string{"default"}}}}
+var oneType = &pluginv1.ScheduleRequest{Zone: "node-1", Failing: []*pluginv1.FailingKind{{Kind: "Mesh", RejectedNames: []string{"default"}}}}
 
 func TestCheckedHoldsAnswersToTheHostsBounds(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, err := retry.Checked(after(2*time.Hour, ""), shared.Bounds{}).Schedule(ctx, oneKind)
+	_, err := retry.Checked(after(2*time.Hour, ""), shared.Bounds{}).Schedule(ctx, oneType)
 	g.Expect(err).To(MatchError("the host refuses this schedule: delay 2h0m0s is over the host's maximum of 1h0m0s (--retry-max-delay)"))
-	resp, err := retry.Checked(after(2*time.Hour, ""), shared.Bounds{MaxDelay: 3 * time.Hour}).Schedule(ctx, oneKind)
+	resp, err := retry.Checked(after(2*time.Hour, ""), shared.Bounds{MaxDelay: 3 * time.Hour}).Schedule(ctx, oneType)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.GetDelay().AsDuration()).To(Equal(2 * time.Hour))
-	_, err = retry.Checked(after(time.Minute, ""), shared.Bounds{MaxDelay: time.Second}).Schedule(ctx, oneKind)
+	_, err = retry.Checked(after(time.Minute, ""), shared.Bounds{MaxDelay: time.Second}).Schedule(ctx, oneType)
 	g.Expect(errors.As(err, new(*shared.BoundsError))).To(BeTrue())
-	_, err = retry.Checked(answer{}, shared.Bounds{}).Schedule(ctx, oneKind)
+	_, err = retry.Checked(answer{}, shared.Bounds{}).Schedule(ctx, oneType)
 	g.Expect(err).To(MatchError(ContainSubstring("the answer is empty")))
-	_, err = retry.Checked(answer{err: errors.New("boom")}, shared.Bounds{}).Schedule(ctx, oneKind)
+	_, err = retry.Checked(answer{err: errors.New("boom")}, shared.Bounds{}).Schedule(ctx, oneType)
 	g.Expect(err).To(MatchError("boom"))
 }
 
@@ -60,7 +60,7 @@ func TestStandardFallsBackOnARefusedDecisionAndSaysWhy(t *testing.T) {
 	var refused []error
 	p := retry.Standard(func() shared.RetryForcer { return after(2*time.Hour, "two hours") }, after(time.Second, "built-in 1s"),
 		retry.StandardConfig{OnFallback: func(_ *pluginv1.ScheduleRequest, err error) { refused = append(refused, err) }})
-	resp, err := p.Schedule(context.Background(), oneKind)
+	resp, err := p.Schedule(context.Background(), oneType)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.GetDelay().AsDuration()).To(Equal(time.Second))
 	g.Expect(resp.GetReason()).To(Equal("built-in fallback (the host refuses this schedule: delay 2h0m0s is over the host's maximum of 1h0m0s (--retry-max-delay)): built-in 1s"))
@@ -70,7 +70,7 @@ func TestStandardFallsBackOnARefusedDecisionAndSaysWhy(t *testing.T) {
 	// Within bounds the policy's own answer and reason stand.
 	p = retry.Standard(func() shared.RetryForcer { return after(time.Minute, "a minute") }, after(time.Second, "built-in"),
 		retry.StandardConfig{Bounds: shared.Bounds{MaxDelay: 2 * time.Minute}})
-	resp, err = p.Schedule(context.Background(), oneKind)
+	resp, err = p.Schedule(context.Background(), oneType)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.GetReason()).To(Equal("a minute"))
 }
@@ -79,7 +79,7 @@ func TestStandardFallsBackOnARefusedDecisionAndSaysWhy(t *testing.T) {
 // stream has nothing left to resend.
 func TestTheReasonOfTheDecisionInForce(t *testing.T) {
 	g := NewWithT(t)
-	m := retry.NewMachine(1, "zone-1")
+	m := retry.NewMachine(1, "node-1")
 	r := m.NACK(nack("Mesh", "default"), t0)
 	g.Expect(r.Ask).NotTo(BeNil())
 	r = m.Decided(r.Token, &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second), Reason: "fixed 1s"}, nil, t0)
@@ -93,7 +93,7 @@ func TestTheReasonOfTheDecisionInForce(t *testing.T) {
 	g.Expect(r.Decision.Reason).To(Equal("no policy answered (plugin down); retrying in 1s"))
 	g.Expect(m.State().Reason).To(Equal(r.Decision.Reason))
 
-	m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v2"})}, t0.Add(2*time.Second))
+	m.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v2"})}, t0.Add(2*time.Second))
 	g.Expect(m.State().Reason).To(BeEmpty())
 	g.Expect(m.State().Round).To(BeZero())
 }
@@ -121,7 +121,7 @@ func TestStandardTellsThePolicyTheHostsMaximum(t *testing.T) {
 		want   time.Duration
 	}{{shared.Bounds{}, time.Hour}, {shared.Bounds{MaxDelay: 5 * time.Second}, 5 * time.Second}} {
 		got = nil
-		req := &pluginv1.ScheduleRequest{Zone: "zone-1", Failing: []*pluginv1.FailingKind{{Kind: "Mesh", RejectedNames: []string{"default"}}}}
+		req := &pluginv1.ScheduleRequest{Zone: "node-1", Failing: []*pluginv1.FailingKind{{Kind: "Mesh", RejectedNames: []string{"default"}}}}
 		p := retry.Standard(func() shared.RetryForcer { return policy }, builtin, retry.StandardConfig{Bounds: tc.bounds})
 		_, err := p.Schedule(context.Background(), req)
 		g.Expect(err).NotTo(HaveOccurred())

@@ -18,17 +18,17 @@ import (
 // them skipping every Sent and ACK while it is quiet (as Scheduler.skips does), answer the same
 // and show the same state at every step, tokens aside.
 func TestAQuietMachineIgnoresSentAndACK(t *testing.T) {
-	kinds := []string{"Mesh", "MeshTimeout"}
+	typeURLs := []string{"Mesh", "MeshTimeout"}
 	names := []string{"a", "b", "c"}
 	causes := []event.Cause{event.CauseInvalid, event.CauseMissingOwner, event.CauseTransient}
 	var skipped, quietSeen int
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		all, skip := NewMachine(1, "zone-1"), NewMachine(1, "zone-1")
+		all, skip := NewMachine(1, "node-1"), NewMachine(1, "node-1")
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		for i := range 60 {
 			now = now.Add(time.Second)
-			kind, name := kinds[rng.IntN(len(kinds))], names[rng.IntN(len(names))]
+			typeURL, name := typeURLs[rng.IntN(len(typeURLs))], names[rng.IntN(len(names))]
 			version := fmt.Sprint("v", rng.IntN(3))
 			var ev func(m *Machine) Ready
 			plain := false // a Sent or an ACK
@@ -40,19 +40,19 @@ func TestAQuietMachineIgnoresSentAndACK(t *testing.T) {
 					owner = "Mesh/" + names[rng.IntN(len(names))]
 				}
 				ev = func(m *Machine) Ready {
-					return m.NACK(event.NACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Detail: "rejected",
+					return m.NACK(event.NACK{StreamID: 1, Node: "node-1", TypeURL: typeURL, Detail: "rejected",
 						Rejected: []event.Rejection{{Name: name, Version: version, Cause: cause, MissingOwner: owner}}}, now)
 				}
 			case 1:
 				plain = true
 				ev = func(m *Machine) Ready {
-					return m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Versions: event.VersionsOf(map[string]string{name: version})}, now)
+					return m.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: typeURL, Versions: event.VersionsOf(map[string]string{name: version})}, now)
 				}
 			case 2:
 				plain = true
 				removed := rng.IntN(4) == 0
 				ev = func(m *Machine) Ready {
-					s := event.Sent{StreamID: 1, Node: "zone-1", TypeURL: kind}
+					s := event.Sent{StreamID: 1, Node: "node-1", TypeURL: typeURL}
 					if removed {
 						s.Removed = []string{name}
 					} else {
@@ -76,7 +76,7 @@ func TestAQuietMachineIgnoresSentAndACK(t *testing.T) {
 				ev = func(m *Machine) Ready { return m.Fired(m.token, now) }
 			default:
 				ev = func(m *Machine) Ready {
-					return m.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Initial: true}, now)
+					return m.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: typeURL, Initial: true}, now)
 				}
 			}
 			if all.quiet() != skip.quiet() {

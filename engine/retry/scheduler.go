@@ -11,26 +11,26 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Resender makes a stream send named resources again (engine.Cache.Resend), for the blocking
+// Resender makes a stream send named resources again (the cache's Resend), for the blocking
 // emulation of the old behaviour.
 type Resender interface {
 	Resend(streamID int64, names map[string][]string)
 }
 
-// Session is a zone stream's session as the scheduler steps it (engine.Session): the stream's
-// retry state lives in it, and its events run one at a time through it.
+// Session is a client stream's session as the scheduler steps it (the engine's Session): the
+// stream's retry state lives in it, and its events run one at a time through it.
 type Session interface {
 	// Do runs f after the work given before it, one at a time; it returns at once when the
 	// session is busy (see serial.Queue).
 	Do(f func())
 	// Retry is the stream's retry state.
 	Retry() *Stream
-	// Resend makes the stream send the named resources (kind -> names) again. It must return
-	// without waiting for the zone.
+	// Resend makes the stream send the named resources (type URL -> names) again. It must
+	// return without waiting for the client.
 	Resend(names map[string][]string)
 }
 
-// Stream is the retry state of one zone stream, kept in its session: its Machine and the one
+// Stream is the retry state of one client stream, kept in its session: its Machine and the one
 // timer the Machine asked for. The zero value is a stream the scheduler has not opened.
 type Stream struct {
 	mu     sync.Mutex // guards the fields; held while a transition runs, never while calling out
@@ -89,30 +89,30 @@ func (st *Stream) stopTimer() {
 type Hooks struct {
 	// PolicyCall reports one decision: how long the policy (fallback included) took, and the
 	// error when no policy answered.
-	PolicyCall func(zone string, latency time.Duration, err error)
-	// Round reports a fired round: the delay it waited and the resources resent per kind.
-	Round func(zone string, delay time.Duration, resent map[string]int)
+	PolicyCall func(node string, latency time.Duration, err error)
+	// Round reports a fired round: the delay it waited and the resources resent per type URL.
+	Round func(node string, delay time.Duration, resent map[string]int)
 	// Decided reports each policy answer a stream acted on (for the DEBUG log).
-	Decided func(zone string, d Decision)
+	Decided func(node string, d Decision)
 	// GaveUp reports a give-up.
-	GaveUp func(zone, reason string)
+	GaveUp func(node, reason string)
 	// Parked reports names the policy parks until their content changes.
-	Parked func(zone string, parked []ParkedName)
-	// Released reports names resent at once, by kind, because the owner they missed arrived.
-	Released func(zone string, resent map[string]int)
+	Parked func(node string, parked []ParkedName)
+	// Released reports names resent at once, by type URL, because the owner they missed arrived.
+	Released func(node string, resent map[string]int)
 }
 
 // Config is a Scheduler's collaborators.
 type Config struct {
-	// Policy decides every round; Standard composes the host's (deadline, checks, fallback).
+	// Policy decides every round; Standard composes the usual chain (deadline, checks, fallback).
 	// It must return within a bounded time.
 	Policy shared.RetryForcer
-	// Sessions finds a stream's session while it is open (engine.Cache.Session); nil once closed.
+	// Sessions finds a stream's session while it is open (the cache's Session); nil once closed.
 	Sessions func(streamID int64) Session
 	Hooks    Hooks
 }
 
-// Scheduler drives the Machine of every zone stream, each kept in the stream's session: it feeds
+// Scheduler drives the Machine of every client stream, each kept in the stream's session: it feeds
 // them the stream events through the session, calls the policy off the stream's goroutine,
 // arms each stream's one timer, and resends what a round names. State lives in the sessions,
 // never in a policy or in the scheduler, so a policy that crashes or is swapped loses nothing,
@@ -139,14 +139,14 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 // Observer is how the scheduler hears of stream events. Each returns at once.
 func (s *Scheduler) Observer() event.Observer {
 	return event.Observer{
-		StreamOpened: func(id int64, zone string) {
+		StreamOpened: func(id int64, node string) {
 			if sess := s.cfg.Sessions(id); sess != nil {
 				sess.Do(func() {
 					st := sess.Retry()
 					st.mu.Lock()
 					defer st.mu.Unlock()
 					if st.m == nil {
-						st.m = NewMachine(id, zone)
+						st.m = NewMachine(id, node)
 						st.quiet.Store(true)
 					}
 				})
@@ -168,7 +168,7 @@ func (s *Scheduler) Observer() event.Observer {
 		},
 		NACK: func(n event.NACK) { s.step(n.StreamID, func(m *Machine) Ready { return m.NACK(n, time.Now()) }) },
 		// A stream's state goes with its session: the cache closes its Stream when the stream
-		// closes (engine.Cache), and nothing here keeps it.
+		// closes, and nothing here keeps it.
 	}
 }
 
@@ -188,7 +188,7 @@ func (s *Scheduler) Close() {
 // A stream's transitions and the resends they ask for happen in one order: the session runs one
 // piece of work at a time, and a transition's work includes carrying out what the Machine asked,
 // resend included. So an event never overtakes a resend decided before it (an ACK applied
-// between a round and its resend would see the round's names forced again after the zone stored
+// between a round and its resend would see the round's names forced again after the client stored
 // them), and the xDS callbacks never wait for a resend: the session queues theirs, and they
 // return.
 func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
@@ -208,11 +208,11 @@ func (s *Scheduler) step(id int64, transition func(m *Machine) Ready) {
 		r := transition(st.m)
 		st.quiet.Store(st.m.quiet())
 		s.applyLocked(id, st, r)
-		zone := st.m.zone
+		node := st.m.node
 		st.mu.Unlock()
 		// Outside the lock: the session's resend takes the cache's, and hooks are the caller's
 		// code. Both may step this stream again: that step waits in the session's queue.
-		s.carryOut(sess, zone, r)
+		s.carryOut(sess, node, r)
 	})
 }
 
@@ -248,26 +248,26 @@ func (s *Scheduler) applyLocked(id int64, st *Stream, r Ready) {
 			return // a transition that raced Close: its decision is never made
 		}
 		s.wg.Add(1)
-		go s.decide(id, st.m.zone, r)
+		go s.decide(id, st.m.node, r)
 	}
 }
 
 // carryOut reports a transition to the hooks and makes the resend it asks for.
-func (s *Scheduler) carryOut(sess Session, zone string, r Ready) {
+func (s *Scheduler) carryOut(sess Session, node string, r Ready) {
 	if r.Round != nil && s.cfg.Hooks.Round != nil {
-		s.cfg.Hooks.Round(zone, r.Round.Delay, r.Round.Resent)
+		s.cfg.Hooks.Round(node, r.Round.Delay, r.Round.Resent)
 	}
 	if r.Decision != nil && s.cfg.Hooks.Decided != nil {
-		s.cfg.Hooks.Decided(zone, *r.Decision)
+		s.cfg.Hooks.Decided(node, *r.Decision)
 	}
 	if r.GaveUp != "" && s.cfg.Hooks.GaveUp != nil {
-		s.cfg.Hooks.GaveUp(zone, r.GaveUp)
+		s.cfg.Hooks.GaveUp(node, r.GaveUp)
 	}
 	if len(r.Parked) > 0 && s.cfg.Hooks.Parked != nil {
-		s.cfg.Hooks.Parked(zone, r.Parked)
+		s.cfg.Hooks.Parked(node, r.Parked)
 	}
 	if len(r.Released) > 0 && s.cfg.Hooks.Released != nil {
-		s.cfg.Hooks.Released(zone, r.Released)
+		s.cfg.Hooks.Released(node, r.Released)
 	}
 	if len(r.Resend) > 0 {
 		sess.Resend(r.Resend)
@@ -275,12 +275,12 @@ func (s *Scheduler) carryOut(sess Session, zone string, r Ready) {
 }
 
 // decide asks the policy for the schedule a Machine asked for, and hands it the answer.
-func (s *Scheduler) decide(id int64, zone string, r Ready) {
+func (s *Scheduler) decide(id int64, node string, r Ready) {
 	defer s.wg.Done()
 	start := time.Now()
 	resp, err := s.cfg.Policy.Schedule(s.ctx, r.Ask)
 	if s.cfg.Hooks.PolicyCall != nil {
-		s.cfg.Hooks.PolicyCall(zone, time.Since(start), err)
+		s.cfg.Hooks.PolicyCall(node, time.Since(start), err)
 	}
 	s.step(id, func(m *Machine) Ready { return m.Decided(r.Token, resp, err, time.Now()) })
 }

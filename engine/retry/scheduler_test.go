@@ -57,7 +57,7 @@ func (p *policy) Calls() []*pluginv1.ScheduleRequest {
 	return append([]*pluginv1.ScheduleRequest(nil), p.calls...)
 }
 
-// resender records rounds, and can answer each with a NACK, as a zone that keeps failing.
+// resender records rounds, and can answer each with a NACK, as a client that keeps failing.
 type resender struct {
 	mu     sync.Mutex
 	rounds []map[string][]string
@@ -85,8 +85,8 @@ func (r *resender) Rounds() []map[string][]string {
 	return append([]map[string][]string(nil), r.rounds...)
 }
 
-// session is a stream's session as engine.Session is to the scheduler: a work queue, the retry
-// state, and the resend (recorded by r).
+// session is a stream's session as the engine's Session is to the scheduler: a work queue, the
+// retry state, and the resend (recorded by r).
 type session struct {
 	serial.Queue
 	id    int64
@@ -97,7 +97,7 @@ type session struct {
 func (s *session) Retry() *retry.Stream             { return &s.retry }
 func (s *session) Resend(names map[string][]string) { s.r.Resend(s.id, names) }
 
-// sessions is the registry of open sessions, as engine.Cache keeps it.
+// sessions is the registry of open sessions, as the engine's cache keeps it.
 type sessions struct {
 	mu   sync.Mutex
 	open map[int64]*session
@@ -122,11 +122,11 @@ type sched struct {
 	ss *sessions
 }
 
-func (s *sched) StreamOpened(id int64, zone string) {
+func (s *sched) StreamOpened(id int64, node string) {
 	s.ss.mu.Lock()
 	s.ss.open[id] = &session{id: id, r: s.ss.r}
 	s.ss.mu.Unlock()
-	s.Observer.StreamOpened(id, zone)
+	s.Observer.StreamOpened(id, node)
 }
 
 func (s *sched) StreamClosed(id int64, _ string) {
@@ -171,21 +171,21 @@ func newSchedulerFallback(t *testing.T, p, fallback shared.RetryForcer, r *resen
 	return &sched{s, s.Observer(), ss}
 }
 
-func nack(kind string, names ...string) event.NACK {
-	n := event.NACK{StreamID: 1, Node: "zone-1", TypeURL: kind, Detail: "rejected"}
+func nack(typeURL string, names ...string) event.NACK {
+	n := event.NACK{StreamID: 1, Node: "node-1", TypeURL: typeURL, Detail: "rejected"}
 	for _, name := range names {
 		n.Rejected = append(n.Rejected, event.Rejection{Name: name, Version: "v1"})
 	}
 	return n
 }
 
-func TestThreeKindsNACKedWithinOneRoundAreResentInOneRound(t *testing.T) {
+func TestThreeTypesNACKedWithinOneRoundAreResentInOneRound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		p := &policy{base: time.Second}
 		r := &resender{}
 		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		start := time.Now()
 
 		s.NACK(nack("Mesh", "default"))
@@ -210,7 +210,7 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 		p := &policy{base: 100 * time.Millisecond}
 		r := &resender{}
 		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		r.onSend = func(map[string][]string) { s.NACK(nack("Mesh", "default")) } // keeps failing
 		s.NACK(nack("Mesh", "default"))
 		time.Sleep(100*time.Millisecond + 200*time.Millisecond + 400*time.Millisecond)
@@ -220,9 +220,9 @@ func TestBackoffGrowsAcrossRoundsAndAnACKResets(t *testing.T) {
 		g.Expect(r.at[2].Sub(r.at[1])).To(Equal(400 * time.Millisecond))
 		g.Expect(s.State()[0].Round).To(Equal(uint32(3)))
 
-		// The zone accepts: the kind leaves the failing set, the round resets, no timer remains.
+		// The client accepts: the type leaves the failing set, the round resets, no timer remains.
 		r.onSend = nil
-		s.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
+		s.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})})
 		st := s.State()[0]
 		g.Expect(st.Round).To(BeZero())
 		g.Expect(st.Failing).To(BeEmpty())
@@ -246,7 +246,7 @@ func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
 		r := &resender{}
 		var gaveUp []string
 		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{GaveUp: func(_, reason string) { gaveUp = append(gaveUp, reason) }})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		r.onSend = func(map[string][]string) { s.NACK(nack("MeshTimeout", "default/a")) }
 		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Hour)
@@ -262,7 +262,7 @@ func TestGiveUpStopsResendsUntilContentChanges(t *testing.T) {
 
 		// New content is sent (by the cache, at once); the give-up is lifted, and its NACK
 		// starts a new round from 0.
-		s.Sent(event.Sent{StreamID: 1, Node: "zone-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.Sent(event.Sent{StreamID: 1, Node: "node-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
 		g.Expect(s.State()[0].GivenUp).To(BeEmpty())
 		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Second)
@@ -276,11 +276,11 @@ func TestClosingAStreamFreesItsState(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
 		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		s.NACK(nack("Mesh", "default"))
 		synctest.Wait()
 		g.Expect(s.State()).To(HaveLen(1))
-		s.StreamClosed(1, "zone-1")
+		s.StreamClosed(1, "node-1")
 		g.Expect(s.State()).To(BeEmpty())
 		time.Sleep(time.Hour)
 		g.Expect(r.Rounds()).To(BeEmpty(), "the pending timer was stopped")
@@ -306,7 +306,7 @@ func TestAPolicyThatNeverAnswersFallsBackAtTheDeadline(t *testing.T) {
 		}}
 		s := newSchedulerFallback(t, &policy{hang: true}, &policy{base: 50 * time.Millisecond}, r, hooks,
 			func(*pluginv1.ScheduleRequest, error) { fellBack = true })
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		start := time.Now()
 		s.NACK(nack("Mesh", "default")) // returns at once, whatever the policy does
 		g.Expect(time.Since(start)).To(BeZero())
@@ -318,13 +318,13 @@ func TestAPolicyThatNeverAnswersFallsBackAtTheDeadline(t *testing.T) {
 	})
 }
 
-func TestAKindThatFailsAfterTheScheduleStillGetsARound(t *testing.T) {
+func TestATypeThatFailsAfterTheScheduleStillGetsARound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
-		p := &explicitKinds{}
+		p := &explicitTypes{}
 		s := newScheduler(t, p, p, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		s.NACK(nack("Mesh", "default"))
 		synctest.Wait()
 		s.NACK(nack("MeshTimeout", "default/a")) // joins, but the schedule named only Mesh
@@ -334,10 +334,10 @@ func TestAKindThatFailsAfterTheScheduleStillGetsARound(t *testing.T) {
 	})
 }
 
-// explicitKinds names the failing kinds it saw, with a fixed delay of 1s.
-type explicitKinds struct{ policy }
+// explicitTypes names the failing types it saw, with a fixed delay of 1s.
+type explicitTypes struct{ policy }
 
-func (e *explicitKinds) Schedule(_ context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+func (e *explicitTypes) Schedule(_ context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	resp := &pluginv1.ScheduleResponse{Delay: durationpb.New(time.Second)}
 	for _, f := range req.GetFailing() {
 		resp.Kinds = append(resp.Kinds, f.GetKind())
@@ -350,23 +350,23 @@ func TestTenMinutesOfNACKsKeepMemoryBounded(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
 		s := newScheduler(t, &fixed{d: 100 * time.Millisecond}, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		names := make([]string, 100)
 		for i := range names {
 			names[i] = "default/p-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		}
-		kinds := []string{"Mesh", "MeshTimeout", "MeshRetry", "MeshCircuitBreaker"}
+		typeURLs := []string{"Mesh", "MeshTimeout", "MeshRetry", "MeshCircuitBreaker"}
 		rounds := 0
 		r.onSend = func(map[string][]string) {
 			rounds++
 			r.mu.Lock()
 			r.rounds, r.at = r.rounds[:0], r.at[:0] // the recorder itself must not grow
 			r.mu.Unlock()
-			for _, k := range kinds {
+			for _, k := range typeURLs {
 				s.NACK(nack(k, names...))
 			}
 		}
-		for _, k := range kinds {
+		for _, k := range typeURLs {
 			s.NACK(nack(k, names...))
 		}
 		heap := func() uint64 {
@@ -415,7 +415,7 @@ func TestAPolicyThatIgnoresItsDeadlineStillFallsBackAtTheDeadline(t *testing.T) 
 		fallbacks := 0
 		s := newSchedulerFallback(t, &stubborn{}, &policy{base: 50 * time.Millisecond}, r, retry.Hooks{},
 			func(*pluginv1.ScheduleRequest, error) { fallbacks++ })
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		start := time.Now()
 		s.NACK(nack("Mesh", "default"))
 		time.Sleep(time.Second)
@@ -426,15 +426,15 @@ func TestAPolicyThatIgnoresItsDeadlineStillFallsBackAtTheDeadline(t *testing.T) 
 	})
 }
 
-// Defect 1, through the driver: the give-up is lifted by new content of one kind, that kind is
-// ACKed, and the other failing kind must still get its round.
-func TestAGiveUpLiftedByNewContentStillRetriesTheOtherKinds(t *testing.T) {
+// Defect 1, through the driver: the give-up is lifted by new content of one type, that type is
+// ACKed, and the other failing type must still get its round.
+func TestAGiveUpLiftedByNewContentStillRetriesTheOtherTypes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		p := &policy{base: time.Second, giveUpAt: 1}
 		r := &resender{}
 		s := newScheduler(t, p, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		s.NACK(nack("Mesh", "default"))
 		s.NACK(nack("MeshTimeout", "default/a"))
 		time.Sleep(time.Second)
@@ -447,8 +447,8 @@ func TestAGiveUpLiftedByNewContentStillRetriesTheOtherKinds(t *testing.T) {
 		g.Expect(s.State()[0].GivenUp).To(Equal("max attempts reached"))
 
 		p.giveUpAt = 0
-		s.Sent(event.Sent{StreamID: 1, Node: "zone-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
-		s.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.Sent(event.Sent{StreamID: 1, Node: "node-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
+		s.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: "MeshTimeout", Versions: event.VersionsOf(map[string]string{"default/a": "v2"})})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		g.Expect(len(r.Rounds())).To(BeNumerically(">", 1), "Mesh still fails: it gets rounds again")
@@ -477,7 +477,7 @@ func TestCloseDoesNotWaitForAPolicyThatIgnoresItsContext(t *testing.T) {
 		sch, err := retry.NewScheduler(retry.Config{Policy: retry.WithDeadline(p, time.Hour), Sessions: ss.get})
 		g.Expect(err).NotTo(HaveOccurred())
 		obs := &sched{sch, sch.Observer(), ss}
-		obs.StreamOpened(1, "zone-1")
+		obs.StreamOpened(1, "node-1")
 		obs.NACK(nack("Mesh", "default"))
 		synctest.Wait()
 		start := time.Now()
@@ -487,16 +487,16 @@ func TestCloseDoesNotWaitForAPolicyThatIgnoresItsContext(t *testing.T) {
 }
 
 // Defect 5 of issue 21: a round's resend was made after the scheduler let go of the stream, so
-// an ACK of the same names applied in between was overtaken by it: a name the zone had just
+// an ACK of the same names applied in between was overtaken by it: a name the client had just
 // ACKed was forced again. A resend now comes in the stream's order: when it is made, the
 // stream's Machine still holds every name it resends as rejected.
-func TestARoundDoesNotResendANameTheZoneACKedBeforeIt(t *testing.T) {
+func TestARoundDoesNotResendANameTheClientACKedBeforeIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		r := &resender{}
 		var s *sched
-		ack := event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})}
-		// The zone's ACK of the round's name arrives just as the round fires: the Round hook
+		ack := event.ACK{StreamID: 1, Node: "node-1", TypeURL: "Mesh", Versions: event.VersionsOf(map[string]string{"default": "v1"})}
+		// The client's ACK of the round's name arrives just as the round fires: the Round hook
 		// runs on the round's goroutine, between the round and its resend.
 		hooks := retry.Hooks{Round: func(string, time.Duration, map[string]int) { s.ACK(ack) }}
 		s = newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, hooks)
@@ -506,19 +506,19 @@ func TestARoundDoesNotResendANameTheZoneACKedBeforeIt(t *testing.T) {
 			for _, st := range s.State() {
 				for _, f := range st.Failing {
 					for _, n := range f.Rejected {
-						rejected[f.Kind+"/"+n] = true
+						rejected[f.TypeURL+"/"+n] = true
 					}
 				}
 			}
-			for kind, ns := range names {
+			for typeURL, ns := range names {
 				for _, n := range ns {
-					if !rejected[kind+"/"+n] {
-						stale = append(stale, kind+"/"+n)
+					if !rejected[typeURL+"/"+n] {
+						stale = append(stale, typeURL+"/"+n)
 					}
 				}
 			}
 		}
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		s.NACK(nack("Mesh", "default"))
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -545,14 +545,14 @@ func TestAnEventDuringAResendIsQueuedBehindItAndItsCallbackReturns(t *testing.T)
 		done := sync.OnceFunc(func() { close(release) })
 		defer done()
 		s := newScheduler(t, &policy{base: time.Second}, &policy{base: time.Hour}, r, retry.Hooks{})
-		s.StreamOpened(1, "zone-1")
+		s.StreamOpened(1, "node-1")
 		s.NACK(nack("Mesh", "default"))
 		time.Sleep(time.Second)
 		synctest.Wait()
 		g.Expect(r.Rounds()).To(HaveLen(1), "the round's goroutine is in Resend")
 
 		carried := map[string]string{"default": "v1"} // the response, read in place
-		s.ACK(event.ACK{StreamID: 1, Node: "zone-1", TypeURL: "Mesh", Versions: event.VersionsOf(carried)})
+		s.ACK(event.ACK{StreamID: 1, Node: "node-1", TypeURL: "Mesh", Versions: event.VersionsOf(carried)})
 		clear(carried) // the stream reuses what the view read
 		g.Expect(s.State()[0].Failing).To(HaveLen(1), "the ACK waits for the resend decided before it")
 		done()
@@ -575,7 +575,7 @@ func TestCloseRacesANACKThatAsksForADecision(t *testing.T) {
 			t.Fatal(err)
 		}
 		obs := &sched{sch, sch.Observer(), ss}
-		obs.StreamOpened(1, "zone-1")
+		obs.StreamOpened(1, "node-1")
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

@@ -500,10 +500,10 @@ type ZoneView struct {
 	// Replica is the global replica the zone is connected to (this one, or another sharing
 	// the store, as its heartbeat records), ReplicaAddress its KDS address, and Heartbeat when
 	// another replica last recorded the stream (nil for this replica's own).
-	Replica        string             `json:"replica,omitempty"`
-	ReplicaAddress string             `json:"replicaAddress,omitempty"`
-	Heartbeat      *time.Time         `json:"heartbeat,omitempty"`
-	Retry          *retry.StreamState `json:"retry,omitempty"`
+	Replica        string     `json:"replica,omitempty"`
+	ReplicaAddress string     `json:"replicaAddress,omitempty"`
+	Heartbeat      *time.Time `json:"heartbeat,omitempty"`
+	Retry          *ZoneRetry `json:"retry,omitempty"`
 	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT); in a page
 	// of GET /api/zones, the first 20, with WithheldTotal counting them all when there are more.
 	Withheld      []owner.Withheld `json:"withheld,omitempty"`
@@ -519,7 +519,7 @@ type ZoneView struct {
 }
 
 // retryWithheld is, by kind, the rejected names of rs that are withheld; nil for none.
-func retryWithheld(rs *retry.StreamState, withheld []owner.Withheld) map[string][]string {
+func retryWithheld(rs *ZoneRetry, withheld []owner.Withheld) map[string][]string {
 	if rs == nil || len(rs.Failing) == 0 || len(withheld) == 0 {
 		return nil
 	}
@@ -549,7 +549,7 @@ func (g *Global) ZoneViews() []ZoneView {
 // zoneViews joins the zone table with the retry state of each connected zone's stream, read from
 // its session (retryOf; nil: retry is off), and what is withheld (withheld nil: owner holds are
 // off). /api/zones, polled every second, costs one lookup a zone.
-func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *retry.StreamState, withheld func(zone string) []owner.Withheld) []ZoneView {
+func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRetry, withheld func(zone string) []owner.Withheld) []ZoneView {
 	var out []ZoneView
 	for _, zi := range insights {
 		zv := ZoneView{NodeInsight: zi}

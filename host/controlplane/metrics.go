@@ -285,7 +285,7 @@ func (m *retryMetrics) hooks() retry.Hooks {
 			if d.GiveUp {
 				return // the give-up has its own INFO line
 			}
-			m.log.Debug("retry decision", "zone", zone, "round", d.Round, "delay", d.Delay, "kinds", d.Kinds, "parked", d.Parked, "reason", d.Reason)
+			m.log.Debug("retry decision", "zone", zone, "round", d.Round, "delay", d.Delay, "kinds", d.TypeURLs, "parked", d.Parked, "reason", d.Reason)
 		},
 		GaveUp: func(zone, reason string) {
 			m.zones.count(zone, func(z *zoneCounts) { z.giveUps++ })
@@ -294,11 +294,11 @@ func (m *retryMetrics) hooks() retry.Hooks {
 		Parked: func(zone string, parked []retry.ParkedName) {
 			m.zones.count(zone, func(z *zoneCounts) {
 				for _, p := range parked {
-					z.kind(p.Kind).parked++
+					z.kind(p.TypeURL).parked++
 				}
 			})
 			for _, h := range parked {
-				m.log.Info("rejected resource parked: not resent until its content changes", "zone", zone, "kind", h.Kind, "name", h.Name, "reason", h.Reason)
+				m.log.Info("rejected resource parked: not resent until its content changes", "zone", zone, "kind", h.TypeURL, "name", h.Name, "reason", h.Reason)
 			}
 		},
 		Released: func(zone string, resent map[string]int) {

@@ -14,7 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
-	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/resource"
@@ -56,13 +55,13 @@ func pluginStatus(rt *plugins.Runtime, name string) plugins.Status {
 	return plugins.Status{}
 }
 
-func retryState(gl *controlplane.Global) retry.StreamState {
+func retryState(gl *controlplane.Global) controlplane.ZoneRetry {
 	for _, v := range gl.ZoneViews() {
 		if v.Retry != nil {
 			return *v.Retry
 		}
 	}
-	return retry.StreamState{}
+	return controlplane.ZoneRetry{}
 }
 
 func document(text string) *plugins.Document {
@@ -91,7 +90,7 @@ func TestAKilledPluginIsRestartedWhileZonesStayConnectedAndRoundsGoOn(t *testing
 	stream := gl.ZoneViews()[0].Stream
 
 	// Kill the plugin while a round is pending.
-	var pending retry.StreamState
+	var pending controlplane.ZoneRetry
 	g.Eventually(func() *time.Time { pending = retryState(gl.Global); return pending.NextRetry }, patience, time.Millisecond).ShouldNot(BeNil())
 	old := pluginStatus(rt, "retry-forcer")
 	g.Expect(syscall.Kill(old.PID, syscall.SIGKILL)).To(Succeed())

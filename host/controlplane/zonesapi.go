@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/store"
@@ -154,18 +153,18 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 	for _, i := range matching[offset:min(offset+limit, len(matching))] {
 		row := rows[i]
 		zi := row.NodeInsight
-		var rs *retry.StreamState
+		var rs *ZoneRetry
 		if full, ok := g.Zones.Insight(zi.Node); ok {
 			zi = full
 		}
 		if row.other == nil {
 			if zi.Connected && g.Retry != nil {
 				if s := g.Cache.Session(zi.Stream); s != nil {
-					rs = s.Retry().State()
+					rs = zoneRetryOf(s.Retry().State())
 				}
 			}
 		}
-		v := zoneViews([]engine.NodeInsight{zi}, func(int64) *retry.StreamState { return rs }, withheld)[0]
+		v := zoneViews([]engine.NodeInsight{zi}, func(int64) *ZoneRetry { return rs }, withheld)[0]
 		if row.other != nil {
 			v.Replica, v.ReplicaAddress, v.Heartbeat = row.other.Replica, row.other.Address, &row.other.Heartbeat
 		} else if v.Connected {

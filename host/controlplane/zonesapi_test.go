@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/kds-host/kds-host/host/controlplane"
 	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/host/zone"
 )
 
 // GET /api/zones is a summary of every zone and one page of them, filtered: its size follows the
@@ -92,4 +95,60 @@ func TestTheZonesAnswerIsASummaryAndAPage(t *testing.T) {
 		_, code, _ := get(bad)
 		g.Expect(code).To(Equal(http.StatusBadRequest), bad)
 	}
+}
+
+// GET /api/zones shows a zone's retry state in kds-host's words, under the keys it always had
+// ("zone", "kind"), whatever the library's retry state calls them (node, type URL).
+func TestTheZonesAnswerKeepsTheRetryStatesKeys(t *testing.T) {
+	g := NewWithT(t)
+	reg := resource.Default()
+	gst := openSQLite(t)
+	put(t, gst, reg, mesh("default"))
+	gl := startGlobal(t, gst, reg, func(c *controlplane.GlobalConfig) {
+		c.Builtin = policyOf(t, "policy: fixed\ndelay: 20ms\ninvalidAttempts: 3\n")
+	})
+	zst := openSQLite(t)
+	startZone(t, "zone-1", gl.KDSAddr(), zst, reg, func(c *zone.Config) {
+		c.AdmissionDeny = map[string]string{"deny": "true"}
+	})
+	g.Eventually(count(zst, "Mesh", ""), 10*time.Second).Should(Equal(1))
+	bad := timeout("default", "bad", "3s")
+	bad.Labels = map[string]string{"deny": "true"}
+	put(t, gst, reg, bad)
+
+	type object = map[string]any
+	var retry, failing object
+	parked := func() int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+gl.APIAddr()+"/api/zones", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken(t))
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		var ans struct{ Items []struct{ Retry object } }
+		if json.NewDecoder(resp.Body).Decode(&ans) != nil || len(ans.Items) == 0 {
+			return 0
+		}
+		retry = ans.Items[0].Retry
+		list, _ := retry["failing"].([]any)
+		if len(list) == 0 {
+			return 0
+		}
+		failing, _ = list[0].(object)
+		names, _ := failing["parked"].([]any)
+		return len(names)
+	}
+	g.Eventually(parked, 10*time.Second).Should(Equal(1))
+
+	keys := func(o object) []string { return slices.Sorted(maps.Keys(o)) }
+	g.Expect(retry).To(HaveKeyWithValue("zone", "zone-1"))
+	g.Expect(keys(retry)).To(ContainElements("stream", "zone", "round", "failing"))
+	g.Expect(keys(retry)).To(HaveEach(BeElementOf("stream", "zone", "round", "lastDelay", "nextRetry", "givenUp", "reason", "failing")))
+	g.Expect(keys(failing)).To(ConsistOf("kind", "rejected", "parked", "nacks", "firstNack", "held"))
+	g.Expect(failing).To(HaveKeyWithValue("kind", "MeshTimeout"))
+	want := map[string]any{"kind": "MeshTimeout", "name": "default/bad",
+		"reason": "the client refused this content as invalid 3 times; parked until it changes"}
+	g.Expect(failing).To(HaveKeyWithValue("parked", ConsistOf(want)))
+	g.Expect(failing).To(HaveKeyWithValue("held", ConsistOf(want)), "the deprecated JSON field is still emitted")
 }

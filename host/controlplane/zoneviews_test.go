@@ -8,18 +8,17 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
 // lookup finds states by stream, and counts the lookups.
-func lookup(states []retry.StreamState, reads *int) func(stream int64) *retry.StreamState {
-	byStream := map[int64]*retry.StreamState{}
+func lookup(states []ZoneRetry, reads *int) func(stream int64) *ZoneRetry {
+	byStream := map[int64]*ZoneRetry{}
 	for i := range states {
 		byStream[states[i].Stream] = &states[i]
 	}
-	return func(stream int64) *retry.StreamState {
+	return func(stream int64) *ZoneRetry {
 		*reads++
 		return byStream[stream]
 	}
@@ -31,11 +30,11 @@ func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 	g := NewWithT(t)
 	const n = 2000
 	insights := make([]engine.NodeInsight, n)
-	states := make([]retry.StreamState, n)
+	states := make([]ZoneRetry, n)
 	for i := range n {
 		zone := fmt.Sprintf("zone-%04d", i)
 		insights[i] = engine.NodeInsight{Node: zone, Connected: true, Stream: int64(i + 1)}
-		states[i] = retry.StreamState{Stream: int64(n - i), Zone: fmt.Sprintf("zone-%04d", n-1-i), Round: uint32(n - i)}
+		states[i] = ZoneRetry{Stream: int64(n - i), Zone: fmt.Sprintf("zone-%04d", n-1-i), Round: uint32(n - i)}
 	}
 	reads := 0
 	views := zoneViews(insights, lookup(states, &reads), nil)
@@ -58,7 +57,7 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 		{Node: "no-state", Connected: true, Stream: 5},             // nothing failing
 		{Node: "withheld", Connected: true, Stream: 6, Types: nil}, // owner holds only
 	}
-	states := []retry.StreamState{
+	states := []ZoneRetry{
 		{Stream: 1, Zone: "connected", Round: 1},
 		{Stream: 2, Zone: "gone", Round: 2},
 		{Stream: 3, Zone: "reconnected", Round: 3},
@@ -73,7 +72,7 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 	reads := 0
 	views := zoneViews(insights, lookup(states, &reads), withheld)
 	g.Expect(views).To(HaveLen(5))
-	retryOf := map[string]*retry.StreamState{}
+	retryOf := map[string]*ZoneRetry{}
 	for _, v := range views {
 		retryOf[v.Node] = v.Retry
 	}
@@ -107,12 +106,12 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 	g := NewWithT(t)
 	insights := []engine.NodeInsight{{Node: "zone-1", Connected: true, Stream: 1}, {Node: "zone-2", Connected: true, Stream: 2}}
-	states := []retry.StreamState{
-		{Stream: 1, Zone: "zone-1", Round: 4, Failing: []retry.KindState{
+	states := []ZoneRetry{
+		{Stream: 1, Zone: "zone-1", Round: 4, Failing: []FailingKind{
 			{Kind: "Mesh", Rejected: []string{"default"}},
 			{Kind: "MeshTimeout", Rejected: []string{"default/a", "default/b", "other/a"}},
 		}},
-		{Stream: 2, Zone: "zone-2", Round: 1, Failing: []retry.KindState{{Kind: "MeshTimeout", Rejected: []string{"default/b"}}}},
+		{Stream: 2, Zone: "zone-2", Round: 1, Failing: []FailingKind{{Kind: "MeshTimeout", Rejected: []string{"default/b"}}}},
 	}
 	withheld := func(zone string) []owner.Withheld {
 		return []owner.Withheld{

@@ -105,7 +105,7 @@ func (*emptyZones) InventoryKeys(string, []string, []engine.Ref) []engine.Ref {
 func (*emptyZones) InventoryDigest(string) engine.Digest  { return engine.Digest{} }
 func (*emptyZones) Connected() []string                   { return nil }
 func (e *emptyZones) Refresh(string, map[string][]string) { e.refreshes.Add(1) }
-func (e *emptyZones) Publish(string, engine.View)     {}
+func (e *emptyZones) Publish(string, engine.View)         {}
 
 func newTestHolds(t *testing.T, snap *engine.Snapshot, p shared.OwnerCheck) *Holds {
 	t.Helper()

@@ -37,7 +37,7 @@ type world struct {
 	snap      *engine.Snapshot
 	inventory map[string]map[string]map[string]string // zone -> kind -> name -> version
 	refreshed map[string][]string                     // zone -> "kind name" refreshed
-	views     map[string]engine.View              // zone -> the view published to its session
+	views     map[string]engine.View                  // zone -> the view published to its session
 }
 
 // Publish keeps the zone's latest view, as a engine.Session does.

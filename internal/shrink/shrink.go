@@ -1,5 +1,5 @@
 // Package shrink gives back the memory of maps that were large once: a Go map keeps its buckets
-// after its entries are deleted, so a table that once held 2,000 zones would hold their memory
+// after its entries are deleted, so a table that once held 2,000 clients would hold their memory
 // for as long as it lives.
 package shrink
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/controlplane"
 )
 
@@ -24,9 +23,9 @@ func TestInspectZonesShowsCausesAndWhatIsWithheldAndParked(t *testing.T) {
 			{TypeURL: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
 			{TypeURL: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
 		}},
-		Retry: &retry.StreamState{Zone: "zone-1", Round: 2, Reason: "fixed 250ms", Failing: []retry.KindState{
+		Retry: &controlplane.ZoneRetry{Zone: "zone-1", Round: 2, Reason: "fixed 250ms", Failing: []controlplane.FailingKind{
 			{Kind: "Mesh", Rejected: []string{"default"}},
-			{Kind: "MeshTimeout", Parked: []retry.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; parked until it changes"}}},
+			{Kind: "MeshTimeout", Parked: []controlplane.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; parked until it changes"}}},
 		}},
 	}}}
 	list.Items[0].Types[1].Sent, list.Items[0].Types[1].Responses, list.Items[0].Types[1].Known = 30, 3, 27

@@ -9,7 +9,7 @@ import (
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
-// causePlan is a round shaped by the zone's causes.
+// causePlan is a round shaped by the client's causes.
 type causePlan struct {
 	delay time.Duration
 	kinds []string
@@ -17,19 +17,19 @@ type causePlan struct {
 	why   string // appended to the reason
 }
 
-// planByCause shapes the policy's delay for this round by why the zone refused each name:
+// planByCause shapes the policy's delay for this round by why the client refused each name:
 //
 //   - an INVALID name refused as INVALID invalidAttempts times in a row at one version (its
 //     cause_attempts; attempts from a host that predates it) is put in hold, which the host
 //     parks until its content changes: the same content again cannot help. The NACKs it had
-//     under another cause (TRANSIENT while the zone's admission was down) do not count;
-//   - a name without a cause (a zone that does not say), or INVALID before that, takes the
+//     under another cause (TRANSIENT while the client's admission was down) do not count;
+//   - a name without a cause (a client that does not say), or INVALID before that, takes the
 //     policy's delay as it is;
 //   - TRANSIENT takes it capped at transientMax (drawn in [transientMax/2, transientMax] past
-//     half of it, never below the policy's floor): the zone asks again by itself the moment it
+//     half of it, never below the policy's floor): the client asks again by itself the moment it
 //     can, so the timer is only the safety net;
 //   - MISSING_OWNER waits ownerWait (capped at the policy's max): the host resends at once when
-//     the owner is ACKed, and the zone asks again when the owner lands.
+//     the owner is ACKed, and the client asks again when the owner lands.
 //
 // The round waits for the most urgent of these and resends every kind that still has a name to
 // resend. When every name is put in hold nothing is left to resend: the plan has no kinds and
@@ -55,7 +55,7 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 			case kdsv1.Cause_CAUSE_INVALID:
 				if n := invalidAttempts(rn); n >= cfg.invalidAttempts() {
 					plan.hold = append(plan.hold, &pluginv1.HeldName{Kind: fk.GetKind(), Name: rn.GetName(),
-						Reason: fmt.Sprintf("the zone refused this content as invalid %d times; parked until it changes", n)})
+						Reason: fmt.Sprintf("the client refused this content as invalid %d times; parked until it changes", n)})
 					parked++
 					continue
 				}
@@ -104,7 +104,7 @@ func planByCause(cfg Config, p Policy, rnd *source, failing []*pluginv1.FailingK
 	return plan
 }
 
-// invalidAttempts is how often in a row the zone refused rn's content as INVALID: its
+// invalidAttempts is how often in a row the client refused rn's content as INVALID: its
 // cause_attempts, or, from a host that predates that field, attempts (which counts the NACKs of
 // every cause).
 func invalidAttempts(rn *pluginv1.RejectedName) uint32 {

@@ -22,8 +22,8 @@ min: 1ms              # smallest delay with full jitter, in (0, base] (exponenti
 jitter: full          # full | none (exponential)
 maxAttempts: 0        # rounds before giving up; 0 = unlimited (every policy)
 # delay: 1s           # the delay of every round (fixed only)
-# By the zone's cause of each rejection (every policy; these are the defaults):
-# transientMax: 2s    # TRANSIENT (admission not ready): never wait longer; the zone asks again itself
+# By the client's cause of each rejection (every policy; these are the defaults):
+# transientMax: 2s    # TRANSIENT (admission not ready): never wait longer; the client asks again itself
 # ownerWait: 30s      # MISSING_OWNER only: the slow safety net; the owner's ACK resends at once
 # invalidAttempts: 3  # INVALID: sends of the same content before it is parked until it changes
 `
@@ -48,7 +48,7 @@ type Config struct {
 	// MaxAttempts is the number of rounds before giving up; 0 is unlimited.
 	MaxAttempts uint32
 
-	// By the zone's cause of each rejection, for every policy (zero: the default).
+	// By the client's cause of each rejection, for every policy (zero: the default).
 	// TransientMax caps the delay while every name to resend is TRANSIENT (default 2s).
 	TransientMax time.Duration
 	// OwnerWait is the delay while every name to resend waits for its owner (MISSING_OWNER),

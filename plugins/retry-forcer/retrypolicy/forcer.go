@@ -93,7 +93,7 @@ func (f *Forcer) Configure(_ context.Context, req *pluginv1.ConfigureRequest) (*
 }
 
 // Schedule returns the delay before the stream's next retry round, which resends every failing
-// kind, or gives up when the policy's attempts are exhausted. The zone's causes shape the round
+// kind, or gives up when the policy's attempts are exhausted. The client's causes shape the round
 // (see planByCause): TRANSIENT waits at most transientMax, MISSING_OWNER alone waits ownerWait,
 // and an INVALID name refused as INVALID invalidAttempts times in a row is parked (put in hold)
 // until its content changes; when every name is parked the answer has no delay. No delay is over
