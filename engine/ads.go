@@ -34,6 +34,11 @@ func (c *Cache) DeltaADS(ctx context.Context, t *Tracker, cfg ADSConfig) discove
 	return &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg}
 }
 
+// StreamAggregatedResources refuses a SotW stream: this loop serves delta xDS only.
+func (a *ads) StreamAggregatedResources(discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return status.Error(codes.Unimplemented, "this server serves delta xDS only: use DeltaAggregatedResources (a client's delta ADS), or serve the cache with go-control-plane's server for state-of-the-world clients")
+}
+
 // ads serves the delta half of the Aggregated Discovery Service.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer

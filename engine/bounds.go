@@ -218,16 +218,16 @@ func (s *Session) release() {
 	})
 }
 
-// zoneOf names, for a refusal, the zone of a stream: the zone it serves (zone, once admitted),
-// else the zone its credentials prove, else the node id its request claims (shortened).
-func zoneOf(s *Session, zone string, req *discovery.DeltaDiscoveryRequest) string {
+// nodeOf names, for a refusal, the node of a stream: the node it serves (node, once admitted),
+// else the node its credentials prove, else the node id its request claims (shortened).
+func nodeOf(s *Session, node, claimed string) string {
 	switch {
-	case zone != "":
-		return zone
+	case node != "":
+		return node
 	case s.info.zone != "":
 		return s.info.zone
 	}
-	return nack.Truncate(req.GetNode().GetId(), 64)
+	return nack.Truncate(claimed, 64)
 }
 
 // refused reads a failed Recv of a stream: gRPC refused a request larger than the server's bound
@@ -238,6 +238,6 @@ func (t *Tracker) refused(s *Session, recvErr error) error {
 		return nil
 	}
 	err := status.Errorf(codes.ResourceExhausted, "%s (--kds-max-request)", status.Convert(recvErr).Message())
-	t.refuse(refusalOf(err), zoneOf(s, s.Node(), nil), err)
+	t.refuse(refusalOf(err), nodeOf(s, s.Node(), ""), err)
 	return err
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"maps"
 	"runtime"
@@ -53,6 +52,7 @@ type Cache struct {
 	maxUnknown      atomic.Int64        // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
 	responseTimeout atomic.Int64        // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
 	onStall         func(event.Refusal) // tells of a stream closed for a response unanswered too long (set before serving)
+	onUnbound       func(error)         // tells of a watch asked for a request the callbacks never saw (set before serving)
 	snap            atomic.Pointer[Snapshot]
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
@@ -65,8 +65,10 @@ type Cache struct {
 	byZone   map[string]*Session                           // each zone's current (admitted) session
 	budgets  map[string]*tokenBucket                       // each zone's re-request budget, across its streams, until ForgetZone
 	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
-	peak     shrink.Peak                                   // of streams
-	zonePeak shrink.Peak
+	// sotwRequests: likewise for SotW requests, taken by CreateWatch
+	sotwRequests map[*discovery.DiscoveryRequest]*Session
+	peak         shrink.Peak // of streams
+	zonePeak     shrink.Peak
 }
 
 // View is what one zone may see of the snapshot, as its filter last decided: published into
@@ -105,7 +107,7 @@ type filterBox struct{ Filter }
 func NewCache(kinds []string) *Cache {
 	c := &Cache{kinds: kinds, kindAt: make(map[string]int, len(kinds)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
 		budgets:  map[string]*tokenBucket{},
-		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}}
+		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}, sotwRequests: map[*discovery.DiscoveryRequest]*Session{}}
 	for i, k := range kinds {
 		c.kindAt[k] = i
 	}
@@ -314,8 +316,8 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 
 // openSession starts the session of a new stream, and its sender unless kds's own stream loop
 // sends its responses.
-func (c *Cache) openSession(id int64, info *streamInfo) *Session {
-	st := newSession(c, id, info)
+func (c *Cache) openSession(id int64, info *streamInfo, sotw bool) *Session {
+	st := newSession(c, id, info, sotw)
 	c.budget.opened()
 	c.mu.Lock()
 	c.streams[id] = st
@@ -376,6 +378,11 @@ func (c *Cache) closeStream(id int64) *Session {
 	for req, s := range c.requests {
 		if s == st {
 			delete(c.requests, req) // bound, but its watch was never created
+		}
+	}
+	for req, s := range c.sotwRequests {
+		if s == st {
+			delete(c.sotwRequests, req)
 		}
 	}
 	if len(c.requests) == 0 {
@@ -497,16 +504,6 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 	ks.watch = w
 	c.evaluateLocked(st, ks, nil)
 	return w
-}
-
-// CreateWatch implements cache.ConfigWatcher; KDS is delta only.
-func (c *Cache) CreateWatch(*cache.Request, cache.Subscription, chan cache.Response) (func(), error) {
-	return nil, errors.New("kds serves delta xDS only")
-}
-
-// Fetch implements cache.ConfigFetcher; KDS is delta only.
-func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
-	return nil, errors.New("kds serves delta xDS only")
 }
 
 func (c *Cache) cancel(st *Session, w *watch) {
@@ -650,10 +647,21 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	for _, n := range rest {
 		ks.markDirty(n)
 	}
-	if len(resources)+len(removed) == 0 {
-		return
+	if len(resources)+len(removed) == 0 && (!st.sotw || ks.sotwSeq > 0) {
+		return // nothing to send (a SotW type's first answer goes, empty or not)
 	}
 	slices.Sort(removed)
+	if st.sotw {
+		if !c.answerSotwLocked(st, ks, w, resources, removed, all) {
+			return
+		}
+		w.forced = sentForced
+		st.queue = append(st.queue, w)
+		if !st.deferWake {
+			st.signal()
+		}
+		return
+	}
 	var resp *discovery.DeltaDiscoveryResponse
 	if sh := c.shared(snap, w.kind); sh != nil && st.info.loop && sh.is(resources, removed) && !st.carries(&sh.resp) {
 		// Every stream's answer: kds's own loop sends it as it is (go-control-plane's numbers

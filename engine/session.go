@@ -43,6 +43,7 @@ type Session struct {
 	cache *Cache
 	id    int64
 	info  *streamInfo // the zone its credentials prove, and how to close it
+	sotw  bool        // a SotW stream (go-control-plane's SotW server; sotw.go)
 
 	// The session's work queue: the retry scheduler steps the stream's retry state (retry)
 	// through it, one event at a time in their order, holding no lock while it calls out.
@@ -104,6 +105,8 @@ type kindState struct {
 	dirty     map[string]bool         // names that may differ from the snapshot (markDirty; nil until the first)
 	full      bool                    // every name may differ: look at them all
 	forced    map[string]bool         // names to send although the zone was sent their version (markForced; nil until the first)
+	sotwSeq   uint64                  // SotW: responses made of the type (its versions' suffix)
+	sotwSub   string                  // SotW: what the client asked for when answered last (subscriptionKey)
 
 	// What happened to the kind on this stream, for the insight.
 	sent, responses, acks, nacks int64
@@ -147,9 +150,10 @@ type inflight struct {
 	// ACK in step is one XOR (answerLocked).
 	all    bool
 	allSum uint64
-	edits  uint64    // the kind's delivered edits once this response was counted in it
-	cost   int64     // the room it holds in the cache's budget, until it leaves inflight
-	since  time.Time // when it got its room, to be sent (the response timeout runs from here)
+	edits  uint64                       // the kind's delivered edits once this response was counted in it
+	cost   int64                        // the room it holds in the cache's budget, until it leaves inflight
+	sotw   *discovery.DiscoveryResponse // the SotW response sent, of which resp is the delta; nil for delta
+	since  time.Time                    // when it got its room, to be sent (the response timeout runs from here)
 }
 
 // covers reports whether the response carries name (sent or removed), and if so what the zone
@@ -206,9 +210,9 @@ func (s *Session) signal() {
 	}
 }
 
-func newSession(c *Cache, id int64, info *streamInfo) *Session {
+func newSession(c *Cache, id int64, info *streamInfo, sotw bool) *Session {
 	return &Session{
-		cache: c, id: id, info: info, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
+		cache: c, id: id, info: info, sotw: sotw, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -779,11 +783,20 @@ func (s *Session) send() {
 			}
 			stopped, delivered := false, false
 			if s.admit(w) {
-				select {
-				case w.out <- w.resp:
-					delivered = true
-				case <-w.canceled:
-				case <-s.stop:
+				if w.sotwOut != nil {
+					select {
+					case w.sotwOut <- &w.sotwResp:
+						delivered = true
+					case <-w.canceled:
+					case <-s.stop:
+					}
+				} else {
+					select {
+					case w.out <- w.resp:
+						delivered = true
+					case <-w.canceled:
+					case <-s.stop:
+					}
 				}
 			}
 			select {
@@ -849,6 +862,7 @@ func (s *Session) next() *watch {
 	w.sending = true
 	ks := w.ks
 	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
+	w.flight.sotw = w.sotwResp.resp
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}
@@ -965,6 +979,12 @@ type watch struct {
 	canceled    chan struct{}                   // closed by cancel (nil in kds's own stream loop)
 	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in kds's own stream loop)
 	sending     bool                            // the sender has taken it off the queue
+
+	// A SotW watch (go-control-plane's SotW server): its request, its channel, and the response
+	// sent on it, made with resp (which records the delta it makes).
+	sotwReq  *discovery.DiscoveryRequest
+	sotwOut  chan cache.Response
+	sotwResp sotwResponse
 
 	// What a response allocates, in the watch's own allocation: a watch answers once, and most
 	// answers carry one resource to a zone that held one version of it (an update). The response

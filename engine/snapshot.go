@@ -79,6 +79,7 @@ type kindOrder struct {
 	// all of the kind (its full sync), shared by every such response and never modified; size
 	// is their wireSize summed.
 	wires []*discovery.Resource
+	anys  []*anypb.Any // each entry's Any, in name order: a SotW response of all of the type
 	size  int
 }
 
@@ -106,9 +107,10 @@ func (s *Snapshot) order(kind string) *kindOrder {
 		ko.names = slices.Sorted(maps.Keys(byName))
 		ko.entries = make([]*Entry, len(ko.names))
 		ko.wires = make([]*discovery.Resource, len(ko.names))
+		ko.anys = make([]*anypb.Any, len(ko.names))
 		for i, n := range ko.names {
 			e := byName[n]
-			ko.entries[i], ko.wires[i] = e, e.Wire
+			ko.entries[i], ko.wires[i], ko.anys[i] = e, e.Wire, e.Any
 			ko.acked ^= ackedHash(kind, e.Wire.GetName(), e.Wire.GetVersion())
 			ko.size += e.wireSize()
 		}

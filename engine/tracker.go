@@ -140,7 +140,7 @@ func refusal(reason, zone string, err error) event.Refusal {
 
 // OnDeltaStreamOpen implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	t.cache.openSession(id, streamInfoOf(ctx))
+	t.cache.openSession(id, streamInfoOf(ctx), false)
 	return nil
 }
 
@@ -170,87 +170,109 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 // which the caller calls with no lock held (kds's own stream loop tells them in the order of its
 // sends).
 func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) (tell func(), err error) {
+	return t.handle(s, id, incoming{
+		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(),
+		subscribe: req.GetResourceNamesSubscribe(), initial: req.GetInitialResourceVersions(),
+		bound: func() error { return t.bound(s, req) },
+		bind:  func(again []string) { t.cache.bindRequest(s, req, again) },
+	})
+}
+
+// incoming is a request of either protocol, as handle reads it.
+type incoming struct {
+	node, typeURL, nonce string
+	detail               *rpcstatus.Status
+	subscribe            []string          // delta: the names it subscribes to (a re-request when it answers nothing)
+	initial              map[string]string // delta: what the client holds, on a type's first request
+	bound                func() error      // checks the stream's bounds
+	bind                 func(again []string)
+}
+
+// handle is a request of either protocol on the stream's session s: its bounds, the node's
+// admission on the stream's first request, the answer (ACK or NACK) to the response it names,
+// and a re-request; it returns what to tell the observers (request).
+func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err error) {
 	var refusals []event.Refusal
 	tellRefusals := func() {
 		for _, r := range refusals {
 			t.observers.Refused(r)
 		}
 	}
-	zone := s.Node()
-	// The bounds first: a refused request stores nothing, and replaces no stream of its zone.
-	if err := t.bound(s, req); err != nil {
-		refusals = append(refusals, refusal(refusalOf(err), zoneOf(s, zone, req), err))
+	node := s.Node()
+	// The bounds first: a refused request stores nothing, and replaces no stream of its node.
+	if err := in.bound(); err != nil {
+		refusals = append(refusals, refusal(refusalOf(err), nodeOf(s, node, in.node), err))
 		return tellRefusals, err
 	}
 	opened := false
-	if zone == "" {
-		node, err := t.admissible(s, req.GetNode().GetId())
+	if node == "" {
+		n, err := t.admissible(s, in.node)
 		if err == nil {
 			var replaced *Session
-			replaced, err = t.cache.admit(s, node, t.limits.MaxNodes)
+			replaced, err = t.cache.admit(s, n, t.limits.MaxNodes)
 			if replaced != nil && replaced != s {
-				// One stream per zone: the newer one wins, and the older is told why it ends.
-				msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", node)
+				// One stream per node: the newer one wins, and the older is told why it ends.
+				msg := fmt.Sprintf("this stream of node %q was replaced by a newer one of the same node (a restart, or a second client started with its name)", n)
 				replaced.info.close(status.Error(codes.Aborted, msg))
-				refusals = append(refusals, event.Refusal{Reason: "replaced", Node: node, Detail: msg})
+				refusals = append(refusals, event.Refusal{Reason: "replaced", Node: n, Detail: msg})
 			}
 		}
 		if err != nil {
 			refusals = append(refusals, refusal(refusalOf(err), s.info.zone, err))
 			return tellRefusals, err
 		}
-		zone, opened = node, true
+		node, opened = n, true
 	}
-	kind := req.GetTypeUrl()
+	typeURL := in.typeURL
 
 	s.mu.Lock()
-	ks := s.kind(kind)
+	ks := s.kind(typeURL)
 	first := !ks.requested
 	ks.requested = true
 	var answered *inflight
-	if nonce := req.GetResponseNonce(); nonce != "" {
-		answered = s.byNonce(nonce)
+	if in.nonce != "" {
+		answered = s.byNonce(in.nonce)
 	}
-	// A request that answers no response and subscribes names of a kind already subscribed is
-	// the zone asking for them again (their cause cleared): they are sent again at once, as far
-	// as the stream's rate limit allows.
+	// A request that answers no response and subscribes names of a type already subscribed is
+	// the client asking for them again (their cause cleared): they are sent again at once, as
+	// far as the stream's rate limit allows.
 	var again []string
-	reRequest := !first && req.GetResponseNonce() == "" && len(req.GetResourceNamesSubscribe()) > 0
-	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests, len(req.GetResourceNamesSubscribe()))
+	reRequest := !first && in.nonce == "" && len(in.subscribe) > 0
+	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests, len(in.subscribe))
 	if answer {
-		again = req.GetResourceNamesSubscribe()
+		again = in.subscribe
 	}
 	var nack event.NACK
 	var ack event.ACK
 	switch {
 	case answered == nil:
-	case req.GetErrorDetail() == nil:
+	case in.detail == nil:
 		// The event reads the response in place: the ACK is told before the watch that may
 		// reuse its record is opened again (the stream loop's request), or the observers copy.
-		ack = event.ACK{StreamID: id, Node: zone, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
+		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
 		s.answerLocked(answered, nil)
 	default:
-		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage, t.plain)
+		nack = nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
 		s.answerLocked(answered, &nack)
 	}
 	s.mu.Unlock()
 
-	t.cache.bindRequest(s, req, again)
+	in.bind(again)
 	return func() {
 		tellRefusals()
 		if reRequest {
-			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: zone, TypeURL: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
+			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: node, TypeURL: typeURL, Names: in.subscribe, Answered: answer})
 		}
 		if opened {
-			t.observers.StreamOpened(id, zone)
+			t.observers.StreamOpened(id, node)
 		}
-		if first && len(req.GetInitialResourceVersions()) > 0 {
-			// What the zone already holds counts as ACKed.
-			t.observers.ACK(event.ACK{StreamID: id, Node: zone, TypeURL: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
+		if first && len(in.initial) > 0 {
+			// What the client already holds counts as ACKed.
+			t.observers.ACK(event.ACK{StreamID: id, Node: node, TypeURL: typeURL, Versions: event.VersionsOf(in.initial), Initial: true})
 		}
 		switch {
 		case answered == nil:
-		case req.GetErrorDetail() == nil:
+		case in.detail == nil:
 			t.observers.ACK(ack)
 		default:
 			t.observers.NACK(nack)
@@ -278,7 +300,12 @@ func (t *Tracker) sentFlight(s *Session, id int64, resp *discovery.DeltaDiscover
 	r := s.sentLocked(resp, flight)
 	zone := s.zone
 	s.mu.Unlock()
-	t.observers.Sent(event.Sent{StreamID: id, Node: zone, TypeURL: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
+	t.observers.Sent(sentOf(id, zone, r))
+}
+
+// sentOf is the event of r sent on stream id of node.
+func sentOf(id int64, node string, r *inflight) event.Sent {
+	return event.Sent{StreamID: id, Node: node, TypeURL: r.kind, Versions: r.view(), Removed: r.resp.GetRemovedResources()}
 }
 
 // nackOf reads a NACK of the response answered (nack.Read): the zone's structured rejection

@@ -255,8 +255,8 @@ func (c *Cache) Retry() *retry.Scheduler  { return c.sched }
 func (c *Cache) Holds() *owner.Holds      { return c.holds }
 
 // Callbacks returns the server callbacks the cache follows each stream with: pass them to
-// server.NewServer. Each delta callback calls the cache's and then next's (may be nil); the
-// state-of-the-world ones call next's only.
+// server.NewServer. Each stream callback, SotW and delta, calls the cache's and then next's (may
+// be nil).
 func (c *Cache) Callbacks(next server.Callbacks) server.Callbacks {
 	if next == nil {
 		next = server.CallbackFuncs{}
@@ -291,6 +291,34 @@ func (cb *cacheCallbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDis
 func (cb *cacheCallbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
 	cb.t.OnStreamDeltaResponse(id, req, resp)
 	cb.Callbacks.OnStreamDeltaResponse(id, req, resp)
+}
+
+func (cb *cacheCallbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	if err := cb.t.OnStreamOpen(ctx, id, typeURL); err != nil {
+		return err
+	}
+	return cb.Callbacks.OnStreamOpen(ctx, id, typeURL)
+}
+
+func (cb *cacheCallbacks) OnStreamClosed(id int64, node *core.Node) {
+	cb.t.OnStreamClosed(id, node)
+	cb.Callbacks.OnStreamClosed(id, node)
+}
+
+func (cb *cacheCallbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	if err := cb.t.OnStreamRequest(id, req); err != nil {
+		return err
+	}
+	return cb.Callbacks.OnStreamRequest(id, req)
+}
+
+func (cb *cacheCallbacks) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	cb.t.OnStreamResponse(ctx, id, req, resp)
+	cb.Callbacks.OnStreamResponse(ctx, id, req, resp)
+}
+
+func (cb *cacheCallbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
+	return cb.t.OnFetchRequest(ctx, req)
 }
 
 // SetResources replaces what the cache serves: every resource of every type, by type URL. A
