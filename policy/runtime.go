@@ -1,11 +1,11 @@
-// Package plugins is the host's plugin runtime: it runs the RetryForcer and OwnerCheck plugin
+// Package policy is the host's plugin runtime: it runs the RetryForcer and OwnerCheck plugin
 // binaries over go-plugin, verifies them, supervises them, swaps them at runtime, and serves the
 // built-in reference plugins for what no binary serves.
 //
 // A plugin sees an allow-listed environment (Config.Env, Spec.Env), a pinned one runs from a
 // private copy of the bytes that were hashed (see launch.Options), and its log lines reach the
 // host's log at a bounded rate (Config.LogRate), the excess counted and summarised.
-package plugins
+package policy
 
 import (
 	"bytes"
