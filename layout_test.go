@@ -29,7 +29,7 @@ var allowed = []struct {
 	{"plugins/retry-forcer/...", []string{"plugins/retry-forcer/...", "shared/...", "proto/..."}},
 	{"plugins/owner-check/...", []string{"plugins/owner-check/...", "shared/...", "proto/..."}},
 	// The host's global serves its zones through the guard package, as an outside server would.
-	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "shared/...", "proto/...", "plugins/..."}},
+	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "internal/hclogslog", "shared/...", "proto/...", "plugins/..."}},
 	// The guard is what any go-control-plane server adopts, kds-host's global included: kds-host's
 	// retry (the Machine, its scheduler, the session work queue and the events they hear), its NACK
 	// reading, its cache and owner holds, and the built-in policy; never kds-host's stores, API or
@@ -45,6 +45,7 @@ var allowed = []struct {
 	{"internal/serial", nil},
 	{"internal/shrink", nil},
 	{"internal/lograte", nil},
+	{"internal/hclogslog", nil},
 	// The xDS test harness drives a real client against any server: it needs nothing of ours but
 	// the helper that builds the client's binary.
 	{"internal/xdstest/...", []string{"internal/xdstest/...", "internal/testbin"}},

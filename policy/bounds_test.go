@@ -20,7 +20,7 @@ func TestADecisionOutsideTheHostsBoundsIsAnErrorOfThePlugin(t *testing.T) {
 	g := NewWithT(t)
 	var log syncBuffer
 	cfg := config(policy.Spec{Path: testbin.Build(t, "./shared/conformance/testdata/exceeds-host-max")})
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Warn, Output: &log})
+	cfg.Logger = hostLogger(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Warn, Output: &log})
 	rt := start(t, cfg)
 
 	_, err := schedule(rt)

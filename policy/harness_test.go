@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
+	"github.com/kds-host/kds-host/internal/hclogslog"
 	"github.com/kds-host/kds-host/internal/testbin"
 	"github.com/kds-host/kds-host/policy"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
@@ -62,23 +64,30 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// hostLogger is the runtime's logger in kds-host: slog records written to an hclog logger.
+func hostLogger(o *hclog.LoggerOptions) *slog.Logger { return slog.New(hclogslog.New(hclog.New(o))) }
+
 // testLogger logs to stderr with KDS_TEST_LOG set, else nowhere.
-func testLogger() hclog.Logger {
+func testLogger() *slog.Logger {
 	if os.Getenv("KDS_TEST_LOG") == "" {
-		return hclog.NewNullLogger()
+		return nil
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug})
+	return hostLogger(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug})
 }
 
-// config is a runtime config for tests: short probes and backoff, a generous start timeout.
+// config is a runtime config for tests, with kds-host's metrics namespace: short probes and
+// backoff, a generous start timeout.
 func config(list ...policy.Spec) policy.Config {
 	return policy.Config{
-		Plugins:       policy.Plugins{List: list},
-		Logger:        testLogger(),
-		StartTimeout:  10 * time.Second,
-		CallTimeout:   200 * time.Millisecond,
-		ProbeInterval: 100 * time.Millisecond,
-		BackoffMin:    50 * time.Millisecond,
+		Plugins: policy.Plugins{List: list},
+		Options: policy.Options{
+			Logger:        testLogger(),
+			Metrics:       policy.Metrics{Namespace: "kds"},
+			StartTimeout:  10 * time.Second,
+			CallTimeout:   200 * time.Millisecond,
+			ProbeInterval: 100 * time.Millisecond,
+			BackoffMin:    50 * time.Millisecond,
+		},
 	}
 }
 

@@ -65,7 +65,7 @@ func TestAPluginThatFloodsItsLogIsRelayedAtTheBoundedRate(t *testing.T) {
 	t.Setenv("FLOOD_LINES", "100000")
 	log := hostLog{&syncBuffer{}}
 	cfg := config(policy.Spec{Path: bin})
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: log.buf, Level: hclog.Info, JSONFormat: true})
+	cfg.Logger = hostLogger(&hclog.LoggerOptions{Output: log.buf, Level: hclog.Info, JSONFormat: true})
 	cfg.Env = []string{"FLOOD_LINES"}
 	// The defaults: 100 lines a second, 200 at once, a summary per 10s.
 	began := time.Now()
@@ -107,7 +107,7 @@ func TestARelayedLineHasOneTimestamp(t *testing.T) {
 			g := NewWithT(t)
 			out := &syncBuffer{}
 			cfg := config(policy.Spec{Path: bin})
-			cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info, JSONFormat: jsonLog})
+			cfg.Logger = hostLogger(&hclog.LoggerOptions{Output: out, Level: hclog.Info, JSONFormat: jsonLog})
 			cfg.Env = []string{"FLOOD_LINES"}
 			start(t, cfg)
 			g.Eventually(func() int { return strings.Count(out.String(), "flood") }, patience, 10*time.Millisecond).Should(BeNumerically(">=", 3))

@@ -262,7 +262,7 @@ func TestAPluginsLogLinesAppearUnderItsName(t *testing.T) {
 	g := NewWithT(t)
 	var out syncBuffer
 	cfg := config(policy.Spec{Path: retryForcerBin(t)})
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug, Output: &out})
+	cfg.Logger = hostLogger(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug, Output: &out})
 	start(t, cfg)
 	// go-plugin's server logs its address as a JSON line on the plugin's stderr; the host's
 	// client writes it into the host's log, under the plugin's name, at its level.

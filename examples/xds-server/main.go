@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/internal/hclogslog"
 	"github.com/kds-host/kds-host/policy"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -437,7 +439,9 @@ func startPlugins(cfg config, log hclog.Logger) (*policy.Runtime, error) {
 			p.List[i].Document = &policy.Document{Source: v, Data: data}
 		}
 	}
-	rt, err := policy.New(policy.Config{Plugins: p, Logger: log})
+	// Its log reads as this server's (hclog), its metrics are kds_plugin_*.
+	rt, err := policy.New(policy.Config{Plugins: p, Options: policy.Options{
+		Logger: slog.New(hclogslog.New(log)), Metrics: policy.Metrics{Namespace: "kds"}}})
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}

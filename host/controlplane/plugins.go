@@ -2,14 +2,26 @@ package controlplane
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/kds-host/kds-host/host/api"
+	"github.com/kds-host/kds-host/internal/hclogslog"
 	"github.com/kds-host/kds-host/policy"
 )
+
+// PluginOptions are the plugin runtime's options as kds-host sets them: its records go to log,
+// so they read as kds-host's own lines (hclog's text, or JSON with --log-json: the runtime's
+// under "<log>.plugin", a plugin's under "<log>.plugin.<binary>"), and its metrics are named
+// kds_plugin_*.
+func PluginOptions(log hclog.Logger) policy.Options {
+	return policy.Options{Logger: slog.New(hclogslog.New(log)), Metrics: policy.Metrics{Namespace: "kds"}}
+}
 
 // UsePlugins makes the global use the plugin runtime: the retry policy in force (with the
 // built-in policy as the fallback), the owner check in force, and the runtime's metrics.

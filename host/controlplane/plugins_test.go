@@ -26,7 +26,9 @@ import (
 // startRuntime runs the plugin runtime with list until the test ends.
 func startRuntime(t testing.TB, list ...policy.Spec) *policy.Runtime {
 	t.Helper()
-	rt, err := policy.New(policy.Config{Plugins: policy.Plugins{List: list}, Logger: logger(t, "global"), CallTimeout: time.Second})
+	o := controlplane.PluginOptions(logger(t, "global"))
+	o.CallTimeout = time.Second
+	rt, err := policy.New(policy.Config{Plugins: policy.Plugins{List: list}, Options: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestThePluginRoutesAndSIGHUPReload(t *testing.T) {
 	}
 	first, err := load()
 	g.Expect(err).NotTo(HaveOccurred())
-	rt, err := policy.New(policy.Config{Plugins: first, Logger: logger(t, "global")})
+	rt, err := policy.New(policy.Config{Plugins: first, Options: controlplane.PluginOptions(logger(t, "global"))})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer rt.Close()
 	st, err := store.Open(t.Context(), "", t.TempDir())

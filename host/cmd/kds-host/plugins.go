@@ -98,11 +98,11 @@ func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*
 	if err != nil {
 		return nil, err
 	}
-	rt, err := policy.New(policy.Config{
-		Plugins: p, Logger: log, StartTimeout: f.startTimeout, Env: f.env, Bounds: cfg.RetryBounds,
-		// The callers set their own, tighter deadlines; this one bounds every call and probe.
-		CallTimeout: max(cfg.PolicyTimeout, cfg.OwnerCheckTimeout),
-	})
+	o := controlplane.PluginOptions(log)
+	o.StartTimeout, o.Env, o.Bounds = f.startTimeout, f.env, cfg.RetryBounds
+	// The callers set their own, tighter deadlines; this one bounds every call and probe.
+	o.CallTimeout = max(cfg.PolicyTimeout, cfg.OwnerCheckTimeout)
+	rt, err := policy.New(policy.Config{Plugins: p, Options: o})
 	if err != nil {
 		return nil, err
 	}
