@@ -1,7 +1,8 @@
-package plugins
+package policy
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -52,8 +53,8 @@ func (b *logBudget) summary() (dropped int, since time.Time) {
 }
 
 // logRelay bounds how many log lines of one plugin reach the host's log: rate lines a second,
-// burst at once. Each line over the bound is counted in kds_plugin_log_lines_dropped_total, and
-// the drops are summarised in the host's log at most once per summary interval: the first drop
+// burst at once. Each line over the bound is counted in <namespace>_plugin_log_lines_dropped_total,
+// and the drops are summarised in the host's log at most once per summary interval: the first drop
 // after a summary schedules the next one, interval later. close says what is left at once. So
 // no line is dropped unsaid, and a plugin that floods its log costs the host's log at most
 // rate lines a second plus a line per interval.
@@ -62,8 +63,10 @@ func (b *logBudget) summary() (dropped int, since time.Time) {
 // plugin that crashes in a loop does not get a fresh burst each time). Its only goroutine is a
 // summary's timer, which close stops or waits for.
 type logRelay struct {
-	name     string // the plugin binary's file name, as go-plugin names its logger
-	log      hclog.Logger
+	name     string       // the plugin binary's file name, as go-plugin names its logger
+	base     *slog.Logger // the runtime's Options.Logger, which the plugin's lines go to
+	log      *slog.Logger // the runtime's own log, which the summaries go to
+	metric   string       // the name of the dropped lines' counter, for the summaries
 	dropped  prometheus.Counter
 	rate     float64
 	burst    int
@@ -76,14 +79,19 @@ type logRelay struct {
 	pending sync.WaitGroup // a summary timer that has not fired, or is running
 }
 
-// newLogRelay is the relay of the plugin binary name, with cfg's bounds; summaries go to log.
-func newLogRelay(name string, cfg *Config, log hclog.Logger, m *metrics) *logRelay {
+// newLogRelay is the relay of the plugin binary name, with o's bounds: the plugin's lines go to
+// o.Logger, the summaries to the runtime's log.
+func newLogRelay(name string, o *Options, m *metrics) *logRelay {
 	return &logRelay{
-		name: name, log: log, dropped: m.logDropped.WithLabelValues(name),
-		rate: cfg.LogRate, burst: cfg.LogBurst, interval: cfg.LogSummaryInterval,
-		budget: logBudget{rate: cfg.LogRate, burst: float64(cfg.LogBurst)},
+		name: name, base: o.Logger, log: o.Logger.With(LoggerKey, runtimeName),
+		metric: m.logDroppedName, dropped: m.logDropped.WithLabelValues(name),
+		rate: o.LogRate, burst: o.LogBurst, interval: o.LogSummaryInterval,
+		budget: logBudget{rate: o.LogRate, burst: float64(o.LogBurst)},
 	}
 }
+
+// logger is the hclog.Logger to hand go-plugin for the plugin (see goPluginLogger).
+func (r *logRelay) logger() hclog.Logger { return newGoPluginLogger(r.base, r) }
 
 // admit says whether a line of the plugin's goes to the host's log now, and counts it when it
 // does not.
@@ -132,78 +140,5 @@ func (r *logRelay) report(n int, window time.Duration) {
 		return
 	}
 	r.log.Warn(fmt.Sprintf("plugin %s: %d log lines dropped in the last %s (rate limit %g/s, burst %d)", r.name, n, window, r.rate, r.burst),
-		"plugin", r.name, "dropped", n, "metric", "kds_plugin_log_lines_dropped_total")
-}
-
-// logger is the logger to hand go-plugin for the plugin: go-plugin's own messages pass as they
-// are, and the plugin's log lines, which go-plugin logs through Named(binary name), go through
-// the relay.
-func (r *logRelay) logger(host hclog.Logger) hclog.Logger {
-	return &relayLogger{Logger: host, relay: r}
-}
-
-// relayLogger is an hclog.Logger whose sub-loggers (Named, ResetNamed, With) send each line
-// through a logRelay. A line the underlying logger would not emit at its level costs nothing.
-// StandardLogger and StandardWriter are not bounded: go-plugin uses them only for yamux, with a
-// gRPC broker multiplex that kds-host does not enable.
-type relayLogger struct {
-	hclog.Logger
-	relay   *logRelay
-	limited bool // false: go-plugin's own messages, which pass
-}
-
-func (l *relayLogger) Log(level hclog.Level, msg string, args ...any) {
-	if l.limited {
-		if !enabled(l.Logger, level) || !l.relay.admit() {
-			return
-		}
-		args = withoutRelayTimestamp(args)
-	}
-	l.Logger.Log(level, msg, args...)
-}
-
-// withoutRelayTimestamp drops the field go-plugin adds last to every JSON log line of a plugin
-// it relays: "timestamp", the line's @timestamp (year 1 when it had none). The host's line
-// carries its own time (its @timestamp, or the start of a text line), so the field would only
-// say it twice. A "timestamp" field of the plugin's own comes earlier and stays.
-func withoutRelayTimestamp(args []any) []any {
-	if n := len(args); n >= 2 && args[n-2] == "timestamp" {
-		return args[:n-2]
-	}
-	return args
-}
-
-func (l *relayLogger) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
-func (l *relayLogger) Debug(msg string, args ...any) { l.Log(hclog.Debug, msg, args...) }
-func (l *relayLogger) Info(msg string, args ...any)  { l.Log(hclog.Info, msg, args...) }
-func (l *relayLogger) Warn(msg string, args ...any)  { l.Log(hclog.Warn, msg, args...) }
-func (l *relayLogger) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
-
-func (l *relayLogger) Named(name string) hclog.Logger {
-	return &relayLogger{Logger: l.Logger.Named(name), relay: l.relay, limited: true}
-}
-
-func (l *relayLogger) ResetNamed(name string) hclog.Logger {
-	return &relayLogger{Logger: l.Logger.ResetNamed(name), relay: l.relay, limited: true}
-}
-
-func (l *relayLogger) With(args ...any) hclog.Logger {
-	return &relayLogger{Logger: l.Logger.With(args...), relay: l.relay, limited: l.limited}
-}
-
-// enabled reports whether l emits a line at level.
-func enabled(l hclog.Logger, level hclog.Level) bool {
-	switch level {
-	case hclog.Trace:
-		return l.IsTrace()
-	case hclog.Debug:
-		return l.IsDebug()
-	case hclog.Info:
-		return l.IsInfo()
-	case hclog.Warn:
-		return l.IsWarn()
-	case hclog.Error:
-		return l.IsError()
-	}
-	return true
+		"plugin", r.name, "dropped", n, "metric", r.metric)
 }

@@ -1,17 +1,22 @@
-// Package plugins is the host's plugin runtime: it runs the RetryForcer and OwnerCheck plugin
-// binaries over go-plugin, verifies them, supervises them, swaps them at runtime, and serves the
-// built-in reference plugins for what no binary serves.
+// Package policy runs the policies a control plane asks about its clients: the retry policy
+// (when to send again what a client refused) and the owner check (whether a resource may go to a
+// client before what it references). A Runtime runs them as go-plugin binaries that serve the
+// RetryForcer and OwnerCheck services of package shared: it verifies, supervises, measures and
+// swaps them at runtime, and the built-in reference policies answer for what no binary serves.
+// Open starts one from Plugin values; Within bounds a call to an in-process policy by a deadline.
 //
-// A plugin sees an allow-listed environment (Config.Env, Spec.Env), a pinned one runs from a
-// private copy of the bytes that were hashed (see launch.Options), and its log lines reach the
-// host's log at a bounded rate (Config.LogRate), the excess counted and summarised.
-package plugins
+// A plugin sees an allow-listed environment (Options.Env, Spec.Env), a pinned one runs from a
+// private copy of the bytes that were hashed (see launch.Options), it dies with its host
+// (Pdeathsig), a kill is bounded (Options.KillTimeout), and its log lines reach Options.Logger at
+// a bounded rate (Options.LogRate), the excess counted and summarised.
+package policy
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,81 +33,6 @@ import (
 	"github.com/kds-host/kds-host/shared/launch"
 )
 
-// Config configures a Runtime. Only Plugins changes later, by Reload; the zero value of every
-// other field is a default.
-type Config struct {
-	Plugins Plugins
-	// Logger is the host's logger. Runtime messages go to its "plugin" sub-logger, and the
-	// log lines of a plugin (JSON hclog lines on its stderr) to "plugin.<binary name>".
-	Logger hclog.Logger
-	// Env names the host environment variables every plugin sees besides PATH, HOME and
-	// TMPDIR, with the host's values (launch.Options.Env); a Spec adds its own. Nothing else
-	// of the host's environment reaches a plugin (not KDS_STORE, not cloud credentials), only
-	// these and go-plugin's own variables.
-	Env []string
-	// CopyDir is where pinned binaries are copied to run from (launch.Options.CopyDir; default
-	// os.TempDir()).
-	CopyDir string
-	// LogRate and LogBurst bound the log lines of each plugin binary that reach Logger:
-	// LogRate a second, LogBurst at once (defaults 100 and 200), over all its restarts. The
-	// lines over the bound are counted (kds_plugin_log_lines_dropped_total) and summarised in
-	// the log at most once per LogSummaryInterval (default 10s), and when the plugin stops.
-	LogRate            float64
-	LogBurst           int
-	LogSummaryInterval time.Duration
-	// StartTimeout bounds a plugin's start: the go-plugin handshake, then Describe and Configure
-	// (default 10s).
-	StartTimeout time.Duration
-	// CallTimeout is the deadline of every call to a plugin (default 200ms).
-	CallTimeout time.Duration
-	// Bounds are what the host accepts of a RetryForcer's Schedule answer (kds-host
-	// --retry-max-delay; zero fields: shared's defaults). An answer outside them fails the call:
-	// it is counted as an error of the plugin that gave it, kept as its last error, and logged
-	// at WARN with the field and its value; the caller falls back.
-	Bounds shared.Bounds
-	// HungAfter is how many calls in a row may miss their deadline before the plugin is taken
-	// for hung, killed and replaced (default 3). Health probes count too.
-	HungAfter int
-	// ProbeInterval is how often an idle plugin is asked to Describe itself, so that a hung
-	// plugin is found without traffic (default 1s).
-	ProbeInterval time.Duration
-	// KillTimeout bounds go-plugin's Kill (a graceful stop, which can hang); past it the
-	// process is SIGKILLed (default 2s).
-	KillTimeout time.Duration
-	// BackoffMin and BackoffMax bound the delay before a plugin is started again: BackoffMin
-	// after a plugin that ran for StableAfter exits, doubling while it keeps failing
-	// (defaults 100ms, 10s, 10s).
-	BackoffMin, BackoffMax, StableAfter time.Duration
-}
-
-func (c *Config) setDefaults() {
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.StartTimeout, 10*time.Second)
-	def(&c.CallTimeout, 200*time.Millisecond)
-	def(&c.ProbeInterval, time.Second)
-	def(&c.KillTimeout, 2*time.Second)
-	def(&c.BackoffMin, 100*time.Millisecond)
-	def(&c.BackoffMax, 10*time.Second)
-	def(&c.StableAfter, 10*time.Second)
-	def(&c.LogSummaryInterval, 10*time.Second)
-	if c.HungAfter <= 0 {
-		c.HungAfter = 3
-	}
-	if c.LogRate <= 0 {
-		c.LogRate = 100
-	}
-	if c.LogBurst <= 0 {
-		c.LogBurst = 200
-	}
-}
-
 // Status is what the runtime knows about one plugin.
 type Status struct {
 	// Name is the name the plugin gives in Describe, or "builtin".
@@ -112,7 +42,7 @@ type Status struct {
 	Checksum string `json:"checksum,omitempty"`
 	Version  string `json:"version,omitempty"`
 	// Env names the host environment variables the plugin sees besides PATH, HOME and TMPDIR
-	// (Config.Env and its Spec's); never their values.
+	// (Options.Env and its Spec's); never their values.
 	Env []string `json:"env,omitempty"`
 	// Serves lists the services the plugin answers (RetryForcer, OwnerCheck). For builtin, the
 	// services no plugin serves; FallbackFor is RetryForcer when a plugin serves it (the
@@ -151,7 +81,7 @@ type ReloadResult struct {
 // holds open).
 type Runtime struct {
 	cfg          Config
-	log          hclog.Logger
+	log          *slog.Logger
 	metrics      *metrics
 	builtinStats callStats
 	started      time.Time
@@ -191,20 +121,26 @@ type builtin struct {
 
 // New starts the plugins of cfg.Plugins and supervises them. It fails, with everything it
 // started stopped, when a plugin cannot be used: a wrong checksum (*launch.ChecksumError), a
-// binary that is not a kds-host plugin (launch.ErrNotAPlugin), a bad policy document, two
-// plugins serving the same service.
-func New(cfg Config) (*Runtime, error) {
+// binary that does not speak the plugin protocol (launch.ErrNotAPlugin), a bad policy document,
+// two plugins serving the same service; or on bad Metrics or Env. A negative duration, rate or
+// count is its default (Open refuses them).
+func New(cfg Config) (*Runtime, error) { return start(context.Background(), cfg) }
+
+func start(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg.setDefaults()
 	cfg.Bounds = cfg.Bounds.WithDefaults()
 	if err := launch.CheckEnv(cfg.Env); err != nil {
 		return nil, fmt.Errorf("the plugins' environment: %w", err)
 	}
-	rt := &Runtime{cfg: cfg, log: cfg.Logger.Named("plugin"), started: time.Now()}
-	rt.metrics = newMetrics(rt.Status)
+	if err := cfg.Metrics.validate(); err != nil {
+		return nil, err
+	}
+	rt := &Runtime{cfg: cfg, log: cfg.Logger.With(LoggerKey, runtimeName), started: time.Now()}
+	rt.metrics = newMetrics(cfg.Metrics, rt.Status)
 	rt.rf = &retryForwarder{forwarder[shared.RetryForcer]{rt, retrySide}}
 	rt.fb = &retryForwarder{forwarder[shared.RetryForcer]{rt, fallbackSide}}
 	rt.oc = &ownerForwarder{forwarder[shared.OwnerCheck]{rt, ownerSide}}
-	g, err := rt.load(context.Background(), cfg.Plugins)
+	g, err := rt.load(ctx, cfg.Plugins)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +149,7 @@ func New(cfg Config) (*Runtime, error) {
 	return rt, nil
 }
 
-// Reload reads the plugins to run with read (a --config file, say), starts them, checks and
+// Reload reads the plugins to run with read (kds-host: its --config file), starts them, checks and
 // configures them, swaps them in, and then stops the ones they replace (after the calls in
 // flight). On any error, read's included, nothing changes: the running plugins stay, and the
 // error says why (it is also logged, counted and kept for LastReload).
@@ -272,8 +208,8 @@ func (rt *Runtime) Close() {
 func (rt *Runtime) Collectors() []prometheus.Collector { return rt.metrics.collectors() }
 
 // RetryForcer is the retry policy in force: the RetryForcer plugin's, or the built-in one when no
-// plugin serves it. The scheduler calls it for every decision (GlobalConfig.RetryPolicy), so a
-// reload counts from the next decision. While the plugin is down its calls fail at once with
+// plugin serves it. Ask it at every decision (engine/retry's scheduler does), so that a reload
+// counts from the next decision. While the plugin is down its calls fail at once with
 // Unavailable, and the caller's fallback (Fallback) answers.
 func (rt *Runtime) RetryForcer() shared.RetryForcer { return rt.rf }
 
@@ -282,9 +218,9 @@ func (rt *Runtime) RetryForcer() shared.RetryForcer { return rt.rf }
 func (rt *Runtime) Fallback() shared.RetryForcer { return rt.fb }
 
 // OwnerCheck is the owner check in force: the OwnerCheck plugin, or the built-in one when no
-// plugin serves it (GlobalConfig.OwnerCheck). While the plugin is down its calls fail at once
-// with Unavailable, and the caller fails open (docs/architecture.md, Owner holds: everything is
-// sent, retries cover the rest); the built-in check does not stand in for a plugin the user chose.
+// plugin serves it. While the plugin is down its calls fail at once with Unavailable, and the
+// caller fails open (it sends everything, and retries cover the rest); the built-in check does
+// not stand in for a plugin the user chose.
 func (rt *Runtime) OwnerCheck() shared.OwnerCheck { return rt.oc }
 
 // Generation changes whenever another set of plugins comes into force (a load, a reload, Close):
@@ -361,8 +297,8 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 	relays := make([]*logRelay, len(bins))
 	var wg sync.WaitGroup
 	for i, s := range bins {
-		relays[i] = newLogRelay(filepath.Base(s.Path), &rt.cfg, rt.log, rt.metrics)
-		wg.Go(func() { insts[i], errs[i] = startInstance(ctx, s, &rt.cfg, relays[i].logger(rt.log)) })
+		relays[i] = newLogRelay(filepath.Base(s.Path), &rt.cfg.Options, rt.metrics)
+		wg.Go(func() { insts[i], errs[i] = startInstance(ctx, s, &rt.cfg.Options, relays[i].logger()) })
 	}
 	wg.Wait()
 	fail := func(err error) (*generation, error) {
@@ -417,7 +353,7 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 			docs[i] = byName(inst.name, filepath.Base(bins[i].Path))
 		}
 		if docs[i] != nil && len(bytes.TrimSpace(docs[i].Data)) == 0 {
-			// An empty document (an empty --plugin-config file) is no document: the plugin keeps
+			// An empty document (an empty file, say) is no document: the plugin keeps
 			// its defaults, and Configure is not called (docs/plugin-protocol.md).
 			rt.log.Info("the policy document is empty: the plugin keeps its defaults", "plugin", inst.name, "document", docs[i].Source)
 			docs[i] = nil
@@ -447,12 +383,12 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 	}
 
 	for i, inst := range insts {
-		spec, doc, log := bins[i], docs[i], relays[i].logger(rt.log)
+		spec, doc, log := bins[i], docs[i], relays[i].logger()
 		wantRF, wantOC := inst.rf != nil, inst.oc != nil
 		start := func(ctx context.Context) (*instance, error) {
 			return rt.restartInstance(ctx, spec, doc, wantRF, wantOC, log)
 		}
-		s := newSupervisor(spec, inst, start, &rt.cfg, rt.log, rt.metrics)
+		s := newSupervisor(spec, inst, start, &rt.cfg.Options, rt.log, rt.metrics)
 		g.supervisors = append(g.supervisors, s)
 		if wantRF {
 			g.retry = s
@@ -468,7 +404,7 @@ func (rt *Runtime) load(ctx context.Context, p Plugins) (*generation, error) {
 // restartInstance starts a plugin again: it must still serve what it served, gets the same
 // policy document, and logs through the same relay.
 func (rt *Runtime) restartInstance(ctx context.Context, spec Spec, doc *Document, wantRF, wantOC bool, log hclog.Logger) (*instance, error) {
-	inst, err := startInstance(ctx, spec, &rt.cfg, log)
+	inst, err := startInstance(ctx, spec, &rt.cfg.Options, log)
 	if err != nil {
 		return nil, err
 	}

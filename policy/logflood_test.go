@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"encoding/json"
@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // hostLog is the host's log as JSON lines: what a plugin relayed (its module is
@@ -61,11 +61,11 @@ func (l hostLog) summaries(t *testing.T) []map[string]any {
 func TestAPluginThatFloodsItsLogIsRelayedAtTheBoundedRate(t *testing.T) {
 	g := NewWithT(t)
 	const lines = 100_000
-	bin := testbin.Build(t, "./host/plugins/testdata/flood")
+	bin := testbin.Build(t, "./policy/testdata/flood")
 	t.Setenv("FLOOD_LINES", "100000")
 	log := hostLog{&syncBuffer{}}
-	cfg := config(plugins.Spec{Path: bin})
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: log.buf, Level: hclog.Info, JSONFormat: true})
+	cfg := config(policy.Spec{Path: bin})
+	cfg.Logger = hostLogger(&hclog.LoggerOptions{Output: log.buf, Level: hclog.Info, JSONFormat: true})
 	cfg.Env = []string{"FLOOD_LINES"}
 	// The defaults: 100 lines a second, 200 at once, a summary per 10s.
 	began := time.Now()
@@ -100,14 +100,14 @@ func TestAPluginThatFloodsItsLogIsRelayedAtTheBoundedRate(t *testing.T) {
 // relays, which the host printed beside its own (issue 25): in a text log as "timestamp=..." at
 // the end of the line, in a JSON log as "timestamp" beside "@timestamp".
 func TestARelayedLineHasOneTimestamp(t *testing.T) {
-	bin := testbin.Build(t, "./host/plugins/testdata/flood")
+	bin := testbin.Build(t, "./policy/testdata/flood")
 	t.Setenv("FLOOD_LINES", "3")
 	for _, jsonLog := range []bool{false, true} {
 		t.Run(map[bool]string{false: "text", true: "JSON"}[jsonLog], func(t *testing.T) {
 			g := NewWithT(t)
 			out := &syncBuffer{}
-			cfg := config(plugins.Spec{Path: bin})
-			cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info, JSONFormat: jsonLog})
+			cfg := config(policy.Spec{Path: bin})
+			cfg.Logger = hostLogger(&hclog.LoggerOptions{Output: out, Level: hclog.Info, JSONFormat: jsonLog})
 			cfg.Env = []string{"FLOOD_LINES"}
 			start(t, cfg)
 			g.Eventually(func() int { return strings.Count(out.String(), "flood") }, patience, 10*time.Millisecond).Should(BeNumerically(">=", 3))

@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/policy"
 	"github.com/kds-host/kds-host/shared/launch"
 )
 
@@ -71,11 +71,11 @@ func TestAPinnedPluginRunsExactlyTheBytesThatWereHashed(t *testing.T) {
 
 	s := &swappable{path: filepath.Join(dir, "retry-forcer"), dir: dir}
 	s.put(t, good)
-	spec, err := plugins.ParseSpec(s.path + "@sha256:" + pin)
+	spec, err := policy.ParseSpec(s.path + "@sha256:" + pin)
 	g.Expect(err).NotTo(HaveOccurred())
 	rt := start(t, config(spec))
 	reload := func() error {
-		return rt.Reload(context.Background(), static(plugins.Plugins{List: []plugins.Spec{spec}}))
+		return rt.Reload(context.Background(), static(policy.Plugins{List: []policy.Spec{spec}}))
 	}
 
 	const reloads = 30
@@ -106,7 +106,7 @@ func TestAPinnedPluginRunsExactlyTheBytesThatWereHashed(t *testing.T) {
 			ran++
 			g.Expect(i%3).NotTo(Equal(1), "%s: the other program's bytes were taken for the pinned ones", at)
 			st := statusOf(rt, "retry-forcer")
-			g.Expect(st.State).To(Equal(plugins.StateRunning), at)
+			g.Expect(st.State).To(Equal(policy.StateRunning), at)
 			g.Expect(st.Checksum).To(Equal("sha256:"+pin), at)
 			// What the process runs is the pinned bytes (Linux: its executable, through /proc).
 			g.Expect(sha256File(t, "/proc/"+strconv.Itoa(st.PID)+"/exe")).To(Equal(pin), at)
@@ -120,7 +120,7 @@ func TestAPinnedPluginRunsExactlyTheBytesThatWereHashed(t *testing.T) {
 		g.Expect(ok).To(BeTrue(), "%s: want the checksum error, got %v", at, err)
 		g.Expect(ce.Expected).To(Equal(pin), at)
 		g.Expect(ce.Actual).To(Equal(otherSum), at)
-		g.Expect(statusOf(rt, "retry-forcer").State).To(Equal(plugins.StateRunning), "%s: the running plugin stays", at)
+		g.Expect(statusOf(rt, "retry-forcer").State).To(Equal(policy.StateRunning), "%s: the running plugin stays", at)
 	}
 	t.Logf("%d reloads: %d ran the pinned bytes, %d were refused (checksum), the other program ran 0 times", reloads, ran, refused)
 	g.Expect(ran).To(BeNumerically(">=", reloads/3))

@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"testing"
@@ -6,12 +6,12 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // series returns the label sets (name=value, joined) and values of the metric name in rt's
 // collectors.
-func series(t *testing.T, rt *plugins.Runtime, name string) map[string]float64 {
+func series(t *testing.T, rt *policy.Runtime, name string) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(rt.Collectors()...)
@@ -41,7 +41,7 @@ func series(t *testing.T, rt *plugins.Runtime, name string) map[string]float64 {
 // series appeared with its first event.
 func TestPluginCountersAreExportedAtZeroBeforeTheirFirstEvent(t *testing.T) {
 	g := NewWithT(t)
-	rt := start(t, config(plugins.Spec{Path: retryForcerBin(t), Document: doc("policy: fixed\ndelay: 30ms\n")}))
+	rt := start(t, config(policy.Spec{Path: retryForcerBin(t), Document: doc("policy: fixed\ndelay: 30ms\n")}))
 	g.Expect(series(t, rt, "kds_plugin_restarts_total")).To(Equal(map[string]float64{"plugin=retry-forcer ": 0}))
 	g.Expect(series(t, rt, "kds_plugin_reloads_total")).To(Equal(map[string]float64{"result=error ": 0, "result=ok ": 0}))
 

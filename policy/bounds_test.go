@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -19,8 +19,8 @@ import (
 func TestADecisionOutsideTheHostsBoundsIsAnErrorOfThePlugin(t *testing.T) {
 	g := NewWithT(t)
 	var log syncBuffer
-	cfg := config(plugins.Spec{Path: testbin.Build(t, "./shared/conformance/testdata/exceeds-host-max")})
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Warn, Output: &log})
+	cfg := config(policy.Spec{Path: testbin.Build(t, "./shared/conformance/testdata/exceeds-host-max")})
+	cfg.Logger = hostLogger(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Warn, Output: &log})
 	rt := start(t, cfg)
 
 	_, err := schedule(rt)
@@ -29,7 +29,7 @@ func TestADecisionOutsideTheHostsBoundsIsAnErrorOfThePlugin(t *testing.T) {
 	st := statusOf(rt, "exceeds-host-max")
 	g.Expect(st.Calls).To(BeEquivalentTo(1))
 	g.Expect(st.Errors).To(BeEquivalentTo(1))
-	g.Expect(st.State).To(Equal(plugins.StateRunning), "a refused answer is no reason to restart the plugin")
+	g.Expect(st.State).To(Equal(policy.StateRunning), "a refused answer is no reason to restart the plugin")
 	g.Expect(st.LastError).To(Equal("Schedule: the host refuses this schedule: delay 2h0m0s is over the host's maximum of 1h0m0s (--retry-max-delay)"))
 	g.Expect(st.LastErrorAt).NotTo(BeNil())
 	g.Expect(log.String()).To(MatchRegexp(`\[WARN\]  kds-host\.plugin: plugin answer refused: .* plugin=exceeds-host-max method=Schedule field=delay value=2h0m0s limit=.*1h0m0s`))

@@ -1,4 +1,4 @@
-package plugins
+package policy
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (f *retryForwarder) Configure(ctx context.Context, req *pluginv1.ConfigureR
 	})
 }
 
-// Schedule holds the answer to the host's bounds (Config.Bounds): one outside them is a failed
+// Schedule holds the answer to the host's bounds (Options.Bounds): one outside them is a failed
 // call of the plugin that gave it, a *shared.BoundsError.
 func (f *retryForwarder) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
 	return forward(f.rt, ctx, "Schedule", f.side, func(ctx context.Context, rf shared.RetryForcer) (*pluginv1.ScheduleResponse, error) {

@@ -1,4 +1,4 @@
-package plugins
+package policy
 
 import (
 	"context"
@@ -126,7 +126,7 @@ func (i *instance) kill() { _ = i.proc.Kill() }
 // startInstance starts the binary of spec and learns what it serves. A binary serves a kind when
 // it answers that kind's Describe; Unimplemented means it does not. go-plugin logs to log, and
 // the plugin's lines to log.Named(binary name).
-func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger) (*instance, error) {
+func startInstance(ctx context.Context, spec Spec, opt *Options, log hclog.Logger) (*instance, error) {
 	p, err := launch.Start(ctx, launch.Options{
 		Path: spec.Path, SHA256: spec.SHA256, PinFolder: spec.PinFolder, CopyDir: opt.CopyDir, Env: envNames(opt, spec), Logger: log,
 		StartTimeout: opt.StartTimeout, KillTimeout: opt.KillTimeout,
@@ -155,7 +155,7 @@ func startInstance(ctx context.Context, spec Spec, opt *Config, log hclog.Logger
 
 // envNames are the host environment variables the plugin of spec sees besides the base ones:
 // the runtime's, then the spec's.
-func envNames(opt *Config, spec Spec) []string {
+func envNames(opt *Options, spec Spec) []string {
 	var out []string
 	for _, n := range slices.Concat(opt.Env, spec.Env) {
 		if !slices.Contains(out, n) {

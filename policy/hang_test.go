@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"sync"
@@ -13,13 +13,13 @@ import (
 
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/internal/serial"
+	"github.com/kds-host/kds-host/policy"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
 // metricSum sums a runtime metric over its label sets.
-func metricSum(t *testing.T, rt *plugins.Runtime, name string) float64 {
+func metricSum(t *testing.T, rt *policy.Runtime, name string) float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(rt.Collectors()...)
@@ -74,11 +74,11 @@ func TestAStoppedPluginTimesOutAndIsReplaced(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	g := NewWithT(t)
 	cfg := config(
-		plugins.Spec{Path: retryForcerBin(t), Document: doc("policy: fixed\ndelay: 30ms\n")},
-		plugins.Spec{Path: plugins.Builtin, Document: doc("policy: fixed\ndelay: 40ms\n")},
+		policy.Spec{Path: retryForcerBin(t), Document: doc("policy: fixed\ndelay: 30ms\n")},
+		policy.Spec{Path: policy.Builtin, Document: doc("policy: fixed\ndelay: 40ms\n")},
 	)
 	cfg.ProbeInterval = time.Hour // the scheduler's calls alone find the hang
-	rt, err := plugins.New(cfg)
+	rt, err := policy.New(cfg)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer rt.Close()
 
@@ -102,16 +102,16 @@ func TestAStoppedPluginTimesOutAndIsReplaced(t *testing.T) {
 	// The calls time out, the built-in policy decides meanwhile, and after three timeouts in a
 	// row the plugin is taken for hung and replaced by a new process.
 	g.Eventually(func() string { return statusOf(rt, "retry-forcer").State }, patience, 5*time.Millisecond).
-		Should(Equal(plugins.StateRestarting))
+		Should(Equal(policy.StateRestarting))
 	g.Eventually(func() int { return statusOf(rt, "retry-forcer").PID }, patience, 5*time.Millisecond).
 		ShouldNot(Or(BeZero(), Equal(old.PID)))
 	now := statusOf(rt, "retry-forcer")
-	g.Expect(now.State).To(Equal(plugins.StateRunning))
+	g.Expect(now.State).To(Equal(policy.StateRunning))
 	g.Expect(now.Restarts).To(Equal(1))
 	g.Expect(now.Timeouts).To(BeNumerically(">=", 3))
 	g.Expect(now.LastError).To(ContainSubstring("hung: 3 calls in a row missed their 200ms deadline"))
 	g.Expect(fallbacks.Load()).To(BeNumerically(">=", 3))
-	g.Expect(statusOf(rt, plugins.Builtin).Calls).To(BeNumerically(">=", 3))
+	g.Expect(statusOf(rt, policy.Builtin).Calls).To(BeNumerically(">=", 3))
 
 	// The stopped process is SIGKILLed once go-plugin's Kill has hung for the kill timeout.
 	g.Eventually(func() bool { return alive(old.PID) }, patience).Should(BeFalse())

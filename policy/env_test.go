@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"encoding/json"
@@ -10,8 +10,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // envBin is a plugin that writes its environment to $ENV_REPORT_FILE (Describe name "env").
@@ -65,7 +65,7 @@ func TestAPluginSeesOnlyTheAllowedEnvironment(t *testing.T) {
 	// The runtime's list (--plugin-env) and the plugin's own (a --config file's env).
 	cfgFile := filepath.Join(dir, "kds.yaml")
 	g.Expect(os.WriteFile(cfgFile, []byte("plugins:\n  - path: "+bin+"\n    env: [PLUGIN_REGION]\n"), 0o600)).To(Succeed())
-	p, err := plugins.LoadFile(cfgFile)
+	p, err := policy.LoadFile(cfgFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	cfg := config(p.List...)
 	cfg.Env = []string{"ENV_REPORT_FILE"}
@@ -91,7 +91,7 @@ func TestAPluginSeesOnlyTheAllowedEnvironment(t *testing.T) {
 	g.Expect(os.Remove(report)).To(Succeed())
 	pid := statusOf(rt, "env").PID
 	g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-	g.Eventually(func() bool { st := statusOf(rt, "env"); return st.State == plugins.StateRunning && st.PID != pid }, patience).Should(BeTrue())
+	g.Eventually(func() bool { st := statusOf(rt, "env"); return st.State == policy.StateRunning && st.PID != pid }, patience).Should(BeTrue())
 	g.Expect(readEnvReport(t, report)).To(HaveLen(len(env)))
 }
 
@@ -99,6 +99,6 @@ func TestABadEnvironmentNameIsRefused(t *testing.T) {
 	g := NewWithT(t)
 	cfg := config()
 	cfg.Env = []string{"AWS_REGION=eu-1"}
-	_, err := plugins.New(cfg)
+	_, err := policy.New(cfg)
 	g.Expect(err).To(MatchError(`the plugins' environment: environment variable "AWS_REGION=eu-1": give a name alone; the plugin gets the host's value`))
 }

@@ -1,9 +1,10 @@
-package plugins_test
+package policy_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -16,8 +17,9 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/internal/hclogslog"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -42,7 +44,7 @@ const patience = time.Minute
 // Fixture binaries.
 func retryForcerBin(t testing.TB) string { return testbin.Build(t, "./plugins/retry-forcer") }
 func ownerCheckBin(t testing.TB) string  { return testbin.Build(t, "./plugins/owner-check") }
-func bothBin(t testing.TB) string        { return testbin.Build(t, "./host/plugins/testdata/both") }
+func bothBin(t testing.TB) string        { return testbin.Build(t, "./policy/testdata/both") }
 
 // syncBuffer is a log sink safe for concurrent writes.
 type syncBuffer struct {
@@ -62,54 +64,61 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// hostLogger is the runtime's logger in kds-host: slog records written to an hclog logger.
+func hostLogger(o *hclog.LoggerOptions) *slog.Logger { return slog.New(hclogslog.New(hclog.New(o))) }
+
 // testLogger logs to stderr with KDS_TEST_LOG set, else nowhere.
-func testLogger() hclog.Logger {
+func testLogger() *slog.Logger {
 	if os.Getenv("KDS_TEST_LOG") == "" {
-		return hclog.NewNullLogger()
+		return nil
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug})
+	return hostLogger(&hclog.LoggerOptions{Name: "kds-host", Level: hclog.Debug})
 }
 
-// config is a runtime config for tests: short probes and backoff, a generous start timeout.
-func config(list ...plugins.Spec) plugins.Config {
-	return plugins.Config{
-		Plugins:       plugins.Plugins{List: list},
-		Logger:        testLogger(),
-		StartTimeout:  10 * time.Second,
-		CallTimeout:   200 * time.Millisecond,
-		ProbeInterval: 100 * time.Millisecond,
-		BackoffMin:    50 * time.Millisecond,
+// config is a runtime config for tests, with kds-host's metrics namespace: short probes and
+// backoff, a generous start timeout.
+func config(list ...policy.Spec) policy.Config {
+	return policy.Config{
+		Plugins: policy.Plugins{List: list},
+		Options: policy.Options{
+			Logger:        testLogger(),
+			Metrics:       policy.Metrics{Namespace: "kds"},
+			StartTimeout:  10 * time.Second,
+			CallTimeout:   200 * time.Millisecond,
+			ProbeInterval: 100 * time.Millisecond,
+			BackoffMin:    50 * time.Millisecond,
+		},
 	}
 }
 
-func doc(text string) *plugins.Document {
-	return &plugins.Document{Source: "test", Data: []byte(text)}
+func doc(text string) *policy.Document {
+	return &policy.Document{Source: "test", Data: []byte(text)}
 }
 
 // start runs a runtime until the test ends.
-func start(t testing.TB, cfg plugins.Config) *plugins.Runtime {
+func start(t testing.TB, cfg policy.Config) *policy.Runtime {
 	t.Helper()
-	rt, err := plugins.New(cfg)
+	rt, err := policy.New(cfg)
 	if err != nil {
-		t.Fatalf("plugins.New: %v", err)
+		t.Fatalf("policy.New: %v", err)
 	}
 	t.Cleanup(rt.Close)
 	return rt
 }
 
 // static reads p, for Reload.
-func static(p plugins.Plugins) func() (plugins.Plugins, error) {
-	return func() (plugins.Plugins, error) { return p, nil }
+func static(p policy.Plugins) func() (policy.Plugins, error) {
+	return func() (policy.Plugins, error) { return p, nil }
 }
 
 // statusOf returns the status of the plugin named name.
-func statusOf(rt *plugins.Runtime, name string) plugins.Status {
+func statusOf(rt *policy.Runtime, name string) policy.Status {
 	for _, s := range rt.Status() {
 		if s.Name == name {
 			return s
 		}
 	}
-	return plugins.Status{}
+	return policy.Status{}
 }
 
 var scheduleReq = &pluginv1.ScheduleRequest{Zone: "zone-1", Round: 2,
@@ -119,7 +128,7 @@ var predictReq = &pluginv1.PredictRequest{Zone: "zone-1", Candidates: []*kdsv1.R
 	{Kind: "Mesh", Name: "default"}, {Kind: "MeshTimeout", Mesh: "default", Name: "t"}}}
 
 // schedule asks the runtime's retry policy for a delay.
-func schedule(rt *plugins.Runtime) (time.Duration, error) {
+func schedule(rt *policy.Runtime) (time.Duration, error) {
 	resp, err := rt.RetryForcer().Schedule(context.Background(), scheduleReq)
 	return resp.GetDelay().AsDuration(), err
 }

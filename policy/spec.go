@@ -1,4 +1,4 @@
-package plugins
+package policy
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ const (
 )
 
 // Plugins is what runs: the plugin binaries and the policy documents they are configured with.
-// --plugin, --plugin-config and --config all describe one. The zero value runs the built-in
-// plugins only.
+// kds-host's --plugin, --plugin-config and --config all describe one. The zero value runs the
+// built-in plugins only.
 type Plugins struct {
 	// List holds the binaries to run, and Builtin at most once (to give the built-in retry
 	// policy a document). A binary serves RetryForcer, OwnerCheck or both: the runtime asks it.
@@ -49,7 +49,7 @@ type Spec struct {
 	// folder is copied and hashed, so a script runs with exactly the files beside it that were
 	// hashed (PATH@sha256-folder:HEX).
 	PinFolder bool
-	// Env names host environment variables this plugin sees besides Config.Env's (a --config
+	// Env names host environment variables this plugin sees besides Options.Env's (a --config
 	// file's env: [NAME, ...]).
 	Env []string
 	// Document is the policy document the plugin's RetryForcer is configured with; nil looks
@@ -75,7 +75,7 @@ func (s Spec) String() string {
 	return s.Path + checksumSep + hex.EncodeToString(s.SHA256)
 }
 
-// ParseSpec reads a --plugin value: PATH, PATH@sha256:HEX, PATH@sha256-folder:HEX, or builtin.
+// ParseSpec reads a kds-host --plugin value: PATH, PATH@sha256:HEX, PATH@sha256-folder:HEX, or builtin.
 func ParseSpec(v string) (Spec, error) {
 	path, sum, pinned, folder := v, "", false, false
 	if i := strings.LastIndex(v, checksumSep); i >= 0 {
@@ -106,7 +106,7 @@ func ParseSpec(v string) (Spec, error) {
 	return s, nil
 }
 
-// ReadDocumentFlag reads a --plugin-config value, NAME=FILE, and the file it names.
+// ReadDocumentFlag reads a kds-host --plugin-config value, NAME=FILE, and the file it names.
 func ReadDocumentFlag(v string) (name string, doc Document, err error) {
 	name, file, ok := strings.Cut(v, "=")
 	if !ok || name == "" || file == "" {
@@ -119,7 +119,7 @@ func ReadDocumentFlag(v string) (name string, doc Document, err error) {
 	return name, Document{Source: file, Data: data}, nil
 }
 
-// fileConfig is the shape of a --config file.
+// fileConfig is the shape of a kds-host --config file.
 type fileConfig struct {
 	Plugins []fileSpec `yaml:"plugins"`
 }
@@ -132,7 +132,7 @@ type fileSpec struct {
 	ConfigFile string    `yaml:"configFile"`
 }
 
-// SampleConfigFile is a --config file with every field it accepts.
+// SampleConfigFile is a kds-host --config file with every field it accepts.
 const SampleConfigFile = `# kds-host plugin configuration (--config FILE; SIGHUP or POST /api/plugins/reload re-reads it).
 # Relative paths are relative to this file's folder.
 plugins:
@@ -146,7 +146,7 @@ plugins:
   - path: builtin                       # the in-process policies; config applies to its retry policy
 `
 
-// LoadFile reads a --config file: the plugins to run and their policy documents. Relative paths
+// LoadFile reads a kds-host --config file: the plugins to run and their policy documents. Relative paths
 // in it are relative to the file's folder.
 func LoadFile(file string) (Plugins, error) {
 	data, err := os.ReadFile(file)

@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/policy"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
@@ -19,10 +19,10 @@ import (
 func BenchmarkScheduleThroughTheRuntime(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		spec func(testing.TB) plugins.Spec
+		spec func(testing.TB) policy.Spec
 	}{
-		{"plugin", func(t testing.TB) plugins.Spec { return plugins.Spec{Path: retryForcerBin(t)} }},
-		{"builtin", func(testing.TB) plugins.Spec { return plugins.Spec{Path: plugins.Builtin} }},
+		{"plugin", func(t testing.TB) policy.Spec { return policy.Spec{Path: retryForcerBin(t)} }},
+		{"builtin", func(testing.TB) policy.Spec { return policy.Spec{Path: policy.Builtin} }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			cfg := config(bc.spec(b))

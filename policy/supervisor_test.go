@@ -1,4 +1,4 @@
-package plugins
+package policy
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"log/slog"
 
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -114,9 +114,9 @@ func (p *fakePlugin) forcer(i int) *fakeForcer {
 }
 
 // supervise starts a supervisor over a fakePlugin's first instance.
-func supervise(t *testing.T, p *fakePlugin, mutate func(*Config)) *supervisor {
+func supervise(t *testing.T, p *fakePlugin, mutate func(*Options)) *supervisor {
 	t.Helper()
-	cfg := Config{ProbeInterval: time.Hour}
+	cfg := Options{ProbeInterval: time.Hour}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -125,7 +125,7 @@ func supervise(t *testing.T, p *fakePlugin, mutate func(*Config)) *supervisor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSupervisor(Spec{Path: "fake"}, first, p.start, &cfg, hclog.NewNullLogger(), newMetrics(func() []Status { return nil }))
+	s := newSupervisor(Spec{Path: "fake"}, first, p.start, &cfg, slog.New(slog.DiscardHandler), newMetrics(Metrics{}, func() []Status { return nil }))
 	s.begin()
 	t.Cleanup(s.stop)
 	return s
@@ -195,7 +195,7 @@ func TestCallsNeverWaitForADownPlugin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		p := &fakePlugin{}
-		s := supervise(t, p, func(c *Config) { c.BackoffMin = time.Second })
+		s := supervise(t, p, func(c *Options) { c.BackoffMin = time.Second })
 		d, err := scheduleVia(s)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(d).To(Equal(time.Second))
@@ -262,7 +262,7 @@ func TestProbesFindAHungPluginWithoutTraffic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		p := &fakePlugin{}
-		s := supervise(t, p, func(c *Config) { c.ProbeInterval = time.Second })
+		s := supervise(t, p, func(c *Options) { c.ProbeInterval = time.Second })
 		time.Sleep(10*time.Second + 500*time.Millisecond) // between two probes
 		g.Expect(s.status().State).To(Equal(StateRunning))
 		g.Expect(s.status().Calls).To(BeZero(), "probes are not calls")
@@ -283,7 +283,7 @@ func TestStopLetsTheCallsInFlightFinish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		p := &fakePlugin{}
-		s := supervise(t, p, func(c *Config) { c.CallTimeout = time.Second })
+		s := supervise(t, p, func(c *Options) { c.CallTimeout = time.Second })
 		p.forcer(0).hang.Store(true)
 
 		var callErr error

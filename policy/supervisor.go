@@ -1,13 +1,13 @@
-package plugins
+package policy
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -38,8 +38,8 @@ type supervisor struct {
 	spec    Spec
 	name    string
 	start   func(context.Context) (*instance, error)
-	opt     *Config
-	log     hclog.Logger
+	opt     *Options
+	log     *slog.Logger
 	metrics *metrics
 	stats   callStats
 	wake    chan struct{} // a call saw trouble: look at the process now
@@ -60,7 +60,7 @@ type supervisor struct {
 	retiring sync.WaitGroup // instances being stopped
 }
 
-func newSupervisor(spec Spec, first *instance, start func(context.Context) (*instance, error), opt *Config, log hclog.Logger, m *metrics) *supervisor {
+func newSupervisor(spec Spec, first *instance, start func(context.Context) (*instance, error), opt *Options, log *slog.Logger, m *metrics) *supervisor {
 	m.started(first.name)
 	return &supervisor{
 		spec: spec, name: first.name, start: start, opt: opt, log: log, metrics: m,

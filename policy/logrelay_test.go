@@ -1,8 +1,9 @@
-package plugins
+package policy
 
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kds-host/kds-host/internal/hclogslog"
 )
 
 func TestLogBudget(t *testing.T) {
@@ -65,18 +68,17 @@ type relayFixture struct {
 	relay *logRelay
 	m     *metrics
 	out   *lockedBuffer
-	host  hclog.Logger
 }
 
 func newRelayFixture(rate float64, burst int, interval time.Duration) *relayFixture {
 	out := &lockedBuffer{}
 	host := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info, JSONFormat: true})
-	m := newMetrics(func() []Status { return nil })
-	cfg := &Config{LogRate: rate, LogBurst: burst, LogSummaryInterval: interval}
-	return &relayFixture{relay: newLogRelay("chatty", cfg, host.Named("plugin"), m), m: m, out: out, host: host}
+	m := newMetrics(Metrics{}, func() []Status { return nil })
+	o := &Options{Logger: slog.New(hclogslog.New(host)), LogRate: rate, LogBurst: burst, LogSummaryInterval: interval}
+	return &relayFixture{relay: newLogRelay("chatty", o, m), m: m, out: out}
 }
 
-// dropped is kds_plugin_log_lines_dropped_total{plugin="chatty"}.
+// dropped is xds_guard_plugin_log_lines_dropped_total{plugin="chatty"}.
 func (f *relayFixture) dropped(t *testing.T) int {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -118,7 +120,7 @@ func TestLogRelaySummarisesItsDropsOncePerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		f := newRelayFixture(100, 200, 10*time.Second)
-		plugin := f.relay.logger(f.host.Named("plugin")).Named("chatty")
+		plugin := f.relay.logger().Named("chatty")
 
 		for i := range 1000 {
 			plugin.Info("line", "i", i)
@@ -135,6 +137,7 @@ func TestLogRelaySummarisesItsDropsOncePerInterval(t *testing.T) {
 		g.Expect(summaries[0]).To(HaveKeyWithValue("@message", "plugin chatty: 800 log lines dropped in the last 10s (rate limit 100/s, burst 200)"))
 		g.Expect(summaries[0]).To(HaveKeyWithValue("@level", "warn"))
 		g.Expect(summaries[0]).To(HaveKeyWithValue("dropped", 800.0))
+		g.Expect(summaries[0]).To(HaveKeyWithValue("metric", "xds_guard_plugin_log_lines_dropped_total"))
 
 		// A steady flood, a line a millisecond for 35s: 100 lines a second get through, and the
 		// drops are summarised every 10s, not per line.
@@ -170,7 +173,7 @@ func TestLogRelayCloseSaysWhatIsLeftAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		f := newRelayFixture(1, 1, 10*time.Second)
-		plugin := f.relay.logger(f.host).Named("chatty")
+		plugin := f.relay.logger().Named("chatty")
 		plugin.Info("passes")
 		time.Sleep(500 * time.Millisecond)
 		plugin.Warn("dropped")
@@ -190,7 +193,7 @@ func TestRelayLoggerBoundsThePluginsLinesOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		f := newRelayFixture(1, 5, time.Second)
-		goplugin := f.relay.logger(f.host)
+		goplugin := f.relay.logger()
 		// go-plugin's own messages pass, however many.
 		for range 50 {
 			goplugin.Info("plugin process exited")
@@ -242,4 +245,37 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestAPluginsLinesAreSlogRecordsNamedByLoggerKey: what go-plugin logs through the runtime's
+// hclog adapter reaches an slog logger as records: go-plugin's own under LoggerKey "plugin", the
+// plugin's lines under "plugin.<binary>" without go-plugin's relay timestamp, hclog's levels as
+// slog's, and a value without a key under hclog's EXTRA_VALUE_AT_END.
+func TestAPluginsLinesAreSlogRecordsNamedByLoggerKey(t *testing.T) {
+	g := NewWithT(t)
+	out := &lockedBuffer{}
+	m := newMetrics(Metrics{}, func() []Status { return nil })
+	o := &Options{Logger: slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug})), LogRate: 100, LogBurst: 100, LogSummaryInterval: time.Second}
+	r := newLogRelay("chatty", o, m)
+	defer r.close()
+	goplugin := r.logger()
+	goplugin.Debug("plugin address", "network", "unix")
+	plugin := goplugin.Named("chatty")
+	plugin.Info("policy configured", "policy", "fixed", "timestamp", "2026-01-01T00:00:00.000Z")
+	plugin.Trace("below the level")
+	plugin.With("k", 1).Error("odd", "lonely")
+	g.Expect(goplugin.GetLevel()).To(Equal(hclog.Debug))
+
+	var records []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var e map[string]any
+		g.Expect(json.Unmarshal([]byte(l), &e)).To(Succeed())
+		delete(e, "time")
+		records = append(records, e)
+	}
+	g.Expect(records).To(Equal([]map[string]any{
+		{"level": "DEBUG", "msg": "plugin address", LoggerKey: "plugin", "network": "unix"},
+		{"level": "INFO", "msg": "policy configured", LoggerKey: "plugin.chatty", "policy": "fixed"},
+		{"level": "ERROR", "msg": "odd", LoggerKey: "plugin.chatty", "k": 1.0, "EXTRA_VALUE_AT_END": "lonely"},
+	}))
 }

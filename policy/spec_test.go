@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"os"
@@ -8,8 +8,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+	"github.com/kds-host/kds-host/policy"
 )
 
 var hex64 = strings.Repeat("0123456789abcdef", 4)
@@ -38,7 +38,7 @@ func TestParseSpec(t *testing.T) {
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			g := NewWithT(t)
-			s, err := plugins.ParseSpec(tc.in)
+			s, err := policy.ParseSpec(tc.in)
 			if tc.wantErr != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
 				return
@@ -57,16 +57,16 @@ func TestReadDocumentFlag(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "fixed.yaml")
 	g.Expect(os.WriteFile(file, []byte("policy: fixed\n"), 0o600)).To(Succeed())
 
-	name, d, err := plugins.ReadDocumentFlag("retry-forcer=" + file)
+	name, d, err := policy.ReadDocumentFlag("retry-forcer=" + file)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(name).To(Equal("retry-forcer"))
-	g.Expect(d).To(Equal(plugins.Document{Source: file, Data: []byte("policy: fixed\n")}))
+	g.Expect(d).To(Equal(policy.Document{Source: file, Data: []byte("policy: fixed\n")}))
 
 	for _, bad := range []string{"retry-forcer", "=" + file, "retry-forcer="} {
-		_, _, err = plugins.ReadDocumentFlag(bad)
+		_, _, err = policy.ReadDocumentFlag(bad)
 		g.Expect(err).To(MatchError(ContainSubstring("want NAME=FILE")), bad)
 	}
-	_, _, err = plugins.ReadDocumentFlag("retry-forcer=/no/such/file")
+	_, _, err = policy.ReadDocumentFlag("retry-forcer=/no/such/file")
 	g.Expect(err).To(MatchError(ContainSubstring("no such file")))
 }
 
@@ -93,7 +93,7 @@ plugins:
       policy: fixed
       delay: 3s
 `)
-	p, err := plugins.LoadFile(file)
+	p, err := policy.LoadFile(file)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p.List).To(HaveLen(4))
 	g.Expect(p.List[0].Path).To(Equal(filepath.Join(dir, "bin/retry-forcer")), "relative to the file's folder")
@@ -109,24 +109,24 @@ plugins:
 	g.Expect(p.List[0].Env).To(BeNil())
 	g.Expect(p.List[2].Document.Source).To(Equal(filepath.Join(dir, "policy.yaml")))
 	g.Expect(string(p.List[2].Document.Data)).To(Equal("policy: decorrelated\n"))
-	g.Expect(p.List[3].Path).To(Equal(plugins.Builtin))
+	g.Expect(p.List[3].Path).To(Equal(policy.Builtin))
 	g.Expect(string(p.List[3].Document.Data)).To(Equal("policy: fixed\ndelay: 3s\n"))
 
-	empty, err := plugins.LoadFile(write("empty.yaml", "# nothing\n"))
+	empty, err := policy.LoadFile(write("empty.yaml", "# nothing\n"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(empty.List).To(BeEmpty())
 
 	// A file in the working folder: a bare name stays a path, not a $PATH lookup.
 	t.Chdir(dir)
-	local, err := plugins.LoadFile("local.yaml")
+	local, err := policy.LoadFile("local.yaml")
 	g.Expect(err).To(MatchError(ContainSubstring("no such file")))
 	write("local.yaml", "plugins:\n  - path: retry-forcer\n    configFile: policy.yaml\n")
-	local, err = plugins.LoadFile("local.yaml")
+	local, err = policy.LoadFile("local.yaml")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(local.List[0].Path).To(Equal("./retry-forcer"))
 	g.Expect(local.List[0].Document.Source).To(Equal("./policy.yaml"))
 
-	sample, err := plugins.LoadFile(write("sample.yaml", plugins.SampleConfigFile))
+	sample, err := policy.LoadFile(write("sample.yaml", policy.SampleConfigFile))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sample.List).To(HaveLen(2))
 
@@ -140,10 +140,10 @@ plugins:
 		{"plugins:\n  - path: x\n    env: [A=b]\n", `plugins[0]: env: environment variable "A=b": give a name alone`},
 		{"plugins:\n  - path: builtin\n    env: [A]\n", "plugins[0]: env: the built-in plugins run in the host's process"},
 	} {
-		_, err := plugins.LoadFile(write("bad.yaml", tc.text))
+		_, err := policy.LoadFile(write("bad.yaml", tc.text))
 		g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)), tc.text)
 		g.Expect(err.Error()).To(HavePrefix("config " + filepath.Join(dir, "bad.yaml")))
 	}
-	_, err = plugins.LoadFile(filepath.Join(dir, "none.yaml"))
+	_, err = policy.LoadFile(filepath.Join(dir, "none.yaml"))
 	g.Expect(err).To(MatchError(ContainSubstring("no such file")))
 }

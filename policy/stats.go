@@ -1,4 +1,4 @@
-package plugins
+package policy
 
 import (
 	"encoding/json"

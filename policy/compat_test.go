@@ -1,4 +1,4 @@
-package plugins_test
+package policy_test
 
 import (
 	"testing"
@@ -6,8 +6,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -17,7 +17,7 @@ import (
 // answer is applied as it gives it.
 func TestAPluginOfTheOlderContractStillServes(t *testing.T) {
 	g := NewWithT(t)
-	rt := start(t, config(plugins.Spec{Path: testbin.Build(t, "./shared/conformance/testdata/v1plugin"), Document: doc("delay: 70ms\n")}))
+	rt := start(t, config(policy.Spec{Path: testbin.Build(t, "./shared/conformance/testdata/v1plugin"), Document: doc("delay: 70ms\n")}))
 	req := &pluginv1.ScheduleRequest{Zone: "zone-1", Failing: []*pluginv1.FailingKind{{
 		Kind: "MeshTimeout", RejectedNames: []string{"default/a"}, NackCount: 1,
 		Rejected: []*pluginv1.RejectedName{{Name: "default/a", Cause: kdsv1.Cause_CAUSE_MISSING_OWNER,
