@@ -21,15 +21,8 @@ import (
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
-// Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds). An
-// entry it hides is not sent; a zone that already has an older version of it keeps that one. It
-// is called with a stream's lock held and must not block.
-type Filter interface {
-	Visible(zone string, e *Entry) bool
-}
-
 // Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
-// current Snapshot, as seen through the zone's Filter, and lets the retry scheduler force names
+// current Snapshot, as seen through the zone's View (UseViews), and lets the retry scheduler force names
 // to be sent again.
 //
 // It avoids the flaws of go-control-plane's stock caches. It never sends on a stream's response
@@ -57,7 +50,7 @@ type Cache struct {
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
 	answers         atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
-	filter          atomic.Pointer[filterBox]
+	views           atomic.Bool                   // each session sees only its published View (UseViews)
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
@@ -69,9 +62,10 @@ type Cache struct {
 	zonePeak shrink.Peak
 }
 
-// View is what one zone may see of the snapshot, as its filter last decided: published into
-// the zone's session (Cache.Publish) and read by the cache under the session's lock, with no lock
-// of the filter's. It is read-only.
+// View is what one zone may see of the snapshot, as its publisher (owner holds) last decided:
+// published into the zone's session (Cache.Publish) and read by the cache under the session's
+// lock, with no lock of the publisher's. An entry it hides is not sent; a zone that already has
+// an older version of it keeps that one. It is read-only.
 type View interface {
 	// Visible reports whether the zone may see e.
 	Visible(e *Entry) bool
@@ -84,22 +78,12 @@ type View interface {
 	Seq() uint64
 }
 
-// ViewPublisher is a Filter that publishes each zone's ZoneView into its session instead of being
-// asked under the session's lock (owner holds): the cache reads the session's view.
-type ViewPublisher interface {
-	Filter
-	PublishesViews()
-}
-
 // Publish puts v in the zone's current session, unless the session has a later view already.
 func (c *Cache) Publish(zone string, v View) {
 	if st := c.Current(zone); st != nil {
 		st.publish(v)
 	}
 }
-
-// filterBox holds a Filter for an atomic pointer.
-type filterBox struct{ Filter }
 
 // NewCache returns a cache for the given kinds, in owner-first order.
 func NewCache(kinds []string) *Cache {
@@ -110,7 +94,6 @@ func NewCache(kinds []string) *Cache {
 		c.kindAt[k] = i
 	}
 	c.snap.Store(&Snapshot{})
-	c.filter.Store(&filterBox{})
 	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
 	c.maxUnknown.Store(int64(DefaultLimits().MaxUnknownNames))
 	return c
@@ -230,11 +213,13 @@ func (c *Cache) versionInfo() string {
 	return "0"
 }
 
-// SetFilter installs the per-zone filter (nil: every zone sees everything).
-func (c *Cache) SetFilter(f Filter) { c.filter.Store(&filterBox{f}) }
+// UseViews(true) makes each session see only what the View published into it shows (Publish),
+// and nothing before its first; UseViews(false), the default, shows every session the whole
+// snapshot.
+func (c *Cache) UseViews(on bool) { c.views.Store(on) }
 
-// Refresh re-evaluates the named entries (kind -> xDS names) of a zone's streams, after the
-// filter's answer changed for them (and for no other entry).
+// Refresh re-evaluates the named entries (kind -> xDS names) of a zone's streams, after its
+// View's answer changed for them (and for no other entry).
 func (c *Cache) Refresh(zone string, names map[string][]string) {
 	if st := c.Current(zone); st != nil {
 		st.mark(names, false)
@@ -545,9 +530,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	snap := c.snap.Load()
 	entries := snap.Type(w.kind)
 	var visible func(*Entry) bool // nil: everything
-	switch f := c.filter.Load().Filter.(type) {
-	case nil:
-	case ViewPublisher:
+	if c.views.Load() {
 		v := st.view.Load()
 		if v == nil || v.View.None() {
 			if ks.delivered.len() == 0 {
@@ -562,8 +545,6 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		} else if !v.View.SeesAll(snap) {
 			visible = v.View.Visible
 		}
-	default:
-		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
 	// The response is made only when it carries something: an evaluation often finds nothing to
 	// send (a change withheld until the owner check answers, a name the zone holds already).

@@ -174,7 +174,7 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 		if err != nil {
 			return nil, err
 		}
-		kc.SetFilter(c.holds)
+		kc.UseViews(true) // a client sees what its owner checks published, nothing before
 		observers = append(observers, c.holds.Observer())
 	}
 	c.tracker = engine.NewTracker(kc, observers...)

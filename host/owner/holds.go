@@ -95,10 +95,10 @@ type Config struct {
 	Generation func() uint64
 }
 
-// Holds is the engine.Filter that keeps a zone's view to what its owners allow, and the observer
-// that re-checks a zone when what it holds changes. A resource version not checked yet for a
-// zone is not visible to it: nothing reaches a zone unchecked, except when the policy fails, and
-// then everything does.
+// Holds publishes each zone's view (engine.View, for a cache that UseViews), kept to what its
+// owners allow, and is the observer that re-checks a zone when what it holds changes. A resource
+// version not checked yet for a zone is not visible to it: nothing reaches a zone unchecked,
+// except when the policy fails, and then everything does.
 type Holds struct {
 	cfg Config
 
@@ -149,22 +149,16 @@ func (h *Holds) Close() {
 	h.wg.Wait()
 }
 
-// Visible implements engine.Filter.
+// Visible reports whether the zone may see e now, as its verdicts say (the cache reads the view
+// published into the zone's session instead: engine.Cache.UseViews).
 func (h *Holds) Visible(zone string, e *engine.Entry) bool {
 	visible, _, release := h.View(zone)
 	defer release()
 	return visible(e)
 }
 
-var _ engine.ViewPublisher = (*Holds)(nil)
-
-// PublishesViews implements engine.ViewPublisher: the cache reads each zone's view of its verdicts
-// from the zone's session (published after every check), not through View under its lock.
-func (h *Holds) PublishesViews() {}
-
-// View is Visible for one zone, under one read lock until release (the cache reads the published
-// view instead; Visible, the engine.Filter method, and the tests read this one). A zone not checked
-// yet sees nothing.
+// View is Visible for one zone, under one read lock until release. A zone not checked yet sees
+// nothing.
 func (h *Holds) View(zone string) (visible func(*engine.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
 	z := h.zones[zone]
