@@ -20,15 +20,8 @@ import (
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
-// Filter decides, per node, which entries of a snapshot enter that node's view (kds-host: owner
-// holds). An entry it hides is not sent; a node that already has an older version of it keeps that
-// one. It is called with a stream's lock held and must not block.
-type Filter interface {
-	Visible(node string, e *Entry) bool
-}
-
 // Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
-// current Snapshot, as seen through the node's Filter, and lets the retry scheduler force names
+// current Snapshot, as seen through the node's View (UseViews), and lets the retry scheduler force names
 // to be sent again.
 //
 // It avoids the flaws of go-control-plane's stock caches. It never sends on a stream's response
@@ -57,7 +50,7 @@ type Cache struct {
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
 	answers         atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
-	filter          atomic.Pointer[filterBox]
+	views           atomic.Bool                   // each session sees only its published View (UseViews)
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
@@ -71,9 +64,10 @@ type Cache struct {
 	zonePeak     shrink.Peak
 }
 
-// View is what one node may see of the snapshot, as its filter last decided: published into
-// the node's session (Cache.Publish) and read by the cache under the session's lock, with no lock
-// of the filter's. It is read-only.
+// View is what one node may see of the snapshot, as its publisher (owner holds) last decided:
+// published into the node's session (Cache.Publish) and read by the cache under the session's
+// lock, with no lock of the publisher's. An entry it hides is not sent; a node that already has
+// an older version of it keeps that one. It is read-only.
 type View interface {
 	// Visible reports whether the node may see e.
 	Visible(e *Entry) bool
@@ -86,22 +80,12 @@ type View interface {
 	Seq() uint64
 }
 
-// ViewPublisher is a Filter that publishes each node's View into its session instead of being
-// asked under the session's lock (kds-host: owner holds): the cache reads the session's view.
-type ViewPublisher interface {
-	Filter
-	PublishesViews()
-}
-
 // Publish puts v in the node's current session, unless the session has a later view already.
 func (c *Cache) Publish(node string, v View) {
 	if st := c.Current(node); st != nil {
 		st.publish(v)
 	}
 }
-
-// filterBox holds a Filter for an atomic pointer.
-type filterBox struct{ Filter }
 
 // NewCache returns a cache that serves the given type URLs. Responses that are ready together go
 // in this order (kds-host: owner types first).
@@ -113,7 +97,6 @@ func NewCache(typeURLs []string) *Cache {
 		c.kindAt[k] = i
 	}
 	c.snap.Store(&Snapshot{})
-	c.filter.Store(&filterBox{})
 	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
 	c.maxUnknown.Store(int64(DefaultLimits().MaxUnknownNames))
 	return c
@@ -233,11 +216,13 @@ func (c *Cache) versionInfo() string {
 	return "0"
 }
 
-// SetFilter installs the per-node filter (nil: every node sees everything).
-func (c *Cache) SetFilter(f Filter) { c.filter.Store(&filterBox{f}) }
+// UseViews(true) makes each session see only what the View published into it shows (Publish),
+// and nothing before its first; UseViews(false), the default, shows every session the whole
+// snapshot.
+func (c *Cache) UseViews(on bool) { c.views.Store(on) }
 
-// Refresh re-evaluates the named entries (type URL -> xDS names) of a node's streams, after the
-// filter's answer changed for them (and for no other entry).
+// Refresh re-evaluates the named entries (type URL -> xDS names) of a node's streams, after its
+// View's answer changed for them (and for no other entry).
 func (c *Cache) Refresh(node string, names map[string][]string) {
 	if st := c.Current(node); st != nil {
 		st.mark(names, false)
@@ -543,9 +528,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	snap := c.snap.Load()
 	entries := snap.Type(w.kind)
 	var visible func(*Entry) bool // nil: everything
-	switch f := c.filter.Load().Filter.(type) {
-	case nil:
-	case ViewPublisher:
+	if c.views.Load() {
 		v := st.view.Load()
 		if v == nil || v.View.None() {
 			if ks.delivered.len() == 0 {
@@ -560,8 +543,6 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		} else if !v.View.SeesAll(snap) {
 			visible = v.View.Visible
 		}
-	default:
-		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
 	// The response is made only when it carries something: an evaluation often finds nothing to
 	// send (a change withheld until the filter decides, a name the node holds already).

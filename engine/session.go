@@ -73,8 +73,8 @@ type Session struct {
 	// for the wake-up, as the loop has no goroutine waiting for one. It neither waits nor locks.
 	kick func()
 
-	// view is what the node may see, as its filter last published it (Cache.Publish): read
-	// without any lock of the filter's.
+	// view is what the node may see, as last published (Cache.Publish): read without any lock
+	// of the publisher's.
 	view atomic.Pointer[viewBox]
 
 	wake chan struct{} // capacity 1: the queue grew (read by the sender)

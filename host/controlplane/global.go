@@ -22,12 +22,12 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/internal/lograte"
@@ -214,6 +214,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if cfg.OwnerHolds {
 		opts.OwnerCheck, opts.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
 		kopts.OwnerHooks, kopts.OwnerGeneration = newOwnerMetrics(g.metrics, g.zoneMetrics).hooks(), g.cfg.OwnerCheckGeneration
+		kopts.OwnerMapping = ownerMapping
 	}
 	if g.kds, err = guard.NewCache(cfg.Registry.Names(), opts, kopts); err != nil {
 		return nil, err
@@ -513,12 +514,12 @@ type ZoneView struct {
 	Retry          *ZoneRetry `json:"retry,omitempty"`
 	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT); in a page
 	// of GET /api/zones, the first 20, with WithheldTotal counting them all when there are more.
-	Withheld      []owner.Withheld `json:"withheld,omitempty"`
-	WithheldTotal int              `json:"withheldTotal,omitempty"`
+	Withheld      []Withheld `json:"withheld,omitempty"`
+	WithheldTotal int        `json:"withheldTotal,omitempty"`
 	// Held is Withheld under its old JSON name, for the clients that read "held".
 	//
 	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
-	Held []owner.Withheld `json:"held,omitempty"`
+	Held []Withheld `json:"held,omitempty"`
 	// RetryWithheld names, by kind, the rejected names of Retry.Failing that owner holds now
 	// withhold (all of them, whatever the page of Withheld shows): a round does not resend them,
 	// and nothing is sent of them until the holds let them go.
@@ -560,7 +561,7 @@ func zoneViewOf(zi engine.NodeInsight) ZoneView {
 }
 
 // retryWithheld is, by kind, the rejected names of rs that are withheld; nil for none.
-func retryWithheld(rs *ZoneRetry, withheld []owner.Withheld) map[string][]string {
+func retryWithheld(rs *ZoneRetry, withheld []Withheld) map[string][]string {
 	if rs == nil || len(rs.Failing) == 0 || len(withheld) == 0 {
 		return nil
 	}
@@ -590,7 +591,7 @@ func (g *Global) ZoneViews() []ZoneView {
 // zoneViews joins the zone table with the retry state of each connected zone's stream, read from
 // its session (retryOf; nil: retry is off), and what is withheld (withheld nil: owner holds are
 // off). /api/zones, polled every second, costs one lookup a zone.
-func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRetry, withheld func(zone string) []owner.Withheld) []ZoneView {
+func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRetry, withheld func(zone string) []Withheld) []ZoneView {
 	var out []ZoneView
 	for _, zi := range insights {
 		zv := zoneViewOf(zi)

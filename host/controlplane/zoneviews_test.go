@@ -10,7 +10,6 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -65,11 +64,11 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 		{Stream: 3, Zone: "reconnected", Round: 3},
 		{Stream: 7, Zone: "elsewhere", Round: 7},
 	}
-	withheld := func(zone string) []owner.Withheld {
+	withheld := func(zone string) []Withheld {
 		if zone != "withheld" {
 			return nil
 		}
-		return []owner.Withheld{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
+		return []Withheld{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
 	}
 	reads := 0
 	views := zoneViews(insights, lookup(states, &reads), withheld)
@@ -115,8 +114,8 @@ func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 		}},
 		{Stream: 2, Zone: "zone-2", Round: 1, Failing: []FailingKind{{Kind: "MeshTimeout", Rejected: []string{"default/b"}}}},
 	}
-	withheld := func(zone string) []owner.Withheld {
-		return []owner.Withheld{
+	withheld := func(zone string) []Withheld {
+		return []Withheld{
 			{Key: resource.Key{Kind: "Mesh", Name: "default"}, Verdict: "REJECT"},
 			{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"},
 			{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "c"}, Verdict: "WAIT"},
@@ -162,10 +161,10 @@ func TestAZoneViewAnswersTheAPIsJSON(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
-			var withheld func(string) []owner.Withheld
+			var withheld func(string) []Withheld
 			if c.withheld {
-				withheld = func(string) []owner.Withheld {
-					return []owner.Withheld{{Key: resource.Key{Kind: "Mesh", Name: "other"}, Verdict: "WAIT"}}
+				withheld = func(string) []Withheld {
+					return []Withheld{{Key: resource.Key{Kind: "Mesh", Name: "other"}, Verdict: "WAIT"}}
 				}
 			}
 			views := zoneViews([]engine.NodeInsight{c.insight}, nil, withheld)

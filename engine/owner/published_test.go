@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -14,7 +15,7 @@ import (
 // answers.
 func TestOwnLayersKeepTheNewestVerdictAndNeverChangeAPublishedChain(t *testing.T) {
 	g := NewWithT(t)
-	key := func(i int) resource.Key { return resource.Key{Kind: "MeshTimeout", Mesh: "m", Name: fmt.Sprint(i)} }
+	key := func(i int) engine.Ref { return ref(resource.Key{Kind: "MeshTimeout", Mesh: "m", Name: fmt.Sprint(i)}) }
 	var o ownLayers
 	var published [][]Verdicts
 	for check := range 2 * maxLayers {
@@ -32,7 +33,7 @@ func TestOwnLayersKeepTheNewestVerdictAndNeverChangeAPublishedChain(t *testing.T
 		g.Expect(v.Version).To(Equal(fmt.Sprint("v", i)))
 	}
 	n := 0
-	o.each(func(resource.Key, Verdict) { n++ })
+	o.each(func(engine.Ref, Verdict) { n++ })
 	g.Expect(n).To(Equal(2*maxLayers), "each key once")
 
 	// The first published chain still says what it said.

@@ -7,8 +7,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/engine"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
@@ -19,6 +19,9 @@ var (
 	timeoutKey = resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "t"}
 	retryKey   = resource.Key{Kind: "MeshRetry", Mesh: "default", Name: "r"}
 )
+
+// ref is a key's Ref, as kds-host's entries are judged under it.
+var ref = kds.RefOf
 
 func snapshot(t testing.TB, keys ...resource.Key) *engine.Snapshot {
 	t.Helper()
@@ -89,7 +92,7 @@ func accepted(s *engine.Snapshot, k resource.Key) owner.Verdict {
 func TestOwnerDecision(t *testing.T) {
 	snap := snapshot(t, meshKey, timeoutKey, retryKey)
 	waitMesh := func(k resource.Key) owner.Verdict {
-		return owner.Verdict{Version: version(snap, k), Withheld: &owner.Withheld{Key: k, Verdict: owner.Wait, WaitingFor: "Mesh/default", Reason: "because"}}
+		return owner.Verdict{Version: version(snap, k), Withheld: &owner.Withheld{Key: ref(k), Verdict: owner.Wait, WaitingFor: engine.Ref{TypeURL: "Mesh", Name: "default"}, Reason: "because"}}
 	}
 	for _, tc := range []struct {
 		name           string
@@ -108,30 +111,30 @@ func TestOwnerDecision(t *testing.T) {
 			name:           "an empty zone: policies wait for their Mesh, the Mesh is shown",
 			verdicts:       map[resource.Key]pluginv1.Verdict{timeoutKey: pluginv1.Verdict_VERDICT_WAIT, retryKey: pluginv1.Verdict_VERDICT_WAIT},
 			wantCandidates: []resource.Key{meshKey, retryKey, timeoutKey},
-			wantVerdicts:   owner.Verdicts{meshKey: accepted(snap, meshKey), timeoutKey: waitMesh(timeoutKey), retryKey: waitMesh(retryKey)},
+			wantVerdicts:   owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(timeoutKey): waitMesh(timeoutKey), ref(retryKey): waitMesh(retryKey)},
 			wantShown:      map[string][]string{"Mesh": {"default"}},
 		},
 		{
 			name:           "the Mesh is there: it is no candidate, and what waited is shown",
 			held:           holding(snap, []resource.Key{meshKey}),
-			prev:           owner.Verdicts{meshKey: accepted(snap, meshKey), timeoutKey: waitMesh(timeoutKey), retryKey: waitMesh(retryKey)},
+			prev:           owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(timeoutKey): waitMesh(timeoutKey), ref(retryKey): waitMesh(retryKey)},
 			wantCandidates: []resource.Key{retryKey, timeoutKey},
-			wantVerdicts:   owner.Verdicts{meshKey: accepted(snap, meshKey), timeoutKey: accepted(snap, timeoutKey), retryKey: accepted(snap, retryKey)},
+			wantVerdicts:   owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(timeoutKey): accepted(snap, timeoutKey), ref(retryKey): accepted(snap, retryKey)},
 			wantShown:      map[string][]string{"MeshRetry": {"default/r"}, "MeshTimeout": {"default/t"}},
 		},
 		{
 			name:           "an older version held is a candidate; a version visible before is not shown again",
 			held:           holding(snap, []resource.Key{meshKey, retryKey}, timeoutKey),
-			prev:           owner.Verdicts{meshKey: accepted(snap, meshKey), retryKey: accepted(snap, retryKey), timeoutKey: accepted(snap, timeoutKey)},
+			prev:           owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(retryKey): accepted(snap, retryKey), ref(timeoutKey): accepted(snap, timeoutKey)},
 			wantCandidates: []resource.Key{timeoutKey},
-			wantVerdicts:   owner.Verdicts{meshKey: accepted(snap, meshKey), timeoutKey: accepted(snap, timeoutKey), retryKey: accepted(snap, retryKey)},
+			wantVerdicts:   owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(timeoutKey): accepted(snap, timeoutKey), ref(retryKey): accepted(snap, retryKey)},
 			wantShown:      map[string][]string{},
 		},
 		{
 			name:           "the policy failed: everything is accepted (fail-open)",
 			err:            errors.New("plugin down"),
 			wantCandidates: []resource.Key{meshKey, retryKey, timeoutKey},
-			wantVerdicts:   owner.Verdicts{meshKey: accepted(snap, meshKey), timeoutKey: accepted(snap, timeoutKey), retryKey: accepted(snap, retryKey)},
+			wantVerdicts:   owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(timeoutKey): accepted(snap, timeoutKey), ref(retryKey): accepted(snap, retryKey)},
 			wantShown:      map[string][]string{"Mesh": {"default"}, "MeshRetry": {"default/r"}, "MeshTimeout": {"default/t"}},
 			wantErr:        true,
 		},
@@ -146,17 +149,17 @@ func TestOwnerDecision(t *testing.T) {
 				retryKey: pluginv1.Verdict_VERDICT_WAIT,
 			},
 			wantCandidates: []resource.Key{timeoutKey, {Kind: "MeshTimeout", Mesh: "other", Name: "x"}, meshKey, retryKey},
-			wantVerdicts:   owner.Verdicts{meshKey: accepted(snap, meshKey), retryKey: waitMesh(retryKey)},
+			wantVerdicts:   owner.Verdicts{ref(meshKey): accepted(snap, meshKey), ref(retryKey): waitMesh(retryKey)},
 			wantShown:      map[string][]string{"Mesh": {"default"}},
 			wantExtra: []owner.Withheld{
-				{Key: timeoutKey, Verdict: owner.Accept, Reason: "because"},
-				{Key: resource.Key{Kind: "MeshTimeout", Mesh: "other", Name: "x"}, Verdict: owner.Reject, Reason: "because"},
+				{Key: ref(timeoutKey), Verdict: owner.Accept, Reason: "because"},
+				{Key: ref(resource.Key{Kind: "MeshTimeout", Mesh: "other", Name: "x"}), Verdict: owner.Reject, Reason: "because"},
 			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			plan := owner.NewPlan("zone-1", snap, tc.held, tc.extra)
+			plan := owner.NewPlan(owner.KDSMapping, "zone-1", snap, tc.held, tc.extra)
 			got := candidates(plan)
 			g.Expect(got[:len(tc.extra)]).To(Equal(tc.wantCandidates[:len(tc.extra)]), "extra candidates first, in order")
 			g.Expect(got).To(ConsistOf(tc.wantCandidates))
@@ -183,22 +186,22 @@ func TestOwnerDecision(t *testing.T) {
 func TestOwnerDecisionRefusesAShortAnswer(t *testing.T) {
 	g := NewWithT(t)
 	snap := snapshot(t, meshKey, timeoutKey)
-	plan := owner.NewPlan("zone-1", snap, nil, nil)
+	plan := owner.NewPlan(owner.KDSMapping, "zone-1", snap, nil, nil)
 	resp := answer(plan, nil)
 	resp.Predictions = resp.Predictions[:1]
 	d := plan.Decide(nil, resp, nil)
 	g.Expect(d.Err).To(MatchError(ContainSubstring("different number of predictions")))
 	g.Expect(d.Verdicts()).To(HaveLen(2), "failed open: both accepted")
-	g.Expect(d.Verdicts()[timeoutKey].Accepted()).To(BeTrue())
+	g.Expect(d.Verdicts()[ref(timeoutKey)].Accepted()).To(BeTrue())
 }
 
 func TestOwnerDecisionWithNothingToAsk(t *testing.T) {
 	g := NewWithT(t)
 	snap := snapshot(t, meshKey)
-	plan := owner.NewPlan("zone-1", snap, holding(snap, []resource.Key{meshKey}), nil)
+	plan := owner.NewPlan(owner.KDSMapping, "zone-1", snap, holding(snap, []resource.Key{meshKey}), nil)
 	g.Expect(plan.Asks()).To(BeFalse())
 	d := plan.Decide(nil, nil, nil)
 	g.Expect(d.Err).NotTo(HaveOccurred())
-	g.Expect(d.Verdicts()).To(Equal(owner.Verdicts{meshKey: accepted(snap, meshKey)}))
+	g.Expect(d.Verdicts()).To(Equal(owner.Verdicts{ref(meshKey): accepted(snap, meshKey)}))
 	g.Expect(d.Shown).To(Equal(map[string][]string{"Mesh": {"default"}}))
 }

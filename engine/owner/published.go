@@ -15,8 +15,6 @@ import (
 	"slices"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/resource"
 )
 
 // maxLayers is how many frozen maps a zone's own verdicts keep before they are merged into one
@@ -40,14 +38,14 @@ func ownOf(v Verdicts) ownLayers {
 	return ownLayers{frozen: []Verdicts{v}, n: len(v)}
 }
 
-func (o *ownLayers) get(k resource.Key) (Verdict, bool) {
+func (o *ownLayers) get(k engine.Ref) (Verdict, bool) {
 	if v, ok := o.top[k]; ok {
 		return v, true
 	}
 	return layersGet(o.frozen, k)
 }
 
-func layersGet(frozen []Verdicts, k resource.Key) (Verdict, bool) {
+func layersGet(frozen []Verdicts, k engine.Ref) (Verdict, bool) {
 	for _, l := range frozen {
 		if v, ok := l[k]; ok {
 			return v, true
@@ -56,7 +54,7 @@ func layersGet(frozen []Verdicts, k resource.Key) (Verdict, bool) {
 	return Verdict{}, false
 }
 
-func (o *ownLayers) set(k resource.Key, v Verdict) {
+func (o *ownLayers) set(k engine.Ref, v Verdict) {
 	if _, had := o.get(k); !had {
 		o.n++
 	}
@@ -69,8 +67,8 @@ func (o *ownLayers) set(k resource.Key, v Verdict) {
 func (o *ownLayers) len() int { return o.n }
 
 // each calls f with every key's verdict, once.
-func (o *ownLayers) each(f func(k resource.Key, v Verdict)) {
-	seen := make(map[resource.Key]bool, o.n)
+func (o *ownLayers) each(f func(k engine.Ref, v Verdict)) {
+	seen := make(map[engine.Ref]bool, o.n)
 	for _, l := range append([]Verdicts{o.top}, o.frozen...) {
 		for k, v := range l {
 			if !seen[k] {
@@ -111,7 +109,7 @@ var _ engine.View = (*Published)(nil)
 
 // Visible implements engine.ZoneView: an entry is visible at the version of an accepted verdict.
 func (p *Published) Visible(e *engine.Entry) bool {
-	v, ok := p.verdict(kds.KeyOf(e), e.Name)
+	v, ok := p.verdict(refOfEntry(e))
 	return ok && v.Accepted() && v.Version == e.Version
 }
 
@@ -128,11 +126,11 @@ func (p *Published) SeesAll(snap *engine.Snapshot) bool {
 // Seq implements engine.ZoneView: later views of a zone have larger ones.
 func (p *Published) Seq() uint64 { return p.seq }
 
-func (p *Published) verdict(k resource.Key, name string) (Verdict, bool) {
+func (p *Published) verdict(k engine.Ref) (Verdict, bool) {
 	if v, ok := layersGet(p.own, k); ok {
 		return v, true
 	}
-	return below(p.table, p.base, k, name)
+	return below(p.table, p.base, k)
 }
 
 // publishLocked makes the zone's view of its verdicts now, numbered seq (Holds numbers every

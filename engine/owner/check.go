@@ -20,9 +20,6 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/resource"
-	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
 // inFlight is what a zone's check in flight has to weigh once its verdicts are in.
@@ -79,16 +76,20 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		z.base = snap
 	default:
 		if z.ownWaiting == nil {
-			z.ownWaiting, z.ownOwners = map[string]map[resource.Key]bool{}, map[resource.Key][]string{}
+			z.ownWaiting, z.ownOwners = map[engine.Ref]map[engine.Ref]bool{}, map[engine.Ref][]engine.Ref{}
 		}
 		for _, k := range o.gone {
 			z.setOwn(k, Verdict{}, nil) // no version: never visible until checked again
 		}
 		for _, e := range o.d.Accepted {
-			z.setOwn(kds.KeyOf(e), Verdict{Version: e.Version}, e)
+			z.setOwn(refOfEntry(e), Verdict{Version: e.Version}, nil)
 		}
 		for k, v := range o.d.Withheld {
-			z.setOwn(k, v, snap.Type(k.Kind)[k.XDSName()])
+			var owners []engine.Ref
+			if e := snap.Type(k.TypeURL)[k.Name]; e != nil {
+				owners = h.cfg.owners(e)
+			}
+			z.setOwn(k, v, owners)
 		}
 	}
 	// What arrived while the policy was asked was weighed against the verdicts before: weigh it
@@ -116,7 +117,7 @@ func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
 	}
 	if z.table != nil {
 		for _, e := range o.d.Accepted {
-			if _, held := z.table.held[kds.KeyOf(e)]; held {
+			if _, held := z.table.held[refOfEntry(e)]; held {
 				return false
 			}
 		}
@@ -156,22 +157,23 @@ func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
 
 // decide runs one check of zone against snap: plan, Predict, decision (and the hooks). It
 // returns nil when ctx is done.
-func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, full bool, keys map[resource.Key]bool, kinds []string) *outcome {
+func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool, kinds []string) *outcome {
 	entries, gone := h.entriesFor(zone, snap, full, keys)
-	plan := NewPlanOf(zone, entries, func(kind, name string) (string, bool) { return h.cfg.Inventory.AckedVersion(zone, kind, name) })
+	plan := newPlan(&h.cfg.Mapping, zone, entries, nil, func(typeURL, name string) (string, bool) {
+		return h.cfg.Inventory.AckedVersion(zone, typeURL, name)
+	})
 	o := &outcome{gone: gone}
 	if plan.Asks() {
 		var extra []engine.Ref
 		if kinds != nil {
-			for _, e := range plan.entries {
-				for _, k := range explicitOwners(e) {
-					extra = append(extra, engine.Ref{TypeURL: k.Kind, Name: k.XDSName()})
-				}
+			// The owners the candidates name on the wire: the inventory lists those the node
+			// holds whatever their type (the plugin protocol's owner_kinds).
+			for _, c := range plan.Request.Candidates {
+				extra = append(extra, h.cfg.refsOf(c.GetOwners())...)
 			}
 		}
 		for _, r := range h.cfg.Inventory.InventoryKeys(zone, kinds, extra) {
-			k := resource.KeyFromXDSName(r.TypeURL, r.Name)
-			plan.Request.Inventory = append(plan.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
+			plan.Request.Inventory = append(plan.Request.Inventory, h.cfg.wireKey(r))
 		}
 		start := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
@@ -191,7 +193,7 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, 
 		o.d = plan.decide(nil, nil)
 	}
 	if full {
-		o.table = newTable(o.d.Withheld, snap)
+		o.table = newTable(o.d.Withheld, snap, &h.cfg.Mapping)
 	}
 	return o
 }
@@ -200,17 +202,17 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, 
 // and, transitively, the owners they name that are served (a candidate's owner is a candidate
 // too, so the policy can tell "wait for it" from "it exists nowhere"); and the keys no longer
 // served.
-func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys map[resource.Key]bool) (entries []*engine.Entry, gone []resource.Key) {
+func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool) (entries []*engine.Entry, gone []engine.Ref) {
 	if full {
-		for _, kind := range snap.Types() {
-			for _, e := range snap.Type(kind) {
+		for _, typeURL := range snap.Types() {
+			for _, e := range snap.Type(typeURL) {
 				entries = append(entries, e)
 			}
 		}
 		return entries, nil
 	}
-	seen := make(map[resource.Key]bool, len(keys))
-	queue := make([]resource.Key, 0, len(keys))
+	seen := make(map[engine.Ref]bool, len(keys))
+	queue := make([]engine.Ref, 0, len(keys))
 	for k := range keys {
 		queue = append(queue, k)
 	}
@@ -221,39 +223,21 @@ func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys m
 			continue
 		}
 		seen[k] = true
-		e, ok := snap.Type(k.Kind)[k.XDSName()]
+		e, ok := snap.Type(k.TypeURL)[k.Name]
 		if !ok {
 			gone = append(gone, k)
 			continue
 		}
 		entries = append(entries, e)
-		for _, o := range owners(e) {
-			served, ok := snap.Type(o.Kind)[o.XDSName()]
+		for _, o := range h.cfg.owners(e) {
+			served, ok := snap.Type(o.TypeURL)[o.Name]
 			if !ok {
 				continue // served nowhere: the policy's to judge (REJECT), not a candidate
 			}
-			if v, held := h.cfg.Inventory.AckedVersion(zone, o.Kind, o.XDSName()); !held || v != served.Version {
+			if v, held := h.cfg.Inventory.AckedVersion(zone, o.TypeURL, o.Name); !held || v != served.Version {
 				queue = append(queue, o)
 			}
 		}
 	}
 	return entries, gone
-}
-
-// owners are the keys a resource names as its owners: its Mesh, when mesh-scoped, and its
-// explicit owners.
-func owners(e *engine.Entry) []resource.Key {
-	var out []resource.Key
-	if kds.ResourceOf(e).GetMesh() != "" {
-		out = append(out, resource.Key{Kind: resource.MeshKind, Name: kds.ResourceOf(e).GetMesh()})
-	}
-	return append(out, explicitOwners(e)...)
-}
-
-func explicitOwners(e *engine.Entry) []resource.Key {
-	var out []resource.Key
-	for _, o := range kds.ResourceOf(e).GetOwners() {
-		out = append(out, resource.Key{Kind: o.GetKind(), Mesh: o.GetMesh(), Name: o.GetName()})
-	}
-	return out
 }

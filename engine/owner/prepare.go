@@ -23,7 +23,6 @@ import (
 	"slices"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/resource"
 )
 
 // maxPrepared is the most changed entries a write has for Prepare to decide it ahead: a write
@@ -132,7 +131,7 @@ func (h *Holds) Prepare(snap *engine.Snapshot) {
 
 // waitsFor reports whether a table holds back anything that waits for one of owners (a changed
 // entry): its zones need that looked at again, which a check of their own does.
-func waitsFor(t *table, owners []string) bool {
+func waitsFor(t *table, owners []engine.Ref) bool {
 	if t == nil {
 		return false
 	}
@@ -147,7 +146,7 @@ func waitsFor(t *table, owners []string) bool {
 // prepareGroup decides the write for one group by a check of its first zone, and moves every
 // zone of it that is still at rest, with the same inventory, to snap. It reports false when the
 // check failed (stopped, or the policy failed open).
-func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *engine.Snapshot, keys map[resource.Key]bool, kinds []string) bool {
+func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *engine.Snapshot, keys map[engine.Ref]bool, kinds []string) bool {
 	first := g[0]
 	o := h.decide(ctx, first.name, snap, false, keys, kinds)
 	if o == nil || o.d.Err != nil {

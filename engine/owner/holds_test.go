@@ -15,8 +15,8 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
@@ -146,7 +146,7 @@ func (w *world) hold(zone string, k resource.Key) {
 func newHolds(t *testing.T, w *world) *owner.Holds {
 	t.Helper()
 	p := ownerpredict.New()
-	h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w})
+	h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func BenchmarkACKWithManyWaiting(b *testing.B) {
 	}
 	w := &world{snap: snapshot(b, keys...), inventory: map[string]map[string]map[string]string{"zone-1": {}}, refreshed: map[string][]string{}}
 	p := ownerpredict.New()
-	h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w})
+	h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	w.snap = snap
 	rec := &recording{inner: ownerpredict.New(), ownerKinds: true}
-	h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w})
+	h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer h.Close()
 	h.Changed(snap)
@@ -334,7 +334,7 @@ func TestHoldsCostWhatChanged(t *testing.T) {
 
 	// A plugin that declares no owner kinds gets the whole inventory, as before.
 	rec.ownerKinds = false
-	h2, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w})
+	h2, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer h2.Close()
 	w.mu.Lock()
@@ -351,7 +351,7 @@ func TestZonesAreCheckedInParallel(t *testing.T) {
 	g := NewWithT(t)
 	w := &world{snap: snapshot(t, meshKey, timeoutKey), inventory: map[string]map[string]map[string]string{"slow": {}, "fast": {}}, refreshed: map[string][]string{}}
 	rec := &recording{inner: ownerpredict.New(), ownerKinds: true, block: "slow", release: make(chan struct{})}
-	h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Workers: 2, Timeout: time.Hour})
+	h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Workers: 2, Timeout: time.Hour})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer h.Close()
 	defer close(rec.release)
@@ -377,7 +377,7 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		}
 		rec := &recording{inner: ownerpredict.New(), ownerKinds: true}
 		rec.perZone.Store(perZone)
-		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Generation: generation})
+		h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return rec }, Source: w, Inventory: w, Refresher: w, Generation: generation})
 		if err != nil {
 			t.Fatal(err)
 		}

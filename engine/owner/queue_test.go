@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -97,22 +98,22 @@ func TestHoldsTakesQueuedZonesInLinearWork(t *testing.T) {
 // work of its own copies it first, so no other zone's work changes.
 func TestAWritesKeysAreSharedUntilAZoneAddsToThem(t *testing.T) {
 	g := NewWithT(t)
-	write := map[resource.Key]bool{{Kind: "MeshTimeout", Mesh: "m1", Name: "p1"}: true}
+	write := map[engine.Ref]bool{ref(resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "p1"}): true}
 	var a, b, c pending
-	c.addWork(resource.Key{Kind: resource.MeshKind, Name: "m9"}) // work of its own already
+	c.addWork(ref(resource.Key{Kind: resource.MeshKind, Name: "m9"})) // work of its own already
 	for _, p := range []*pending{&a, &b, &c} {
 		p.addWrite(write)
 	}
-	same := func(m map[resource.Key]bool) bool {
+	same := func(m map[engine.Ref]bool) bool {
 		return reflect.ValueOf(m).UnsafePointer() == reflect.ValueOf(write).UnsafePointer()
 	}
 	g.Expect(same(a.keys)).To(BeTrue(), "no work of its own: the write's map, shared")
 	g.Expect(same(b.keys)).To(BeTrue())
 	g.Expect(c.keys).To(HaveLen(2), "work of its own: the write's keys added to it")
 
-	a.addWork(resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "p1"}) // already there: no copy
+	a.addWork(ref(resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "p1"})) // already there: no copy
 	g.Expect(same(a.keys)).To(BeTrue())
-	a.addWork(resource.Key{Kind: resource.MeshKind, Name: "m1"})
+	a.addWork(ref(resource.Key{Kind: resource.MeshKind, Name: "m1"}))
 	g.Expect(a.keys).To(HaveLen(2))
 	g.Expect(write).To(HaveLen(1), "the shared map is never written")
 	g.Expect(b.keys).To(HaveLen(1))

@@ -32,17 +32,17 @@ package owner
 //     accepted verdict.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"runtime"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/internal/shrink"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -80,6 +80,8 @@ type Hooks struct {
 
 // Config is what Holds needs.
 type Config struct {
+	// Mapping puts the entries on the policy's wire (zero: the default of each field).
+	Mapping
 	// Policy returns the OwnerCheck in force (a plugin, or the built-in one).
 	Policy    func() shared.OwnerCheck
 	Timeout   time.Duration // deadline of one Predict call (default 1s)
@@ -95,10 +97,10 @@ type Config struct {
 	Generation func() uint64
 }
 
-// Holds is the engine.Filter that keeps a zone's view to what its owners allow, and the observer
-// that re-checks a zone when what it holds changes. A resource version not checked yet for a
-// zone is not visible to it: nothing reaches a zone unchecked, except when the policy fails, and
-// then everything does.
+// Holds publishes each zone's view (engine.View, for a cache that UseViews), kept to what its
+// owners allow, and is the observer that re-checks a zone when what it holds changes. A resource
+// version not checked yet for a zone is not visible to it: nothing reaches a zone unchecked,
+// except when the policy fails, and then everything does.
 type Holds struct {
 	cfg Config
 
@@ -149,22 +151,16 @@ func (h *Holds) Close() {
 	h.wg.Wait()
 }
 
-// Visible implements engine.Filter.
+// Visible reports whether the zone may see e now, as its verdicts say (the cache reads the view
+// published into the zone's session instead: engine.Cache.UseViews).
 func (h *Holds) Visible(zone string, e *engine.Entry) bool {
 	visible, _, release := h.View(zone)
 	defer release()
 	return visible(e)
 }
 
-var _ engine.ViewPublisher = (*Holds)(nil)
-
-// PublishesViews implements engine.ViewPublisher: the cache reads each zone's view of its verdicts
-// from the zone's session (published after every check), not through View under its lock.
-func (h *Holds) PublishesViews() {}
-
-// View is Visible for one zone, under one read lock until release (the cache reads the published
-// view instead; Visible, the engine.Filter method, and the tests read this one). A zone not checked
-// yet sees nothing.
+// View is Visible for one zone, under one read lock until release. A zone not checked yet sees
+// nothing.
 func (h *Holds) View(zone string) (visible func(*engine.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
 	z := h.zones[zone]
@@ -173,7 +169,7 @@ func (h *Holds) View(zone string) (visible func(*engine.Entry) bool, none bool, 
 		if z == nil {
 			return false
 		}
-		v, ok := z.verdict(kds.KeyOf(e), e.Name)
+		v, ok := z.verdict(refOfEntry(e))
 		return ok && v.Accepted() && v.Version == e.Version
 	}, none, h.mu.RUnlock
 }
@@ -185,7 +181,7 @@ func (h *Holds) Changed(snap *engine.Snapshot) {
 	changed, delta := snap.ChangesFrom(h.snap)
 	if h.dependents != nil {
 		if delta {
-			h.dependents.update(h.snap, snap, changed)
+			h.dependents.update(h.snap, snap, changed, &h.cfg.Mapping)
 		} else {
 			h.dependents = nil // made again when needed
 		}
@@ -223,15 +219,15 @@ func (h *Holds) Changed(snap *engine.Snapshot) {
 	h.enqueue(zones...)
 }
 
-// changedKeys are a write's changed entries (kind -> xDS names) as keys, and as the owner names
-// that what waits for them is indexed by.
-func changedKeys(changed map[string][]string) (keys map[resource.Key]bool, owners []string) {
-	keys = map[resource.Key]bool{}
-	for kind, names := range changed {
+// changedKeys are a write's changed entries (type URL -> names) as keys, and as a list: the
+// owners what waits for them is indexed under.
+func changedKeys(changed map[string][]string) (keys map[engine.Ref]bool, owners []engine.Ref) {
+	keys = map[engine.Ref]bool{}
+	for typeURL, names := range changed {
 		for _, n := range names {
-			k := resource.KeyFromXDSName(kind, n)
+			k := engine.Ref{TypeURL: typeURL, Name: n}
 			keys[k] = true
-			owners = append(owners, k.String())
+			owners = append(owners, k)
 		}
 	}
 	return keys, owners
@@ -306,10 +302,10 @@ func (h *Holds) arrived(zone, kind string, names event.Versions, removed []strin
 		}
 	}
 	for n, version := range names.All() {
-		weigh(arrival{key: resource.KeyFromXDSName(kind, n), name: n, version: version})
+		weigh(arrival{key: engine.Ref{TypeURL: kind, Name: n}, version: version})
 	}
 	for _, n := range removed {
-		weigh(arrival{key: resource.KeyFromXDSName(kind, n), removed: true})
+		weigh(arrival{key: engine.Ref{TypeURL: kind, Name: n}, removed: true})
 	}
 	h.mu.Unlock()
 	if found {
@@ -320,8 +316,7 @@ func (h *Holds) arrived(zone, kind string, names event.Versions, removed []strin
 // arrival is a resource that a zone now holds at version, or removed, or that changed in the
 // snapshot.
 type arrival struct {
-	key     resource.Key
-	name    string // key's xDS name, with version
+	key     engine.Ref
 	version string
 	removed bool
 	changed bool
@@ -336,23 +331,23 @@ type arrival struct {
 //     without that owner would reject it now.
 //   - A resource changed in the snapshot is checked (Changed adds it).
 func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
-	found := z.addWaiting(a.key.String(), h.snap.Len())
+	found := z.addWaiting(a.key, h.snap.Len())
 	switch {
 	case a.changed:
 		z.addWork(a.key)
 		found = true
 	case a.removed:
 		if h.dependents == nil {
-			h.dependents = dependentsOf(h.snap)
+			h.dependents = dependentsOf(h.snap, &h.cfg.Mapping)
 		}
-		for k := range h.dependents[a.key.String()] {
-			if v, ok := z.verdict(k, k.XDSName()); ok && v.Accepted() {
+		for k := range h.dependents[a.key] {
+			if v, ok := z.verdict(k); ok && v.Accepted() {
 				z.addWork(k)
 				found = true
 			}
 		}
 	default:
-		if v, ok := z.verdict(a.key, a.name); ok && !v.Accepted() && v.Version == a.version {
+		if v, ok := z.verdict(a.key); ok && !v.Accepted() && v.Version == a.version {
 			z.addWork(a.key)
 			found = true
 		}
@@ -360,13 +355,13 @@ func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
 	return found
 }
 
-// Withheld returns what is held back from a zone, sorted by key.
+// Withheld returns what is held back from a zone, sorted by key (type URL, then name).
 func (h *Holds) Withheld(zone string) []Withheld {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	var out []Withheld
 	if z := h.zones[zone]; z != nil {
-		z.own.each(func(_ resource.Key, v Verdict) {
+		z.own.each(func(_ engine.Ref, v Verdict) {
 			if v.Withheld != nil {
 				out = append(out, *v.Withheld)
 			}
@@ -379,7 +374,9 @@ func (h *Holds) Withheld(zone string) []Withheld {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	slices.SortFunc(out, func(a, b Withheld) int {
+		return cmp.Or(strings.Compare(a.Key.TypeURL, b.Key.TypeURL), strings.Compare(a.Key.Name, b.Key.Name))
+	})
 	return out
 }
 

@@ -107,11 +107,11 @@ func zonesAtRest(t *testing.T, zones []string) (*kds.SnapshotBuilder, *engine.Sn
 		for _, e := range snap.Type(resource.MeshKind) {
 			w.held[z][kds.KeyOf(e)] = e.Version
 		}
-		e := snap.Type("MeshTimeout")[pol1K.XDSName()]
+		e := snap.Type("MeshTimeout")[pol1K.Name]
 		w.held[z][kds.KeyOf(e)] = e.Version
 	}
 	p := &counting{OwnerCheck: ownerpredict.New()}
-	h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
+	h, err := New(Config{Mapping: kdsMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2,
 		Generation: func() uint64 { return 1 }})
 	if err != nil {
 		t.Fatal(err)
@@ -142,8 +142,8 @@ func TestAWriteEveryZoneAcceptsIsDecidedOnceBeforeTheCacheServesIt(t *testing.T)
 		g.Expect(err).NotTo(HaveOccurred())
 		calls := p.calls.Load()
 		h.Prepare(snap2)
-		e2 := snap2.Type("MeshTimeout")[pol1K.XDSName()]
-		g.Expect(e2.Version).NotTo(Equal(snap1.Type("MeshTimeout")[pol1K.XDSName()].Version))
+		e2 := snap2.Type("MeshTimeout")[pol1K.Name]
+		g.Expect(e2.Version).NotTo(Equal(snap1.Type("MeshTimeout")[pol1K.Name].Version))
 		for _, z := range zones {
 			g.Expect(w.published[z].Visible(e2)).To(BeTrue(), "%s sees the write before the cache serves it", z)
 		}
@@ -205,7 +205,7 @@ func TestAZoneThatHearsSomethingWhileItsGroupIsDecidedChecksOnItsOwn(t *testing.
 				pol1v2.Generation, pol1v2.Labels = 2, map[string]string{"team": "b"}
 				snap2, err := b.Update([]resource.Resource{pol1v2}, nil)
 				g.Expect(err).NotTo(HaveOccurred())
-				e2 := snap2.Type("MeshTimeout")[pol1K.XDSName()]
+				e2 := snap2.Type("MeshTimeout")[pol1K.Name]
 				// The zones share one group; which one the check reads is Prepare's pick.
 				var first string
 				heard := func(zone string) {

@@ -10,8 +10,6 @@ import (
 	"errors"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -25,10 +23,10 @@ const (
 
 // Withheld is one resource kept out of a zone's view, or, in a check's answer, any verdict.
 type Withheld struct {
-	Key        resource.Key `json:"key"`
-	Verdict    string       `json:"verdict"` // WAIT or REJECT (or ACCEPT, in a check)
-	WaitingFor string       `json:"waitingFor,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
+	Key        engine.Ref `json:"key"`
+	Verdict    string     `json:"verdict"`             // WAIT or REJECT (or ACCEPT, in a check)
+	WaitingFor engine.Ref `json:"waitingFor,omitzero"` // the owner a WAIT waits for, if the policy named it
+	Reason     string     `json:"reason,omitempty"`
 }
 
 // Verdict is the decision for one version of one resource on one zone. It is kept for every
@@ -50,15 +48,15 @@ func (v Verdict) visible() string {
 }
 
 // Verdicts are one zone's decisions, by key.
-type Verdicts map[resource.Key]Verdict
+type Verdicts map[engine.Ref]Verdict
 
 // View is what a zone may see: the version of each key visible to it ("" for none).
 type View interface {
-	VisibleVersion(k resource.Key) string
+	VisibleVersion(r engine.Ref) string
 }
 
 // VisibleVersion implements View.
-func (v Verdicts) VisibleVersion(k resource.Key) string { return v[k].visible() }
+func (v Verdicts) VisibleVersion(r engine.Ref) string { return v[r].visible() }
 
 // Plan is one owner check of one zone, as a pure decision: NewPlan says what to ask the policy,
 // Decide reads its answer. The I/O (the Predict call) is the caller's.
@@ -67,59 +65,59 @@ type Plan struct {
 	// snapshot that the zone does not hold at its version; the zone's inventory.
 	Request *pluginv1.PredictRequest
 
+	m       *Mapping
 	extra   int             // how many of Request's candidates are extra
 	entries []*engine.Entry // the snapshot's candidates, in Request order after the extra ones
 	acked   []*engine.Entry // the snapshot's entries the zone has ACKed at their version
 }
 
-// NewPlan plans the check of zone, which has ACKed acked (kind -> xDS name -> version), against
-// snap: every entry of the snapshot, and the zone's whole inventory. The extra candidates (a
-// `kds-host check` file) are judged too, before the snapshot's, and replace the snapshot's
-// entries of the same keys.
-func NewPlan(zone string, snap *engine.Snapshot, acked map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
-	inExtra := make(map[resource.Key]bool, len(extra))
+// NewPlan plans the check of node, which has ACKed acked (type URL -> name -> version), against
+// snap: every entry of the snapshot, and the node's whole inventory, put on the wire by m. The
+// extra candidates (kds-host: a `kds-host check` file) are judged too, before the snapshot's,
+// and replace the snapshot's entries of the same keys (m.RefOf of each).
+func NewPlan(m Mapping, node string, snap *engine.Snapshot, acked map[string]map[string]string, extra []*kdsv1.Resource) *Plan {
+	inExtra := make(map[engine.Ref]bool, len(extra))
 	for _, r := range extra {
-		inExtra[resource.Key{Kind: r.GetKind(), Mesh: r.GetMesh(), Name: r.GetName()}] = true
+		inExtra[m.refOfCandidate(r)] = true
 	}
 	var entries []*engine.Entry
-	for _, kind := range snap.Types() {
-		for _, e := range snap.Type(kind) {
-			if !inExtra[kds.KeyOf(e)] {
+	for _, typeURL := range snap.Types() {
+		for _, e := range snap.Type(typeURL) {
+			if !inExtra[refOfEntry(e)] {
 				entries = append(entries, e)
 			}
 		}
 	}
-	p := newPlan(zone, entries, extra, func(kind, name string) (string, bool) {
-		v, ok := acked[kind][name]
+	p := newPlan(&m, node, entries, extra, func(typeURL, name string) (string, bool) {
+		v, ok := acked[typeURL][name]
 		return v, ok
 	})
-	for kind, names := range acked {
+	for typeURL, names := range acked {
 		for name := range names {
-			k := resource.KeyFromXDSName(kind, name)
-			p.Request.Inventory = append(p.Request.Inventory, &kdsv1.ResourceKey{Kind: k.Kind, Mesh: k.Mesh, Name: k.Name})
+			p.Request.Inventory = append(p.Request.Inventory, m.wireKey(engine.Ref{TypeURL: typeURL, Name: name}))
 		}
 	}
 	return p
 }
 
-// NewPlanOf plans the check of the given entries for zone: those the zone has ACKed at their
-// version (ackedVersion says) are accepted, the others are the candidates. The caller adds the inventory
-// to Request.
-func NewPlanOf(zone string, entries []*engine.Entry, ackedVersion func(kind, name string) (string, bool)) *Plan {
-	return newPlan(zone, entries, nil, ackedVersion)
+// NewPlanOf plans the check of the given entries for node, put on the wire by m: those the node
+// has ACKed at their version (ackedVersion says) are accepted, the others are the candidates.
+// The caller adds the inventory to Request.
+func NewPlanOf(m Mapping, node string, entries []*engine.Entry, ackedVersion func(typeURL, name string) (string, bool)) *Plan {
+	return newPlan(&m, node, entries, nil, ackedVersion)
 }
 
-func newPlan(zone string, entries []*engine.Entry, extra []*kdsv1.Resource, ackedVersion func(kind, name string) (string, bool)) *Plan {
-	p := &Plan{Request: &pluginv1.PredictRequest{Zone: zone}, extra: len(extra)}
+func newPlan(m *Mapping, node string, entries []*engine.Entry, extra []*kdsv1.Resource, ackedVersion func(typeURL, name string) (string, bool)) *Plan {
+	p := &Plan{Request: &pluginv1.PredictRequest{Zone: node}, m: m, extra: len(extra)}
 	p.Request.Candidates = make([]*kdsv1.Resource, 0, len(extra)+len(entries))
 	p.Request.Candidates = append(p.Request.Candidates, extra...)
 	for _, e := range entries {
-		if v, ok := ackedVersion(kds.KeyOf(e).Kind, e.Name); ok && v == e.Version {
+		if v, ok := ackedVersion(e.TypeURL, e.Name); ok && v == e.Version {
 			p.acked = append(p.acked, e)
 			continue
 		}
 		p.entries = append(p.entries, e)
-		p.Request.Candidates = append(p.Request.Candidates, kds.ResourceOf(e))
+		p.Request.Candidates = append(p.Request.Candidates, m.candidate(e))
 	}
 	return p
 }
@@ -152,7 +150,7 @@ func (d Decision) Verdicts() Verdicts {
 		out[k] = v
 	}
 	for _, e := range d.Accepted {
-		out[kds.KeyOf(e)] = Verdict{Version: e.Version}
+		out[refOfEntry(e)] = Verdict{Version: e.Version}
 	}
 	return out
 }
@@ -176,8 +174,8 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	preds := resp.GetPredictions()
 	for i, e := range p.entries {
 		if err == nil {
-			if h := withheldOf(preds[p.extra+i], kds.KeyOf(e)); h.Verdict != Accept {
-				d.Withheld[kds.KeyOf(e)] = Verdict{Version: e.Version, Withheld: &h}
+			if h := p.withheldOf(preds[p.extra+i], refOfEntry(e)); h.Verdict != Accept {
+				d.Withheld[h.Key] = Verdict{Version: e.Version, Withheld: &h}
 				continue
 			}
 		}
@@ -186,35 +184,31 @@ func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	if err == nil {
 		for i := range p.extra {
 			c := p.Request.Candidates[i]
-			d.Extra = append(d.Extra, withheldOf(preds[i], resource.Key{Kind: c.GetKind(), Mesh: c.GetMesh(), Name: c.GetName()}))
+			d.Extra = append(d.Extra, p.withheldOf(preds[i], p.m.refOfCandidate(c)))
 		}
 	}
 	return d
 }
 
-// shown names, by kind, the accepted entries whose version prev did not show.
+// shown names, by type URL, the accepted entries whose version prev did not show.
 func shown(accepted []*engine.Entry, prev View) map[string][]string {
 	out := map[string][]string{}
-	visible := func(e *engine.Entry) string { return prev.VisibleVersion(kds.KeyOf(e)) }
-	if z, ok := prev.(*zoneHolds); ok {
-		visible = z.visibleEntry // no xDS name to build
-	}
 	for _, e := range accepted {
-		if prev == nil || visible(e) != e.Version {
-			out[kds.KeyOf(e).Kind] = append(out[kds.KeyOf(e).Kind], e.Name)
+		if prev == nil || prev.VisibleVersion(refOfEntry(e)) != e.Version {
+			out[e.TypeURL] = append(out[e.TypeURL], e.Name)
 		}
 	}
 	return out
 }
 
 // withheldOf reads one prediction about key.
-func withheldOf(p *pluginv1.Prediction, key resource.Key) Withheld {
-	h := Withheld{Key: key, Verdict: Accept, Reason: p.GetReason()}
-	switch p.GetVerdict() {
+func (p *Plan) withheldOf(pr *pluginv1.Prediction, key engine.Ref) Withheld {
+	h := Withheld{Key: key, Verdict: Accept, Reason: pr.GetReason()}
+	switch pr.GetVerdict() {
 	case pluginv1.Verdict_VERDICT_WAIT:
 		h.Verdict = Wait
-		if w := p.GetWaitingFor(); w != nil {
-			h.WaitingFor = resource.Key{Kind: w.GetKind(), Mesh: w.GetMesh(), Name: w.GetName()}.String()
+		if w := pr.GetWaitingFor(); w != nil {
+			h.WaitingFor = p.m.refOf(w)
 		}
 	case pluginv1.Verdict_VERDICT_REJECT:
 		h.Verdict = Reject

@@ -13,8 +13,8 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
@@ -87,7 +87,7 @@ func TestAReportDuringACheckIsWeighedAfterIt(t *testing.T) {
 		pol := resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "a"}
 		w := &world{snap: snapshot(t, m1, pol), inventory: map[string]map[string]map[string]string{"zone-1": {}}, refreshed: map[string][]string{}}
 		p := gated{ownerpredict.New(), &gate{}}
-		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Timeout: time.Hour})
+		h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Timeout: time.Hour})
 		g.Expect(err).NotTo(HaveOccurred())
 		defer h.Close()
 		h.Changed(w.snap)
@@ -118,7 +118,7 @@ func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		w := &world{snap: snap, inventory: map[string]map[string]map[string]string{"zone-1": {}}, refreshed: map[string][]string{}}
 		p := gated{ownerpredict.New(), &gate{}}
-		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2, Timeout: time.Hour})
+		h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2, Timeout: time.Hour})
 		g.Expect(err).NotTo(HaveOccurred())
 		defer h.Close()
 		h.Changed(snap)
@@ -141,7 +141,7 @@ func TestWorkDuringACheckIsCheckedAfterIt(t *testing.T) {
 		g.Expect(p.gate.count()).To(Equal(2), "checked again once the first check ended")
 		e := snap2.Type(pol.Kind)[pol.Key().XDSName()]
 		g.Expect(h.Visible("zone-1", e)).To(BeFalse(), "the new version waits for its Mesh")
-		g.Expect(h.Withheld("zone-1")).To(ConsistOf(HaveField("Key", pol.Key())))
+		g.Expect(h.Withheld("zone-1")).To(ConsistOf(HaveField("Key", kds.RefOf(pol.Key()))))
 	})
 }
 
@@ -175,7 +175,7 @@ func TestAnAnswerFromAnInventoryThatMovedMeanwhileIsNotShared(t *testing.T) {
 		held := map[string]string{pol.XDSName(): version(snap, pol)}
 		w := &digestTaken{world: &world{snap: snap, inventory: map[string]map[string]map[string]string{"zone-1": {pol.Kind: maps.Clone(held)}}, refreshed: map[string][]string{}}}
 		p := gated{ownerpredict.New(), &gate{}} // zone independent: its answers are shared
-		h, err := owner.New(owner.Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w,
+		h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w,
 			Generation: func() uint64 { return 1 }, Timeout: time.Hour})
 		g.Expect(err).NotTo(HaveOccurred())
 		defer h.Close()

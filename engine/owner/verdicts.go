@@ -21,8 +21,6 @@ import (
 	"slices"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/resource"
 )
 
 // zoneHolds is what Holds keeps for one zone: while it is connected, and after its last stream
@@ -41,9 +39,9 @@ type zoneHolds struct {
 	own ownLayers  // published.go
 	pub *Published // the view of its verdicts its session reads, as of its last check
 	// ownWaiting indexes own's held verdicts by the owners they depend on (heldUnder).
-	ownWaiting map[string]map[resource.Key]bool
-	ownOwners  map[resource.Key][]string // the owners each of own's held verdicts is indexed under
-	ownHeld    int                       // how many of own's verdicts are held
+	ownWaiting map[engine.Ref]map[engine.Ref]bool
+	ownOwners  map[engine.Ref][]engine.Ref // the owners each of own's held verdicts is indexed under
+	ownHeld    int                         // how many of own's verdicts are held
 	table      *table
 	base       *engine.Snapshot
 
@@ -66,80 +64,78 @@ func (z *zoneHolds) holdsBack() bool {
 // table is what one full check held back, read-only once made: several zones may point at it.
 type table struct {
 	held    Verdicts
-	waiting map[string][]resource.Key // held's WAIT verdicts, by the owner they wait for
+	waiting map[engine.Ref][]engine.Ref // held's verdicts, by the owners they are held under (heldUnder)
 }
 
-func newTable(held Verdicts, snap *engine.Snapshot) *table {
-	t := &table{held: held, waiting: map[string][]resource.Key{}}
+// newTable indexes held, the verdicts a check of snap held back, under the owners m says their
+// entries name.
+func newTable(held Verdicts, snap *engine.Snapshot, m *Mapping) *table {
+	t := &table{held: held, waiting: map[engine.Ref][]engine.Ref{}}
 	for k, v := range held {
-		for _, o := range heldUnder(v, snap.Type(k.Kind)[k.XDSName()]) {
+		var owners []engine.Ref
+		if e := snap.Type(k.TypeURL)[k.Name]; e != nil {
+			owners = m.owners(e)
+		}
+		for _, o := range heldUnder(v, owners) {
 			t.waiting[o] = append(t.waiting[o], k)
 		}
 	}
 	return t
 }
 
-// heldUnder are the owners (resource.Key.String()) whose change in the snapshot or arrival on the
-// zone may change a held verdict of e: what it waits for, and every owner e names (a REJECT for
-// an owner served nowhere may become a WAIT or an ACCEPT once that owner is written or arrives).
-// An accepted verdict is under none.
-func heldUnder(v Verdict, e *engine.Entry) []string {
+// heldUnder are the owners whose change in the snapshot or arrival on the zone may change a held
+// verdict of an entry that names owners: what it waits for, and every one of owners (a REJECT
+// for an owner served nowhere may become a WAIT or an ACCEPT once that owner is written or
+// arrives). An accepted verdict is under none.
+func heldUnder(v Verdict, owners []engine.Ref) []engine.Ref {
 	if v.Withheld == nil {
 		return nil
 	}
-	var out []string
-	if v.Withheld.WaitingFor != "" {
+	var out []engine.Ref
+	if v.Withheld.WaitingFor != (engine.Ref{}) {
 		out = append(out, v.Withheld.WaitingFor)
 	}
-	if e != nil {
-		for _, o := range owners(e) {
-			if s := o.String(); !slices.Contains(out, s) {
-				out = append(out, s)
-			}
+	for _, o := range owners {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
 		}
 	}
 	return out
 }
 
 // verdict is the zone's verdict of k, if it has one.
-func (z *zoneHolds) verdict(k resource.Key, name string) (Verdict, bool) {
+func (z *zoneHolds) verdict(k engine.Ref) (Verdict, bool) {
 	if v, ok := z.own.get(k); ok {
 		return v, true
 	}
-	return below(z.table, z.base, k, name)
+	return below(z.table, z.base, k)
 }
 
 // below is the verdict of k under a zone's own verdicts: its table's, else the base snapshot's
 // version (accepted).
-func below(t *table, base *engine.Snapshot, k resource.Key, name string) (Verdict, bool) {
+func below(t *table, base *engine.Snapshot, k engine.Ref) (Verdict, bool) {
 	if t != nil {
 		if v, ok := t.held[k]; ok {
 			return v, true
 		}
 	}
-	if e := base.Type(k.Kind)[name]; e != nil {
+	if e := base.Type(k.TypeURL)[k.Name]; e != nil {
 		return Verdict{Version: e.Version}, true
 	}
 	return Verdict{}, false
 }
 
 // VisibleVersion implements View.
-func (z *zoneHolds) VisibleVersion(k resource.Key) string {
-	v, _ := z.verdict(k, k.XDSName())
-	return v.visible()
-}
-
-// visibleEntry is VisibleVersion of an entry's key, without building its xDS name.
-func (z *zoneHolds) visibleEntry(e *engine.Entry) string {
-	v, _ := z.verdict(kds.KeyOf(e), e.Name)
+func (z *zoneHolds) VisibleVersion(k engine.Ref) string {
+	v, _ := z.verdict(k)
 	return v.visible()
 }
 
 // addWaiting adds what waits for owner to the next check's work, and reports whether anything
 // does. When that is most of the snapshot (snapLen entries; a Mesh ACK releasing what waited
 // for it) the next check looks at everything instead: one walk, not a set of every key.
-func (z *zoneHolds) addWaiting(owner string, snapLen int) bool {
-	var shared []resource.Key
+func (z *zoneHolds) addWaiting(owner engine.Ref, snapLen int) bool {
+	var shared []engine.Ref
 	if z.table != nil {
 		shared = z.table.waiting[owner]
 	}
@@ -160,9 +156,10 @@ func (z *zoneHolds) addWaiting(owner string, snapLen int) bool {
 	return true
 }
 
-// setOwn records the verdict of k in own (a verdict without version: k is no longer served), e
-// being the entry it judged (nil: none), and keeps own's waiting index.
-func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *engine.Entry) {
+// setOwn records the verdict of k in own (a verdict without version: k is no longer served),
+// owners being what the entry it judged names (Mapping.Owners; nil for none, or no entry), and
+// keeps own's waiting index.
+func (z *zoneHolds) setOwn(k engine.Ref, v Verdict, owners []engine.Ref) {
 	for _, o := range z.ownOwners[k] {
 		if w := z.ownWaiting[o]; w != nil {
 			delete(w, k)
@@ -179,7 +176,7 @@ func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *engine.Entry) {
 		z.ownHeld++
 	}
 	z.own.set(k, v)
-	under := heldUnder(v, e)
+	under := heldUnder(v, owners)
 	if len(under) == 0 {
 		return
 	}
@@ -187,7 +184,7 @@ func (z *zoneHolds) setOwn(k resource.Key, v Verdict, e *engine.Entry) {
 	for _, o := range under {
 		w := z.ownWaiting[o]
 		if w == nil {
-			w = map[resource.Key]bool{}
+			w = map[engine.Ref]bool{}
 			z.ownWaiting[o] = w
 		}
 		w[k] = true

@@ -22,15 +22,14 @@ import (
 	"sync"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/resource"
 )
 
 // outcome is one check's decision, which every zone that asked the same may use.
 type outcome struct {
 	ready chan struct{} // closed when d is there (shared outcomes)
 	d     Decision
-	gone  []resource.Key // keys asked about that are no longer served
-	table *table         // d.Held as a table (full checks)
+	gone  []engine.Ref // keys asked about that are no longer served
+	table *table       // d.Held as a table (full checks)
 
 	mu    sync.Mutex                   // guards shown
 	shown map[view]map[string][]string // what d shows to each view it was shared with
@@ -74,7 +73,7 @@ type shareKey struct {
 
 // decision decides a check of zone (z, being checked): the zone's own, or one shared with the
 // zones that asked the same before (or are asking now). It returns nil when ctx is done.
-func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *engine.Snapshot, full bool, keys map[resource.Key]bool) *outcome {
+func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool) *outcome {
 	decl := h.described.get(ctx)
 	kinds := decl.kinds
 	if !decl.shared {
@@ -139,14 +138,12 @@ func (h *Holds) decision(ctx context.Context, zone string, z *zoneHolds, snap *e
 const maxShared = 256
 
 // keysHash identifies a set of keys, whatever their order.
-func keysHash(keys map[resource.Key]bool) uint64 {
+func keysHash(keys map[engine.Ref]bool) uint64 {
 	var sum uint64
 	for k := range keys {
 		var h maphash.Hash
 		h.SetSeed(keysSeed)
-		h.WriteString(k.Kind)
-		h.WriteByte(0)
-		h.WriteString(k.Mesh)
+		h.WriteString(k.TypeURL)
 		h.WriteByte(0)
 		h.WriteString(k.Name)
 		sum ^= h.Sum64()

@@ -1,10 +1,12 @@
 package owner
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -33,43 +35,43 @@ var (
 	mesh1  = resource.Resource{Kind: resource.MeshKind, Name: "m1", Generation: 1}
 	pol1   = policy("MeshTimeout", "m1", "a")
 	pol2   = policy("MeshTimeout", "m1", "b", resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "r"})
-	mesh1K = mesh1.Key()
-	pol1K  = pol1.Key()
-	pol2K  = pol2.Key()
+	mesh1K = ref(mesh1.Key())
+	pol1K  = ref(pol1.Key())
+	pol2K  = ref(pol2.Key())
 )
 
 // servedPolicies is a snapshot of mesh1, pol1 and pol2, and the version it serves of a key.
-func servedPolicies(t *testing.T) (*engine.Snapshot, func(resource.Key) string) {
+func servedPolicies(t *testing.T) (*engine.Snapshot, func(engine.Ref) string) {
 	snap := served(t, mesh1, pol1, pol2)
-	return snap, func(k resource.Key) string { return snap.Type(k.Kind)[k.XDSName()].Version }
+	return snap, func(k engine.Ref) string { return snap.Type(k.TypeURL)[k.Name].Version }
 }
 
 // layered is a zone whose verdicts are own, then a table of table (nil: none), then snap.
 func layered(own, table Verdicts, snap *engine.Snapshot) *zoneHolds {
 	z := &zoneHolds{own: ownOf(own), base: snap}
 	if table != nil {
-		z.table = newTable(table, snap)
+		z.table = newTable(table, snap, &kdsMapping)
 	}
 	return z
 }
 
-func wait(k resource.Key, version, owner string) Verdict {
-	return Verdict{Version: version, Withheld: &Withheld{Key: k, Verdict: Wait, WaitingFor: owner}}
+func wait(k engine.Ref, version, owner string) Verdict {
+	return Verdict{Version: version, Withheld: &Withheld{Key: k, Verdict: Wait, WaitingFor: refOf(owner)}}
 }
 
-func reject(k resource.Key, version string) Verdict {
+func reject(k engine.Ref, version string) Verdict {
 	return Verdict{Version: version, Withheld: &Withheld{Key: k, Verdict: Reject}}
 }
 
 // The first layer that knows a key wins: own, then the table, then the base snapshot.
 func TestZoneVerdictLayers(t *testing.T) {
 	snap, v := servedPolicies(t)
-	absent := resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "gone"}
+	absent := ref(resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: "gone"})
 	for _, tc := range []struct {
 		name        string
 		own         Verdicts
 		table       Verdicts
-		key         resource.Key
+		key         engine.Ref
 		want        Verdict
 		wantKnown   bool
 		wantVisible string
@@ -85,13 +87,10 @@ func TestZoneVerdictLayers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			z := layered(tc.own, tc.table, snap)
-			got, known := z.verdict(tc.key, tc.key.XDSName())
+			got, known := z.verdict(tc.key)
 			g.Expect(got).To(Equal(tc.want))
 			g.Expect(known).To(Equal(tc.wantKnown))
 			g.Expect(z.VisibleVersion(tc.key)).To(Equal(tc.wantVisible))
-			if e := snap.Type(tc.key.Kind)[tc.key.XDSName()]; e != nil {
-				g.Expect(z.visibleEntry(e)).To(Equal(tc.wantVisible))
-			}
 		})
 	}
 }
@@ -100,8 +99,8 @@ func TestZoneVerdictLayers(t *testing.T) {
 // keeps own's index as verdicts replace each other, and an accepted verdict is under nothing.
 func TestOwnWaitingIndex(t *testing.T) {
 	snap := served(t, mesh1, pol1, pol2)
-	e1, e2 := snap.Type(pol1K.Kind)[pol1K.XDSName()], snap.Type(pol2K.Kind)[pol2K.XDSName()]
-	type set = map[string][]resource.Key
+	e1, e2 := snap.Type(pol1K.TypeURL)[pol1K.Name], snap.Type(pol2K.TypeURL)[pol2K.Name]
+	type set = map[engine.Ref][]engine.Ref
 	for _, tc := range []struct {
 		name string
 		set  func(z *zoneHolds)
@@ -109,31 +108,31 @@ func TestOwnWaitingIndex(t *testing.T) {
 	}{
 		{
 			name: "a WAIT for its Mesh: under the Mesh once",
-			set:  func(z *zoneHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), e1) },
-			want: set{"Mesh/m1": {pol1K}},
+			set:  func(z *zoneHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1)) },
+			want: set{refOf("Mesh/m1"): {pol1K}},
 		},
 		{
 			name: "a REJECT: under its Mesh and its explicit owner",
-			set:  func(z *zoneHolds) { z.setOwn(pol2K, reject(pol2K, e2.Version), e2) },
-			want: set{"Mesh/m1": {pol2K}, "MeshRetry/m1/r": {pol2K}},
+			set:  func(z *zoneHolds) { z.setOwn(pol2K, reject(pol2K, e2.Version), ownersOf(e2)) },
+			want: set{refOf("Mesh/m1"): {pol2K}, refOf("MeshRetry/m1/r"): {pol2K}},
 		},
 		{
 			name: "a WAIT for something it does not name: under that too",
-			set:  func(z *zoneHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/other"), e1) },
-			want: set{"Mesh/other": {pol1K}, "Mesh/m1": {pol1K}},
+			set:  func(z *zoneHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/other"), ownersOf(e1)) },
+			want: set{refOf("Mesh/other"): {pol1K}, refOf("Mesh/m1"): {pol1K}},
 		},
 		{
 			name: "accepted later: under nothing",
 			set: func(z *zoneHolds) {
-				z.setOwn(pol2K, reject(pol2K, e2.Version), e2)
-				z.setOwn(pol2K, Verdict{Version: e2.Version}, e2)
+				z.setOwn(pol2K, reject(pol2K, e2.Version), ownersOf(e2))
+				z.setOwn(pol2K, Verdict{Version: e2.Version}, ownersOf(e2))
 			},
 			want: set{},
 		},
 		{
 			name: "no longer served: under nothing",
 			set: func(z *zoneHolds) {
-				z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), e1)
+				z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1))
 				z.setOwn(pol1K, Verdict{}, nil)
 			},
 			want: set{},
@@ -141,21 +140,21 @@ func TestOwnWaitingIndex(t *testing.T) {
 		{
 			name: "two under one owner, one leaves",
 			set: func(z *zoneHolds) {
-				z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), e1)
-				z.setOwn(pol2K, wait(pol2K, e2.Version, "MeshRetry/m1/r"), e2)
-				z.setOwn(pol1K, Verdict{Version: e1.Version}, e1)
+				z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1))
+				z.setOwn(pol2K, wait(pol2K, e2.Version, "MeshRetry/m1/r"), ownersOf(e2))
+				z.setOwn(pol1K, Verdict{Version: e1.Version}, ownersOf(e1))
 			},
-			want: set{"Mesh/m1": {pol2K}, "MeshRetry/m1/r": {pol2K}},
+			want: set{refOf("Mesh/m1"): {pol2K}, refOf("MeshRetry/m1/r"): {pol2K}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{ownWaiting: map[string]map[resource.Key]bool{}, ownOwners: map[resource.Key][]string{}, base: snap}
+			z := &zoneHolds{ownWaiting: map[engine.Ref]map[engine.Ref]bool{}, ownOwners: map[engine.Ref][]engine.Ref{}, base: snap}
 			tc.set(z)
 			got := set{}
 			for o, keys := range z.ownWaiting {
 				g.Expect(keys).NotTo(BeEmpty(), "no empty set is kept")
-				got[o] = slices.SortedFunc(maps.Keys(keys), func(a, b resource.Key) int { return compareKeys(a, b) })
+				got[o] = slices.SortedFunc(maps.Keys(keys), compareKeys)
 			}
 			g.Expect(got).To(Equal(tc.want))
 			for k, under := range z.ownOwners {
@@ -166,13 +165,13 @@ func TestOwnWaitingIndex(t *testing.T) {
 
 			// A table of the same verdicts is indexed the same.
 			held := Verdicts{}
-			z.own.each(func(k resource.Key, v Verdict) {
+			z.own.each(func(k engine.Ref, v Verdict) {
 				if v.Withheld != nil {
 					held[k] = v
 				}
 			})
 			table := set{}
-			for o, keys := range newTable(held, snap).waiting {
+			for o, keys := range newTable(held, snap, &kdsMapping).waiting {
 				table[o] = slices.SortedFunc(slices.Values(keys), compareKeys)
 			}
 			g.Expect(table).To(Equal(tc.want))
@@ -180,23 +179,17 @@ func TestOwnWaitingIndex(t *testing.T) {
 	}
 }
 
-func compareKeys(a, b resource.Key) int {
-	switch {
-	case a.String() < b.String():
-		return -1
-	case a.String() > b.String():
-		return 1
-	}
-	return 0
+func compareKeys(a, b engine.Ref) int {
+	return cmp.Or(strings.Compare(a.TypeURL, b.TypeURL), strings.Compare(a.Name, b.Name))
 }
 
 // addWaiting adds what waits for an owner to the zone's work, or, once that and the work already
 // there are half the snapshot or more, a full check instead.
 func TestAddWaitingThresholds(t *testing.T) {
-	waiting := func(n int) map[resource.Key]bool {
-		out := map[resource.Key]bool{}
+	waiting := func(n int) map[engine.Ref]bool {
+		out := map[engine.Ref]bool{}
 		for i := range n {
-			out[resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: fmt.Sprint("w-", i)}] = true
+			out[ref(resource.Key{Kind: "MeshTimeout", Mesh: "m1", Name: fmt.Sprint("w-", i)})] = true
 		}
 		return out
 	}
@@ -221,23 +214,23 @@ func TestAddWaitingThresholds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{ownWaiting: map[string]map[resource.Key]bool{}}
+			z := &zoneHolds{ownWaiting: map[engine.Ref]map[engine.Ref]bool{}}
 			if tc.own > 0 {
-				z.ownWaiting["Mesh/m1"] = waiting(tc.own)
+				z.ownWaiting[refOf("Mesh/m1")] = waiting(tc.own)
 			}
-			var tableKeys []resource.Key
+			var tableKeys []engine.Ref
 			for i := range tc.table {
-				tableKeys = append(tableKeys, resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: fmt.Sprint("t-", i)})
+				tableKeys = append(tableKeys, ref(resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: fmt.Sprint("t-", i)}))
 			}
-			z.table = &table{waiting: map[string][]resource.Key{"Mesh/m1": tableKeys}}
+			z.table = &table{waiting: map[engine.Ref][]engine.Ref{refOf("Mesh/m1"): tableKeys}}
 			z.full = tc.full
 			for i := range tc.work {
-				z.addWork(resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: fmt.Sprint("work-", i)})
+				z.addWork(ref(resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: fmt.Sprint("work-", i)}))
 			}
-			g.Expect(z.addWaiting("Mesh/m1", tc.snapLen)).To(Equal(tc.wantFound))
+			g.Expect(z.addWaiting(refOf("Mesh/m1"), tc.snapLen)).To(Equal(tc.wantFound))
 			g.Expect(z.full).To(Equal(tc.wantFull))
 			g.Expect(z.keys).To(HaveLen(tc.wantKeys))
-			g.Expect(z.addWaiting("Mesh/other", tc.snapLen)).To(BeFalse(), "nothing waits for another owner")
+			g.Expect(z.addWaiting(refOf("Mesh/other"), tc.snapLen)).To(BeFalse(), "nothing waits for another owner")
 		})
 	}
 }
@@ -255,7 +248,7 @@ func TestDependentsKeptPerWrite(t *testing.T) {
 	var b kds.SnapshotBuilder
 	prev, err := b.Update(nil, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	d := dependentsOf(prev)
+	d := dependentsOf(prev, &kdsMapping)
 	generation := map[resource.Key]int64{}
 	for step := range 300 {
 		k := key()
@@ -275,9 +268,9 @@ func TestDependentsKeptPerWrite(t *testing.T) {
 		snap, err := b.Update(changed, deleted)
 		g.Expect(err).NotTo(HaveOccurred())
 		if diff, ok := snap.ChangesFrom(prev); ok {
-			d.update(prev, snap, diff)
+			d.update(prev, snap, diff, &kdsMapping)
 		}
-		g.Expect(d).To(Equal(dependentsOf(snap)), "step %d", step)
+		g.Expect(d).To(Equal(dependentsOf(snap, &kdsMapping)), "step %d", step)
 		prev = snap
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
@@ -135,7 +135,7 @@ func runModel(t *testing.T, seed uint64, steps int) int {
 	}
 	var p shared.OwnerCheck = ownerpredict.New()
 	r.policy.Store(&p)
-	holds, err := owner.New(owner.Config{
+	holds, err := owner.New(owner.Config{Mapping: owner.KDSMapping,
 		Policy: func() shared.OwnerCheck { return gated{*r.policy.Load(), &r.gate} }, Source: r.global, Inventory: r.global, Refresher: r.global,
 		Workers: 2, Generation: r.gen.Load, Timeout: time.Hour,
 	})
@@ -378,7 +378,7 @@ func (r *modelRun) check() {
 		if !r.zones[zone].open {
 			continue
 		}
-		plan := owner.NewPlan(zone, snap, r.global.inventoryOf(zone), nil)
+		plan := owner.NewPlan(owner.KDSMapping, zone, snap, r.global.inventoryOf(zone), nil)
 		resp, err := ownerpredict.New().Predict(context.Background(), plan.Request)
 		if err != nil {
 			r.t.Fatal(err)
@@ -396,7 +396,7 @@ func (r *modelRun) check() {
 		for _, kind := range snap.Types() {
 			for _, name := range snap.Names(kind) {
 				e := snap.Type(kind)[name]
-				v := verdicts[kds.KeyOf(e)]
+				v := verdicts[engine.Ref{TypeURL: e.TypeURL, Name: e.Name}]
 				wantVisible := v.Accepted() && v.Version == e.Version
 				if visible(e) != wantVisible {
 					r.t.Errorf("%s sees %s %s: %v, from scratch: %v (%+v)", zone, kind, name, visible(e), wantVisible, v.Withheld)
@@ -414,7 +414,10 @@ func (r *modelRun) check() {
 		for _, v := range want.Withheld {
 			wantHeld = append(wantHeld, *v.Withheld)
 		}
-		sort.Slice(wantHeld, func(i, j int) bool { return wantHeld[i].Key.String() < wantHeld[j].Key.String() })
+		sort.Slice(wantHeld, func(i, j int) bool {
+			a, b := wantHeld[i].Key, wantHeld[j].Key
+			return a.TypeURL < b.TypeURL || (a.TypeURL == b.TypeURL && a.Name < b.Name)
+		})
 		if got := r.holds.Withheld(zone); !slices.Equal(got, wantHeld) {
 			r.t.Errorf("%s held back: %+v, from scratch: %+v", zone, got, wantHeld)
 		}

@@ -18,24 +18,24 @@ import (
 // verdicts of what is no longer served are not listed.
 func TestHeldOrderAndLayers(t *testing.T) {
 	snap, v := servedPolicies(t)
-	other := resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "a"}
+	other := ref(resource.Key{Kind: "MeshRetry", Mesh: "m1", Name: "a"})
 	for _, tc := range []struct {
 		name  string
 		own   Verdicts
 		table Verdicts
-		want  []resource.Key
+		want  []engine.Ref
 	}{
 		{name: "nothing held"},
-		{name: "the table's, sorted", table: Verdicts{pol2K: reject(pol2K, v(pol2K)), pol1K: wait(pol1K, v(pol1K), "Mesh/m1"), other: reject(other, "1")}, want: []resource.Key{other, pol1K, pol2K}},
-		{name: "own accepts one of the table's", own: Verdicts{pol1K: {Version: v(pol1K)}}, table: Verdicts{pol1K: wait(pol1K, v(pol1K), "Mesh/m1"), pol2K: reject(pol2K, v(pol2K))}, want: []resource.Key{pol2K}},
-		{name: "own holds back, the table had it accepted", own: Verdicts{mesh1K: reject(mesh1K, v(mesh1K)), pol1K: {}}, table: Verdicts{pol2K: reject(pol2K, v(pol2K))}, want: []resource.Key{mesh1K, pol2K}},
-		{name: "own replaces the table's verdict", own: Verdicts{pol2K: wait(pol2K, v(pol2K), "MeshRetry/m1/r")}, table: Verdicts{pol2K: reject(pol2K, v(pol2K))}, want: []resource.Key{pol2K}},
+		{name: "the table's, sorted", table: Verdicts{pol2K: reject(pol2K, v(pol2K)), pol1K: wait(pol1K, v(pol1K), "Mesh/m1"), other: reject(other, "1")}, want: []engine.Ref{other, pol1K, pol2K}},
+		{name: "own accepts one of the table's", own: Verdicts{pol1K: {Version: v(pol1K)}}, table: Verdicts{pol1K: wait(pol1K, v(pol1K), "Mesh/m1"), pol2K: reject(pol2K, v(pol2K))}, want: []engine.Ref{pol2K}},
+		{name: "own holds back, the table had it accepted", own: Verdicts{mesh1K: reject(mesh1K, v(mesh1K)), pol1K: {}}, table: Verdicts{pol2K: reject(pol2K, v(pol2K))}, want: []engine.Ref{mesh1K, pol2K}},
+		{name: "own replaces the table's verdict", own: Verdicts{pol2K: wait(pol2K, v(pol2K), "MeshRetry/m1/r")}, table: Verdicts{pol2K: reject(pol2K, v(pol2K))}, want: []engine.Ref{pol2K}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			z := layered(tc.own, tc.table, snap)
 			h := &Holds{zones: map[string]*zoneHolds{"zone-1": z}}
-			var got []resource.Key
+			var got []engine.Ref
 			for _, held := range h.Withheld("zone-1") {
 				got = append(got, held.Key)
 				if own, ok := tc.own[held.Key]; ok {
@@ -110,7 +110,7 @@ func (e *emptyZones) Publish(string, engine.View)         {}
 func newTestHolds(t *testing.T, snap *engine.Snapshot, p shared.OwnerCheck) *Holds {
 	t.Helper()
 	w := &emptyZones{snap: snap}
-	h, err := New(Config{Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2})
+	h, err := New(Config{Mapping: kdsMapping, Policy: func() shared.OwnerCheck { return p }, Source: w, Inventory: w, Refresher: w, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,11 +163,11 @@ func TestAnAcceptedWriteMovesTheBaseInsteadOfAddingOwnVerdicts(t *testing.T) {
 		own, base = layers()
 		g.Expect(own).To(BeNumerically(">", 0), "a write held back is the zone's own verdict")
 		g.Expect(base).To(BeIdenticalTo(snap2), "over the base it had")
-		g.Expect(h.Visible("zone-1", snap3.Type("MeshTimeout")[pol1K.XDSName()])).To(BeFalse())
+		g.Expect(h.Visible("zone-1", snap3.Type("MeshTimeout")[pol1K.Name])).To(BeFalse())
 		g.Expect(h.Visible("zone-1", snap3.Type(resource.MeshKind)["m1"])).To(BeTrue())
 
 		// Deleting the held policy again: the zone has own verdicts, so they stay its own.
-		snap4, err := b.Update(nil, []resource.Key{pol1K})
+		snap4, err := b.Update(nil, []resource.Key{pol1.Key()})
 		g.Expect(err).NotTo(HaveOccurred())
 		h.Changed(snap4)
 		synctest.Wait()

@@ -16,24 +16,24 @@ import (
 	"context"
 	"maps"
 
-	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/engine"
 )
 
 // pending is a zone's work: what its next check looks at.
 type pending struct {
-	full bool                  // everything
-	keys map[resource.Key]bool // else these keys (and their owners); read-only when shared
+	full bool                // everything
+	keys map[engine.Ref]bool // else these keys (and their owners); read-only when shared
 	// shared: keys is a write's changed keys, given to every zone that had no other work
 	// (addWrite), and copied before it is added to.
 	shared bool
 }
 
-func (p *pending) addWork(k resource.Key) {
+func (p *pending) addWork(k engine.Ref) {
 	if p.full || p.keys[k] {
 		return // everything is looked at anyway, or k already is
 	}
 	if p.keys == nil || p.shared {
-		keys := make(map[resource.Key]bool, len(p.keys)+1)
+		keys := make(map[engine.Ref]bool, len(p.keys)+1)
 		maps.Copy(keys, p.keys)
 		p.keys, p.shared = keys, false
 	}
@@ -42,7 +42,7 @@ func (p *pending) addWork(k resource.Key) {
 
 // addWrite adds a write's changed keys, read-only: a zone with no other work shares the map with
 // the others (a write every zone checks costs no map per zone).
-func (p *pending) addWrite(keys map[resource.Key]bool) {
+func (p *pending) addWrite(keys map[engine.Ref]bool) {
 	switch {
 	case p.full:
 	case len(p.keys) == 0:
