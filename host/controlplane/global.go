@@ -604,12 +604,10 @@ func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRe
 			}
 			for _, k := range zv.Kinds {
 				k.Withheld = perKind[k.Kind]
-				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
 				k.Held = k.Withheld
 				delete(perKind, k.Kind)
 			}
 			for kind, n := range perKind { // withheld before anything of the kind was sent
-				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
 				zv.Kinds = append(zv.Kinds, &KindView{Kind: kind, Withheld: n, Held: n})
 			}
 			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
