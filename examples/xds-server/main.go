@@ -379,7 +379,7 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 
 // guardOptions are the guard's options that the flags set; runWith adds the plugin runtime's.
 func guardOptions(cfg config, log hclog.Logger) guard.Options {
-	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard"),
+	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: slog.New(hclogslog.New(log.Named("guard"))), Metrics: policy.Metrics{Namespace: "kds_xds"},
 		MaxTypesPerStream: cfg.maxTypesPerStream, MaxNamesPerStream: cfg.maxNamesPerStream, MaxStreamsPerNode: cfg.maxStreamsPerNode}
 }
 
