@@ -41,7 +41,9 @@ type Observable interface {
 }
 
 // operationObserver holds a store's observer.
-type operationObserver struct{ f atomic.Pointer[OperationObserver] }
+type operationObserver struct {
+	f atomic.Pointer[OperationObserver]
+}
 
 // ObserveOperations implements Observable.
 func (s *sqlStore) ObserveOperations(o OperationObserver) {
