@@ -29,19 +29,22 @@ var allowed = []struct {
 	{"plugins/retry-forcer/...", []string{"plugins/retry-forcer/...", "shared/...", "proto/..."}},
 	{"plugins/owner-check/...", []string{"plugins/owner-check/...", "shared/...", "proto/..."}},
 	// The host's global serves its zones through the guard package, as an outside server would.
-	{"host/...", []string{"host/...", "guard", "engine/...", "internal/serial", "internal/shrink", "internal/lograte", "shared/...", "proto/...", "plugins/..."}},
+	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "internal/hclogslog", "shared/...", "proto/...", "plugins/..."}},
 	// The guard is what any go-control-plane server adopts, kds-host's global included: kds-host's
 	// retry (the Machine, its scheduler, the session work queue and the events they hear), its NACK
-	// reading, its cache and owner holds, and the built-in policy; never kds-host's stores, API or
-	// control plane.
-	{"guard/...", []string{"guard/...", "engine/...", "internal/...", "host/kds", "host/owner", "host/resource",
-		"shared/...", "proto/...", "plugins/retry-forcer/..."}},
-	// The library an xDS server adopts (the engine, its events, NACK reading and retry) imports
-	// nothing of kds-host's application.
+	// reading, its cache and owner holds, and the built-in policy; nothing of kds-host's
+	// application (host/...).
+	{"guard/...", []string{"guard/...", "engine/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
+	// The library an xDS server adopts (the engine, its events, NACK reading, retry and owner
+	// holds) imports nothing of kds-host's application.
 	{"engine/...", []string{"engine/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
+	// The plugin runtime (go-plugin binaries, supervised) and the policy calls' deadline: a library
+	// package, beside the engine, that builds on shared's protocol and the reference policies.
+	{"policy/...", []string{"policy/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/...", "plugins/owner-check/..."}},
 	{"internal/serial", nil},
 	{"internal/shrink", nil},
 	{"internal/lograte", nil},
+	{"internal/hclogslog", nil},
 	// The xDS test harness drives a real client against any server: it needs nothing of ours but
 	// the helper that builds the client's binary.
 	{"internal/xdstest/...", []string{"internal/xdstest/...", "internal/testbin"}},

@@ -34,6 +34,11 @@ func (c *Cache) DeltaADS(ctx context.Context, t *Tracker, cfg ADSConfig) discove
 	return &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg}
 }
 
+// StreamAggregatedResources refuses a SotW stream: this loop serves delta xDS only.
+func (a *ads) StreamAggregatedResources(discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return status.Error(codes.Unimplemented, "this server serves delta xDS only: use DeltaAggregatedResources (a client's delta ADS), or serve the cache with go-control-plane's server for state-of-the-world clients")
+}
+
 // ads serves the delta half of the Aggregated Discovery Service.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
@@ -45,7 +50,7 @@ type ads struct {
 }
 
 // DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
-// can close (a newer stream of the same zone replaces it): its end then carries the reason.
+// can close (a newer stream of the same node replaces it): its end then carries the reason.
 func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	growStack()
 	zone := ""
@@ -64,7 +69,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	}
 	// The stream ends with the status the server closes it with: grpc-go's server stream writes
 	// it and cancels the stream, whose Recv and Send then return at once, even while the loop
-	// waits for the zone's next request. (A handler's returned status comes too late for that:
+	// waits for the client's next request. (A handler's returned status comes too late for that:
 	// the Recv that the cancel ends writes its own, "context canceled", first.)
 	ts, ok := grpc.ServerTransportStreamFromContext(s.Context()).(statusWriter)
 	if !ok {
@@ -86,7 +91,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if err == nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause // closed by the tracker, or the cache closing: the zone was told why
+			return cause // closed by the tracker, or the cache closing: the client was told why
 		}
 	}
 	return err // the loop's own error first
@@ -125,14 +130,14 @@ func refusalOf(err error) string {
 // streamKey is the context key of a stream's streamInfo.
 type streamKey struct{}
 
-// streamInfo is what the server knows of a stream before the callbacks do: the zone its
+// streamInfo is what the server knows of a stream before the callbacks do: the node its
 // credentials prove ("" unauthenticated), and how to close it.
 type streamInfo struct {
 	zone  string
 	conn  string // the peer's address: the same for the streams of one connection
 	close context.CancelCauseFunc
 	drop  func() bool // drops the stream's connection, and reports whether it could (nil: it cannot)
-	loop  bool        // served by kds's own loop (stream.go), which sends the session's responses
+	loop  bool        // served by the engine's own loop (stream.go), which sends the session's responses
 }
 
 func streamInfoOf(ctx context.Context) *streamInfo {

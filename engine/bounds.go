@@ -1,7 +1,7 @@
 package engine
 
-// The bounds of what one zone stream's requests may make the global hold, checked before anything
-// of a request is stored, and what a closed stream's session lets go of.
+// The bounds of what one client stream's requests may make the server hold, checked before
+// anything of a request is stored, and what a closed stream's session lets go of.
 
 import (
 	"slices"
@@ -17,16 +17,16 @@ import (
 	"github.com/kds-host/kds-host/engine/nack"
 )
 
-// DefaultMaxRequestBytes bounds one request a zone sends the global, unless configured
-// (ServerConfig.MaxRequestBytes): the bound of one response (Limits.MaxMessage). A zone's
-// requests are ACKs, NACKs and, when a stream starts, the names and versions of what it holds
-// (about 60 bytes a name).
+// DefaultMaxRequestBytes is the bound of one request of a client, as a gRPC server of the engine
+// sets it (grpc.MaxRecvMsgSize) unless configured (kds-host: --kds-max-request): the bound of one
+// response (Limits.MaxMessage). A client's requests are ACKs, NACKs and, when a stream starts,
+// the names and versions of what it holds (about 60 bytes a name).
 const DefaultMaxRequestBytes = 16 << 20
 
 // bound checks a request against the stream's bounds before anything of it is stored: its type
-// URL must be a kind the cache serves (else InvalidArgument); it must not name more resources
+// URL must be one the cache serves (else InvalidArgument); it must not name more resources
 // than any request may (unmarshalRequest marked it), and the names it subscribes to and, on the
-// kind's first request, the names of its initial_resource_versions that the snapshot does not
+// type's first request, the names of its initial_resource_versions that the snapshot does not
 // hold must keep the stream within MaxUnknownNames such names (else ResourceExhausted).
 func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error {
 	kind := req.GetTypeUrl()
@@ -51,8 +51,8 @@ var requestNameFields = [...]protowire.Number{3, 4, 5, 8, 9}
 // when unmarshalRequest decoded it without them: a field number no xDS message uses.
 const requestNamesField = protowire.MaxValidNumber
 
-// unmarshalRequest decodes a zone's request, having counted the names in its encoding first. A
-// request with more names than any request may carry (the largest kind's, and MaxUnknownNames
+// unmarshalRequest decodes a client's request, having counted the names in its encoding first. A
+// request with more names than any request may carry (the largest type's, and MaxUnknownNames
 // more) is decoded without them, marked with their count (requestNamesField), and refused by
 // Tracker.bound: a request costs its bytes, not the maps its names would make (about 100 bytes a
 // name, from 30 on the wire).
@@ -87,7 +87,7 @@ func (c *Cache) unmarshalRequest(data mem.BufferSlice, req *discovery.DeltaDisco
 }
 
 // namesPerRequest is how many names a request may carry, when it carries n: any number up to
-// MaxUnknownNames, else up to that and the size of the largest kind served.
+// MaxUnknownNames, else up to that and the size of the largest type served.
 func (c *Cache) namesPerRequest(n int) int {
 	limit := int(c.maxUnknown.Load())
 	if n <= limit {
@@ -118,7 +118,7 @@ func markedNames(req *discovery.DeltaDiscoveryRequest) int {
 }
 
 // admitNames counts the names a request subscribes to (and forgets those it unsubscribes from),
-// and on the kind's first request on the stream the names of its initial_resource_versions, that
+// and on the type's first request on the stream the names of its initial_resource_versions, that
 // the snapshot does not hold; it refuses the request, changing nothing, as soon as the stream
 // would hold more than max such names. What it counts it keeps (Session.unknown) until the
 // stream closes.
@@ -132,7 +132,7 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks := s.kinds.get(s.cache, kind); ks != nil && ks.requested {
-		initial = nil // read on a kind's first request only, as the delta server reads them
+		initial = nil // read on a type's first request only, as the delta server reads them
 	}
 	total := 0
 	for _, names := range s.unknown {
@@ -193,10 +193,10 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 }
 
 // release lets go of what a closed stream's session kept for the stream alone, so that what
-// stays readable through the zone's grace (what the zone holds and ACKed, the insight counters)
+// stays readable through the node's grace (what the node holds and ACKed, the insight counters)
 // is all it costs: the names counted against the bounds, the answered watches and the
 // stream loop's functions (which hold the loop's subscriptions, and so every name and initial
-// version the zone's requests carried), and the watches its responses in flight were answers
+// version the node's requests carried), and the watches its responses in flight were answers
 // to (each holds its request). Call once the stream has closed.
 func (s *Session) release() {
 	s.mu.Lock()
@@ -206,7 +206,7 @@ func (s *Session) release() {
 	s.sendNow, s.kick = nil, nil
 	for i, r := range s.inflight {
 		// A response's record, and the array of its one resource, live in the watch it answered
-		// (watch.record, watch.answer); copies hold what the zone was sent and had before, and
+		// (watch.record, watch.answer); copies hold what the node was sent and had before, and
 		// not the watch.
 		c := *r
 		c.resp = &discovery.DeltaDiscoveryResponse{TypeUrl: r.resp.TypeUrl, SystemVersionInfo: r.resp.SystemVersionInfo, Nonce: r.resp.Nonce,
@@ -218,26 +218,26 @@ func (s *Session) release() {
 	})
 }
 
-// zoneOf names, for a refusal, the zone of a stream: the zone it serves (zone, once admitted),
-// else the zone its credentials prove, else the node id its request claims (shortened).
-func zoneOf(s *Session, zone string, req *discovery.DeltaDiscoveryRequest) string {
+// nodeOf names, for a refusal, the node of a stream: the node it serves (node, once admitted),
+// else the node its credentials prove, else the node id its request claims (shortened).
+func nodeOf(s *Session, node, claimed string) string {
 	switch {
-	case zone != "":
-		return zone
+	case node != "":
+		return node
 	case s.info.zone != "":
 		return s.info.zone
 	}
-	return nack.Truncate(req.GetNode().GetId(), 64)
+	return nack.Truncate(claimed, 64)
 }
 
 // refused reads a failed Recv of a stream: gRPC refused a request larger than the server's bound
-// (ResourceExhausted, ServerConfig.MaxRequestBytes; grpc-go has written that status to the
-// zone), which is counted and returned as the stream's end; nil for any other end.
+// (ResourceExhausted, grpc.MaxRecvMsgSize; grpc-go has written that status to the client), which
+// is counted and returned as the stream's end; nil for any other end.
 func (t *Tracker) refused(s *Session, recvErr error) error {
 	if status.Code(recvErr) != codes.ResourceExhausted {
 		return nil
 	}
 	err := status.Errorf(codes.ResourceExhausted, "%s (--kds-max-request)", status.Convert(recvErr).Message())
-	t.refuse(refusalOf(err), zoneOf(s, s.Node(), nil), err)
+	t.refuse(refusalOf(err), nodeOf(s, s.Node(), ""), err)
 	return err
 }

@@ -7,15 +7,15 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// budget bounds the bytes of the responses the global has handed to the server and the zones
-// have not answered yet. gRPC encodes a response when the server sends it and keeps the encoded
-// message until the zone has read it, so a full sync of every zone at once would otherwise hold
-// every zone's whole state encoded at the same time (100 zones x 10,000 resources: hundreds of MB
-// at the peak). A sender takes room before it hands a response over; the room comes back when
-// the zone answers it (ACK or NACK), when it is forgotten (MaxInFlight) or taken back, and when
-// its stream closes.
+// budget bounds the bytes of the responses the cache has handed to the gRPC server and the
+// clients have not answered yet. gRPC encodes a response when the server sends it and keeps the
+// encoded message until the client has read it, so a full sync of every node at once would
+// otherwise hold every node's whole state encoded at the same time (100 nodes x 10,000
+// resources: hundreds of MB at the peak). A sender takes room before it hands a response over;
+// the room comes back when the client answers it (ACK or NACK), when it is forgotten
+// (MaxInFlight) or taken back, and when its stream closes.
 //
-// The room is of two kinds, so that a zone that stops reading costs only itself:
+// The room is of two parts, so that a client that stops reading costs only itself:
 //   - each stream's share, limit / streams open: a response that fits in what its stream holds
 //     of its share goes at once, whoever waits (an update, most often). The shares add up to the
 //     limit.

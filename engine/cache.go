@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"maps"
 	"runtime"
@@ -21,105 +20,92 @@ import (
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
-// Filter decides, per zone, which entries of a snapshot enter that zone's view (owner holds). An
-// entry it hides is not sent; a zone that already has an older version of it keeps that one. It
-// is called with a stream's lock held and must not block.
-type Filter interface {
-	Visible(zone string, e *Entry) bool
-}
-
 // Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
-// current Snapshot, as seen through the zone's Filter, and lets the retry scheduler force names
+// current Snapshot, as seen through the node's View (UseViews), and lets the retry scheduler force names
 // to be sent again.
 //
 // It avoids the flaws of go-control-plane's stock caches. It never sends on a stream's response
 // channel while holding a lock, or from the stream's own goroutine: each stream has one sender
-// goroutine that feeds the channel in order (so with 32 kinds or more nothing deadlocks on the
+// goroutine that feeds the channel in order (so with 32 types or more nothing deadlocks on the
 // channel's 20 slots, go-control-plane issue 875). Each stream has its own lock, so a thousand
 // streams are answered in parallel, and a snapshot update looks at the changed names of each
-// stream only: nothing copies a kind's map per stream per write.
+// stream only: nothing copies a type's map per stream per write.
 //
-// Each stream is a Session: per kind, what the zone was sent (delivered: the versions of the
+// Each stream is a Session: per type, what the node was sent (delivered: the versions of the
 // responses handed to the server, not what the delta server thinks it sent) and the names that
 // may differ from the snapshot (dirty). Since the delta server marks a resource as known when it
 // is sent and never resends after a NACK, the names the retry scheduler forces are dirty until
-// sent again. The cache is also the registry of sessions: by stream, and each zone's current one.
+// sent again. The cache is also the registry of sessions: by stream, and each node's current one.
 type Cache struct {
-	kinds  []string       // kind order: owners first; responses that are ready together go in this order
-	kindAt map[string]int // kind -> its place in kinds
+	kinds  []string       // the type URLs served, in the order that responses ready together go in
+	kindAt map[string]int // type URL -> its place in kinds
 
 	budget          *budget             // bytes of the responses in flight, across streams
 	maxMessage      atomic.Int64        // bytes of one response at most (Limits.MaxMessage)
 	maxUnknown      atomic.Int64        // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
 	responseTimeout atomic.Int64        // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
 	onStall         func(event.Refusal) // tells of a stream closed for a response unanswered too long (set before serving)
+	onUnbound       func(error)         // tells of a watch asked for a request the callbacks never saw (set before serving)
 	snap            atomic.Pointer[Snapshot]
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
 	answers         atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
-	filter          atomic.Pointer[filterBox]
+	views           atomic.Bool                   // each session sees only its published View (UseViews)
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
 	order    []*Session                                    // streams by connection (fanOutOrder); nil once they changed
-	byZone   map[string]*Session                           // each zone's current (admitted) session
-	budgets  map[string]*tokenBucket                       // each zone's re-request budget, across its streams, until ForgetZone
+	byZone   map[string]*Session                           // each node's current (admitted) session
+	budgets  map[string]*tokenBucket                       // each node's re-request budget, across its streams, until ForgetNode
 	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
-	peak     shrink.Peak                                   // of streams
-	zonePeak shrink.Peak
+	// sotwRequests: likewise for SotW requests, taken by CreateWatch
+	sotwRequests map[*discovery.DiscoveryRequest]*Session
+	peak         shrink.Peak // of streams
+	zonePeak     shrink.Peak
 }
 
-// View is what one zone may see of the snapshot, as its filter last decided: published into
-// the zone's session (Cache.Publish) and read by the cache under the session's lock, with no lock
-// of the filter's. It is read-only.
+// View is what one node may see of the snapshot, as its publisher (owner holds) last decided:
+// published into the node's session (Cache.Publish) and read by the cache under the session's
+// lock, with no lock of the publisher's. An entry it hides is not sent; a node that already has
+// an older version of it keeps that one. It is read-only.
 type View interface {
-	// Visible reports whether the zone may see e.
+	// Visible reports whether the node may see e.
 	Visible(e *Entry) bool
-	// None reports that the zone may see nothing at all yet (its first check has not answered).
+	// None reports that the node may see nothing at all yet (its filter has not decided yet).
 	None() bool
-	// SeesAll reports that the zone may see every entry of snap, as it is: Visible of each
+	// SeesAll reports that the node may see every entry of snap, as it is: Visible of each
 	// would be true (the cache then asks no entry).
 	SeesAll(snap *Snapshot) bool
-	// Seq orders the views of one zone: a later one has a larger Seq.
+	// Seq orders the views of one node: a later one has a larger Seq.
 	Seq() uint64
 }
 
-// ViewPublisher is a Filter that publishes each zone's ZoneView into its session instead of being
-// asked under the session's lock (owner holds): the cache reads the session's view.
-type ViewPublisher interface {
-	Filter
-	PublishesViews()
-}
-
-// Publish puts v in the zone's current session, unless the session has a later view already.
-func (c *Cache) Publish(zone string, v View) {
-	if st := c.Current(zone); st != nil {
+// Publish puts v in the node's current session, unless the session has a later view already.
+func (c *Cache) Publish(node string, v View) {
+	if st := c.Current(node); st != nil {
 		st.publish(v)
 	}
 }
 
-// filterBox holds a Filter for an atomic pointer.
-type filterBox struct{ Filter }
-
-// NewCache returns a cache for the given kinds, in owner-first order.
-func NewCache(kinds []string) *Cache {
-	c := &Cache{kinds: kinds, kindAt: make(map[string]int, len(kinds)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
+// NewCache returns a cache that serves the given type URLs. Responses that are ready together go
+// in this order (kds-host: owner types first).
+func NewCache(typeURLs []string) *Cache {
+	c := &Cache{kinds: typeURLs, kindAt: make(map[string]int, len(typeURLs)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
 		budgets:  map[string]*tokenBucket{},
-		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}}
-	for i, k := range kinds {
+		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}, sotwRequests: map[*discovery.DiscoveryRequest]*Session{}}
+	for i, k := range typeURLs {
 		c.kindAt[k] = i
 	}
 	c.snap.Store(&Snapshot{})
-	c.filter.Store(&filterBox{})
 	c.maxMessage.Store(int64(DefaultLimits().MaxMessage))
 	c.maxUnknown.Store(int64(DefaultLimits().MaxUnknownNames))
 	return c
 }
 
 // SetSnapshot replaces what is served and answers every open watch that now has something new.
-// When s was derived from the snapshot served (SnapshotBuilder.Update), each stream looks at the
-// changed names of the changed kinds only; otherwise at every name. Streams are answered in
-// parallel, one worker a core.
+// When s was derived from the snapshot served (Snapshot.Update), each stream looks at the changed
+// names of the changed types only; otherwise at every name. Streams are answered in parallel, one
+// worker a core.
 func (c *Cache) SetSnapshot(s *Snapshot) {
 	changed, delta := s.ChangesFrom(c.snap.Load())
 	v := strconv.FormatInt(c.versions.Add(1), 10)
@@ -136,7 +122,7 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	}
 	streams := c.order
 	c.mu.Unlock()
-	// The kinds to look at, by their place in the cache's order: every kind, or those the write
+	// The types to look at, by their place in the cache's order: every type, or those the write
 	// changed.
 	kinds := make([]int, 0, len(c.kinds))
 	for i, k := range c.kinds {
@@ -151,8 +137,8 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 		st.deferWake = false
 		queued, sendNow, kick := len(st.queue) > 0, st.sendNow, st.kick
 		st.mu.Unlock()
-		// A stream of kds's own loop that is in step sends its answer here, as a server with
-		// no loop would: no other goroutine at work a stream a write.
+		// A stream of the engine's own loop that is in step sends its answer here, as a server
+		// with no loop would: no other goroutine at work a stream a write.
 		if queued && (sendNow == nil || !sendNow()) {
 			if kick != nil {
 				kick()
@@ -163,9 +149,9 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	})
 }
 
-// answerWrite makes the write's changed names (those of kinds, by their place in the cache's
-// order; every name unless delta) dirty for the session, and answers its watches. Call with
-// st.mu.
+// answerWrite makes the write's changed names (those of the types at kinds, their places in the
+// cache's order; every name unless delta) dirty for the session, and answers its watches. Call
+// with st.mu.
 func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]string, delta bool) {
 	for _, i := range kinds {
 		ks := st.kinds.known[i]
@@ -191,7 +177,7 @@ func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]strin
 
 // fanOutOrder lists the streams for a write's fan-out, the streams of one connection together:
 // grpc-go's writer of a connection flushes what its streams queued while it was writing in one
-// system call, so a connection's streams sent back to back share their writes and the zones'
+// system call, so a connection's streams sent back to back share their writes and the nodes'
 // answers come back together, when streams share connections. The list is kept until a stream
 // opens or closes, and never changed in place (a fan-out may still be reading it).
 func fanOutOrder(streams map[int64]*Session) []*Session {
@@ -230,22 +216,24 @@ func (c *Cache) versionInfo() string {
 	return "0"
 }
 
-// SetFilter installs the per-zone filter (nil: every zone sees everything).
-func (c *Cache) SetFilter(f Filter) { c.filter.Store(&filterBox{f}) }
+// UseViews(true) makes each session see only what the View published into it shows (Publish),
+// and nothing before its first; UseViews(false), the default, shows every session the whole
+// snapshot.
+func (c *Cache) UseViews(on bool) { c.views.Store(on) }
 
-// Refresh re-evaluates the named entries (kind -> xDS names) of a zone's streams, after the
-// filter's answer changed for them (and for no other entry).
-func (c *Cache) Refresh(zone string, names map[string][]string) {
-	if st := c.Current(zone); st != nil {
+// Refresh re-evaluates the named entries (type URL -> xDS names) of a node's streams, after its
+// View's answer changed for them (and for no other entry).
+func (c *Cache) Refresh(node string, names map[string][]string) {
+	if st := c.Current(node); st != nil {
 		st.mark(names, false)
 	}
 }
 
-// Current is the zone's current session: the stream it was admitted on last, while open.
-func (c *Cache) Current(zone string) *Session {
+// Current is the node's current session: the stream it was admitted on last, while open.
+func (c *Cache) Current(node string) *Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.byZone[zone]
+	return c.byZone[node]
 }
 
 // Session is the session of a stream, while open.
@@ -258,16 +246,16 @@ func (c *Cache) Session(streamID int64) *Session {
 // Snapshot returns what is served now.
 func (c *Cache) Snapshot() *Snapshot { return c.snap.Load() }
 
-// Resend makes the stream send the named resources of each kind again, although the zone was
-// already sent their current version (it rejected them). Names no longer served are ignored.
-// Only the named names of the named kinds are looked at.
+// Resend makes the stream send the named resources (type URL -> xDS names) again, although the
+// node was already sent their current version (it rejected them). Names no longer served are
+// ignored. Only the named names of the named types are looked at.
 func (c *Cache) Resend(streamID int64, names map[string][]string) {
 	if st := c.Session(streamID); st != nil {
 		st.Resend(names)
 	}
 }
 
-// mark makes names (kind -> names) dirty, forced too when force, and answers the open watches
+// mark makes names (type URL -> names) dirty, forced too when force, and answers the open watches
 // that now have something to send.
 func (st *Session) mark(names map[string][]string, force bool) {
 	st.mu.Lock()
@@ -279,7 +267,7 @@ func (st *Session) mark(names map[string][]string, force bool) {
 		}
 		ks := st.kind(kind)
 		if !force && 2*len(ns) >= len(st.cache.snap.Load().Type(kind)) {
-			ks.full = true // most of the kind (owner holds releasing what waited): one walk
+			ks.full = true // most of the type (a filter releasing what waited): one walk
 		} else {
 			for _, n := range ns {
 				ks.markDirty(n)
@@ -292,11 +280,11 @@ func (st *Session) mark(names map[string][]string, force bool) {
 	}
 }
 
-// bindRequest tells the cache which session a request belongs to, and which names of its kind
-// to send again although the zone was sent them (a re-request); the delta server calls the
+// bindRequest tells the cache which session a request belongs to, and which names of its type
+// to send again although the node was sent them (a re-request); the delta server calls the
 // request callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
 func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, again []string) {
-	if !st.info.loop { // kds's own stream loop hands the request to watchFor with the session
+	if !st.info.loop { // the engine's own loop hands the request to watchFor with the session
 		c.mu.Lock()
 		c.requests[req] = st
 		c.mu.Unlock()
@@ -312,10 +300,10 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 	}
 }
 
-// openSession starts the session of a new stream, and its sender unless kds's own stream loop
-// sends its responses.
-func (c *Cache) openSession(id int64, info *streamInfo) *Session {
-	st := newSession(c, id, info)
+// openSession starts the session of a new stream, and its sender unless the engine's own stream
+// loop sends its responses.
+func (c *Cache) openSession(id int64, info *streamInfo, sotw bool) *Session {
+	st := newSession(c, id, info, sotw)
 	c.budget.opened()
 	c.mu.Lock()
 	c.streams[id] = st
@@ -329,7 +317,7 @@ func (c *Cache) openSession(id int64, info *streamInfo) *Session {
 	return st
 }
 
-// admit makes st the zone's current session, when the limits allow, and returns the session
+// admit makes st the node's current session, when the limits allow, and returns the session
 // it replaces (nil if none). zone is the node id, already checked against the credentials.
 func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session, err error) {
 	c.mu.Lock()
@@ -350,19 +338,19 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 	return old, nil
 }
 
-// ForgetNode frees what the cache keeps of a zone across its streams (its re-request budget),
-// once the zone's grace after its last stream is over.
-func (c *Cache) ForgetNode(zone string) {
+// ForgetNode frees what the cache keeps of a node across its streams (its re-request budget),
+// once the node's grace after its last stream is over.
+func (c *Cache) ForgetNode(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, connected := c.byZone[zone]; !connected {
-		delete(c.budgets, zone)
+	if _, connected := c.byZone[node]; !connected {
+		delete(c.budgets, node)
 	}
 }
 
 // closeStream frees a stream's session and stops its sender. The delta server cancels every
 // watch of a stream before it calls the close callback, so nothing is left to send. The session
-// stays readable (what its zone had ACKed) for whoever keeps it, and nothing more (release).
+// stays readable (what its node had ACKed) for whoever keeps it, and nothing more (release).
 func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Lock()
 	st := c.streams[id]
@@ -376,6 +364,11 @@ func (c *Cache) closeStream(id int64) *Session {
 	for req, s := range c.requests {
 		if s == st {
 			delete(c.requests, req) // bound, but its watch was never created
+		}
+	}
+	for req, s := range c.sotwRequests {
+		if s == st {
+			delete(c.sotwRequests, req)
 		}
 	}
 	if len(c.requests) == 0 {
@@ -399,16 +392,16 @@ func (c *Cache) closeStream(id int64) *Session {
 	return st
 }
 
-// Close ends every stream: it stops the senders, and ends the loops of kds's own server with
-// codes.Unavailable.
+// Close ends every stream: it stops the senders, and ends the streams of the engine's own loop
+// (DeltaADS) with codes.Unavailable.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	ids := make([]int64, 0, len(c.streams))
 	for id, st := range c.streams {
 		ids = append(ids, id)
 		if st.info.loop {
-			// kds's own stream loop ends with its stream, closed with this status: the zone is
-			// told why.
+			// The engine's own stream loop ends with its stream, closed with this status: the
+			// node is told why.
 			st.info.close(status.Error(codes.Unavailable, "the control plane is stopping"))
 		}
 	}
@@ -437,12 +430,12 @@ func (c *Cache) watchFor(st *Session, req *discovery.DeltaDiscoveryRequest, sub 
 	return func() { c.cancel(st, w) }
 }
 
-// openWatch opens the watch of watchFor, which cancel closes: kds's own stream loop holds st,
-// hands its requests to the tracker and then here with it, with no lookup, and keeps the watch
+// openWatch opens the watch of watchFor, which cancel closes: the engine's own stream loop holds
+// st, hands its requests to the tracker and then here with it, with no lookup, and keeps the watch
 // (no cancel func made on every request).
 //
-// old is the kind's watch that kds's own stream loop has just canceled (nil: none). A zone's
-// every ACK opens its kind's watch anew, so the new watch is old itself, made afresh, when
+// old is the type's watch that the engine's own stream loop has just canceled (nil: none). A
+// node's every ACK opens its type's watch anew, so the new watch is old itself, made afresh, when
 // nothing holds old any more: its response, if it had one, is no longer in flight (answered,
 // forgotten or never sent). Observers that read an event's versions after their call copy them
 // (event.Versions), so old's in-flight record is the session's alone.
@@ -458,14 +451,14 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 	}
 	w.kind, w.req, w.sub, w.out = req.GetTypeUrl(), req, sub, out
 	if !st.info.loop {
-		// A sender goroutine delivers it: cancel and the sender signal each other. kds's own
-		// stream loop delivers and cancels on one goroutine, and needs neither.
+		// A sender goroutine delivers it: cancel and the sender signal each other. The engine's
+		// own stream loop delivers and cancels on one goroutine, and needs neither.
 		w.canceled, w.finished = make(chan struct{}), make(chan struct{})
 	}
 	ks := st.kind(w.kind)
 	w.ks = ks
 	if !ks.started {
-		// What the zone said it holds when it subscribed (initial_resource_versions): it has
+		// What the node said it holds when it subscribed (initial_resource_versions): it has
 		// them, as if ACKed.
 		ks.started, ks.full = true, true
 		for n, v := range sub.ReturnedResources() {
@@ -477,7 +470,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
-		// As the delta server does: a wildcard watch tells the zone whether the name is still
+		// As the delta server does: a wildcard watch tells the node whether the name is still
 		// there; another forgets it.
 		if sub.IsWildcard() {
 			had := st.ackedLocked(w.kind, n)
@@ -497,16 +490,6 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 	ks.watch = w
 	c.evaluateLocked(st, ks, nil)
 	return w
-}
-
-// CreateWatch implements cache.ConfigWatcher; KDS is delta only.
-func (c *Cache) CreateWatch(*cache.Request, cache.Subscription, chan cache.Response) (func(), error) {
-	return nil, errors.New("kds serves delta xDS only")
-}
-
-// Fetch implements cache.ConfigFetcher; KDS is delta only.
-func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
-	return nil, errors.New("kds serves delta xDS only")
 }
 
 func (c *Cache) cancel(st *Session, w *watch) {
@@ -533,8 +516,8 @@ func (c *Cache) cancel(st *Session, w *watch) {
 	}
 }
 
-// evaluateLocked answers the kind's open, unanswered watch when the zone's view of the snapshot
-// differs from what the zone holds in a dirty name, or in one of names (more dirty names, none of
+// evaluateLocked answers the type's open, unanswered watch when the node's view of the snapshot
+// differs from what the node holds in a dirty name, or in one of names (more dirty names, none of
 // them in ks.dirty, passed only with the watch open), or in any name, when full. Call with the
 // stream's lock.
 func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
@@ -545,13 +528,11 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	snap := c.snap.Load()
 	entries := snap.Type(w.kind)
 	var visible func(*Entry) bool // nil: everything
-	switch f := c.filter.Load().Filter.(type) {
-	case nil:
-	case ViewPublisher:
+	if c.views.Load() {
 		v := st.view.Load()
 		if v == nil || v.View.None() {
 			if ks.delivered.len() == 0 {
-				// Nothing to send or remove (a zone whose first owner check has not answered):
+				// Nothing to send or remove (a node whose filter has not decided yet):
 				// the walk waits for the Refresh that the check makes, its dirty names kept.
 				for _, n := range names {
 					ks.markDirty(n)
@@ -562,23 +543,21 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		} else if !v.View.SeesAll(snap) {
 			visible = v.View.Visible
 		}
-	default:
-		visible = func(e *Entry) bool { return f.Visible(st.zone, e) }
 	}
 	// The response is made only when it carries something: an evaluation often finds nothing to
-	// send (a change withheld until the owner check answers, a name the zone holds already).
+	// send (a change withheld until the filter decides, a name the node holds already).
 	resources := w.answer.res[:0]
 	var removed []string
 	// The response stays under the message limit: what does not fit is left dirty, for the
-	// kind's next watch (the zone answers this response first). One resource always goes.
+	// type's next watch (the node answers this response first). One resource always goes.
 	limit, size := int(c.maxMessage.Load()), 0
-	var order *kindOrder // the kind in name order, when every name is looked at (full)
-	all := false         // the response is all of the kind, as the walk below would find it
+	var order *kindOrder // the type in name order, when every name is looked at (full)
+	all := false         // the response is all of the type, as the walk below would find it
 	if ks.full {
 		order = snap.order(w.kind)
 	}
 	if ks.full && ks.delivered.len() == 0 {
-		// A first sync. Of a zone that sees and subscribes to everything, with nothing forced,
+		// A first sync. Of a node that sees and subscribes to everything, with nothing forced,
 		// it is every entry in name order: the snapshot's shared list, no walk.
 		all = visible == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
 		if !all {
@@ -600,11 +579,11 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		served := e != nil && w.subscribes(name)
 		switch {
 		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
-			// The zone has it: whether it may see it or not, nothing to send.
+			// The node has it: whether it may see it or not, nothing to send.
 		case served && visible != nil && !visible(e):
-			// Withheld: the zone keeps what it has (no update, and no removal either).
+			// Withheld: the node keeps what it has (no update, and no removal either).
 			if !isKnown {
-				delete(ks.forced, name) // not served to this zone: nothing to resend
+				delete(ks.forced, name) // not served to this node: nothing to resend
 			}
 		case served:
 			if !fits(name, e.wireSize()) {
@@ -650,14 +629,25 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	for _, n := range rest {
 		ks.markDirty(n)
 	}
-	if len(resources)+len(removed) == 0 {
-		return
+	if len(resources)+len(removed) == 0 && (!st.sotw || ks.sotwSeq > 0) {
+		return // nothing to send (a SotW type's first answer goes, empty or not)
 	}
 	slices.Sort(removed)
+	if st.sotw {
+		if !c.answerSotwLocked(st, ks, w, resources, removed, all) {
+			return
+		}
+		w.forced = sentForced
+		st.queue = append(st.queue, w)
+		if !st.deferWake {
+			st.signal()
+		}
+		return
+	}
 	var resp *discovery.DeltaDiscoveryResponse
 	if sh := c.shared(snap, w.kind); sh != nil && st.info.loop && sh.is(resources, removed) && !st.carries(&sh.resp) {
-		// Every stream's answer: kds's own loop sends it as it is (go-control-plane's numbers
-		// each response it sends, in the response).
+		// Every stream's answer: the engine's own loop sends it as it is (go-control-plane's
+		// numbers each response it sends, in the response).
 		resp = &sh.resp
 	} else {
 		resp = &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),

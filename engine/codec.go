@@ -42,8 +42,8 @@ type responseCodec struct {
 
 // Codec is the gRPC codec of a server that serves c: gRPC's proto codec, except that a delta
 // response's resources of the current snapshot are written from the snapshot's one encoding of
-// them, shared by every stream. NewGRPCServer installs it; a server of its own installs it with
-// grpc.ForceServerCodecV2.
+// them, shared by every stream. A gRPC server that serves c installs it with
+// grpc.ForceServerCodecV2 (kds-host's NewGRPCServer does).
 func (c *Cache) Codec() encoding.CodecV2 { return newResponseCodec(c) }
 
 func newResponseCodec(c *Cache) responseCodec {
@@ -74,7 +74,7 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	snap := rc.cache.snap.Load()
 	if len(resp.Resources) >= runMin {
 		if run := snap.wire(resp.TypeUrl).run(resp.Resources); run != nil {
-			// A run of the kind's entries in name order (a full sync's response, or a part of one
+			// A run of the type's entries in name order (a full sync's response, or a part of one
 			// cut at the message limit): one buffer, no copy.
 			hb, err := encodeHead(resp)
 			if err != nil {
@@ -111,9 +111,9 @@ func encodeDelta(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Ent
 }
 
 // encodeHead encodes every field of resp but its resources (TestTheCodecKnowsEveryFieldOfADelta
-// Response lists them): the strings kds-host sets written directly, in field order as
+// Response lists them): the strings the cache sets written directly, in field order as
 // proto.Marshal writes them, into one buffer of their size; a response with any of the message
-// fields kds-host never sets goes through proto.Marshal.
+// fields the cache never sets goes through proto.Marshal.
 func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 	if resp.ControlPlane != nil || len(resp.RemovedResourceNames) > 0 || len(resp.ResourceErrors) > 0 {
 		hb, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{
@@ -157,12 +157,12 @@ func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 	return b, nil
 }
 
-// runMin is the fewest resources a response has for the codec to look for them in its kind's
+// runMin is the fewest resources a response has for the codec to look for them in its type's
 // encoding end to end: an update's response carries one or a few.
 const runMin = 32
 
-// kindWire is a kind's entries encoded end to end in name order, made once per snapshot and
-// kind, the first time a response of many of them is sent: every stream's full sync of the kind
+// kindWire is a type's entries encoded end to end in name order, made once per snapshot and
+// type, the first time a response of many of them is sent: every stream's full sync of the type
 // is then one slice of it.
 type kindWire struct {
 	once    sync.Once
@@ -172,7 +172,7 @@ type kindWire struct {
 	off     []int          // where each entry's frame starts in buf, and len(buf) last
 }
 
-// wire is the kind's kindWire, made on first use.
+// wire is the type's kindWire, made on first use.
 func (s *Snapshot) wire(kind string) *kindWire {
 	kw := perKind(s, &s.wires, kind)
 	kw.once.Do(func() {
@@ -196,7 +196,7 @@ func (s *Snapshot) wire(kind string) *kindWire {
 	return kw
 }
 
-// run is the encoding of rs when they are consecutive entries of the kind in name order, else
+// run is the encoding of rs when they are consecutive entries of the type in name order, else
 // nil.
 func (kw *kindWire) run(rs []*discovery.Resource) []byte {
 	i, ok := kw.index[rs[0].GetName()]
@@ -212,28 +212,29 @@ func (kw *kindWire) run(rs []*discovery.Resource) []byte {
 }
 
 // One message for every stream: a write that changes a few names is most often answered to
-// every stream of its kind with the same response (the changed entries, the removed names).
-// SetSnapshot makes that response once per changed kind, encoded whole, nonce included; a
-// stream of kds's own loop whose answer is exactly it sends it as it is, and the codec writes
-// its one encoding. Its nonce names the snapshot and the kind ("<version>.<kind's place>"), so
-// it is unique on a stream as long as the stream does not have it in flight already (the cache
-// then makes the stream its own response); a stream's own responses are numbered "1", "2", ...
+// every stream of its type with the same response (the changed entries, the removed names).
+// SetSnapshot makes that response once per changed type, encoded whole, nonce included; a
+// stream of the engine's own loop whose answer is exactly it sends it as it is, and the codec
+// writes its one encoding. Its nonce names the snapshot and the type ("<version>.<type's
+// place>"), so it is unique on a stream as long as the stream does not have it in flight already
+// (the cache then makes the stream its own response); a stream's own responses are numbered "1",
+// "2", ...
 
-// sharedAnswers are the shared responses of one snapshot, by kind.
+// sharedAnswers are the shared responses of one snapshot, by type URL.
 type sharedAnswers struct {
 	snap  *Snapshot
 	kinds map[string]*sharedAnswer
 }
 
-// sharedAnswer is one kind's shared response and its encoding (nil: the codec encodes it per
+// sharedAnswer is one type's shared response and its encoding (nil: the codec encodes it per
 // send, as any response).
 type sharedAnswer struct {
 	resp discovery.DeltaDiscoveryResponse
 	wire mem.BufferSlice
 }
 
-// shareAnswers makes the shared response of each kind that changed from the last snapshot
-// (changed: kind -> names), as version of snap.
+// shareAnswers makes the shared response of each type that changed from the last snapshot
+// (changed: type URL -> names), as version of snap.
 func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[string][]string) *sharedAnswers {
 	sa := &sharedAnswers{snap: snap, kinds: make(map[string]*sharedAnswer, len(changed))}
 	for i, kind := range kinds {
@@ -264,7 +265,7 @@ func (sh *sharedAnswer) is(resources []*discovery.Resource, removed []string) bo
 	return slices.Equal(resources, sh.resp.Resources) && slices.Equal(removed, sh.resp.RemovedResources)
 }
 
-// shared is the shared response of kind for snap, if the cache made one.
+// shared is the shared response of the type for snap, if the cache made one.
 func (c *Cache) shared(snap *Snapshot, kind string) *sharedAnswer {
 	if sa := c.answers.Load(); sa != nil && sa.snap == snap {
 		return sa.kinds[kind]

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Conns is the registry of the KDS server's connections, by peer address, so that the server can
+// Conns is the registry of the xDS server's connections, by peer address, so that the server can
 // drop the connection of a stream that does not read: gRPC cannot end such a stream, because the
 // status that would end it waits behind the data the peer does not read, and so do the bytes
 // gRPC holds for it, until the connection closes. The server registers a connection as its

@@ -6,17 +6,17 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// delivered is what a zone was sent of one kind, name -> the response's Resource: a snapshot's
-// entries of the kind (base), shared by every stream that was sent exactly those, under the names
-// that differ from them (over; a nil value: a name of base the zone does not hold). A stream that
-// holds what is served costs no map of its own, whatever the kind's size.
+// delivered is what a node was sent of one type, name -> the response's Resource: a snapshot's
+// entries of the type (base), shared by every stream that was sent exactly those, under the names
+// that differ from them (over; a nil value: a name of base the node does not hold). A stream that
+// holds what is served costs no map of its own, whatever the type's size.
 //
 // Invariants:
 //   - The names delivered holds are base's names without over's nil ones, and over's non-nil
 //     ones; n counts them. base is read-only (a snapshot's), over is the stream's.
 //   - over never holds a name at the value base gives it.
 type delivered struct {
-	snap *Snapshot         // the snapshot base is the kind of, for rebase
+	snap *Snapshot         // the snapshot base is the type of, for rebase
 	base map[string]*Entry // nil: none
 	over map[string]*discovery.Resource
 	n    int
@@ -84,9 +84,9 @@ func (d *delivered) each(f func(name string, r *discovery.Resource)) {
 	}
 }
 
-// rebase makes the kind's entries of cur the base when d holds exactly them: then over is emptied,
+// rebase makes the type's entries of cur the base when d holds exactly them: then over is emptied,
 // and the stream shares cur's entries again. It tells by the names that changed when cur is
-// derived from d's base snapshot (SnapshotBuilder.Update), or by every name when d has no base,
+// derived from d's base snapshot (Snapshot.Update), or by every name when d has no base,
 // or, without lineage, once over has grown to twice its size at the last such comparison.
 func (d *delivered) rebase(cur *Snapshot, kind string) {
 	if cur == nil || cur == d.snap {
@@ -122,8 +122,8 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 	d.share(cur, entries)
 }
 
-// advance makes d hold cur's entries of the kind when d holds its base's exactly and a response
-// carries exactly what changed of the kind from that base to cur (resources at cur's entries,
+// advance makes d hold cur's entries of the type when d holds its base's exactly and a response
+// carries exactly what changed of the type from that base to cur (resources at cur's entries,
 // removed names that cur no longer has): a write, sent to a stream in step. It reports whether
 // it did; d is unchanged when it did not. It spares the map that set would make only for rebase
 // to drop it.
@@ -151,14 +151,14 @@ func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.R
 	return true
 }
 
-// share makes d's names cur's entries of the kind, with none of its own.
+// share makes d's names cur's entries of the type, with none of its own.
 func (d *delivered) share(cur *Snapshot, entries map[string]*Entry) {
 	d.snap, d.base, d.compared, d.n = cur, entries, 0, len(entries)
 	d.over = nil // not cleared: its buckets would stay
 }
 
-// sentAll makes an empty d hold rs when rs are exactly the kind's entries of cur in name order
-// (a stream's first response of a kind, most often), without a map: it reports whether it did.
+// sentAll makes an empty d hold rs when rs are exactly the type's entries of cur in name order
+// (a stream's first response of a type, most often), without a map: it reports whether it did.
 func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource) bool {
 	if d.n != 0 || len(rs) == 0 || len(rs) != len(cur.Type(kind)) {
 		return false

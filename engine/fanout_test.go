@@ -11,7 +11,7 @@ func TestTheFanOutGroupsAConnectionsStreams(t *testing.T) {
 	defer c.Close()
 	conns := []string{"10.0.0.2:4000", "10.0.0.1:5000", "10.0.0.3:6000"}
 	for id := range int64(9) {
-		c.openSession(id, &streamInfo{conn: conns[id%3], close: func(error) {}, loop: true})
+		c.openSession(id, &streamInfo{conn: conns[id%3], close: func(error) {}, loop: true}, false)
 	}
 	c.SetSnapshot(&Snapshot{})
 	order := c.order

@@ -17,63 +17,64 @@ import (
 	"github.com/kds-host/kds-host/internal/serial"
 )
 
-// Session is everything the global knows about one zone stream on the wire, in one place behind
-// one lock: what the zone holds of each kind, the responses in flight, the watches of the delta
-// server and the sender that answers them in order, the re-request budget, and what happened to
-// each kind (the insight counters). The cache's per-kind diff, the tracker's ACK and NACK
-// pairing, the zone table's inventory and /api/zones all read it; none keeps a copy. A session is
-// per stream and per node id: any xDS client has one, not only a kds-host zone.
+// Session is everything the server knows about one client stream on the wire, in one place
+// behind one lock: what the node holds of each type, the responses in flight, the watches of the
+// delta server and the sender that answers them in order, the re-request budget, and what
+// happened to each type (the insight counters). The cache's per-type diff, the tracker's ACK and
+// NACK pairing, the node table's inventory and its insight all read it; none keeps a copy. A
+// session is per stream and per node id.
 //
-// What the zone holds is one map per kind, what was delivered to it (delivered), with two small
+// What the node holds is one map per type, what was delivered to it (delivered), with two small
 // layers over it that give the versions it ACKed: each response in flight remembers what the
-// zone had ACKed of its names before (priors), and the names it refused remember what it holds
-// instead (refused). So a zone in sync costs one name -> pointer map per kind (a stock
+// node had ACKed of its names before (priors), and the names it refused remember what it holds
+// instead (refused). So a node in sync costs one name -> pointer map per type (a stock
 // go-control-plane subscription keeps one name -> version map), and reading what it ACKed costs
 // a lookup or three.
 //
 // Invariants (under mu):
-//   - acked(kind, name) is the version the zone has ACKed (or reported holding when it
-//     subscribed): the oldest in-flight response that carries the name says what the zone had
+//   - acked(type URL, name) is the version the node has ACKed (or reported holding when it
+//     subscribed): the oldest in-flight response that carries the name says what the node had
 //     before it; else refused; else delivered.
-//   - digest and each kind's acked count are those of acked, kept as it changes (setView,
+//   - digest and each type's acked count are those of acked, kept as it changes (setView,
 //     account).
 //   - inflight holds at most MaxInFlight responses, oldest first; the oldest forgotten is folded
 //     into refused, so acked does not change when it is forgotten.
 type Session struct {
 	cache *Cache
 	id    int64
-	info  *streamInfo // the zone its credentials prove, and how to close it
+	info  *streamInfo // the node its credentials prove, and how to close it
+	sotw  bool        // a SotW stream (go-control-plane's SotW server; sotw.go)
 
 	// The session's work queue: the retry scheduler steps the stream's retry state (retry)
 	// through it, one event at a time in their order, holding no lock while it calls out.
 	serial.Queue
 	retry retry.Stream
 
-	mu         sync.Mutex // guards the fields below, the kinds' states and the watches; never held across a send or an observer
-	zone       string     // "" until the first request names it
+	mu         sync.Mutex // guards the fields below, the types' states and the watches; never held across a send or an observer
+	zone       string     // the node id; "" until the first request names it
 	kinds      kindStates
 	queue      []*watch                       // answered watches waiting for the sender, in order
 	inflight   []*inflight                    // responses handed to the server and not answered yet, oldest first
-	reRequests *tokenBucket                   // the zone's (Cache.admit): its re-request budget
-	digest     Digest                         // of what the zone ACKed
-	unknown    map[string]map[string]struct{} // by kind: names subscribed or reported held that the snapshot did not hold then (admitNames)
+	reRequests *tokenBucket                   // the node's (Cache.admit): its re-request budget
+	digest     Digest                         // of what the node ACKed
+	unknown    map[string]map[string]struct{} // by type URL: names subscribed or reported held that the snapshot did not hold then (admitNames)
 	forgot     bool                           // a response in flight was forgotten (MaxInFlight): unanswered holds no longer counts all
 	stall      stallTimer                     // closes the stream when a response stays unanswered too long (stall.go)
 
 	// acct is the stream's room in the cache's budget (guarded by the budget's lock).
 	acct budgetAccount
 
-	// sendNow, set by kds's own stream loop, sends the queued responses on the caller's goroutine
+	// sendNow, set by the engine's own stream loop, sends the queued responses on the caller's goroutine
 	// when it can without waiting, and reports whether it sent them all (stream.go). A write's
 	// fan-out holds back the wake-up while it evaluates (deferWake) and calls it first.
 	sendNow   func() bool
 	deferWake bool
-	// kick, set by kds's own stream loop with sendNow, has the queued responses sent: it stands
+	// kick, set by the engine's own stream loop with sendNow, has the queued responses sent: it stands
 	// for the wake-up, as the loop has no goroutine waiting for one. It neither waits nor locks.
 	kick func()
 
-	// view is what the zone may see, as its filter last published it (Cache.Publish): read
-	// without any lock of the filter's.
+	// view is what the node may see, as last published (Cache.Publish): read without any lock
+	// of the publisher's.
 	view atomic.Pointer[viewBox]
 
 	wake chan struct{} // capacity 1: the queue grew (read by the sender)
@@ -81,37 +82,39 @@ type Session struct {
 	done chan struct{} // closed when the sender has returned (at once when the stream loop sends)
 }
 
-// MaxInFlight bounds the responses of one stream that the global remembers while they are
-// unanswered. A zone answers each response before it asks again, so an honest zone has about one
-// a kind in flight; a stream with more has its oldest forgotten (an answer to it is then ignored,
-// and its names count as refused: the zone keeps what it had).
+// MaxInFlight bounds the responses of one stream that the server remembers while they are
+// unanswered. A client answers each response before it asks again, so an honest client has about
+// one a type in flight; a stream with more has its oldest forgotten (an answer to it is then
+// ignored, and its names count as refused: the client keeps what it had).
 const MaxInFlight = 64
 
-// kindState is what a session knows of one kind.
+// kindState is what a session knows of one type.
 type kindState struct {
-	name      string // the kind
-	requested bool   // the zone asked for the kind on this stream
+	name      string // the type URL
+	requested bool   // the node asked for the type on this stream
 	watch     *watch // the open watch, if any
-	started   bool   // delivered was seeded from the zone's initial versions
-	// delivered is name -> what the zone was sent (or reported holding): the versions the delta
+	started   bool   // delivered was seeded from the node's initial versions
+	// delivered is name -> what the node was sent (or reported holding): the versions the delta
 	// diff is made against, not what the delta server thinks it sent. A value is the response's
 	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
 	// only: 8 bytes a name where a version string would take 16.
 	delivered delivered               // delivered.go
 	edits     uint64                  // changes of delivered so far: a response in flight knows whether any came after it
-	refused   map[string]ackedVersion // names whose delivered version the zone refused: what it holds instead
-	acked     int                     // names the zone has ACKed
+	refused   map[string]ackedVersion // names whose delivered version the node refused: what it holds instead
+	acked     int                     // names the node has ACKed
 	dirty     map[string]bool         // names that may differ from the snapshot (markDirty; nil until the first)
 	full      bool                    // every name may differ: look at them all
-	forced    map[string]bool         // names to send although the zone was sent their version (markForced; nil until the first)
+	forced    map[string]bool         // names to send although the node was sent their version (markForced; nil until the first)
+	sotwSeq   uint64                  // SotW: responses made of the type (its versions' suffix)
+	sotwSub   string                  // SotW: what the client asked for when answered last (subscriptionKey)
 
-	// What happened to the kind on this stream, for the insight.
+	// What happened to the type on this stream, for the insight.
 	sent, responses, acks, nacks int64
 	lastError                    string
 	rejected                     []event.Rejection
 }
 
-// markDirty makes name dirty. Most streams' kinds never have a dirty name that outlives an
+// markDirty makes name dirty. Most streams' types never have a dirty name that outlives an
 // evaluation: the maps are made on first use.
 func (ks *kindState) markDirty(name string) {
 	if ks.dirty == nil {
@@ -128,7 +131,7 @@ func (ks *kindState) markForced(name string) {
 	ks.forced[name] = true
 }
 
-// ackedVersion is the version of a name the zone has ACKed, or (ok false) that it has ACKed
+// ackedVersion is the version of a name the node has ACKed, or (ok false) that it has ACKed
 // none of that name.
 type ackedVersion struct {
 	version string
@@ -141,18 +144,19 @@ type inflight struct {
 	ks     *kindState // the session's state of kind
 	resp   *discovery.DeltaDiscoveryResponse
 	nonce  string   // set when the server sends it
-	priors priorSet // what the zone had ACKed of its names before, for those it had ACKed
-	// all is set when the response carries exactly a snapshot's entries of its kind, to a zone
+	priors priorSet // what the node had ACKed of its names before, for those it had ACKed
+	// all is set when the response carries exactly a snapshot's entries of its type, to a node
 	// that was delivered none of them (handOverLocked), and allSum is their kindOrder.acked: its
 	// ACK in step is one XOR (answerLocked).
 	all    bool
 	allSum uint64
-	edits  uint64    // the kind's delivered edits once this response was counted in it
-	cost   int64     // the room it holds in the cache's budget, until it leaves inflight
-	since  time.Time // when it got its room, to be sent (the response timeout runs from here)
+	edits  uint64                       // the type's delivered edits once this response was counted in it
+	cost   int64                        // the room it holds in the cache's budget, until it leaves inflight
+	sotw   *discovery.DiscoveryResponse // the SotW response sent, of which resp is the delta; nil for delta
+	since  time.Time                    // when it got its room, to be sent (the response timeout runs from here)
 }
 
-// covers reports whether the response carries name (sent or removed), and if so what the zone
+// covers reports whether the response carries name (sent or removed), and if so what the node
 // had ACKed of it before.
 func (r *inflight) covers(name string) (ackedVersion, bool) {
 	if v, ok := r.priors.get(name); ok {
@@ -206,14 +210,14 @@ func (s *Session) signal() {
 	}
 }
 
-func newSession(c *Cache, id int64, info *streamInfo) *Session {
+func newSession(c *Cache, id int64, info *streamInfo, sotw bool) *Session {
 	return &Session{
-		cache: c, id: id, info: info, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
+		cache: c, id: id, info: info, sotw: sotw, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
-// kind is the session's state of kind k, made on first use.
+// kind is the session's state of type k (a type URL), made on first use.
 func (s *Session) kind(k string) *kindState {
 	if ks := s.kinds.get(s.cache, k); ks != nil {
 		return ks
@@ -230,15 +234,15 @@ func (s *Session) kind(k string) *kindState {
 	return ks
 }
 
-// kindStates is a session's state of each kind it was asked for: the cache's kinds by their
-// place in its order (no lookup of a session's map by a kind's name for each write and each
-// request, the session's memory touched once), any other kind a zone asks for by its name.
+// kindStates is a session's state of each type it was asked for: the cache's types by their
+// place in its order (no lookup of a session's map by a type URL for each write and each
+// request, the session's memory touched once), any other type a node asks for by its type URL.
 type kindStates struct {
-	known []*kindState // by the kind's place in Cache.kinds; nil: not asked for
+	known []*kindState // by the type's place in Cache.kinds; nil: not asked for
 	other map[string]*kindState
 }
 
-// get is the state of kind, nil if the session has none.
+// get is the state of a type, nil if the session has none.
 func (k *kindStates) get(c *Cache, kind string) *kindState {
 	if i, ok := c.kindAt[kind]; ok {
 		return k.known[i]
@@ -246,7 +250,7 @@ func (k *kindStates) get(c *Cache, kind string) *kindState {
 	return k.other[kind]
 }
 
-// each calls f with every kind's state, the cache's kinds first, in their order.
+// each calls f with every type's state, the cache's types first, in their order.
 func (k *kindStates) each(f func(*kindState)) {
 	for _, ks := range k.known {
 		if ks != nil {
@@ -258,7 +262,7 @@ func (k *kindStates) each(f func(*kindState)) {
 	}
 }
 
-// ackedLocked is the version of kind/name the zone has ACKed. Call with s.mu.
+// ackedLocked is the version of kind/name (type URL, xDS name) the node has ACKed. Call with s.mu.
 func (s *Session) ackedLocked(kind, name string) ackedVersion { return s.ackedExcept(kind, name, nil) }
 
 // ackedExcept is ackedLocked as if the response in flight except were not. Call with s.mu.
@@ -280,8 +284,9 @@ func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion 
 	return ackedVersion{}
 }
 
-// layered reports whether anything of kind is laid over delivered: a refused name, or a response
-// in flight other than except. Without layers, what the zone ACKed is what it was delivered.
+// layered reports whether anything of the type is laid over delivered: a refused name, or a
+// response in flight other than except. Without layers, what the node ACKed is what it was
+// delivered.
 func (s *Session) layered(ks *kindState, kind string, except *inflight) bool {
 	return len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != except && o.kind == kind })
 }
@@ -297,8 +302,8 @@ func (ks *kindState) dropDelivered(name string) {
 	ks.edits++
 }
 
-// eachAckedLocked calls f with every name of kind the zone has ACKed, and its version. Call with
-// s.mu.
+// eachAckedLocked calls f with every name of the type the node has ACKed, and its version. Call
+// with s.mu.
 func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	ks := s.kinds.get(s.cache, kind)
 	if ks == nil {
@@ -329,15 +334,15 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	}
 }
 
-// setView runs change, which may change what the zone ACKed of kind/name, and keeps the digest
-// and the kind's count. Call with s.mu.
+// setView runs change, which may change what the node ACKed of kind/name, and keeps the digest
+// and the type's count. Call with s.mu.
 func (s *Session) setView(kind, name string, change func()) {
 	before := s.ackedLocked(kind, name)
 	change()
 	s.account(s.kind(kind), kind, name, before, s.ackedLocked(kind, name))
 }
 
-// account moves the digest and the kind's count (in ks, the kind's state) from before to after.
+// account moves the digest and the type's count (in ks, the type's state) from before to after.
 func (s *Session) account(ks *kindState, kind, name string, before, after ackedVersion) {
 	if before == after {
 		return
@@ -354,7 +359,7 @@ func (s *Session) account(ks *kindState, kind, name string, before, after ackedV
 	}
 }
 
-// forgetLocked drops the oldest in-flight response: the zone holds what it had of its names
+// forgetLocked drops the oldest in-flight response: the node holds what it had of its names
 // before, as if it had refused them all (so acked does not change). Call with s.mu.
 func (s *Session) forgetLocked(r *inflight) {
 	s.dropLocked(r)
@@ -366,7 +371,7 @@ func (s *Session) forgetLocked(r *inflight) {
 	})
 }
 
-// layLocked records that the zone holds h of kind/name now: under the next response in flight
+// layLocked records that the node holds h of kind/name now: under the next response in flight
 // that carries the name, else over what it was delivered. Call with s.mu.
 func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion, except *inflight) {
 	if o := s.carrier(kind, name, except); o != nil {
@@ -377,7 +382,7 @@ func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion, ex
 }
 
 // unanswered is the room the responses in flight hold in the budget (about their encoded
-// size): all that the stream sent and the zone has not answered yet, or no bound once one was
+// size): all that the stream sent and the node has not answered yet, or no bound once one was
 // forgotten.
 func (s *Session) unanswered() int64 {
 	s.mu.Lock()
@@ -401,7 +406,7 @@ func (s *Session) dropLocked(r *inflight) {
 	r.cost = 0
 }
 
-// carrier is the oldest response in flight (but except) that carries name of kind, or nil.
+// carrier is the oldest response in flight (but except) that carries name of the type, or nil.
 func (s *Session) carrier(kind, name string, except *inflight) *inflight {
 	for _, o := range s.inflight {
 		if o.kind == kind && o != except {
@@ -413,7 +418,7 @@ func (s *Session) carrier(kind, name string, except *inflight) *inflight {
 	return nil
 }
 
-// setPrior records that the zone holds h of name before r arrives.
+// setPrior records that the node holds h of name before r arrives.
 func (r *inflight) setPrior(name string, h ackedVersion) {
 	if !h.ok {
 		r.priors.del(name)
@@ -493,7 +498,7 @@ func (p *priorSet) each(f func(name string)) {
 	}
 }
 
-// setRefused records that the zone holds h of name, where delivered may say otherwise.
+// setRefused records that the node holds h of name, where delivered may say otherwise.
 func (ks *kindState) setRefused(name string, h ackedVersion) {
 	if ks.deliveredIs(name, h) {
 		delete(ks.refused, name)
@@ -515,13 +520,13 @@ func (r *inflight) eachName(f func(string)) {
 	}
 }
 
-// answerLocked applies the zone's answer to r, an ACK (nack nil) or a NACK: it now holds what r
-// carried but the rejected names, of which it keeps what it had; the kind's counters count it.
+// answerLocked applies the node's answer to r, an ACK (nack nil) or a NACK: it now holds what r
+// carried but the rejected names, of which it keeps what it had; the type's counters count it.
 // Call with s.mu.
 //
-// Answers come in order: r is the oldest response in flight of its kind. When it is the only
-// one, nothing of the kind is refused and delivered has not changed since r was counted in it (a
-// zone in step), the zone now holds what it was delivered of every name r carried and accepted:
+// Answers come in order: r is the oldest response in flight of its type. When it is the only
+// one, nothing of the type is refused and delivered has not changed since r was counted in it (a
+// node in step), the node now holds what it was delivered of every name r carried and accepted:
 // no lookup of delivered. Any other name goes through the layers.
 func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	ks := r.ks
@@ -539,7 +544,7 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	}
 	inStep := r.edits == ks.edits && !s.layered(ks, r.kind, r)
 	if nack == nil && inStep && r.all && r.priors.empty() {
-		// The zone held none of the kind and now holds exactly the response's entries: what
+		// The node held none of the type and now holds exactly the response's entries: what
 		// accounting each of them from nothing adds up to.
 		s.digest.Sum ^= r.allSum
 		s.digest.N += len(r.resp.Resources)
@@ -575,7 +580,7 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	s.dropLocked(r)
 }
 
-// prior is what the zone had ACKed, before r, of a name r carries.
+// prior is what the node had ACKed, before r, of a name r carries.
 func (r *inflight) prior(name string) ackedVersion {
 	if v, ok := r.priors.get(name); ok {
 		return ackedVersion{v, true}
@@ -641,10 +646,10 @@ func (s *Session) byNonce(nonce string) *inflight {
 	return nil
 }
 
-// viewBox holds a ZoneView for an atomic pointer.
+// viewBox holds a View for an atomic pointer.
 type viewBox struct{ View }
 
-// publish installs v unless the session has a later view of its zone already.
+// publish installs v unless the session has a later view of its node already.
 func (s *Session) publish(v View) {
 	for {
 		cur := s.view.Load()
@@ -660,51 +665,51 @@ func (s *Session) publish(v View) {
 // Retry is the stream's retry state (retry.Scheduler steps it through Do).
 func (s *Session) Retry() *retry.Stream { return &s.retry }
 
-// Resend makes the stream send the named resources of each kind (kind -> names) again, although
-// the zone was already sent their current version (it rejected them). Names no longer served are
+// Resend makes the stream send the named resources (type URL -> xDS names) again, although the
+// node was already sent their current version (it rejected them). Names no longer served are
 // ignored.
 func (s *Session) Resend(names map[string][]string) { s.mark(names, true) }
 
-// Node is the zone the session serves ("" before its first request).
+// Node is the node id of the client the session serves ("" before its first request).
 func (s *Session) Node() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.zone
 }
 
-// AckedVersion is the version of kind/name (an xDS name) the zone has ACKed.
-func (s *Session) AckedVersion(kind, name string) (string, bool) {
+// AckedVersion is the version of a resource (type URL, xDS name) the node has ACKed.
+func (s *Session) AckedVersion(typeURL, name string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.ackedLocked(kind, name)
+	h := s.ackedLocked(typeURL, name)
 	return h.version, h.ok
 }
 
-// Acked calls f with every kind, name and version the zone has ACKed of kinds (nil: every
-// kind), holding the session's lock: f must not block.
-func (s *Session) Acked(kinds []string, f func(kind, name, version string)) {
+// Acked calls f with every type URL, xDS name and version the node has ACKed of typeURLs (nil:
+// of every type), holding the session's lock: f must not block.
+func (s *Session) Acked(typeURLs []string, f func(typeURL, name, version string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if kinds == nil {
+	if typeURLs == nil {
 		s.kinds.each(func(ks *kindState) {
 			s.eachAckedLocked(ks.name, func(n, v string) { f(ks.name, n, v) })
 		})
 		return
 	}
-	for _, kind := range kinds {
-		s.eachAckedLocked(kind, func(n, v string) { f(kind, n, v) })
+	for _, typeURL := range typeURLs {
+		s.eachAckedLocked(typeURL, func(n, v string) { f(typeURL, n, v) })
 	}
 }
 
-// Digest identifies what the zone has ACKed now.
+// Digest identifies what the node has ACKed now.
 func (s *Session) Digest() Digest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.digest
 }
 
-// Insight is what happened to each kind on the stream, and how much of it the zone has ACKed: a
-// kind appears once something was sent, answered or reported held of it. The caller owns the
+// Insight is what happened to each type on the stream, and how much of it the node has ACKed: a
+// type appears once something was sent, answered or reported held of it. The caller owns the
 // copies.
 func (s *Session) Insight() []*TypeInsight {
 	s.mu.Lock()
@@ -727,18 +732,18 @@ func (s *Session) InFlight() int {
 	return len(s.inflight)
 }
 
-// unknownVersion stands, in delivered, for a name whose version the zone must be told again
+// unknownVersion stands, in delivered, for a name whose version the node must be told again
 // (a wildcard subscription unsubscribed from it: it is told whether the name is still there).
 var unknownVersion = &discovery.Resource{}
 
-// versionOnly stands, in delivered, for a version the zone reported holding that the snapshot
+// versionOnly stands, in delivered, for a version the node reported holding that the snapshot
 // does not serve.
 func versionOnly(name, version string) *discovery.Resource {
 	return &discovery.Resource{Name: name, Version: version}
 }
 
-// Digest identifies what a zone holds (every kind, name and version) without listing it: two
-// zones with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
+// Digest identifies what a node holds (every type URL, name and version) without listing it: two
+// nodes with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
 // (the XOR of one hash per resource ACKed), so reading it costs nothing.
 type Digest struct {
 	Sum uint64
@@ -760,7 +765,7 @@ func ackedHash(kind, name, version string) uint64 {
 }
 
 // send is the session's sender, for a stream that go-control-plane's delta server serves (a
-// stream of kds's own loop is its loop's, stream.go): it feeds queued responses into the
+// stream of the engine's own loop is its loop's, stream.go): it feeds queued responses into the
 // server's channel in order. A response counts as delivered from the moment it is handed over;
 // one that is not (its watch canceled meanwhile) is taken back. cancel waits for a send in
 // progress.
@@ -779,11 +784,20 @@ func (s *Session) send() {
 			}
 			stopped, delivered := false, false
 			if s.admit(w) {
-				select {
-				case w.out <- w.resp:
-					delivered = true
-				case <-w.canceled:
-				case <-s.stop:
+				if w.sotwOut != nil {
+					select {
+					case w.sotwOut <- &w.sotwResp:
+						delivered = true
+					case <-w.canceled:
+					case <-s.stop:
+					}
+				} else {
+					select {
+					case w.out <- w.resp:
+						delivered = true
+					case <-w.canceled:
+					case <-s.stop:
+					}
 				}
 			}
 			select {
@@ -814,7 +828,7 @@ func (s *Session) finish(w *watch, delivered bool) {
 
 // admit waits for room in the cache's budget for w's response, and reports whether it got it
 // (false: the stream closed or the watch was canceled meanwhile). The room is the response's
-// until the zone answers it, or it leaves the responses in flight otherwise.
+// until the node answers it, or it leaves the responses in flight otherwise.
 func (s *Session) admit(w *watch) bool {
 	cost := responseCost(w.resp.DeltaDiscoveryResponse)
 	if !s.cache.budget.acquire(&s.acct, cost, s.stop, w.canceled) {
@@ -849,6 +863,7 @@ func (s *Session) next() *watch {
 	w.sending = true
 	ks := w.ks
 	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
+	w.flight.sotw = w.sotwResp.resp
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}
@@ -856,10 +871,10 @@ func (s *Session) next() *watch {
 }
 
 // handOverLocked counts a response as handed to the server: delivered, and in flight with what
-// the zone had ACKed of its names. It returns the in-flight record (r, when not nil) and what
+// the node had ACKed of its names. It returns the in-flight record (r, when not nil) and what
 // delivered had of the names it carries (appended to undo), for takeBack. Call with s.mu.
 func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.DeltaDiscoveryResponse, r *inflight, undo []prior) (*inflight, []prior) {
-	// With nothing of the kind refused or in flight, what the zone ACKed is what it was
+	// With nothing of the type refused or in flight, what the node ACKed is what it was
 	// delivered: one lookup a name.
 	layered := s.layered(ks, kind, nil)
 	if !slices.IsSortedFunc(resp.Resources, byName) { // the cache's are; a test's may not be
@@ -898,7 +913,7 @@ func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.Del
 		for _, n := range resp.RemovedResources {
 			note(n)
 		}
-		// What the zone is sent now is most often exactly what is served: share the snapshot's.
+		// What the node is sent now is most often exactly what is served: share the snapshot's.
 		if ks.delivered.advance(cur, kind, resp.Resources, resp.RemovedResources) {
 			ks.edits += uint64(len(resp.Resources) + len(resp.RemovedResources)) // as setDelivered and dropDelivered count them
 		} else {
@@ -919,7 +934,7 @@ func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.Del
 	return r, undo
 }
 
-// takeBack undoes a response that was not delivered: what the zone was sent is as before, and
+// takeBack undoes a response that was not delivered: what the node was sent is as before, and
 // its names are dirty again (forced ones forced again). Call with s.mu.
 func (s *Session) takeBack(w *watch) {
 	ks := w.ks
@@ -948,9 +963,9 @@ type prior struct {
 	was  *discovery.Resource
 }
 
-// watch is one open delta watch: the server's request for a kind, answered at most once.
+// watch is one open delta watch: the server's request for a type, answered at most once.
 type watch struct {
-	kind string
+	kind string     // the type URL
 	ks   *kindState // the session's state of kind
 	req  *discovery.DeltaDiscoveryRequest
 	sub  cache.Subscription
@@ -962,12 +977,18 @@ type watch struct {
 	flight      *inflight                       // the response in flight, until it is delivered
 	forced      []string                        // forced names the response carries
 	wasCanceled bool                            // cancel ran
-	canceled    chan struct{}                   // closed by cancel (nil in kds's own stream loop)
-	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in kds's own stream loop)
+	canceled    chan struct{}                   // closed by cancel (nil in the engine's own stream loop)
+	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in the engine's own stream loop)
 	sending     bool                            // the sender has taken it off the queue
 
+	// A SotW watch (go-control-plane's SotW server): its request, its channel, and the response
+	// sent on it, made with resp (which records the delta it makes).
+	sotwReq  *discovery.DiscoveryRequest
+	sotwOut  chan cache.Response
+	sotwResp sotwResponse
+
 	// What a response allocates, in the watch's own allocation: a watch answers once, and most
-	// answers carry one resource to a zone that held one version of it (an update). The response
+	// answers carry one resource to a node that held one version of it (an update). The response
 	// itself is most often the one every stream is sent (Cache.shared), made once: a stream's own
 	// is allocated when it is made.
 	answer struct {

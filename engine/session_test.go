@@ -270,7 +270,7 @@ func TestAnACKOfAWholeKindCountsEachOfItsEntries(t *testing.T) {
 // kinds first in the cache's order.
 func TestASessionKeepsEveryKindItIsAskedFor(t *testing.T) {
 	g := NewWithT(t)
-	s := newSession(NewCache([]string{"Mesh", "MeshTimeout"}), 1, nil)
+	s := newSession(NewCache([]string{"Mesh", "MeshTimeout"}), 1, nil, false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range []string{"MeshTimeout", "NotServed", "Mesh"} {

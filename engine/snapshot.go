@@ -1,6 +1,3 @@
-// Package kds serves resources from the global control plane to zone control planes over delta
-// xDS (go-control-plane's delta server) and tracks what each zone ACKed and NACKed. It knows
-// nothing of stores or plugins: a Snapshot goes in, responses and stream events come out.
 package engine
 
 import (
@@ -20,7 +17,7 @@ import (
 
 // Entry is one resource version as the wire carries it: immutable once a snapshot holds it.
 type Entry struct {
-	TypeURL string // its type: the entry's key in Snapshot.Kind (kds-host: the kind)
+	TypeURL string // its type: the entry's key in Snapshot.Type (kds-host: the kind's name)
 	Name    string // its name within the type
 	Version string
 	Any     *anypb.Any
@@ -51,39 +48,40 @@ func (e *Entry) wireSize() int {
 	return proto.Size(e.Wire) + WireOverhead
 }
 
-// Snapshot is an immutable view of every resource to serve, by kind and xDS name.
+// Snapshot is an immutable view of every resource to serve, by type URL and xDS name.
 type Snapshot struct {
 	kinds map[string]map[string]*Entry
 	size  int
 
-	// A snapshot made by SnapshotBuilder.Update knows the one it was derived from (weakly: it
-	// does not keep it alive) and the xDS names, by kind, whose entries differ from it (added,
+	// A snapshot made by Update knows the one it was derived from (weakly: it does not keep it
+	// alive) and the xDS names, by type URL, whose entries differ from it (added,
 	// changed or removed; each name once), so a Cache serving base looks at those names only.
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
 
 	kindsMu sync.Mutex            // guards wires and orders
-	wires   map[string]*kindWire  // kind -> its entries' encoding end to end; made on first use (codec.go)
-	orders  map[string]*kindOrder // kind -> its names and entries in name order; made on first use
+	wires   map[string]*kindWire  // type URL -> its entries' encoding end to end; made on first use (codec.go)
+	orders  map[string]*kindOrder // type URL -> its names and entries in name order; made on first use
 }
 
-// kindOrder is a kind's names and entries in name order, and what a zone that ACKed exactly them
-// adds to its digest, made once per snapshot and kind: every stream's full sync of the kind walks
+// kindOrder is a type's names and entries in name order, and what a node that ACKed exactly them
+// adds to its digest, made once per snapshot and type: every stream's full sync of the type walks
 // it, and the ACK of a response that carried all of it is one XOR (Session.answerLocked).
 type kindOrder struct {
 	once    sync.Once
 	names   []string
 	entries []*Entry
 	acked   uint64 // XOR of ackedHash of every entry, as sent
-	// wires is each entry's Wire, in name order: the resources of a response that sends a zone
-	// all of the kind (its full sync), shared by every such response and never modified; size
+	// wires is each entry's Wire, in name order: the resources of a response that sends a node
+	// all of the type (its full sync), shared by every such response and never modified; size
 	// is their wireSize summed.
 	wires []*discovery.Resource
+	anys  []*anypb.Any // each entry's Any, in name order: a SotW response of all of the type
 	size  int
 }
 
-// perKind is m's value for kind, a zero one added if there is none, under s.kindsMu: what a
-// snapshot derives per kind on first use (its once then makes it).
+// perKind is m's value for a type URL, a zero one added if there is none, under s.kindsMu: what
+// a snapshot derives per type on first use (its once then makes it).
 func perKind[T any](s *Snapshot, m *map[string]*T, kind string) *T {
 	s.kindsMu.Lock()
 	defer s.kindsMu.Unlock()
@@ -98,7 +96,7 @@ func perKind[T any](s *Snapshot, m *map[string]*T, kind string) *T {
 	return v
 }
 
-// order is the kind's kindOrder, made on first use.
+// order is the type's kindOrder, made on first use.
 func (s *Snapshot) order(kind string) *kindOrder {
 	ko := perKind(s, &s.orders, kind)
 	ko.once.Do(func() {
@@ -106,9 +104,10 @@ func (s *Snapshot) order(kind string) *kindOrder {
 		ko.names = slices.Sorted(maps.Keys(byName))
 		ko.entries = make([]*Entry, len(ko.names))
 		ko.wires = make([]*discovery.Resource, len(ko.names))
+		ko.anys = make([]*anypb.Any, len(ko.names))
 		for i, n := range ko.names {
 			e := byName[n]
-			ko.entries[i], ko.wires[i] = e, e.Wire
+			ko.entries[i], ko.wires[i], ko.anys[i] = e, e.Wire, e.Any
 			ko.acked ^= ackedHash(kind, e.Wire.GetName(), e.Wire.GetVersion())
 			ko.size += e.wireSize()
 		}
@@ -116,20 +115,20 @@ func (s *Snapshot) order(kind string) *kindOrder {
 	return ko
 }
 
-// isAll reports whether rs is ko.wires itself (not a copy): a response made as all of the kind.
+// isAll reports whether rs is ko.wires itself (not a copy): a response made as all of the type.
 func (ko *kindOrder) isAll(rs []*discovery.Resource) bool {
 	return len(rs) > 0 && len(rs) == len(ko.wires) && &rs[0] == &ko.wires[0]
 }
 
-// Names returns the xDS names of one kind, sorted. The slice must not be modified.
-func (s *Snapshot) Names(kind string) []string {
+// Names returns the xDS names of one type, sorted. The slice must not be modified.
+func (s *Snapshot) Names(typeURL string) []string {
 	if s == nil {
 		return nil
 	}
-	return s.order(kind).names
+	return s.order(typeURL).names
 }
 
-// ChangesFrom returns, when s was derived from prev by Update, the names by kind in which the
+// ChangesFrom returns, when s was derived from prev by Update, the names by type URL in which the
 // two differ, each once; ok is false when s is not known to be derived from prev.
 func (s *Snapshot) ChangesFrom(prev *Snapshot) (changed map[string][]string, ok bool) {
 	if s == nil || prev == nil || s.changed == nil || s.base != weak.Make(prev) {
@@ -146,16 +145,16 @@ func (s *Snapshot) Len() int {
 	return s.size
 }
 
-// Type returns the entries of one kind by xDS name. The map must not be modified.
-func (s *Snapshot) Type(kind string) map[string]*Entry {
+// Type returns the entries of one type by xDS name. The map must not be modified.
+func (s *Snapshot) Type(typeURL string) map[string]*Entry {
 	if s == nil {
 		return nil
 	}
-	return s.kinds[kind]
+	return s.kinds[typeURL]
 }
 
 // Update returns s with put in (each replacing the entry of its type and name, if any) and
-// removed (type -> names) taken out, derived from s: ChangesFrom(s) names, by type, each name
+// removed (type URL -> names) taken out, derived from s: ChangesFrom(s) names, by type, each name
 // that differs, once. Only the types it touches get new maps; the others are shared with s, so
 // its cost follows the size of the change, not of the snapshot. A name both put and removed is
 // removed.
@@ -232,8 +231,9 @@ func SnapshotOf(entries []*Entry) *Snapshot {
 }
 
 // EncodeWire encodes e's Wire once, as the Cache's codec writes it in every response that
-// carries this version (without it, it is encoded for each), and sets Size to match. NewEntry
-// does it; an Entry built otherwise calls it once its Wire is set, before a snapshot holds it.
+// carries this version (without it, it is encoded for each), and sets Size to match. Whoever
+// builds an Entry calls it once its Wire is set, before a snapshot holds it (kds-host's NewEntry
+// does).
 func (e *Entry) EncodeWire() error {
 	f, err := encodeFrame(e.Wire)
 	if err != nil {
@@ -244,7 +244,7 @@ func (e *Entry) EncodeWire() error {
 	return nil
 }
 
-// Types returns the kinds the snapshot has resources of, sorted.
+// Types returns the type URLs the snapshot has resources of, sorted.
 func (s *Snapshot) Types() []string {
 	if s == nil {
 		return nil

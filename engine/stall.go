@@ -10,12 +10,12 @@ import (
 	"github.com/kds-host/kds-host/engine/event"
 )
 
-// stallTimer closes a stream of kds's own loop whose oldest response stays unanswered past the
-// response timeout (Limits.ResponseTimeout): a zone that stops reading keeps its window full and
-// never answers, and what it was sent holds room in the budget and memory in gRPC until it goes.
-// It is armed once a response in flight got its room to be sent, and looks again when it fires:
-// an answer costs no timer operation. A response waiting for room is not the zone's to answer
-// yet. Guarded by the session's mu.
+// stallTimer closes a stream of the engine's own loop whose oldest response stays unanswered past
+// the response timeout (Limits.ResponseTimeout): a client that stops reading keeps its window
+// full and never answers, and what it was sent holds room in the budget and memory in gRPC until
+// it goes. It is armed once a response in flight got its room to be sent, and looks again when it
+// fires: an answer costs no timer operation. A response waiting for room is not the client's to
+// answer yet. Guarded by the session's mu.
 type stallTimer struct {
 	t     *time.Timer
 	armed bool
@@ -23,7 +23,8 @@ type stallTimer struct {
 }
 
 // armStallLocked arms the session's stall timer, unless it is armed already or the stream is not
-// kds's own loop's (go-control-plane's server cannot be told to close a stream). Call with s.mu.
+// the engine's own loop's (go-control-plane's server cannot be told to close a stream). Call with
+// s.mu.
 func (s *Session) armStallLocked() {
 	if s.stall.armed || s.stall.done || !s.info.loop {
 		return
@@ -80,7 +81,7 @@ func (s *Session) checkStall() {
 	msg := fmt.Sprintf("zone %q has not answered a %s response for %s (%d bytes sent and unanswered): it does not read what it is sent, or its window is full; the global closes its stream (--kds-response-timeout), and the zone may connect again",
 		zone, kind, d, bytes)
 	s.info.close(status.Error(codes.DeadlineExceeded, msg))
-	// The status waits behind what the zone does not read, and so does what gRPC holds for the
+	// The status waits behind what the client does not read, and so does what gRPC holds for the
 	// stream: only the connection's end ends them.
 	if s.info.drop != nil && s.info.drop() {
 		msg += "; its connection is closed"

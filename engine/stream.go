@@ -1,18 +1,18 @@
 package engine
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14), with
-// what KDS needs of it and no more. It differs in five ways. It ends when the server closes the
-// stream (the tracker closes a stream that a newer one of its zone replaced) without waiting for
-// the zone's next request: the server writes the stream's status through grpc-go's server
-// stream, which ends its Recv and Send (server.go). It sends the session's answered responses
+// what the engine needs of it and no more. It differs in five ways. It ends when the server
+// closes the stream (the tracker closes a stream that a newer one of its node replaced) without
+// waiting for the client's next request: the server writes the stream's status through grpc-go's
+// server stream, which ends its Recv and Send (ads.go). It sends the session's answered responses
 // itself, in their order, when the budget has room for them, instead of receiving them from a
 // sender goroutine over a channel. It runs on one goroutine a stream, the RPC's own, which reads
-// the zone's requests, handles each under the stream's lock and then sends what it answered
+// the client's requests, handles each under the stream's lock and then sends what it answered
 // (go-control-plane's runs two: the RPC's, and one reading requests); what is answered between
 // requests is sent by a write's fan-out itself when the stream is in step (sendNow), otherwise by
 // a goroutine started for it (kick) or for the room it waits for (awaitRoom), which ends once it
-// has sent. It keeps no copy of what each subscription was sent (the session keeps what the zone
-// holds). And its state grows with the kinds the zone asks for, not with every kind there is.
+// has sent. It keeps no copy of what each subscription was sent (the session keeps what the node
+// holds). And its state grows with the types the client asks for, not with every type there is.
 // Callbacks are called in the order that loop calls them, one at a time (the stream's lock), from
 // whichever goroutine holds it.
 
@@ -83,7 +83,7 @@ type deltaWatch struct {
 
 func (s *deltaStream) cancel(dw *deltaWatch) { s.cache.cancel(s.st, dw.w) }
 
-// serveDelta serves one delta stream until the RPC ends, the zone stops sending, its streamInfo's
+// serveDelta serves one delta stream until the RPC ends, the client stops sending, its streamInfo's
 // close ends it (the tracker, the server stopping, the response timeout: the stream's Recv and
 // Send then return), or a request or a send fails (the stream is closed with the error).
 func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer, c *Cache, t *Tracker) error {
@@ -117,11 +117,11 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 	for {
 		req, err := str.Recv()
 		if err != nil {
-			// The zone closed its side, the RPC ended, the stream was closed with a status (the
+			// The client closed its side, the RPC ended, the stream was closed with a status (the
 			// tracker, the server stopping, the response timeout, or a failed send: then the
 			// send's error is the stream's), or gRPC refused a request over the size bound
 			// (refused). The stream ends first, so that nothing this loop then waits for is a send
-			// that waits for the zone.
+			// that waits for the client.
 			s.mu.Lock()
 			failed := s.failed
 			s.mu.Unlock()
@@ -134,9 +134,9 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 		s.handling.Store(true)
 		err = s.request(req, &node)
 		s.handling.Store(false)
-		sent := s.flush(sendNowLimit) // more waits for the zone to read: not on this goroutine
+		sent := s.flush(sendNowLimit) // more waits for the client to read: not on this goroutine
 		if err != nil {
-			s.close(err) // the zone is told, and a send of another goroutine's ends
+			s.close(err) // the client is told, and a send of another goroutine's ends
 			return err
 		}
 		if s.kicked.Load() || !sent {
@@ -157,7 +157,7 @@ func (s *deltaStream) kick() {
 	go s.pumpKicked()
 }
 
-// pumpKicked sends the session's queue, as kick asked: a send may wait for the zone to read; it
+// pumpKicked sends the session's queue, as kick asked: a send may wait for the client to read; it
 // ends with the stream at the latest.
 func (s *deltaStream) pumpKicked() {
 	s.run(func() error {
@@ -206,8 +206,8 @@ func (s *deltaStream) fail(err error) {
 	s.close(err)
 }
 
-// request handles one request of the zone: what was answered goes out first, then the tracker
-// hears the request and tells the observers (no lock held), and the kind's watch is made anew.
+// request handles one request of the client: what was answered goes out first, then the tracker
+// hears the request and tells the observers (no lock held), and the type's watch is made anew.
 func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.Node) error {
 	s.mu.Lock()
 	err := s.pump()
@@ -244,7 +244,7 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
 	}
 	w := s.watches[kind]
-	var old *watch // the kind's watch until now, which the new one may reuse
+	var old *watch // the type's watch until now, which the new one may reuse
 	if w == nil {
 		// The legacy wildcard: a first request that names nothing subscribes to all.
 		w = &deltaWatch{sub: stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)}
@@ -258,7 +258,7 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
 	// The watch reads the stream's subscription in place: a request changes it only once the
-	// kind's watch is canceled (above).
+	// type's watch is canceled (above).
 	w.w = s.cache.openWatch(s.st, req, &w.sub, nil, old)
 	s.kicked.Store(false) // what was kicked until now is sent after this request
 	return s.pump()
@@ -300,7 +300,7 @@ func (s *deltaStream) pumpWhile(more func() bool) (bool, error) {
 // sendNowLimit bounds what a stream may have sent and not had answered for a send that must not
 // wait (sendNow, and the RPC's goroutine): half of grpc-go's write quota of a stream (64 KiB),
 // the bytes a send may find not yet written before it waits for them. What is unanswered
-// includes all that is unwritten, so a send under this bound never waits, whatever the zone does.
+// includes all that is unwritten, so a send under this bound never waits, whatever the client does.
 const sendNowLimit = 32 << 10
 
 // sendNow is pump on the caller's goroutine (a write's fan-out), for as long as it cannot wait:
@@ -345,7 +345,7 @@ func (s *deltaStream) deliver() {
 
 // flush sends what the outbox holds, in order, telling the tracker of each response first, with
 // no lock held, unless another goroutine is at it (it sends what was added meanwhile too). With
-// limit > 0 it sends only while what the stream sent and the zone has not answered holds less
+// limit > 0 it sends only while what the stream sent and the client has not answered holds less
 // than limit (a send that cannot wait), and reports false when it left some for another
 // goroutine. A failed send ends the stream.
 func (s *deltaStream) flush(limit int64) bool {

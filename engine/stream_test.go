@@ -513,12 +513,6 @@ func TestAWriteToAStreamInStepIsSentByTheFanOut(t *testing.T) {
 	})
 }
 
-// testViews is a ViewPublisher whose views the test publishes itself.
-type testViews struct{}
-
-func (testViews) Visible(string, *Entry) bool { return true }
-func (testViews) PublishesViews()             {}
-
 // testView lets a zone see everything, or nothing yet (none).
 type testView struct {
 	none bool
@@ -537,7 +531,7 @@ func TestAWriteBeforeTheZonesFirstViewWaitsForIt(t *testing.T) {
 		g := NewWithT(t)
 		c := NewCache([]string{"MeshTimeout"})
 		defer c.Close()
-		c.SetFilter(testViews{})
+		c.UseViews(true)
 		tr := NewTracker(c)
 		z := startLoopZone(c, tr, 1, "z1")
 		synctest.Wait()

@@ -17,7 +17,7 @@ import (
 )
 
 // Tracker is the delta server's Callbacks: it opens and closes each stream's Session, admits
-// the zone a stream serves, pairs ACKs and NACKs with the response they answer (in the session),
+// the node a stream serves, pairs ACKs and NACKs with the response they answer (in the session),
 // and tells its observers. It keeps no state of its own beyond its limits.
 type Tracker struct {
 	cache     *Cache
@@ -29,37 +29,39 @@ type Tracker struct {
 	stalls bool
 }
 
-// Limits bound what one zone, or every zone together, may cost the global. Zero fields take the
+// Limits bound what one node, or every node together, may cost the server. Zero fields take the
 // defaults (DefaultLimits).
 type Limits struct {
-	// MaxNodeIDLength bounds a node id, the zone's name (default 253).
+	// MaxNodeIDLength bounds a node id, in bytes (default 253).
 	MaxNodeIDLength int
-	// MaxNodes bounds the zones with an open stream (default 10,000).
+	// MaxNodes bounds the nodes with an open stream (default 10,000; kds-host: --max-zones).
 	MaxNodes int
 	// MaxNACKMessage bounds the NACK text kept and passed on, in bytes (default 4 KiB); a
-	// longer one is truncated, and so is each rejection's reason.
+	// longer one is truncated, and so is each rejection's reason (kds-host: --max-nack-message).
 	MaxNACKMessage int
 	// ReRequests bounds how often a stream's re-requests are answered.
 	ReRequests RateLimit
-	// MaxInFlightBytes bounds the bytes of the responses sent to zones and not answered yet,
-	// across every stream (default 64 MiB): a full sync of many zones is sent a few zones at a
-	// time instead of every zone's whole state encoded at once. A response larger than the limit
-	// is sent alone; one waits 5 s at most for room.
+	// MaxInFlightBytes bounds the bytes of the responses sent to clients and not answered yet,
+	// across every stream (default 64 MiB): a full sync of many nodes is sent a few nodes at a
+	// time instead of every node's whole state encoded at once. A response larger than the limit
+	// is sent alone; one waits 5 s at most for room (kds-host: --kds-max-inflight-bytes).
 	MaxInFlightBytes int64
-	// MaxUnknownNames bounds the names one stream subscribes to, or reports holding in a kind's
-	// initial_resource_versions, that the global does not hold (default 10,000): beyond it the
+	// MaxUnknownNames bounds the names one stream subscribes to, or reports holding in a type's
+	// initial_resource_versions, that the server does not hold (default 10,000): beyond it the
 	// request is refused (ResourceExhausted) and counted, so made-up names cannot grow the
-	// global's memory. A request that names more than this and the largest kind's size is
-	// refused before its names are decoded (Cache.Codec).
+	// server's memory. A request that names more than this and the largest type's size is
+	// refused before its names are decoded (Cache.Codec). (kds-host: --kds-max-unknown-names.)
 	MaxUnknownNames int
 	// ResponseTimeout closes a stream whose oldest response stays unanswered this long (default
-	// 30s; negative: never): a zone that stops reading, its window full, holds what it was sent
-	// until then, and no longer. Only streams of kds's own loop (NewGRPCServer) are closed.
+	// 30s; negative: never): a client that stops reading, its window full, holds what it was sent
+	// until then, and no longer. Only streams of the engine's own loop (DeltaADS) are closed.
+	// (kds-host: --kds-response-timeout.)
 	ResponseTimeout time.Duration
-	// MaxMessage bounds one response, in bytes (default 16 MiB, well under a zone's 64 MiB
-	// receive limit): a kind whose resources take more goes in as many responses as it takes,
-	// each sent once the zone answered the one before. A single resource larger than the limit
-	// goes alone (the API refuses such a resource: api.Config.MaxResourceWireBytes).
+	// MaxMessage bounds one response, in bytes (default 16 MiB; clients must accept that much): a
+	// type whose resources take more goes in as many responses as it takes, each sent once the
+	// client answered the one before. A single resource larger than the limit goes alone.
+	// (kds-host: --kds-max-message, under its zones' 64 MiB receive limit; its API refuses a
+	// larger resource.)
 	MaxMessage int
 }
 
@@ -115,20 +117,19 @@ func (t *Tracker) SetLimits(l Limits) {
 	t.cache.maxUnknown.Store(int64(t.limits.MaxUnknownNames))
 }
 
-// SetCallbacksStallStreams makes kds's own stream loop tell the observers of a request with the
-// stream's lock held, as go-control-plane's server calls its callbacks on the stream's one
-// goroutine: an observer that waits then stalls every kind of the stream, sends included. It is
-// for the emulation of the old, blocking retry (retry.Blocking, --emulate) alone. Call it before
-// serving.
+// SetCallbacksStallStreams makes the engine's own stream loop tell the observers of a request with
+// the stream's lock held, as go-control-plane's server calls its callbacks on the stream's one
+// goroutine: an observer that waits then stalls every type of the stream, sends included. It is
+// for kds-host's emulation of the old, blocking retry (--emulate) alone. Call it before serving.
 func (t *Tracker) SetCallbacksStallStreams() { t.stalls = true }
 
-// SetPlainCause sets the cause of the refusals of a NACK without kds-host's structured detail
-// (default: unspecified, which the retry policy backs off and resends, as a zone that cannot say
-// why may refuse for a passing reason; an Envoy or grpc-go client's NACK is about content:
+// SetPlainCause sets the cause of the refusals of a NACK without a structured rejection list
+// (default: unspecified, which the retry policy backs off and resends, as a client that cannot
+// say why may refuse for a passing reason; an Envoy or grpc-go client's NACK is about content:
 // event.CauseInvalid). Call it before serving.
 func (t *Tracker) SetPlainCause(c event.Cause) { t.plain = c }
 
-// refuse tells the observers of a refused stream (zone: "" when not known).
+// refuse tells the observers of a refused stream (zone, its node: "" when not known).
 func (t *Tracker) refuse(reason, zone string, err error) {
 	t.observers.Refused(refusal(reason, zone, err))
 }
@@ -140,7 +141,7 @@ func refusal(reason, zone string, err error) event.Refusal {
 
 // OnDeltaStreamOpen implements delta.Callbacks.
 func (t *Tracker) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	t.cache.openSession(id, streamInfoOf(ctx))
+	t.cache.openSession(id, streamInfoOf(ctx), false)
 	return nil
 }
 
@@ -165,92 +166,114 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	return err
 }
 
-// request is OnStreamDeltaRequest for the stream's session s (kds's own stream loop holds it),
-// but for the observers: it returns tell, which tells them what the request did, in order, and
-// which the caller calls with no lock held (kds's own stream loop tells them in the order of its
-// sends).
+// request is OnStreamDeltaRequest for the stream's session s (the engine's own stream loop holds
+// it), but for the observers: it returns tell, which tells them what the request did, in order,
+// and which the caller calls with no lock held (the engine's own stream loop tells them in the
+// order of its sends).
 func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) (tell func(), err error) {
+	return t.handle(s, id, incoming{
+		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(),
+		subscribe: req.GetResourceNamesSubscribe(), initial: req.GetInitialResourceVersions(),
+		bound: func() error { return t.bound(s, req) },
+		bind:  func(again []string) { t.cache.bindRequest(s, req, again) },
+	})
+}
+
+// incoming is a request of either protocol, as handle reads it.
+type incoming struct {
+	node, typeURL, nonce string
+	detail               *rpcstatus.Status
+	subscribe            []string          // delta: the names it subscribes to (a re-request when it answers nothing)
+	initial              map[string]string // delta: what the client holds, on a type's first request
+	bound                func() error      // checks the stream's bounds
+	bind                 func(again []string)
+}
+
+// handle is a request of either protocol on the stream's session s: its bounds, the node's
+// admission on the stream's first request, the answer (ACK or NACK) to the response it names,
+// and a re-request; it returns what to tell the observers (request).
+func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err error) {
 	var refusals []event.Refusal
 	tellRefusals := func() {
 		for _, r := range refusals {
 			t.observers.Refused(r)
 		}
 	}
-	zone := s.Node()
-	// The bounds first: a refused request stores nothing, and replaces no stream of its zone.
-	if err := t.bound(s, req); err != nil {
-		refusals = append(refusals, refusal(refusalOf(err), zoneOf(s, zone, req), err))
+	node := s.Node()
+	// The bounds first: a refused request stores nothing, and replaces no stream of its node.
+	if err := in.bound(); err != nil {
+		refusals = append(refusals, refusal(refusalOf(err), nodeOf(s, node, in.node), err))
 		return tellRefusals, err
 	}
 	opened := false
-	if zone == "" {
-		node, err := t.admissible(s, req.GetNode().GetId())
+	if node == "" {
+		n, err := t.admissible(s, in.node)
 		if err == nil {
 			var replaced *Session
-			replaced, err = t.cache.admit(s, node, t.limits.MaxNodes)
+			replaced, err = t.cache.admit(s, n, t.limits.MaxNodes)
 			if replaced != nil && replaced != s {
-				// One stream per zone: the newer one wins, and the older is told why it ends.
-				msg := fmt.Sprintf("this stream of zone %q was replaced by a newer one of the same zone (a restart, or a second zone started with its name)", node)
+				// One stream per node: the newer one wins, and the older is told why it ends.
+				msg := fmt.Sprintf("this stream of node %q was replaced by a newer one of the same node (a restart, or a second client started with its name)", n)
 				replaced.info.close(status.Error(codes.Aborted, msg))
-				refusals = append(refusals, event.Refusal{Reason: "replaced", Node: node, Detail: msg})
+				refusals = append(refusals, event.Refusal{Reason: "replaced", Node: n, Detail: msg})
 			}
 		}
 		if err != nil {
 			refusals = append(refusals, refusal(refusalOf(err), s.info.zone, err))
 			return tellRefusals, err
 		}
-		zone, opened = node, true
+		node, opened = n, true
 	}
-	kind := req.GetTypeUrl()
+	typeURL := in.typeURL
 
 	s.mu.Lock()
-	ks := s.kind(kind)
+	ks := s.kind(typeURL)
 	first := !ks.requested
 	ks.requested = true
 	var answered *inflight
-	if nonce := req.GetResponseNonce(); nonce != "" {
-		answered = s.byNonce(nonce)
+	if in.nonce != "" {
+		answered = s.byNonce(in.nonce)
 	}
-	// A request that answers no response and subscribes names of a kind already subscribed is
-	// the zone asking for them again (their cause cleared): they are sent again at once, as far
-	// as the stream's rate limit allows.
+	// A request that answers no response and subscribes names of a type already subscribed is
+	// the node asking for them again (their cause cleared): they are sent again at once, as
+	// far as the stream's rate limit allows.
 	var again []string
-	reRequest := !first && req.GetResponseNonce() == "" && len(req.GetResourceNamesSubscribe()) > 0
-	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests, len(req.GetResourceNamesSubscribe()))
+	reRequest := !first && in.nonce == "" && len(in.subscribe) > 0
+	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests, len(in.subscribe))
 	if answer {
-		again = req.GetResourceNamesSubscribe()
+		again = in.subscribe
 	}
 	var nack event.NACK
 	var ack event.ACK
 	switch {
 	case answered == nil:
-	case req.GetErrorDetail() == nil:
+	case in.detail == nil:
 		// The event reads the response in place: the ACK is told before the watch that may
 		// reuse its record is opened again (the stream loop's request), or the observers copy.
-		ack = event.ACK{StreamID: id, Node: zone, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
+		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
 		s.answerLocked(answered, nil)
 	default:
-		nack = nackOf(id, zone, answered, req.GetErrorDetail(), t.limits.MaxNACKMessage, t.plain)
+		nack = nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
 		s.answerLocked(answered, &nack)
 	}
 	s.mu.Unlock()
 
-	t.cache.bindRequest(s, req, again)
+	in.bind(again)
 	return func() {
 		tellRefusals()
 		if reRequest {
-			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: zone, TypeURL: kind, Names: req.GetResourceNamesSubscribe(), Answered: answer})
+			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: node, TypeURL: typeURL, Names: in.subscribe, Answered: answer})
 		}
 		if opened {
-			t.observers.StreamOpened(id, zone)
+			t.observers.StreamOpened(id, node)
 		}
-		if first && len(req.GetInitialResourceVersions()) > 0 {
-			// What the zone already holds counts as ACKed.
-			t.observers.ACK(event.ACK{StreamID: id, Node: zone, TypeURL: kind, Versions: event.VersionsOf(req.GetInitialResourceVersions()), Initial: true})
+		if first && len(in.initial) > 0 {
+			// What the client already holds counts as ACKed.
+			t.observers.ACK(event.ACK{StreamID: id, Node: node, TypeURL: typeURL, Versions: event.VersionsOf(in.initial), Initial: true})
 		}
 		switch {
 		case answered == nil:
-		case req.GetErrorDetail() == nil:
+		case in.detail == nil:
 			t.observers.ACK(ack)
 		default:
 			t.observers.NACK(nack)
@@ -271,17 +294,22 @@ func (t *Tracker) sent(s *Session, id int64, resp *discovery.DeltaDiscoveryRespo
 	t.sentFlight(s, id, resp, nil)
 }
 
-// sentFlight is sent for a response kds's own stream loop handed over, with its record in the
-// session (flight, nil when unknown).
+// sentFlight is sent for a response the engine's own stream loop handed over, with its record in
+// the session (flight, nil when unknown).
 func (t *Tracker) sentFlight(s *Session, id int64, resp *discovery.DeltaDiscoveryResponse, flight *inflight) {
 	s.mu.Lock()
 	r := s.sentLocked(resp, flight)
 	zone := s.zone
 	s.mu.Unlock()
-	t.observers.Sent(event.Sent{StreamID: id, Node: zone, TypeURL: resp.GetTypeUrl(), Versions: r.view(), Removed: resp.GetRemovedResources()})
+	t.observers.Sent(sentOf(id, zone, r))
 }
 
-// nackOf reads a NACK of the response answered (nack.Read): the zone's structured rejection
+// sentOf is the event of r sent on stream id of node.
+func sentOf(id int64, node string, r *inflight) event.Sent {
+	return event.Sent{StreamID: id, Node: node, TypeURL: r.kind, Versions: r.view(), Removed: r.resp.GetRemovedResources()}
+}
+
+// nackOf reads a NACK of the response answered (nack.Read): the node's structured rejection
 // list when error_detail carries one, or else what its message names, or else what the response
 // brought new.
 func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status, maxText int, plain event.Cause) event.NACK {
@@ -304,9 +332,9 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 	return n
 }
 
-// admissible checks the first request of a stream: its node id names the zone, which must be
-// the zone its credentials prove. It returns the zone, or a gRPC status error that says what is
-// wrong.
+// admissible checks the first request of a stream: its node id names the node, which must be
+// the node its credentials prove. It returns the node id, or a gRPC status error that says what
+// is wrong.
 func (t *Tracker) admissible(s *Session, node string) (string, error) {
 	switch {
 	case node == "":
@@ -326,11 +354,11 @@ type RateLimit struct {
 	Burst int
 }
 
-// DefaultReRequestLimit is how many names a zone's re-requests may ask for again unless
+// DefaultReRequestLimit is how many names a node's re-requests may ask for again unless
 // configured: 20 a second, 40 at once.
 func DefaultReRequestLimit() RateLimit { return RateLimit{Rate: 20, Burst: 40} }
 
-// tokenBucket is one zone's RateLimit state, shared by its streams (a zone that reconnects
+// tokenBucket is one node's RateLimit state, shared by its streams (a node that reconnects
 // finds it as it left it). The zero value is a full bucket.
 type tokenBucket struct {
 	mu      sync.Mutex // guards started, tokens and last

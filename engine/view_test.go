@@ -20,7 +20,7 @@ func (v seqView) Seq() uint64            { return v.seq }
 // the session keeps the latest.
 func TestASessionKeepsTheLatestViewPublished(t *testing.T) {
 	g := NewWithT(t)
-	s := newSession(NewCache([]string{"Mesh"}), 1, nil)
+	s := newSession(NewCache([]string{"Mesh"}), 1, nil, false)
 	s.publish(seqView{seq: 2, visible: true})
 	s.publish(seqView{seq: 1, visible: false})
 	g.Expect(s.view.Load().View.Seq()).To(Equal(uint64(2)))

@@ -11,18 +11,18 @@ import (
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
-// Nodes is the zone table: per zone, whether it is connected and since when, and its session
-// (its current stream's, or its last one's while the zone is within its grace), which says what
-// the zone holds and what happened to each kind on the stream: Nodes keeps no copy of either. It
-// keeps only the counters of the zone's earlier streams, so that they add up across reconnects.
+// Nodes is the node table: per node, whether it is connected and since when, and its session
+// (its current stream's, or its last one's while the node is within its grace), which says what
+// the node holds and what happened to each type on the stream: Nodes keeps no copy of either. It
+// keeps only the counters of the node's earlier streams, so that they add up across reconnects.
 type Nodes struct {
 	cache *Cache
 
 	mu    sync.Mutex // guards zones, peak, order and orderOK; released before a session's lock is taken
 	zones map[string]*zoneState
 	peak  shrink.Peak
-	order []string // the zones' names, sorted, while orderOK (List)
-	// orderOK: order holds every zone's name; a zone added or freed clears it.
+	order []string // the node ids, sorted, while orderOK (List)
+	// orderOK: order holds every node's id; a node added or freed clears it.
 	orderOK bool
 
 	streamsGen atomic.Uint64 // StreamsGeneration
@@ -33,67 +33,63 @@ type zoneState struct {
 	connected bool
 	since     time.Time
 	session   *Session                // of stream; nil until it opened
-	earlier   map[string]*TypeInsight // the counters of the zone's earlier streams, by kind
+	earlier   map[string]*TypeInsight // the counters of the node's earlier streams, by type URL
 }
 
-// TypeInsight is what happened to one kind on one zone.
+// TypeInsight is what happened to one type on one node's streams.
 type TypeInsight struct {
-	TypeURL   string            `json:"kind"`
-	Sent      int64             `json:"sent"`
-	Responses int64             `json:"responses"`
-	ACKs      int64             `json:"acks"`
-	NACKs     int64             `json:"nacks"`
+	TypeURL   string `json:"typeUrl"`
+	Sent      int64  `json:"sent"`      // resources and removed names sent
+	Responses int64  `json:"responses"` // responses sent
+	ACKs      int64  `json:"acks"`
+	NACKs     int64  `json:"nacks"`
+	// LastError and Rejected are the last NACK's error detail and the names it rejected; an ACK
+	// clears them.
 	LastError string            `json:"lastError,omitempty"`
 	Rejected  []event.Rejection `json:"rejected,omitempty"`
-	// Withheld counts the resources of the kind the global withholds from the zone (owner
-	// holds: WAIT or REJECT), set by the controlplane's zone views.
-	Withheld int `json:"withheld,omitempty"`
-	Known    int `json:"known"`
-	// Held is Withheld under its old JSON name, for the clients that read "held".
-	//
-	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
-	Held int `json:"held,omitempty"`
+	Known     int               `json:"known"` // resources the node has ACKed, and holds now
 }
 
-// NodeInsight is one zone's state.
+// NodeInsight is one node's state: whether a stream of it is open (Stream) or since when it is
+// not, and, from Insights and Insight, what happened to each type.
 type NodeInsight struct {
-	Node      string         `json:"zone"`
+	Node      string         `json:"node"`
 	Connected bool           `json:"connected"`
 	Stream    int64          `json:"stream,omitempty"`
-	Since     time.Time      `json:"since"`
-	Types     []*TypeInsight `json:"kinds"`
+	Since     time.Time      `json:"since"` // when the stream opened, or the last one closed
+	Types     []*TypeInsight `json:"types"`
 }
 
-// NewNodes returns an empty zone table over the sessions of c.
+// NewNodes returns an empty node table over the sessions of c.
 func NewNodes(c *Cache) *Nodes { return &Nodes{cache: c, zones: map[string]*zoneState{}} }
 
-// Observer is how the zone table hears of streams opening and closing. What happens on a stream
+// Observer is how the node table hears of streams opening and closing. What happens on a stream
 // is counted by its session.
-func (z *Nodes) Observer() event.Observer {
-	return event.Observer{StreamOpened: z.streamOpened, StreamClosed: z.streamClosed}
+func (n *Nodes) Observer() event.Observer {
+	return event.Observer{StreamOpened: n.streamOpened, StreamClosed: n.streamClosed}
 }
 
-// streamOpened: a zone's new stream starts from what the zone reports; the counters of its last
+// streamOpened: a node's new stream starts from what the node reports; the counters of its last
 // stream are added to its earlier ones.
-func (z *Nodes) streamOpened(id int64, zone string) {
-	defer z.streamsGen.Add(1)
-	session := z.cache.Session(id)
-	z.mu.Lock()
-	s := z.zones[zone]
+func (n *Nodes) streamOpened(id int64, zone string) {
+	defer n.streamsGen.Add(1)
+	session := n.cache.Session(id)
+	n.mu.Lock()
+	s := n.zones[zone]
 	if s == nil {
 		s = &zoneState{earlier: map[string]*TypeInsight{}}
-		z.zones[zone] = s
-		z.orderOK = false
+		n.zones[zone] = s
+		n.orderOK = false
 	}
 	last := s.session
 	s.stream, s.connected, s.since, s.session = id, true, time.Now(), session
-	z.mu.Unlock()
+	n.mu.Unlock()
 	if last == nil || last == session {
 		return
 	}
 	counts := last.Insight() // never under z.mu
-	z.mu.Lock()
-	defer z.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	for _, ki := range counts {
 		e := s.earlier[ki.TypeURL]
 		if e == nil {
@@ -107,58 +103,58 @@ func (z *Nodes) streamOpened(id int64, zone string) {
 	}
 }
 
-func (z *Nodes) streamClosed(id int64, zone string) {
-	defer z.streamsGen.Add(1)
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if s := z.zones[zone]; s != nil && s.stream == id {
+func (n *Nodes) streamClosed(id int64, zone string) {
+	defer n.streamsGen.Add(1)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.zones[zone]; s != nil && s.stream == id {
 		s.connected = false
 		s.since = time.Now()
 	}
 }
 
-// session is the zone's session (current, or its last within its grace), or nil.
-func (z *Nodes) session(zone string) *Session {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if s := z.zones[zone]; s != nil {
+// session is the node's session (current, or its last within its grace), or nil.
+func (n *Nodes) session(zone string) *Session {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.zones[zone]; s != nil {
 		return s.session
 	}
 	return nil
 }
 
-// Expire frees the state of every zone whose last stream closed before the given time, and
-// returns their names.
-func (z *Nodes) Expire(before time.Time) []string {
-	z.mu.Lock()
-	defer z.mu.Unlock()
+// Expire frees the state of every node whose last stream closed before the given time, and
+// returns their ids.
+func (n *Nodes) Expire(before time.Time) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var out []string
-	for name, s := range z.zones {
+	for name, s := range n.zones {
 		if !s.connected && s.since.Before(before) {
-			delete(z.zones, name)
-			z.orderOK = false
+			delete(n.zones, name)
+			n.orderOK = false
 			out = append(out, name)
 		}
 	}
-	z.zones = shrink.Map(z.zones, &z.peak)
+	n.zones = shrink.Map(n.zones, &n.peak)
 	sort.Strings(out)
 	return out
 }
 
-// Inventory returns what the zone has ACKed.
-func (z *Nodes) Inventory(zone string) []Ref { return z.InventoryKeys(zone, nil, nil) }
+// Inventory returns what the node has ACKed.
+func (n *Nodes) Inventory(node string) []Ref { return n.InventoryKeys(node, nil, nil) }
 
-// Insights returns every zone's state, sorted by zone and kind: per kind, what its current (or
-// last) session counted, with the counters of its earlier streams added.
-func (z *Nodes) Insights() []NodeInsight {
-	z.mu.Lock()
-	out := make([]NodeInsight, 0, len(z.zones))
-	parts := make([]zoneParts, 0, len(z.zones))
-	for name, s := range z.zones {
+// Insights returns every node's state, sorted by node id and type URL: per type, what its current
+// (or last) session counted, with the counters of its earlier streams added.
+func (n *Nodes) Insights() []NodeInsight {
+	n.mu.Lock()
+	out := make([]NodeInsight, 0, len(n.zones))
+	parts := make([]zoneParts, 0, len(n.zones))
+	for name, s := range n.zones {
 		out = append(out, NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since})
 		parts = append(parts, s.parts())
 	}
-	z.mu.Unlock()
+	n.mu.Unlock()
 	for i := range out { // never under z.mu: a session's lock
 		out[i].Types = parts[i].kinds()
 	}
@@ -166,43 +162,43 @@ func (z *Nodes) Insights() []NodeInsight {
 	return out
 }
 
-// List returns every zone's state without its kinds, sorted by zone: what a summary of many
-// zones needs, at the cost of the zone table alone (the order is kept until a zone comes or goes).
-func (z *Nodes) List() []NodeInsight {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if !z.orderOK {
-		z.order = z.order[:0]
-		for name := range z.zones {
-			z.order = append(z.order, name)
+// List returns every node's state without its types, sorted by node id: what a summary of many
+// nodes needs, at the cost of the node table alone (the order is kept until a node comes or goes).
+func (n *Nodes) List() []NodeInsight {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.orderOK {
+		n.order = n.order[:0]
+		for name := range n.zones {
+			n.order = append(n.order, name)
 		}
-		slices.Sort(z.order)
-		z.orderOK = true
+		slices.Sort(n.order)
+		n.orderOK = true
 	}
-	out := make([]NodeInsight, len(z.order))
-	for i, name := range z.order {
-		s := z.zones[name]
+	out := make([]NodeInsight, len(n.order))
+	for i, name := range n.order {
+		s := n.zones[name]
 		out[i] = NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since}
 	}
 	return out
 }
 
-// Insight is one zone's state, as Insights gives it, and whether the zone is known.
-func (z *Nodes) Insight(zone string) (NodeInsight, bool) {
-	z.mu.Lock()
-	s, ok := z.zones[zone]
+// Insight is one node's state, as Insights gives it, and whether the node is known.
+func (n *Nodes) Insight(node string) (NodeInsight, bool) {
+	n.mu.Lock()
+	s, ok := n.zones[node]
 	if !ok {
-		z.mu.Unlock()
+		n.mu.Unlock()
 		return NodeInsight{}, false
 	}
-	zi := NodeInsight{Node: zone, Connected: s.connected, Stream: s.stream, Since: s.since}
+	zi := NodeInsight{Node: node, Connected: s.connected, Stream: s.stream, Since: s.since}
 	p := s.parts()
-	z.mu.Unlock()
+	n.mu.Unlock()
 	zi.Types = p.kinds()
 	return zi, true
 }
 
-// zoneParts is what a zone's kinds are made of: its session and its earlier streams' counters,
+// zoneParts is what a node's types are made of: its session and its earlier streams' counters,
 // copied under the table's lock.
 type zoneParts struct {
 	session *Session
@@ -217,7 +213,7 @@ func (s *zoneState) parts() zoneParts {
 	return p
 }
 
-// kinds is the zone's kinds, sorted: its session's counters with its earlier streams' added.
+// kinds is the node's types, sorted: its session's counters with its earlier streams' added.
 // Call without the table's lock (it takes the session's).
 func (p zoneParts) kinds() []*TypeInsight {
 	byKind := map[string]*TypeInsight{}
@@ -246,13 +242,14 @@ func (p zoneParts) kinds() []*TypeInsight {
 }
 
 // StreamsGeneration changes whenever a stream opens or closes: two equal readings mean the same
-// zones are connected on the same streams (Streams would list the same).
-func (z *Nodes) StreamsGeneration() uint64 { return z.streamsGen.Load() }
+// nodes are connected on the same streams (Streams would list the same).
+func (n *Nodes) StreamsGeneration() uint64 { return n.streamsGen.Load() }
 
-// Streams returns the connected zones with their stream and since when, sorted by zone, without
-// their kinds: what a replica's heartbeat records, at the cost of the zone table alone.
-func (z *Nodes) Streams() []NodeInsight {
-	all := z.List()
+// Streams returns the connected nodes with their stream and since when, sorted by node id,
+// without their types, at the cost of the node table alone (kds-host: what a replica's heartbeat
+// records).
+func (n *Nodes) Streams() []NodeInsight {
+	all := n.List()
 	out := all[:0]
 	for _, zi := range all {
 		if zi.Connected {
@@ -262,26 +259,26 @@ func (z *Nodes) Streams() []NodeInsight {
 	return out
 }
 
-// Known reports whether the zone is in the table: connected, or left within its grace.
-func (z *Nodes) Known(zone string) bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	_, ok := z.zones[zone]
+// Known reports whether the node is in the table: connected, or left within its grace.
+func (n *Nodes) Known(node string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.zones[node]
 	return ok
 }
 
-// AckedVersion returns the version of a resource (kind, xDS name) the zone has ACKed.
-func (z *Nodes) AckedVersion(zone, kind, name string) (string, bool) {
-	if s := z.session(zone); s != nil {
-		return s.AckedVersion(kind, name)
+// AckedVersion returns the version of a resource (type URL, xDS name) the node has ACKed.
+func (n *Nodes) AckedVersion(node, typeURL, name string) (string, bool) {
+	if s := n.session(node); s != nil {
+		return s.AckedVersion(typeURL, name)
 	}
 	return "", false
 }
 
-// InventoryKeys returns what the zone has ACKed of the given types (nil: of every type), and
+// InventoryKeys returns what the node has ACKed of the given types (nil: of every type), and
 // which of extra it holds.
-func (z *Nodes) InventoryKeys(zone string, types []string, extra []Ref) []Ref {
-	s := z.session(zone)
+func (n *Nodes) InventoryKeys(node string, types []string, extra []Ref) []Ref {
+	s := n.session(node)
 	if s == nil {
 		return nil
 	}
@@ -298,35 +295,36 @@ func (z *Nodes) InventoryKeys(zone string, types []string, extra []Ref) []Ref {
 	return out
 }
 
-// InventoryDigest identifies what the zone holds now (the zero Digest for nothing, or an
-// unknown zone).
-func (z *Nodes) InventoryDigest(zone string) Digest {
-	if s := z.session(zone); s != nil {
+// InventoryDigest identifies what the node holds now (the zero Digest for nothing, or an
+// unknown node).
+func (n *Nodes) InventoryDigest(node string) Digest {
+	if s := n.session(node); s != nil {
 		return s.Digest()
 	}
 	return Digest{}
 }
 
-// Versions returns what the zone holds: kind -> xDS name -> version. The caller owns the copy.
-func (z *Nodes) Versions(zone string) map[string]map[string]string {
+// Versions returns what the node holds: type URL -> xDS name -> version. The caller owns the
+// copy.
+func (n *Nodes) Versions(node string) map[string]map[string]string {
 	out := map[string]map[string]string{}
-	if s := z.session(zone); s != nil {
-		s.Acked(nil, func(kind, name, version string) {
-			if out[kind] == nil {
-				out[kind] = map[string]string{}
+	if s := n.session(node); s != nil {
+		s.Acked(nil, func(typeURL, name, version string) {
+			if out[typeURL] == nil {
+				out[typeURL] = map[string]string{}
 			}
-			out[kind][name] = version
+			out[typeURL][name] = version
 		})
 	}
 	return out
 }
 
-// Connected returns the names of the zones with an open stream.
-func (z *Nodes) Connected() []string {
-	z.mu.Lock()
-	defer z.mu.Unlock()
+// Connected returns the ids of the nodes with an open stream, sorted.
+func (n *Nodes) Connected() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var out []string
-	for name, s := range z.zones {
+	for name, s := range n.zones {
 		if s.connected {
 			out = append(out, name)
 		}

@@ -26,10 +26,8 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
-	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/internal/lograte"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
@@ -85,9 +83,12 @@ type KDSOptions struct {
 	OnFallback func(req *pluginv1.ScheduleRequest, err error)
 	// RetryHooks hear of the retry rounds; they run after the cache's own.
 	RetryHooks retry.Hooks
-	// OwnerHooks and OwnerGeneration are the owner holds' (owner.Config).
+	// OwnerHooks, OwnerGeneration and OwnerMapping are the owner holds' (owner.Config). The zero
+	// OwnerMapping suits the entries SetResources builds; kds-host's global, which sets its own
+	// snapshots, passes the mapping of its resources.
 	OwnerHooks      owner.Hooks
 	OwnerGeneration func() uint64
+	OwnerMapping    owner.Mapping
 	// Observers hear of every stream event, after the zone table and before the retry scheduler.
 	Observers []event.Observer
 	// PlainNACKsMayPass: a NACK without kds-host's structured detail may refuse for a passing
@@ -169,12 +170,12 @@ func NewCache(types []string, opts Options, kopts KDSOptions) (_ *Cache, err err
 		return nil, fmt.Errorf("emulate %q: want %s or %s", kopts.Emulate, retry.EmulatePerType, retry.EmulatePerStream)
 	}
 	if opts.OwnerCheck != nil {
-		c.holds, err = owner.New(owner.Config{Policy: opts.OwnerCheck, Timeout: opts.OwnerCheckTimeout,
+		c.holds, err = owner.New(owner.Config{Mapping: kopts.OwnerMapping, Policy: opts.OwnerCheck, Timeout: opts.OwnerCheckTimeout,
 			Source: kc, Inventory: c.zones, Refresher: kc, Hooks: kopts.OwnerHooks, Generation: kopts.OwnerGeneration})
 		if err != nil {
 			return nil, err
 		}
-		kc.SetFilter(c.holds)
+		kc.UseViews(true) // a client sees what its owner checks published, nothing before
 		observers = append(observers, c.holds.Observer())
 	}
 	c.tracker = engine.NewTracker(kc, observers...)
@@ -255,8 +256,8 @@ func (c *Cache) Retry() *retry.Scheduler  { return c.sched }
 func (c *Cache) Holds() *owner.Holds      { return c.holds }
 
 // Callbacks returns the server callbacks the cache follows each stream with: pass them to
-// server.NewServer. Each delta callback calls the cache's and then next's (may be nil); the
-// state-of-the-world ones call next's only.
+// server.NewServer. Each stream callback, SotW and delta, calls the cache's and then next's (may
+// be nil).
 func (c *Cache) Callbacks(next server.Callbacks) server.Callbacks {
 	if next == nil {
 		next = server.CallbackFuncs{}
@@ -291,6 +292,34 @@ func (cb *cacheCallbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDis
 func (cb *cacheCallbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
 	cb.t.OnStreamDeltaResponse(id, req, resp)
 	cb.Callbacks.OnStreamDeltaResponse(id, req, resp)
+}
+
+func (cb *cacheCallbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	if err := cb.t.OnStreamOpen(ctx, id, typeURL); err != nil {
+		return err
+	}
+	return cb.Callbacks.OnStreamOpen(ctx, id, typeURL)
+}
+
+func (cb *cacheCallbacks) OnStreamClosed(id int64, node *core.Node) {
+	cb.t.OnStreamClosed(id, node)
+	cb.Callbacks.OnStreamClosed(id, node)
+}
+
+func (cb *cacheCallbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	if err := cb.t.OnStreamRequest(id, req); err != nil {
+		return err
+	}
+	return cb.Callbacks.OnStreamRequest(id, req)
+}
+
+func (cb *cacheCallbacks) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	cb.t.OnStreamResponse(ctx, id, req, resp)
+	cb.Callbacks.OnStreamResponse(ctx, id, req, resp)
+}
+
+func (cb *cacheCallbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
+	return cb.t.OnFetchRequest(ctx, req)
 }
 
 // SetResources replaces what the cache serves: every resource of every type, by type URL. A
@@ -340,12 +369,13 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*engine.Entry, error) {
 	if old := c.built[typeURL][name]; old != nil && old.Version == version {
 		return old, nil
 	}
-	// The envelope the owner checks read: the kind is the type URL, the owners what it references.
+	// The candidate the owner checks read (owner.Mapping's default): the kind is the type URL, the
+	// owners what it references.
 	env := &kdsv1.Resource{Kind: typeURL, Name: name}
 	for _, ref := range c.owners(typeURL, r) {
 		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
 	}
-	e := &engine.Entry{TypeURL: typeURL, Name: name, Version: version, Any: a, Source: &kds.Source{Key: resource.Key{Kind: typeURL, Name: name}, Resource: env},
+	e := &engine.Entry{TypeURL: typeURL, Name: name, Version: version, Any: a, Source: env,
 		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
 	if err := e.EncodeWire(); err != nil { // once, for every client (the codec)
 		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)
@@ -379,10 +409,10 @@ func (c *Cache) Clients() []ClientInsight {
 		if c.holds != nil {
 			for _, w := range c.holds.Withheld(z.Node) {
 				reason := w.Verdict + ": " + w.Reason
-				if w.WaitingFor != "" {
-					reason = w.Verdict + ": waiting for " + w.WaitingFor
+				if w.WaitingFor != (engine.Ref{}) {
+					reason = w.Verdict + ": waiting for " + w.WaitingFor.TypeURL + "/" + w.WaitingFor.Name
 				}
-				held[w.Key.Kind] = append(held[w.Key.Kind], Withheld{Name: w.Key.XDSName(), Reason: reason})
+				held[w.Key.TypeURL] = append(held[w.Key.TypeURL], Withheld{Name: w.Key.Name, Reason: reason})
 			}
 		}
 		for _, k := range z.Types {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
@@ -20,10 +21,11 @@ const (
 	stockServer   mode = iota // stock go-control-plane v0.14's SotW ADS server over its SnapshotCache
 	guarded                   // the same, its cache wrapped by the guard: a watch of it per stream
 	guardedLinear             // the guard over LinearCaches, one per type: one watch a type for every stream, and the guard's codec
+	engineCache               // the engine's own cache (guard.NewCache), the stock server serving it
 )
 
 func (m mode) String() string {
-	return [...]string{"stock", "guard", "guard over LinearCaches"}[m]
+	return [...]string{"stock", "guard", "guard over LinearCaches", "the engine's own cache"}[m]
 }
 
 // guards are the guarded modes every scenario's guarded outcome must hold in.
@@ -50,6 +52,17 @@ func run(t *testing.T, m mode, s func(context.Context, xdstest.Server, xdstest.O
 	}
 	if m == guardedLinear {
 		cfg.ServerOptions = func() []grpc.ServerOption { return []grpc.ServerOption{grpc.ForceServerCodecV2(g.Codec())} }
+	}
+	var kc *guard.Cache
+	if m == engineCache {
+		cfg.Own = func(cb server.Callbacks) (cache.Cache, server.Callbacks, func(map[string][]types.Resource) error, func()) {
+			var err error
+			if kc, err = guard.NewCache([]string{xdstest.ListenerType, xdstest.RouteType, xdstest.ClusterType, xdstest.EndpointType}, guard.Options{}, guard.KDSOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return kc, kc.Callbacks(cb), kc.SetResources, kc.Close
+		}
+		cfg.ServerOptions = func() []grpc.ServerOption { return []grpc.ServerOption{grpc.ForceServerCodecV2(kc.Codec())} }
 	}
 	srv, err := xdstest.NewServer(cfg)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,7 +37,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kds-host/kds-host/guard"
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/internal/hclogslog"
+	"github.com/kds-host/kds-host/policy"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -394,13 +396,13 @@ func tlsMode(cfg config) string {
 
 // startPlugins starts the plugin runtime for --plugin and --plugin-config, or returns nil for
 // neither (the guard's built-in policy).
-func startPlugins(cfg config, log hclog.Logger) (*plugins.Runtime, error) {
+func startPlugins(cfg config, log hclog.Logger) (*policy.Runtime, error) {
 	if len(cfg.plugins) == 0 && len(cfg.pluginConfigs) == 0 {
 		return nil, nil
 	}
-	var p plugins.Plugins
+	var p policy.Plugins
 	for _, v := range cfg.plugins {
-		s, err := plugins.ParseSpec(v)
+		s, err := policy.ParseSpec(v)
 		if err != nil {
 			return nil, fmt.Errorf("--plugin: %w", err)
 		}
@@ -409,7 +411,7 @@ func startPlugins(cfg config, log hclog.Logger) (*plugins.Runtime, error) {
 	for _, v := range cfg.pluginConfigs {
 		if _, err := os.Stat(v); err != nil && strings.Contains(v, "=") {
 			// NAME=FILE, as kds-host's --plugin-config.
-			name, doc, err := plugins.ReadDocumentFlag(v)
+			name, doc, err := policy.ReadDocumentFlag(v)
 			if err != nil {
 				return nil, fmt.Errorf("--plugin-config: %w", err)
 			}
@@ -417,7 +419,7 @@ func startPlugins(cfg config, log hclog.Logger) (*plugins.Runtime, error) {
 				return nil, fmt.Errorf("--plugin-config: two documents for plugin %q", name)
 			}
 			if p.Documents == nil {
-				p.Documents = map[string]plugins.Document{}
+				p.Documents = map[string]policy.Document{}
 			}
 			p.Documents[name] = doc
 			continue
@@ -428,16 +430,18 @@ func startPlugins(cfg config, log hclog.Logger) (*plugins.Runtime, error) {
 			return nil, fmt.Errorf("--plugin-config: %w", err)
 		}
 		if len(p.List) == 0 {
-			p.List = append(p.List, plugins.Spec{Path: plugins.Builtin})
+			p.List = append(p.List, policy.Spec{Path: policy.Builtin})
 		}
 		for i := range p.List {
 			if p.List[i].Document != nil {
 				return nil, fmt.Errorf("--plugin-config %s: plugin %s has a document already", v, p.List[i].Path)
 			}
-			p.List[i].Document = &plugins.Document{Source: v, Data: data}
+			p.List[i].Document = &policy.Document{Source: v, Data: data}
 		}
 	}
-	rt, err := plugins.New(plugins.Config{Plugins: p, Logger: log})
+	// Its log reads as this server's (hclog), its metrics are kds_plugin_*.
+	rt, err := policy.New(policy.Config{Plugins: p, Options: policy.Options{
+		Logger: slog.New(hclogslog.New(log)), Metrics: policy.Metrics{Namespace: "kds"}}})
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %w", err)
 	}

@@ -110,7 +110,7 @@ func TestADuplicateZoneReplacesTheOldStream(t *testing.T) {
 	var st *status.Status
 	g.Eventually(done, 10*time.Second).Should(Receive(&st))
 	g.Expect(st.Code()).To(Equal(codes.Aborted))
-	g.Expect(st.Message()).To(ContainSubstring(`this stream of zone "zone-1" was replaced`))
+	g.Expect(st.Message()).To(ContainSubstring(`this stream of node "zone-1" was replaced`))
 
 	second := startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg)
 	g.Eventually(count(second.Store, "Mesh", ""), 10*time.Second).Should(Equal(1))

@@ -10,11 +10,42 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kds-host/kds-host/engine"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/host/api"
-	"github.com/kds-host/kds-host/host/owner"
+	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
+
+// ownerMapping puts kds-host's resources on the owner check's wire as its plugins have always
+// seen them: the entry's kds.v1 resource, a mesh-scoped key's mesh apart from its name.
+var ownerMapping = owner.Mapping{Candidate: kds.ResourceOf, Owners: kds.OwnersOf, WireKey: kds.WireKeyOf, RefOf: kds.RefOfWireKey}
+
+// Withheld is one resource the owner holds keep from a zone (WAIT or REJECT), or, in a
+// CheckResult, any verdict: owner.Withheld in kds-host's keys, as /api/zones and /api/check
+// answer it.
+type Withheld struct {
+	Key        resource.Key `json:"key"`
+	Verdict    string       `json:"verdict"` // WAIT or REJECT (or ACCEPT, in a check)
+	WaitingFor string       `json:"waitingFor,omitempty"`
+	Reason     string       `json:"reason,omitempty"`
+}
+
+// withheldOf is ws in kds-host's keys; nil for none.
+func withheldOf(ws []owner.Withheld) []Withheld {
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]Withheld, len(ws))
+	for i, w := range ws {
+		out[i] = Withheld{Key: resource.KeyFromXDSName(w.Key.TypeURL, w.Key.Name), Verdict: w.Verdict, Reason: w.Reason}
+		if w.WaitingFor != (engine.Ref{}) {
+			out[i].WaitingFor = resource.KeyFromXDSName(w.WaitingFor.TypeURL, w.WaitingFor.Name).String()
+		}
+	}
+	return out
+}
 
 // ErrNotReady: the global has not read its store yet, so it cannot judge against it.
 var ErrNotReady = errors.New("the global has not loaded its resources yet; try again in a moment")
@@ -28,9 +59,9 @@ type CheckRequest struct {
 
 // CheckResult is the verdict for every resource of a CheckRequest, in order.
 type CheckResult struct {
-	Zone     string           `json:"zone,omitempty"`
-	Items    []owner.Withheld `json:"items"`
-	Rejected int              `json:"rejected"`
+	Zone     string     `json:"zone,omitempty"`
+	Items    []Withheld `json:"items"`
+	Rejected int        `json:"rejected"`
 	// Warnings say what a person should know about the answer (a zone this global never saw).
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -65,7 +96,7 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 		}
 		extra = append(extra, p)
 	}
-	plan := owner.NewPlan(req.Zone, g.Cache.Snapshot(), acked, extra)
+	plan := owner.NewPlan(ownerMapping, req.Zone, g.Cache.Snapshot(), acked, extra)
 	timeout := g.cfg.OwnerCheckTimeout
 	if timeout <= 0 {
 		timeout = time.Second
@@ -77,7 +108,7 @@ func (g *Global) Check(ctx context.Context, req CheckRequest) (CheckResult, erro
 	if d.Err != nil {
 		return res, fmt.Errorf("owner check: %w", d.Err)
 	}
-	res.Items = d.Extra
+	res.Items = withheldOf(d.Extra)
 	for _, h := range d.Extra {
 		if h.Verdict == owner.Reject {
 			res.Rejected++

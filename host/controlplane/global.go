@@ -22,12 +22,12 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/kds"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/internal/lograte"
@@ -214,6 +214,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	if cfg.OwnerHolds {
 		opts.OwnerCheck, opts.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
 		kopts.OwnerHooks, kopts.OwnerGeneration = newOwnerMetrics(g.metrics, g.zoneMetrics).hooks(), g.cfg.OwnerCheckGeneration
+		kopts.OwnerMapping = ownerMapping
 	}
 	if g.kds, err = guard.NewCache(cfg.Registry.Names(), opts, kopts); err != nil {
 		return nil, err
@@ -493,10 +494,17 @@ func (g *Global) sync(ctx context.Context) error {
 	}
 }
 
-// ZoneView is one zone's insight: KDS counters per kind, the retry state of its stream, and
-// what the global withholds from it.
+// ZoneView is one zone's insight as GET /api/zones and `kds-host inspect zones` show it: the
+// engine's NodeInsight in kds-host's words (a node is a zone, a type URL a kind), under the JSON
+// keys the API has always answered, with the retry state of its stream and what the global
+// withholds from it.
 type ZoneView struct {
-	engine.NodeInsight
+	Zone      string    `json:"zone"`
+	Connected bool      `json:"connected"`
+	Stream    int64     `json:"stream,omitempty"`
+	Since     time.Time `json:"since"`
+	// Kinds are the KDS counters per kind, sorted by kind, and what is withheld of each.
+	Kinds []*KindView `json:"kinds"`
 	// Replica is the global replica the zone is connected to (this one, or another sharing
 	// the store, as its heartbeat records), ReplicaAddress its KDS address, and Heartbeat when
 	// another replica last recorded the stream (nil for this replica's own).
@@ -506,20 +514,54 @@ type ZoneView struct {
 	Retry          *ZoneRetry `json:"retry,omitempty"`
 	// Withheld is what the global withholds from the zone (owner holds: WAIT or REJECT); in a page
 	// of GET /api/zones, the first 20, with WithheldTotal counting them all when there are more.
-	Withheld      []owner.Withheld `json:"withheld,omitempty"`
-	WithheldTotal int              `json:"withheldTotal,omitempty"`
+	Withheld      []Withheld `json:"withheld,omitempty"`
+	WithheldTotal int        `json:"withheldTotal,omitempty"`
 	// Held is Withheld under its old JSON name, for the clients that read "held".
 	//
 	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
-	Held []owner.Withheld `json:"held,omitempty"`
+	Held []Withheld `json:"held,omitempty"`
 	// RetryWithheld names, by kind, the rejected names of Retry.Failing that owner holds now
 	// withhold (all of them, whatever the page of Withheld shows): a round does not resend them,
 	// and nothing is sent of them until the holds let them go.
 	RetryWithheld map[string][]string `json:"retryWithheld,omitempty"`
 }
 
+// KindView is what happened to one kind on one zone: the engine's TypeInsight under the JSON keys
+// the API has always answered, with what the global withholds of the kind.
+type KindView struct {
+	Kind      string            `json:"kind"`
+	Sent      int64             `json:"sent"`
+	Responses int64             `json:"responses"`
+	ACKs      int64             `json:"acks"`
+	NACKs     int64             `json:"nacks"`
+	LastError string            `json:"lastError,omitempty"`
+	Rejected  []event.Rejection `json:"rejected,omitempty"`
+	// Withheld counts the resources of the kind the global withholds from the zone (owner
+	// holds: WAIT or REJECT).
+	Withheld int `json:"withheld,omitempty"`
+	Known    int `json:"known"`
+	// Held is Withheld under its old JSON name, for the clients that read "held".
+	//
+	// Deprecated: use Withheld (JSON "withheld"); "held" is emitted for one more release only.
+	Held int `json:"held,omitempty"`
+}
+
+// zoneViewOf is zi in kds-host's words, its kinds copied (nil stays nil, empty stays empty: the
+// JSON is the engine's as it was).
+func zoneViewOf(zi engine.NodeInsight) ZoneView {
+	zv := ZoneView{Zone: zi.Node, Connected: zi.Connected, Stream: zi.Stream, Since: zi.Since}
+	if zi.Types != nil {
+		zv.Kinds = make([]*KindView, 0, len(zi.Types))
+	}
+	for _, ti := range zi.Types {
+		zv.Kinds = append(zv.Kinds, &KindView{Kind: ti.TypeURL, Sent: ti.Sent, Responses: ti.Responses, ACKs: ti.ACKs,
+			NACKs: ti.NACKs, LastError: ti.LastError, Rejected: ti.Rejected, Known: ti.Known})
+	}
+	return zv
+}
+
 // retryWithheld is, by kind, the rejected names of rs that are withheld; nil for none.
-func retryWithheld(rs *ZoneRetry, withheld []owner.Withheld) map[string][]string {
+func retryWithheld(rs *ZoneRetry, withheld []Withheld) map[string][]string {
 	if rs == nil || len(rs.Failing) == 0 || len(withheld) == 0 {
 		return nil
 	}
@@ -549,10 +591,10 @@ func (g *Global) ZoneViews() []ZoneView {
 // zoneViews joins the zone table with the retry state of each connected zone's stream, read from
 // its session (retryOf; nil: retry is off), and what is withheld (withheld nil: owner holds are
 // off). /api/zones, polled every second, costs one lookup a zone.
-func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRetry, withheld func(zone string) []owner.Withheld) []ZoneView {
+func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRetry, withheld func(zone string) []Withheld) []ZoneView {
 	var out []ZoneView
 	for _, zi := range insights {
-		zv := ZoneView{NodeInsight: zi}
+		zv := zoneViewOf(zi)
 		if withheld != nil {
 			zv.Withheld = withheld(zi.Node)
 			zv.Held = zv.Withheld // deprecated JSON "held", kept one release
@@ -560,17 +602,15 @@ func zoneViews(insights []engine.NodeInsight, retryOf func(stream int64) *ZoneRe
 			for _, h := range zv.Withheld {
 				perKind[h.Key.Kind]++
 			}
-			for _, k := range zv.Types {
-				k.Withheld = perKind[k.TypeURL]
-				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
+			for _, k := range zv.Kinds {
+				k.Withheld = perKind[k.Kind]
 				k.Held = k.Withheld
-				delete(perKind, k.TypeURL)
+				delete(perKind, k.Kind)
 			}
 			for kind, n := range perKind { // withheld before anything of the kind was sent
-				//lint:ignore SA1019 the deprecated JSON "held" is emitted for one release
-				zv.Types = append(zv.Types, &engine.TypeInsight{TypeURL: kind, Withheld: n, Held: n})
+				zv.Kinds = append(zv.Kinds, &KindView{Kind: kind, Withheld: n, Held: n})
 			}
-			sort.Slice(zv.Types, func(i, j int) bool { return zv.Types[i].TypeURL < zv.Types[j].TypeURL })
+			sort.Slice(zv.Kinds, func(i, j int) bool { return zv.Kinds[i].Kind < zv.Kinds[j].Kind })
 		}
 		if zi.Connected && retryOf != nil {
 			zv.Retry = retryOf(zi.Stream)

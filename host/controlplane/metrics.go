@@ -11,8 +11,8 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/internal/shrink"
@@ -379,7 +379,7 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[key]int{}
 	for _, zone := range c.g.Zones.Connected() {
 		for _, h := range c.g.Holds.Withheld(zone) {
-			counts[key{zone, h.Key.Kind, h.Verdict}]++
+			counts[key{zone, h.Key.TypeURL, h.Verdict}]++ // kds-host's type URL is the kind
 		}
 	}
 	for k, n := range counts {

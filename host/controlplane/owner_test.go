@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
@@ -143,7 +142,7 @@ func TestCheckPredictsAgainstAZonesInventory(t *testing.T) {
 }
 
 // withheld is what the global withholds from its first zone.
-func withheld(g *controlplane.Global) []owner.Withheld {
+func withheld(g *controlplane.Global) []controlplane.Withheld {
 	views := g.ZoneViews()
 	if len(views) == 0 {
 		return nil

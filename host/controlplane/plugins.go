@@ -2,18 +2,30 @@ package controlplane
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/kds-host/kds-host/host/api"
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/internal/hclogslog"
+	"github.com/kds-host/kds-host/policy"
 )
+
+// PluginOptions are the plugin runtime's options as kds-host sets them: its records go to log,
+// so they read as kds-host's own lines (hclog's text, or JSON with --log-json: the runtime's
+// under "<log>.plugin", a plugin's under "<log>.plugin.<binary>"), and its metrics are named
+// kds_plugin_*.
+func PluginOptions(log hclog.Logger) policy.Options {
+	return policy.Options{Logger: slog.New(hclogslog.New(log)), Metrics: policy.Metrics{Namespace: "kds"}}
+}
 
 // UsePlugins makes the global use the plugin runtime: the retry policy in force (with the
 // built-in policy as the fallback), the owner check in force, and the runtime's metrics.
-func (cfg *GlobalConfig) UsePlugins(rt *plugins.Runtime) {
+func (cfg *GlobalConfig) UsePlugins(rt *policy.Runtime) {
 	cfg.RetryPolicy, cfg.Builtin, cfg.OwnerCheck = rt.RetryForcer, rt.Fallback(), rt.OwnerCheck
 	cfg.OwnerCheckGeneration = rt.Generation
 	cfg.Collectors = append(cfg.Collectors, rt.Collectors()...)
@@ -21,18 +33,18 @@ func (cfg *GlobalConfig) UsePlugins(rt *plugins.Runtime) {
 
 // PluginsReport is the answer of GET /api/plugins and POST /api/plugins/reload.
 type PluginsReport struct {
-	Items []plugins.Status `json:"items"`
-	Total int              `json:"total"`
+	Items []policy.Status `json:"items"`
+	Total int             `json:"total"`
 	// Config is the --config file a reload reads, if any.
-	Config     string                `json:"config,omitempty"`
-	LastReload *plugins.ReloadResult `json:"lastReload,omitempty"`
+	Config     string               `json:"config,omitempty"`
+	LastReload *policy.ReloadResult `json:"lastReload,omitempty"`
 }
 
 // ServePlugins mounts GET /api/plugins and POST /api/plugins/reload on the global's API, and
 // makes Run reload the plugins on SIGHUP until it returns. A reload swaps in what load returns
 // (it reads the configuration again each time); configFile is the file it reads, if any, for the
 // report. Call it before Run.
-func (g *Global) ServePlugins(rt *plugins.Runtime, load func() (plugins.Plugins, error), configFile string) {
+func (g *Global) ServePlugins(rt *policy.Runtime, load func() (policy.Plugins, error), configFile string) {
 	report := func() PluginsReport {
 		st := rt.Status()
 		return PluginsReport{Items: st, Total: len(st), Config: configFile, LastReload: rt.LastReload()}

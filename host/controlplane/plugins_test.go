@@ -15,17 +15,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // startRuntime runs the plugin runtime with list until the test ends.
-func startRuntime(t testing.TB, list ...plugins.Spec) *plugins.Runtime {
+func startRuntime(t testing.TB, list ...policy.Spec) *policy.Runtime {
 	t.Helper()
-	rt, err := plugins.New(plugins.Config{Plugins: plugins.Plugins{List: list}, Logger: logger(t, "global"), CallTimeout: time.Second})
+	o := controlplane.PluginOptions(logger(t, "global"))
+	o.CallTimeout = time.Second
+	rt, err := policy.New(policy.Config{Plugins: policy.Plugins{List: list}, Options: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func startRuntime(t testing.TB, list ...plugins.Spec) *plugins.Runtime {
 const patience = time.Minute
 
 // withRuntime wires a global to the plugin runtime as kds-host does.
-func withRuntime(rt *plugins.Runtime) func(*controlplane.GlobalConfig) {
+func withRuntime(rt *policy.Runtime) func(*controlplane.GlobalConfig) {
 	return func(c *controlplane.GlobalConfig) {
 		c.UsePlugins(rt)
 		// Generous: on a loaded machine a decision must not fall back by accident.
@@ -46,13 +48,13 @@ func withRuntime(rt *plugins.Runtime) func(*controlplane.GlobalConfig) {
 	}
 }
 
-func pluginStatus(rt *plugins.Runtime, name string) plugins.Status {
+func pluginStatus(rt *policy.Runtime, name string) policy.Status {
 	for _, s := range rt.Status() {
 		if s.Name == name {
 			return s
 		}
 	}
-	return plugins.Status{}
+	return policy.Status{}
 }
 
 func retryState(gl *controlplane.Global) controlplane.ZoneRetry {
@@ -64,8 +66,8 @@ func retryState(gl *controlplane.Global) controlplane.ZoneRetry {
 	return controlplane.ZoneRetry{}
 }
 
-func document(text string) *plugins.Document {
-	return &plugins.Document{Source: "test", Data: []byte(text)}
+func document(text string) *policy.Document {
+	return &policy.Document{Source: "test", Data: []byte(text)}
 }
 
 func TestAKilledPluginIsRestartedWhileZonesStayConnectedAndRoundsGoOn(t *testing.T) {
@@ -75,8 +77,8 @@ func TestAKilledPluginIsRestartedWhileZonesStayConnectedAndRoundsGoOn(t *testing
 	put(t, gst, reg, mesh("default"))
 	// The plugin's rounds are 60ms apart, the built-in policy's 150ms: the delays say who decided.
 	rt := startRuntime(t,
-		plugins.Spec{Path: testbin.Build(t, "./plugins/retry-forcer"), Document: document("policy: fixed\ndelay: 60ms\n")},
-		plugins.Spec{Path: plugins.Builtin, Document: document("policy: fixed\ndelay: 150ms\n")},
+		policy.Spec{Path: testbin.Build(t, "./plugins/retry-forcer"), Document: document("policy: fixed\ndelay: 60ms\n")},
+		policy.Spec{Path: policy.Builtin, Document: document("policy: fixed\ndelay: 150ms\n")},
 	)
 	gl := startGlobal(t, gst, reg, withRuntime(rt))
 	z := startZone(t, "zone-1", gl.KDSAddr(), openSQLite(t), reg, func(c *zone.Config) {
@@ -102,7 +104,7 @@ func TestAKilledPluginIsRestartedWhileZonesStayConnectedAndRoundsGoOn(t *testing
 
 	// The plugin comes back, a new process, and decides again.
 	g.Eventually(func() string { return pluginStatus(rt, "retry-forcer").State }, patience, 5*time.Millisecond).
-		Should(Equal(plugins.StateRunning))
+		Should(Equal(policy.StateRunning))
 	now := pluginStatus(rt, "retry-forcer")
 	g.Expect(now.PID).NotTo(Equal(old.PID))
 	g.Expect(now.Restarts).To(Equal(1))
@@ -124,7 +126,7 @@ func TestAKilledPluginIsRestartedWhileZonesStayConnectedAndRoundsGoOn(t *testing
 
 // servePlugins runs a global that serves the plugin runtime's routes and its SIGHUP reloads
 // (ServePlugins), as kds-host does, until the returned stop is called or the test ends.
-func servePlugins(t *testing.T, st store.Store, rt *plugins.Runtime, load func() (plugins.Plugins, error), configFile string) (gl *controlplane.Global, stop func()) {
+func servePlugins(t *testing.T, st store.Store, rt *policy.Runtime, load func() (policy.Plugins, error), configFile string) (gl *controlplane.Global, stop func()) {
 	t.Helper()
 	cfg := controlplane.GlobalConfig{
 		Store: st, Registry: resource.Default(), KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
@@ -170,16 +172,16 @@ func TestThePluginRoutesAndSIGHUPReload(t *testing.T) {
 	defer signal.Stop(own)
 
 	var mu sync.Mutex
-	policy := "policy: fixed\ndelay: 150ms\n"
-	setPolicy := func(p string) { mu.Lock(); defer mu.Unlock(); policy = p }
-	load := func() (plugins.Plugins, error) {
+	docText := "policy: fixed\ndelay: 150ms\n"
+	setPolicy := func(p string) { mu.Lock(); defer mu.Unlock(); docText = p }
+	load := func() (policy.Plugins, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return plugins.Plugins{List: []plugins.Spec{{Path: plugins.Builtin, Document: document(policy)}}}, nil
+		return policy.Plugins{List: []policy.Spec{{Path: policy.Builtin, Document: document(docText)}}}, nil
 	}
 	first, err := load()
 	g.Expect(err).NotTo(HaveOccurred())
-	rt, err := plugins.New(plugins.Config{Plugins: first, Logger: logger(t, "global")})
+	rt, err := policy.New(policy.Config{Plugins: first, Options: controlplane.PluginOptions(logger(t, "global"))})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer rt.Close()
 	st, err := store.Open(t.Context(), "", t.TempDir())
@@ -201,7 +203,7 @@ func TestThePluginRoutesAndSIGHUPReload(t *testing.T) {
 	var report controlplane.PluginsReport
 	g.Expect(json.Unmarshal([]byte(body), &report)).To(Succeed())
 	g.Expect(report.Items).To(HaveLen(1))
-	g.Expect(report.Items[0].Name).To(Equal(plugins.Builtin))
+	g.Expect(report.Items[0].Name).To(Equal(policy.Builtin))
 	g.Expect(report.Items[0].Policy).To(Equal("fixed delay=150ms"))
 	g.Expect(report.LastReload).To(BeNil())
 
@@ -222,7 +224,7 @@ func TestThePluginRoutesAndSIGHUPReload(t *testing.T) {
 	g.Expect(code).To(Equal(http.StatusUnprocessableEntity))
 	g.Expect(body).To(ContainSubstring(`"title": "Plugin reload failed"`))
 	g.Expect(body).To(ContainSubstring("(the running plugins stay)"))
-	g.Expect(pluginStatus(rt, plugins.Builtin).Policy).To(Equal("fixed delay=250ms"))
+	g.Expect(pluginStatus(rt, policy.Builtin).Policy).To(Equal("fixed delay=250ms"))
 	g.Expect(rt.LastReload().Error).To(ContainSubstring("delay: must be > 0"))
 
 	// SIGHUP: Run's loop reloads. Signals are sent until one is taken (the loop may not listen
@@ -230,7 +232,7 @@ func TestThePluginRoutesAndSIGHUPReload(t *testing.T) {
 	setPolicy("policy: fixed\ndelay: 300ms\n")
 	g.Eventually(func() string {
 		g.Expect(syscall.Kill(os.Getpid(), syscall.SIGHUP)).To(Succeed())
-		return pluginStatus(rt, plugins.Builtin).Policy
+		return pluginStatus(rt, policy.Builtin).Policy
 	}, patience, 10*time.Millisecond).Should(Equal("fixed delay=300ms"))
 	g.Expect(rt.LastReload().Error).To(BeEmpty())
 
@@ -243,6 +245,6 @@ func TestThePluginRoutesAndSIGHUPReload(t *testing.T) {
 	}
 	g.Expect(syscall.Kill(os.Getpid(), syscall.SIGHUP)).To(Succeed())
 	g.Eventually(own, patience).Should(Receive())
-	g.Expect(pluginStatus(rt, plugins.Builtin).Policy).To(Equal("fixed delay=300ms"))
+	g.Expect(pluginStatus(rt, policy.Builtin).Policy).To(Equal("fixed delay=300ms"))
 	client.CloseIdleConnections()
 }

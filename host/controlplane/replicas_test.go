@@ -20,7 +20,7 @@ import (
 func replicaOf(gl *controlplane.Global, zoneName string) func() string {
 	return func() string {
 		for _, v := range gl.ZoneViews() {
-			if v.Node == zoneName {
+			if v.Zone == zoneName {
 				return v.Replica
 			}
 		}

@@ -21,10 +21,10 @@ import (
 
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // startGlobalWithPlugins runs a global, as startGlobal does, that serves /api/plugins of a
@@ -35,7 +35,7 @@ func startGlobalWithPlugins(t testing.TB, reg *resource.Registry, seed ...resour
 	for _, r := range seed {
 		put(t, gst, reg, r)
 	}
-	rt := startRuntime(t, plugins.Spec{Path: plugins.Builtin})
+	rt := startRuntime(t, policy.Spec{Path: policy.Builtin})
 	cfg := controlplane.GlobalConfig{
 		Store: gst, Registry: reg, KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
 		Logger: logger(t, "global"), Builtin: retrypolicy.New(), PollInterval: 50 * time.Millisecond,
@@ -46,8 +46,8 @@ func startGlobalWithPlugins(t testing.TB, reg *resource.Registry, seed ...resour
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.ServePlugins(rt, func() (plugins.Plugins, error) {
-		return plugins.Plugins{List: []plugins.Spec{{Path: plugins.Builtin}}}, nil
+	g.ServePlugins(rt, func() (policy.Plugins, error) {
+		return policy.Plugins{List: []policy.Spec{{Path: policy.Builtin}}}, nil
 	}, "")
 	runUntilStopped(t, "global", g.Run)
 	return g

@@ -12,7 +12,6 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/controlplane"
@@ -125,18 +124,18 @@ func postgresOpener(t testing.TB) storeOpener {
 	return func() store.Store { return openPostgres(t) }
 }
 
-func kindInsight(g *controlplane.Global, zoneName, kind string) engine.TypeInsight {
+func kindInsight(g *controlplane.Global, zoneName, kind string) controlplane.KindView {
 	for _, z := range g.ZoneViews() {
-		if z.Node != zoneName {
+		if z.Zone != zoneName {
 			continue
 		}
-		for _, k := range z.Types {
-			if k.TypeURL == kind {
+		for _, k := range z.Kinds {
+			if k.Kind == kind {
 				return *k
 			}
 		}
 	}
-	return engine.TypeInsight{}
+	return controlplane.KindView{}
 }
 
 func TestThirtyTwoKindsOfAHundredResourcesSyncOnOneStream(t *testing.T) {

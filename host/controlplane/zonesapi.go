@@ -10,7 +10,6 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/host/api"
-	"github.com/kds-host/kds-host/host/owner"
 	"github.com/kds-host/kds-host/host/store"
 )
 
@@ -146,9 +145,9 @@ func (g *Global) zonesAnswer(state, part string, offset, limit, maxWithheld int)
 	if offset >= len(matching) {
 		return ans
 	}
-	var withheld func(zone string) []owner.Withheld
+	var withheld func(zone string) []Withheld
 	if g.Holds != nil {
-		withheld = g.Holds.Withheld
+		withheld = func(zone string) []Withheld { return withheldOf(g.Holds.Withheld(zone)) }
 	}
 	for _, i := range matching[offset:min(offset+limit, len(matching))] {
 		row := rows[i]

@@ -77,14 +77,14 @@ func TestTheZonesAnswerIsASummaryAndAPage(t *testing.T) {
 	g.Expect(a.Summary).To(Equal(controlplane.ZoneSummary{Zones: 150, Connected: 150}))
 	g.Expect(a.Total).To(Equal(150))
 	g.Expect(a.Items).To(HaveLen(controlplane.DefaultZonesLimit))
-	g.Expect(a.Items[0].Node).To(Equal("zone-000"))
-	g.Expect(a.Items[0].Types).NotTo(BeEmpty(), "a page's zones come with their kinds")
+	g.Expect(a.Items[0].Zone).To(Equal("zone-000"))
+	g.Expect(a.Items[0].Kinds).NotTo(BeEmpty(), "a page's zones come with their kinds")
 	g.Expect(size150).To(BeNumerically("<=", size60+size60/10), "the answer follows the page, not the zones")
 	g.Expect(size150).To(BeNumerically("<", 256<<10))
 
 	a, _, _ = get("?offset=140")
 	g.Expect(a.Items).To(HaveLen(10))
-	g.Expect(a.Items[0].Node).To(Equal("zone-140"))
+	g.Expect(a.Items[0].Zone).To(Equal("zone-140"))
 	a, _, _ = get("?zone=zone-12&limit=5")
 	g.Expect(a.Total).To(Equal(10))
 	g.Expect(a.Items).To(HaveLen(5))
@@ -97,9 +97,10 @@ func TestTheZonesAnswerIsASummaryAndAPage(t *testing.T) {
 	}
 }
 
-// GET /api/zones shows a zone's retry state in kds-host's words, under the keys it always had
-// ("zone", "kind"), whatever the library's retry state calls them (node, type URL).
-func TestTheZonesAnswerKeepsTheRetryStatesKeys(t *testing.T) {
+// GET /api/zones shows a zone, its kinds and its stream's retry state in kds-host's words, under
+// the keys they always had ("zone", "kinds", "kind"), whatever the library's insight and retry
+// state call them (node, types, type URL).
+func TestTheZonesAnswerKeepsItsKeys(t *testing.T) {
 	g := NewWithT(t)
 	reg := resource.Default()
 	gst := openSQLite(t)
@@ -117,7 +118,7 @@ func TestTheZonesAnswerKeepsTheRetryStatesKeys(t *testing.T) {
 	put(t, gst, reg, bad)
 
 	type object = map[string]any
-	var retry, failing object
+	var item, retry, failing object
 	parked := func() int {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+gl.APIAddr()+"/api/zones", nil)
 		req.Header.Set("Authorization", "Bearer "+adminToken(t))
@@ -126,11 +127,12 @@ func TestTheZonesAnswerKeepsTheRetryStatesKeys(t *testing.T) {
 			return 0
 		}
 		defer resp.Body.Close()
-		var ans struct{ Items []struct{ Retry object } }
+		var ans struct{ Items []object }
 		if json.NewDecoder(resp.Body).Decode(&ans) != nil || len(ans.Items) == 0 {
 			return 0
 		}
-		retry = ans.Items[0].Retry
+		item = ans.Items[0]
+		retry, _ = item["retry"].(object)
 		list, _ := retry["failing"].([]any)
 		if len(list) == 0 {
 			return 0
@@ -142,6 +144,21 @@ func TestTheZonesAnswerKeepsTheRetryStatesKeys(t *testing.T) {
 	g.Eventually(parked, 10*time.Second).Should(Equal(1))
 
 	keys := func(o object) []string { return slices.Sorted(maps.Keys(o)) }
+	g.Expect(item).To(HaveKeyWithValue("zone", "zone-1"))
+	g.Expect(keys(item)).To(ContainElements("zone", "connected", "stream", "since", "kinds", "replica", "retry"))
+	g.Expect(keys(item)).To(HaveEach(BeElementOf("zone", "connected", "stream", "since", "kinds", "replica", "replicaAddress",
+		"heartbeat", "retry", "withheld", "withheldTotal", "held", "retryWithheld")))
+	kinds := map[any]object{} // by "kind"
+	list, _ := item["kinds"].([]any)
+	for _, k := range list {
+		o, _ := k.(object)
+		g.Expect(keys(o)).To(ContainElements("kind", "sent", "responses", "acks", "nacks", "known"))
+		g.Expect(keys(o)).To(HaveEach(BeElementOf("kind", "sent", "responses", "acks", "nacks", "lastError", "rejected", "withheld", "known", "held")))
+		kinds[o["kind"]] = o
+	}
+	g.Expect(kinds).To(HaveKey("Mesh"))
+	g.Expect(kinds).To(HaveKeyWithValue("MeshTimeout", HaveKeyWithValue("rejected", ConsistOf(HaveKeyWithValue("name", "default/bad")))))
+	g.Expect(kinds["MeshTimeout"]).To(HaveKey("lastError"))
 	g.Expect(retry).To(HaveKeyWithValue("zone", "zone-1"))
 	g.Expect(keys(retry)).To(ContainElements("stream", "zone", "round", "failing"))
 	g.Expect(keys(retry)).To(HaveEach(BeElementOf("stream", "zone", "round", "lastDelay", "nextRetry", "givenUp", "reason", "failing")))

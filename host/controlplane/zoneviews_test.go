@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/host/owner"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -41,7 +42,7 @@ func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 	g.Expect(reads).To(Equal(n), "retry states read for %d zones x %d streams", n, n)
 	g.Expect(views).To(HaveLen(n))
 	for _, v := range views {
-		g.Expect(v.Retry).NotTo(BeNil(), v.Node)
+		g.Expect(v.Retry).NotTo(BeNil(), v.Zone)
 		g.Expect(v.Retry.Stream).To(Equal(v.Stream))
 		g.Expect(v.Retry.Round).To(Equal(uint32(v.Stream)))
 	}
@@ -63,27 +64,27 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 		{Stream: 3, Zone: "reconnected", Round: 3},
 		{Stream: 7, Zone: "elsewhere", Round: 7},
 	}
-	withheld := func(zone string) []owner.Withheld {
+	withheld := func(zone string) []Withheld {
 		if zone != "withheld" {
 			return nil
 		}
-		return []owner.Withheld{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
+		return []Withheld{{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"}}
 	}
 	reads := 0
 	views := zoneViews(insights, lookup(states, &reads), withheld)
 	g.Expect(views).To(HaveLen(5))
 	retryOf := map[string]*ZoneRetry{}
 	for _, v := range views {
-		retryOf[v.Node] = v.Retry
+		retryOf[v.Zone] = v.Retry
 	}
 	g.Expect(retryOf["connected"]).To(Equal(&states[0]))
 	g.Expect(retryOf["gone"]).To(BeNil(), "a zone that left shows no retry state")
 	g.Expect(retryOf["reconnected"]).To(BeNil(), "the state of an older stream is not the zone's")
 	g.Expect(retryOf["no-state"]).To(BeNil())
 	g.Expect(views[4].Withheld).To(HaveLen(1))
-	g.Expect(views[4].Types).To(HaveLen(1))
-	g.Expect(views[4].Types[0].TypeURL).To(Equal("MeshTimeout"))
-	g.Expect(views[4].Types[0].Withheld).To(Equal(1))
+	g.Expect(views[4].Kinds).To(HaveLen(1))
+	g.Expect(views[4].Kinds[0].Kind).To(Equal("MeshTimeout"))
+	g.Expect(views[4].Kinds[0].Withheld).To(Equal(1))
 
 	// /api/zones: "withheld", and for one release the deprecated "held" beside it, at both levels.
 	js, err := json.Marshal(views[4])
@@ -113,8 +114,8 @@ func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 		}},
 		{Stream: 2, Zone: "zone-2", Round: 1, Failing: []FailingKind{{Kind: "MeshTimeout", Rejected: []string{"default/b"}}}},
 	}
-	withheld := func(zone string) []owner.Withheld {
-		return []owner.Withheld{
+	withheld := func(zone string) []Withheld {
+		return []Withheld{
 			{Key: resource.Key{Kind: "Mesh", Name: "default"}, Verdict: "REJECT"},
 			{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "a"}, Verdict: "WAIT"},
 			{Key: resource.Key{Kind: "MeshTimeout", Mesh: "default", Name: "c"}, Verdict: "WAIT"},
@@ -131,4 +132,46 @@ func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 
 	views = zoneViews(insights, lookup(states, &reads), nil)
 	g.Expect(views[0].RetryWithheld).To(BeNil(), "owner holds off")
+}
+
+// A zone view answers the JSON of GET /api/zones as it always was, byte for byte, whatever the
+// engine's insight calls its fields (node, types, type URL): its keys and their order, and a zone
+// whose kinds are empty or not read says so as before ([] or null).
+func TestAZoneViewAnswersTheAPIsJSON(t *testing.T) {
+	since := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	meshTimeout := &engine.TypeInsight{TypeURL: "MeshTimeout", Sent: 5, Responses: 2, ACKs: 1, NACKs: 1, LastError: "bad spec",
+		Rejected: []event.Rejection{{Name: "default/a", Reason: "bad spec", Cause: event.CauseInvalid}}, Known: 4}
+	cases := []struct {
+		name     string
+		insight  engine.NodeInsight
+		withheld bool
+		want     string // the view's JSON
+	}{
+		{"counters and withheld", engine.NodeInsight{Node: "zone-1", Connected: true, Stream: 7, Since: since, Types: []*engine.TypeInsight{meshTimeout}}, true,
+			`{"zone":"zone-1","connected":true,"stream":7,"since":"2025-01-02T03:04:05Z","kinds":[` +
+				`{"kind":"Mesh","sent":0,"responses":0,"acks":0,"nacks":0,"withheld":1,"known":0,"held":1},` +
+				`{"kind":"MeshTimeout","sent":5,"responses":2,"acks":1,"nacks":1,"lastError":"bad spec",` +
+				`"rejected":[{"name":"default/a","reason":"bad spec","cause":"INVALID"}],"known":4}],` +
+				`"withheld":[{"key":{"kind":"Mesh","name":"other"},"verdict":"WAIT"}],"held":[{"key":{"kind":"Mesh","name":"other"},"verdict":"WAIT"}]}`},
+		{"no kinds yet", engine.NodeInsight{Node: "zone-2", Since: since, Types: []*engine.TypeInsight{}}, false,
+			`{"zone":"zone-2","connected":false,"since":"2025-01-02T03:04:05Z","kinds":[]}`},
+		{"kinds not read", engine.NodeInsight{Node: "zone-3", Since: since}, false,
+			`{"zone":"zone-3","connected":false,"since":"2025-01-02T03:04:05Z","kinds":null}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var withheld func(string) []Withheld
+			if c.withheld {
+				withheld = func(string) []Withheld {
+					return []Withheld{{Key: resource.Key{Kind: "Mesh", Name: "other"}, Verdict: "WAIT"}}
+				}
+			}
+			views := zoneViews([]engine.NodeInsight{c.insight}, nil, withheld)
+			g.Expect(views).To(HaveLen(1))
+			js, err := json.Marshal(views[0])
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(js)).To(Equal(c.want))
+		})
+	}
 }

@@ -362,7 +362,7 @@ func TestAClosedStreamEndsWithItsStatus(t *testing.T) {
 	var err error
 	g.Eventually(h.ended, 10*time.Second).Should(Receive(&err))
 	g.Expect(status.Code(err)).To(Equal(codes.Aborted), "%v", err)
-	g.Expect(err.Error()).To(ContainSubstring(`this stream of zone "zone-1" was replaced`))
+	g.Expect(err.Error()).To(ContainSubstring(`this stream of node "zone-1" was replaced`))
 
 	h2.ack(h2.recv())
 	h.cache.Close()

@@ -3,6 +3,7 @@ package kds_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/engine"
+	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -199,16 +201,33 @@ func TestANACKedNameIsResentAfterAnUpdate(t *testing.T) {
 	h.expectQuiet(100 * time.Millisecond)
 }
 
-// hiding is a engine.Filter that hides the keys it is told to, from every zone.
+// hiding is a view (engine.View) that hides its keys from the zone it is published to; a change
+// is a new one, with a later seq.
 type hiding struct {
-	mu     sync.Mutex
 	hidden map[resource.Key]bool
+	seq    uint64
 }
 
-func (f *hiding) Visible(_ string, e *engine.Entry) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return !f.hidden[kds.KeyOf(e)]
+func (v *hiding) Visible(e *engine.Entry) bool  { return !v.hidden[kds.KeyOf(e)] }
+func (v *hiding) None() bool                    { return false }
+func (v *hiding) SeesAll(*engine.Snapshot) bool { return false }
+func (v *hiding) Seq() uint64                   { return v.seq }
+
+// viewing makes h's cache show each zone only its published view (engine.Cache.UseViews), and
+// publishes view() to the zone when its stream opens, every name refreshed: the owner holds'
+// part.
+func viewing(view func() engine.View) func(h *harness) *engine.Tracker {
+	return func(h *harness) *engine.Tracker {
+		h.cache.UseViews(true)
+		return engine.NewTracker(h.cache, h.zones.Observer(), event.Observer{StreamOpened: func(_ int64, zone string) {
+			h.cache.Publish(zone, view())
+			snap, names := h.cache.Snapshot(), map[string][]string{}
+			for _, kind := range snap.Types() {
+				names[kind] = snap.Names(kind)
+			}
+			h.cache.Refresh(zone, names)
+		}})
+	}
 }
 
 // TestRandomUpdatesLeaveTheZoneWithTheSnapshot drives the cache with random changes through
@@ -218,9 +237,13 @@ func (f *hiding) Visible(_ string, e *engine.Entry) bool {
 // name that is not served, and a hidden name as it had it (or not at all).
 func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 	kinds := []string{"Mesh", "MeshTimeout", "MeshRetry"}
-	h := newHarness(t, kinds)
-	filter := &hiding{hidden: map[resource.Key]bool{}}
-	h.cache.SetFilter(filter)
+	var mu sync.Mutex // guards filter, which a stream's opening reads
+	filter := &hiding{hidden: map[resource.Key]bool{}, seq: 1}
+	h := newHarness(t, kinds, viewing(func() engine.View {
+		mu.Lock()
+		defer mu.Unlock()
+		return filter
+	}))
 	rnd := rand.New(rand.NewPCG(1, 2))
 	stored := map[resource.Key]resource.Resource{{Kind: "Mesh", Name: "default"}: meshResource("default")}
 	list := func() []resource.Resource {
@@ -268,8 +291,8 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 				}
 			}
 		}
-		filter.mu.Lock()
-		defer filter.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
 		for kind, entries := range versions(snap) {
 			for name, v := range entries {
 				if !filter.hidden[resource.KeyFromXDSName(kind, name)] && zone[kind][name] != v {
@@ -290,7 +313,10 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 				continue
 			case <-time.After(5 * time.Millisecond):
 			case <-deadline:
-				t.Fatalf("step %d: the zone holds %v, the snapshot %v, hidden %v", step, zone, versions(h.cache.Snapshot()), filter.hidden)
+				mu.Lock()
+				hidden := filter.hidden
+				mu.Unlock()
+				t.Fatalf("step %d: the zone holds %v, the snapshot %v, hidden %v", step, zone, versions(h.cache.Snapshot()), hidden)
 			}
 			if holdsSnapshot() {
 				return
@@ -301,16 +327,19 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 
 	for i := range 300 {
 		if rnd.IntN(5) == 0 {
-			// The filter's answer changes for a few names (the owner check's part), and the
-			// cache is told which.
+			// The view's answer changes for a few names (the owner check's part): a new view is
+			// published, and the cache is told which.
 			names := map[string][]string{}
-			filter.mu.Lock()
+			mu.Lock()
+			next := &hiding{hidden: maps.Clone(filter.hidden), seq: filter.seq + 1}
 			for range 1 + rnd.IntN(3) {
 				k := resource.Key{Kind: kinds[1+rnd.IntN(2)], Mesh: "default", Name: fmt.Sprintf("p%d", rnd.IntN(12))}
-				filter.hidden[k] = !filter.hidden[k]
+				next.hidden[k] = !next.hidden[k]
 				names[k.Kind] = append(names[k.Kind], k.XDSName())
 			}
-			filter.mu.Unlock()
+			filter = next
+			mu.Unlock()
+			h.cache.Publish("zone-1", next)
 			h.cache.Refresh("zone-1", names)
 		} else {
 			var changed []resource.Resource
@@ -339,18 +368,22 @@ func TestRandomUpdatesLeaveTheZoneWithTheSnapshot(t *testing.T) {
 	converge(-1)
 }
 
-// counting is a engine.Filter that shows everything and counts what it is asked, by kind.
+// counting is a view (engine.View) that shows everything and counts what it is asked, by kind.
 type counting struct {
 	mu    sync.Mutex
 	asked map[string]int
 }
 
-func (f *counting) Visible(_ string, e *engine.Entry) bool {
+func (f *counting) Visible(e *engine.Entry) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked[e.TypeURL]++
 	return true
 }
+
+func (f *counting) None() bool                    { return false }
+func (f *counting) SeesAll(*engine.Snapshot) bool { return false }
+func (f *counting) Seq() uint64                   { return 1 }
 
 func (f *counting) reset() map[string]int {
 	f.mu.Lock()
@@ -364,9 +397,8 @@ func (f *counting) reset() map[string]int {
 func TestResendLooksOnlyAtTheNamedNames(t *testing.T) {
 	g := NewWithT(t)
 	kinds := []string{"Mesh", "MeshTimeout", "MeshRetry"}
-	h := newHarness(t, kinds)
 	filter := &counting{asked: map[string]int{}}
-	h.cache.SetFilter(filter)
+	h := newHarness(t, kinds, viewing(func() engine.View { return filter }))
 	rs := []resource.Resource{meshResource("default")}
 	for i := range 100 {
 		rs = append(rs, policy("MeshTimeout", "default", fmt.Sprintf("t-%d", i), `{}`), policy("MeshRetry", "default", fmt.Sprintf("r-%d", i), `{}`))

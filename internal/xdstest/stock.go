@@ -129,6 +129,7 @@ type Stock struct {
 	cancel  context.CancelFunc
 	log     *countingLogger
 	unwrap  func()
+	own     func(map[string][]types.Resource) error // Config.Own's
 	mu      sync.Mutex
 	version int
 }
@@ -154,6 +155,10 @@ type Config struct {
 	Linear bool
 	// ServerOptions, when set, gives the gRPC server's options, once the cache is wrapped.
 	ServerOptions func() []grpc.ServerOption
+	// Own, when set, serves from a cache of its own instead of the stock one: it returns the
+	// cache and the callbacks to serve with (built on the stock ones it is given), how to set
+	// its resources (Set), and what to call when the server stops.
+	Own func(cb server.Callbacks) (cache.Cache, server.Callbacks, func(map[string][]types.Resource) error, func())
 }
 
 // NewServer starts the stock server as cfg says.
@@ -187,6 +192,9 @@ func NewServer(cfg Config) (*Stock, error) {
 	if cfg.Wrap != nil {
 		c, callbacks, s.unwrap = cfg.Wrap(c, callbacks)
 	}
+	if cfg.Own != nil {
+		c, callbacks, s.own, s.unwrap = cfg.Own(callbacks)
+	}
 	xds := server.NewServer(ctx, c, callbacks)
 	var opts []grpc.ServerOption
 	if cfg.ServerOptions != nil {
@@ -205,6 +213,9 @@ func (s *Stock) Addr() string { return s.addr }
 // Set sets the snapshot of NodeID to resources at version; with Config.Linear, each type's
 // LinearCache to its resources (at versions of its own).
 func (s *Stock) Set(version string, resources map[string][]types.Resource) error {
+	if s.own != nil {
+		return s.own(resources)
+	}
 	if s.linear != nil {
 		for t, lc := range s.linear {
 			byName := map[string]types.Resource{}

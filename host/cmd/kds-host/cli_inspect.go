@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // newInspectCmd is `kds-host inspect`: views of a running global's state, one subcommand each.
@@ -95,7 +95,7 @@ func printPlugins(w io.Writer, r controlplane.PluginsReport) error {
 		return err
 	}
 	for _, p := range r.Items {
-		if p.LastError != "" && p.State != plugins.StateBuiltin {
+		if p.LastError != "" && p.State != policy.StateBuiltin {
 			at := ""
 			if p.LastErrorAt != nil {
 				at = " (" + p.LastErrorAt.Local().Format(time.DateTime) + ")"
@@ -122,7 +122,7 @@ func shortChecksum(c string) string {
 	return dash(c)
 }
 
-func latency(d plugins.Duration, calls uint64) string {
+func latency(d policy.Duration, calls uint64) string {
 	if calls == 0 {
 		return "-"
 	}

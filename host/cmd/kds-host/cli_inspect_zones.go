@@ -71,7 +71,7 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 				failing[f.Kind] = true
 			}
 		}
-		for _, k := range z.Types {
+		for _, k := range z.Kinds {
 			names := make([]string, 0, len(k.Rejected))
 			for _, r := range k.Rejected {
 				if r.Cause != "" {
@@ -88,7 +88,7 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 				}
 			}
 			r, n, why := "-", "-", "-"
-			if failing[k.TypeURL] {
+			if failing[k.Kind] {
 				r, n, why = round, next, reason
 			}
 			withheld := k.Withheld
@@ -96,7 +96,7 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 				//lint:ignore SA1019 a global of the release before sends "held" only
 				withheld = k.Held
 			}
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Node, state, k.TypeURL, k.Sent, k.Known, withheld, rejected, k.Responses, k.ACKs, k.NACKs, r, n, why)
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", z.Zone, state, k.Kind, k.Sent, k.Known, withheld, rejected, k.Responses, k.ACKs, k.NACKs, r, n, why)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -119,7 +119,7 @@ func printZones(cmd *cobra.Command, list zoneList) error {
 					fmt.Fprintln(cmd.OutOrStdout(), "\nParked (not resent until their content changes):")
 					first = false
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "  %s %s %s: %s\n", z.Node, h.Kind, h.Name, h.Reason)
+				fmt.Fprintf(cmd.OutOrStdout(), "  %s %s %s: %s\n", z.Zone, h.Kind, h.Name, h.Reason)
 			}
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/spf13/cobra"
 
-	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/controlplane"
 )
@@ -19,17 +18,17 @@ func TestInspectZonesShowsCausesAndWhatIsWithheldAndParked(t *testing.T) {
 	cmd := &cobra.Command{}
 	cmd.SetOut(&out)
 	list := zoneList{Total: 1, Items: []controlplane.ZoneView{{
-		NodeInsight: engine.NodeInsight{Node: "zone-1", Connected: true, Types: []*engine.TypeInsight{
-			{TypeURL: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
-			{TypeURL: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
-		}},
+		Zone: "zone-1", Connected: true, Kinds: []*controlplane.KindView{
+			{Kind: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
+			{Kind: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
+		},
 		Retry: &controlplane.ZoneRetry{Zone: "zone-1", Round: 2, Reason: "fixed 250ms", Failing: []controlplane.FailingKind{
 			{Kind: "Mesh", Rejected: []string{"default"}},
 			{Kind: "MeshTimeout", Parked: []controlplane.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; parked until it changes"}}},
 		}},
 	}}}
-	list.Items[0].Types[1].Sent, list.Items[0].Types[1].Responses, list.Items[0].Types[1].Known = 30, 3, 27
-	list.Items[0].Types[1].Withheld = 2
+	list.Items[0].Kinds[1].Sent, list.Items[0].Kinds[1].Responses, list.Items[0].Kinds[1].Known = 30, 3, 27
+	list.Items[0].Kinds[1].Withheld = 2
 	g.Expect(printZones(cmd, list)).To(Succeed())
 	g.Expect(out.String()).To(ContainSubstring("count resources; RESPONSES, ACKED and NACKED count responses"))
 	g.Expect(out.String()).To(MatchRegexp(`MeshTimeout\s+30\s+27\s+2\s+default/bad \(INVALID\)\s+3\s+0\s+3`), "resources first, then responses")

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/plugins"
+	"github.com/kds-host/kds-host/policy"
 	"github.com/kds-host/kds-host/shared"
 	"github.com/kds-host/kds-host/shared/launch"
 )
@@ -53,20 +53,20 @@ func (f *pluginFlags) refuseInZone() error {
 
 // load reads the plugins to run: --config, or --plugin and --plugin-config. It reads every file
 // again each time: a reload applies what it returns.
-func (f *pluginFlags) load() (plugins.Plugins, error) {
+func (f *pluginFlags) load() (policy.Plugins, error) {
 	if f.config != "" {
-		return plugins.LoadFile(f.config)
+		return policy.LoadFile(f.config)
 	}
-	var p plugins.Plugins
+	var p policy.Plugins
 	for _, v := range f.paths {
-		s, err := plugins.ParseSpec(v)
+		s, err := policy.ParseSpec(v)
 		if err != nil {
 			return p, fmt.Errorf("--plugin: %w", err)
 		}
 		p.List = append(p.List, s)
 	}
 	for _, v := range f.documents {
-		name, doc, err := plugins.ReadDocumentFlag(v)
+		name, doc, err := policy.ReadDocumentFlag(v)
 		if err != nil {
 			return p, fmt.Errorf("--plugin-config: %w", err)
 		}
@@ -74,7 +74,7 @@ func (f *pluginFlags) load() (plugins.Plugins, error) {
 			return p, fmt.Errorf("--plugin-config: two documents for plugin %q", name)
 		}
 		if p.Documents == nil {
-			p.Documents = map[string]plugins.Document{}
+			p.Documents = map[string]policy.Document{}
 		}
 		p.Documents[name] = doc
 	}
@@ -83,7 +83,7 @@ func (f *pluginFlags) load() (plugins.Plugins, error) {
 
 // start starts the plugin runtime and makes cfg use it (controlplane's UsePlugins). It fails on
 // a plugin that cannot be used.
-func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*plugins.Runtime, error) {
+func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*policy.Runtime, error) {
 	if f.config != "" && (len(f.paths) > 0 || len(f.documents) > 0) {
 		log.Warn("--config is given: --plugin and --plugin-config are ignored", "config", f.config)
 	}
@@ -98,11 +98,11 @@ func (f *pluginFlags) start(log hclog.Logger, cfg *controlplane.GlobalConfig) (*
 	if err != nil {
 		return nil, err
 	}
-	rt, err := plugins.New(plugins.Config{
-		Plugins: p, Logger: log, StartTimeout: f.startTimeout, Env: f.env, Bounds: cfg.RetryBounds,
-		// The callers set their own, tighter deadlines; this one bounds every call and probe.
-		CallTimeout: max(cfg.PolicyTimeout, cfg.OwnerCheckTimeout),
-	})
+	o := controlplane.PluginOptions(log)
+	o.StartTimeout, o.Env, o.Bounds = f.startTimeout, f.env, cfg.RetryBounds
+	// The callers set their own, tighter deadlines; this one bounds every call and probe.
+	o.CallTimeout = max(cfg.PolicyTimeout, cfg.OwnerCheckTimeout)
+	rt, err := policy.New(policy.Config{Plugins: p, Options: o})
 	if err != nil {
 		return nil, err
 	}

@@ -176,7 +176,7 @@ func TestATenMegabyteNACKReachesThePluginTruncated(t *testing.T) {
 	g := NewWithT(t)
 	record := filepath.Join(t.TempDir(), "calls.jsonl")
 	h := startHostEnv(t, []string{"RECORD_FILE=" + record}, "--kds-auth", "none", "--plugin-env", "RECORD_FILE",
-		"--plugin", testbin.Build(t, "./host/plugins/testdata/recorder"), "--policy-timeout", "2s")
+		"--plugin", testbin.Build(t, "./policy/testdata/recorder"), "--policy-timeout", "2s")
 	h.putMesh(t)
 
 	conn, err := grpc.NewClient(h.kdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -29,11 +29,11 @@ import (
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/controlplane"
-	"github.com/kds-host/kds-host/host/plugins"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
 	"github.com/kds-host/kds-host/host/zone"
 	"github.com/kds-host/kds-host/internal/testbin"
+	"github.com/kds-host/kds-host/policy"
 )
 
 func TestMain(m *testing.M) {
@@ -54,7 +54,7 @@ func TestPluginFlags(t *testing.T) {
 	g.Expect(p.List).To(HaveLen(2))
 	g.Expect(p.List[0].Path).To(Equal("./bin/retry-forcer"))
 	g.Expect(p.List[0].SHA256).To(HaveLen(32))
-	g.Expect(p.Documents).To(HaveKeyWithValue("retry-forcer", plugins.Document{Source: doc, Data: []byte("policy: fixed\n")}))
+	g.Expect(p.Documents).To(HaveKeyWithValue("retry-forcer", policy.Document{Source: doc, Data: []byte("policy: fixed\n")}))
 
 	f.documents = append(f.documents, "retry-forcer="+doc)
 	_, err = f.load()
@@ -307,13 +307,13 @@ func (h *hostProcess) reloadByAPI(t *testing.T) (int, string) {
 	return resp.StatusCode, b.String()
 }
 
-func pluginNamed(r controlplane.PluginsReport, name string) plugins.Status {
+func pluginNamed(r controlplane.PluginsReport, name string) policy.Status {
 	for _, p := range r.Items {
 		if p.Name == name {
 			return p
 		}
 	}
-	return plugins.Status{}
+	return policy.Status{}
 }
 
 // alive reports whether a process runs (a zombie does not).
@@ -541,7 +541,7 @@ func TestPluginsDieWithTheHost(t *testing.T) {
 	g.Expect(r.Items).To(HaveLen(3))
 	var pids []int
 	for _, p := range r.Items[:2] {
-		g.Expect(p.State).To(Equal(plugins.StateRunning))
+		g.Expect(p.State).To(Equal(policy.StateRunning))
 		g.Expect(alive(p.PID)).To(BeTrue())
 		pids = append(pids, p.PID)
 	}

@@ -1,0 +1,302 @@
+package engine
+
+// The state-of-the-world protocol: go-control-plane's SotW server drives a Session as its delta
+// server does (callbacks, then a watch per request); a response carries, for Listeners and
+// Clusters and for a type's first answer or a changed subscription, everything the client holds
+// of the type, and otherwise what changed. What the client holds is kept as for delta: a SotW
+// response is recorded as the delta it makes (what it sends new, what it leaves out).
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kds-host/kds-host/engine/nack"
+)
+
+// sotwID is the Cache's id of a SotW stream: go-control-plane numbers its SotW streams apart
+// from its delta ones, so a SotW stream's id is negated.
+func sotwID(id int64) int64 { return -id }
+
+// fullState reports whether a SotW response of typeURL is the client's whole state of it, a name
+// left out removed (Listeners and Clusters, as the xDS protocol has it).
+func fullState(typeURL string) bool {
+	return typeURL == resourcev3.ListenerType || typeURL == resourcev3.ClusterType
+}
+
+// OnStreamOpen implements sotw.Callbacks.
+func (t *Tracker) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	t.cache.openSession(sotwID(id), streamInfoOf(ctx), true)
+	return nil
+}
+
+// OnStreamClosed implements sotw.Callbacks.
+func (t *Tracker) OnStreamClosed(id int64, node *core.Node) { t.OnDeltaStreamClosed(sotwID(id), node) }
+
+// OnStreamRequest implements sotw.Callbacks: it runs on the stream's goroutine before the server
+// creates the request's watch.
+func (t *Tracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	s := t.cache.Session(sotwID(id))
+	if s == nil {
+		return status.Error(codes.Internal, "stream not open")
+	}
+	tell, err := t.handle(s, sotwID(id), incoming{
+		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(),
+		bound: func() error { return t.boundSotw(s, req) },
+		bind:  func([]string) { t.cache.bindSotw(s, req) },
+	})
+	tell()
+	return err
+}
+
+// OnStreamResponse implements sotw.Callbacks: it records the nonce of a response in flight.
+func (t *Tracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s := t.cache.Session(sotwID(id))
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var r *inflight
+	for _, f := range s.inflight {
+		if f.sotw == resp && f.nonce == "" {
+			r = f
+			break
+		}
+	}
+	if r != nil {
+		r.nonce = resp.GetNonce()
+		r.ks.responses++
+		r.ks.sent += int64(len(r.resp.GetResources()) + len(r.resp.GetRemovedResources()))
+	}
+	node := s.zone
+	s.mu.Unlock()
+	if r != nil {
+		t.observers.Sent(sentOf(sotwID(id), node, r))
+	}
+}
+
+// OnFetchRequest implements rest.Callbacks: the cache serves streams only.
+func (t *Tracker) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {
+	return status.Error(codes.Unimplemented, "this server serves xDS over ADS streams (SotW or delta), not REST fetches")
+}
+
+// OnFetchResponse implements rest.Callbacks.
+func (t *Tracker) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
+
+// boundSotw checks a SotW request against the stream's bounds before anything of it is stored:
+// its type URL must be one the cache serves, and the names it asks for that the snapshot does not
+// hold keep the stream within MaxUnknownNames.
+func (t *Tracker) boundSotw(s *Session, req *discovery.DiscoveryRequest) error {
+	if err := t.served(req.GetTypeUrl()); err != nil {
+		return err
+	}
+	return s.admitSotwNames(req.GetTypeUrl(), req.GetResourceNames(), t.limits.MaxUnknownNames)
+}
+
+// served checks that typeURL is a type the cache serves.
+func (t *Tracker) served(typeURL string) error {
+	if typeURL == "" {
+		return status.Error(codes.InvalidArgument, "type_url is required: one type per request, as ADS has it")
+	}
+	if _, ok := t.cache.kindAt[typeURL]; !ok {
+		return status.Errorf(codes.InvalidArgument, "type_url %q is not a type this server serves (it serves %s)",
+			nack.Truncate(typeURL, 128), nack.Truncate(strings.Join(t.cache.kinds, ", "), 512))
+	}
+	return nil
+}
+
+// admitSotwNames counts the names a SotW request asks for of typeURL that the snapshot does not
+// hold (its names are the whole subscription: they replace the type's), and refuses the request,
+// changing nothing, when the stream would then ask for more than max such names.
+func (s *Session) admitSotwNames(typeURL string, names []string, max int) error {
+	entries := s.cache.snap.Load().Type(typeURL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	total := 0
+	for t, ns := range s.unknown {
+		if t != typeURL {
+			total += len(ns)
+		}
+	}
+	unknown := map[string]struct{}{}
+	for _, n := range names {
+		if _, ok := entries[n]; ok || n == "*" {
+			continue
+		}
+		unknown[n] = struct{}{}
+		if total+len(unknown) > max {
+			return status.Errorf(codes.ResourceExhausted, "this stream would ask for more than %d names the server does not hold (kds-host: --kds-max-unknown-names)", max)
+		}
+	}
+	if len(unknown) == 0 {
+		delete(s.unknown, typeURL)
+		return nil
+	}
+	if s.unknown == nil {
+		s.unknown = map[string]map[string]struct{}{}
+	}
+	s.unknown[typeURL] = unknown
+	return nil
+}
+
+// bindSotw tells the cache which session a SotW request belongs to (the server calls the request
+// callback and then CreateWatch with the same request, on the stream's goroutine).
+func (c *Cache) bindSotw(st *Session, req *discovery.DiscoveryRequest) {
+	c.mu.Lock()
+	c.sotwRequests[req] = st
+	c.mu.Unlock()
+}
+
+// CreateWatch implements cache.ConfigWatcher for go-control-plane's SotW server. It never blocks:
+// a response that is ready is queued for the stream's sender.
+func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan cache.Response) (func(), error) {
+	c.mu.Lock()
+	st, ok := c.sotwRequests[req]
+	delete(c.sotwRequests, req)
+	c.mu.Unlock()
+	if !ok {
+		err := status.Error(codes.FailedPrecondition, "the request was not seen by the cache's callbacks: the server must be made with them (server.NewServer(ctx, cache, callbacks), the callbacks composed with yours)")
+		if c.onUnbound != nil {
+			c.onUnbound(err)
+		}
+		return nil, err
+	}
+	w := c.openSotwWatch(st, req, sub, out)
+	return func() { c.cancel(st, w) }, nil
+}
+
+// Fetch implements cache.ConfigFetcher: the cache serves streams only.
+func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, status.Error(codes.Unimplemented, "this server serves xDS over ADS streams (SotW or delta), not REST fetches")
+}
+
+// openSotwWatch opens the SotW watch of CreateWatch: a changed subscription forgets the names no
+// longer asked for (the client drops them) and looks at every name.
+func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) *watch {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	w := &watch{kind: req.GetTypeUrl(), sotwReq: req, sub: sub, sotwOut: out, canceled: make(chan struct{}), finished: make(chan struct{})}
+	ks := st.kind(w.kind)
+	w.ks = ks
+	if key := subscriptionKey(sub); ks.sotwSeq == 0 || key != ks.sotwSub {
+		ks.full = true
+		var gone []string
+		ks.delivered.each(func(n string, _ *discovery.Resource) {
+			if !w.subscribes(n) {
+				gone = append(gone, n)
+			}
+		})
+		for _, n := range gone {
+			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
+		}
+	}
+	ks.watch = w
+	c.evaluateLocked(st, ks, nil)
+	return w
+}
+
+// subscriptionKey names what a SotW client asks for: "*" for every resource of the type, else its
+// names, sorted.
+func subscriptionKey(sub cache.Subscription) string {
+	if sub.IsWildcard() {
+		return "*"
+	}
+	names := make([]string, 0, len(sub.SubscribedResources()))
+	for n := range sub.SubscribedResources() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
+}
+
+// answerSotwLocked answers the SotW watch w of ks with the response the delta evaluation found
+// (resources sent new or again, removed names; all: resources is the snapshot's whole type, in
+// name order). A full-state response carries what the client holds once it has this one; a
+// partial one what it sends new, and nothing when it would only remove (SotW cannot say it: the
+// client keeps the names, and the session forgets them). It reports whether it answered. Call
+// with st.mu.
+func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, resources []*discovery.Resource, removed []string, all bool) bool {
+	key := subscriptionKey(w.sub)
+	full := fullState(w.kind) || ks.sotwSeq == 0 || key != ks.sotwSub
+	if !full && len(resources) == 0 {
+		for _, n := range removed {
+			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
+		}
+		return false
+	}
+	var anys []*anypb.Any
+	switch {
+	case all:
+		anys = c.snap.Load().order(w.kind).anys // every stream's, shared
+	case full:
+		anys = holdsAfter(ks, resources, removed)
+	default:
+		anys = make([]*anypb.Any, len(resources))
+		for i, r := range resources {
+			anys[i] = r.GetResource()
+		}
+	}
+	ks.sotwSeq++
+	ks.sotwSub = key
+	if !full {
+		removed = nil // the client keeps them: nothing of the record removes them
+	}
+	w.answered = true
+	w.answer.pass = cache.DeltaPassthroughResponse{DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
+		TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(), Resources: resources, RemovedResources: removed}}
+	w.resp = &w.answer.pass
+	w.sotwResp = sotwResponse{req: w.sotwReq, resp: &discovery.DiscoveryResponse{
+		VersionInfo: fmt.Sprintf("%s.%d", c.versionInfo(), ks.sotwSeq), TypeUrl: w.kind, Resources: anys}}
+	return true
+}
+
+// holdsAfter is what the client of ks holds of its type once it takes a response of resources
+// and removed: the Anys in name order.
+func holdsAfter(ks *kindState, resources []*discovery.Resource, removed []string) []*anypb.Any {
+	byName := make(map[string]*anypb.Any, ks.delivered.len()+len(resources))
+	ks.delivered.each(func(n string, r *discovery.Resource) {
+		if a := r.GetResource(); a != nil {
+			byName[n] = a
+		}
+	})
+	for _, r := range resources {
+		byName[r.GetName()] = r.GetResource()
+	}
+	for _, n := range removed {
+		delete(byName, n)
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := make([]*anypb.Any, len(names))
+	for i, n := range names {
+		out[i] = byName[n]
+	}
+	return out
+}
+
+// sotwResponse is a SotW response the cache made: the server sends it as it is.
+type sotwResponse struct {
+	req  *discovery.DiscoveryRequest
+	resp *discovery.DiscoveryResponse
+}
+
+func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {
+	return r.resp, nil
+}
+func (r *sotwResponse) GetRequest() *discovery.DiscoveryRequest { return r.req }
+func (r *sotwResponse) GetVersion() (string, error)             { return r.resp.GetVersionInfo(), nil }
+func (r *sotwResponse) GetResponseVersion() string              { return r.resp.GetVersionInfo() }
+func (r *sotwResponse) GetReturnedResources() map[string]string { return nil }
+func (r *sotwResponse) GetContext() context.Context             { return context.Background() }
