@@ -231,6 +231,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	g.unservable = newUnservable(g.log.Named("sync"))
 	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable, zoneConnections{list: g.Zones.List})
 	g.probe = newStoreProbe(cfg.Store, cfg.ProbeInterval)
+	registerBuildInfo(g.metrics, cfg.Version)
 	g.metrics.MustRegister(storeCollector{st: cfg.Store, probe: g.probe})
 	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
 	maxMessage := cfg.Limits.MaxMessage

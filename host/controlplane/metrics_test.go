@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +75,7 @@ func TestConnectionAndStoreMetricsFollowTheZoneAndTheStore(t *testing.T) {
 	g.Expect(sampleOf(t, zoneDiag, "kds_zone_client_blocked", zone1)()).To(Equal(0.0))
 	for _, addr := range []string{global, zoneDiag} {
 		g.Eventually(sampleOf(t, addr, "kds_store_up", ""), 10*time.Second).Should(Equal(1.0), addr)
+		g.Expect(sampleOf(t, addr, "kds_build_info", `go_version="`+runtime.Version()+`",revision="unknown",version="dev"`)()).To(Equal(1.0), addr)
 		_, listens := sample(t, addr, "kds_store_listen_up", "")
 		g.Expect(listens).To(BeFalse(), "SQLite has no LISTEN connection")
 		_, counted := sample(t, addr, "kds_store_changes_total", `source="query"`)

@@ -65,6 +65,7 @@ func NewZone(cfg ZoneConfig) (*Zone, error) {
 	}
 	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: metrics, probe: newStoreProbe(cfg.Store, cfg.ProbeInterval)}
 	metrics.MustRegister(zoneClientCollector{zone: cfg.KDS.Zone, stats: client.Stats}, storeCollector{st: cfg.Store, probe: z.probe})
+	registerBuildInfo(metrics, cfg.Version)
 	z.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, ReadOnly: true, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "zone"})
 	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		api.WriteJSON(w, http.StatusOK, z.Client.Stats())
