@@ -53,6 +53,9 @@ type GlobalConfig struct {
 	// its own polling while that is down) and answers a tick from its log of what the
 	// notifications carried, without reading the database, once it has heard of a write.
 	PollInterval time.Duration
+	// ProbeInterval is how often the store is probed for /readyz and kds_store_up (default
+	// DefaultProbeInterval): they serve the last answer and never wait on the store.
+	ProbeInterval time.Duration
 
 	// RetryPolicy returns the retry policy in force (the plugin runtime's current one); nil
 	// uses Builtin. Builtin is the in-process policy, also the fallback.
@@ -150,6 +153,7 @@ type Global struct {
 	unservable           *unservable          // stored resources the snapshot cannot encode (unservable.go)
 	refusals             *lograte.Log         // the log of refused streams: a few lines a second per reason (logObserver)
 	updateSeconds        prometheus.Histogram // how long each snapshot update took (sync)
+	probe                *storeProbe          // the store's readiness, on its own schedule (Run)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -227,7 +231,10 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}
 	g.unservable = newUnservable(g.log.Named("sync"))
-	g.metrics.MustRegister(newWithheldCollector(g), g.unservable, zoneConnections{list: g.Zones.List}, storeCollector{st: cfg.Store})
+	g.metrics.MustRegister(newWithheldCollector(g), g.unservable, zoneConnections{list: g.Zones.List})
+	g.probe = newStoreProbe(cfg.Store, cfg.ProbeInterval)
+	registerBuildInfo(g.metrics, cfg.Version)
+	g.metrics.MustRegister(storeCollector{st: cfg.Store, probe: g.probe})
 	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
 	maxMessage := cfg.Limits.MaxMessage
 	if maxMessage <= 0 {
@@ -295,11 +302,11 @@ func (g *Global) Run(ctx context.Context) error {
 		relayStore.SetRelay(relay)
 	}
 	apiServer := newHTTPServer(g.apiHandler())
-	diagServer := newHTTPServer(diagHandler(g.metrics, func(ctx context.Context) error {
+	diagServer := newHTTPServer(diagHandler(g.metrics, func() (string, error) {
 		if !g.isReady() {
-			return errors.New("the first snapshot is not built yet")
+			return "", errors.New("the first snapshot is not built yet")
 		}
-		return storeReady(ctx, g.cfg.Store)
+		return g.probe.ready()
 	}, g.cfg.Profiles))
 
 	var wg sync.WaitGroup
@@ -324,6 +331,7 @@ func (g *Global) Run(ctx context.Context) error {
 		return apiServer.Serve(g.apiLn)
 	})
 	run("replica heartbeat", func() error { g.replicas.run(ctx, g.Zones); return nil })
+	run("store probe", func() error { g.probe.run(ctx); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
 		run("plugin reloads", func() error { g.reloads(ctx); return nil })

@@ -111,7 +111,7 @@ func startGlobal(t testing.TB, st store.Store, reg *resource.Registry, mutate ..
 	t.Helper()
 	cfg := controlplane.GlobalConfig{
 		Store: st, Registry: reg, KDSAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
-		Logger: logger(t, "global"), Builtin: retrypolicy.New(), PollInterval: 50 * time.Millisecond,
+		Logger: logger(t, "global"), Builtin: retrypolicy.New(), PollInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		Keys: testKeys(), KDSAuth: true,
 	}
 	for _, m := range mutate {
@@ -163,7 +163,7 @@ func startZone(t testing.TB, name, kdsAddr string, st store.Store, reg *resource
 		m(&kcfg)
 	}
 	z, err := controlplane.NewZone(controlplane.ZoneConfig{Store: st, Registry: reg, APIAddr: "127.0.0.1:0", DiagAddr: "127.0.0.1:0",
-		Logger: logger(t, name), KDS: kcfg})
+		Logger: logger(t, name), KDS: kcfg, ProbeInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

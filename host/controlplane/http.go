@@ -25,8 +25,9 @@ func newHTTPServer(h http.Handler) *http.Server {
 }
 
 // diagHandler serves /healthz (the process is up), /readyz (it serves its data: ready says why
-// not, given a deadline) and /metrics, and with pprof the Go profiles under /debug/pprof/.
-func diagHandler(reg *prometheus.Registry, ready func(context.Context) error, profiles bool) http.Handler {
+// not, or a note for the "ok" line, and never waits) and /metrics, and with pprof the Go
+// profiles under /debug/pprof/.
+func diagHandler(reg *prometheus.Registry, ready func() (string, error), profiles bool) http.Handler {
 	mux := http.NewServeMux()
 	if profiles {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -38,20 +39,22 @@ func diagHandler(reg *prometheus.Registry, ready func(context.Context) error, pr
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		if err := ready(ctx); err != nil {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		note, err := ready()
+		if err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ok\n"))
+		if note != "" {
+			note = ": " + note
+		}
+		w.Write([]byte("ok" + note + "\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
 }
 
-// readyTimeout bounds /readyz's store ping.
+// readyTimeout bounds the store probe's check (storeProbe).
 const readyTimeout = 2 * time.Second
 
 // storeReady pings the store (its revision) within ctx's deadline and, while its writes fail

@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -412,19 +411,21 @@ func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// storeCollector reports, at scrape time, whether the store answers (kds_store_up: a revision
-// read within readyTimeout and, while writes fail for lack of space, a space probe: the check
-// /readyz makes) and, for a store that hears other processes'
-// writes over a LISTEN connection (PostgreSQL), whether that connection is up, how often it was
-// made, and how its ChangesSince were answered. A scrape while the store does not answer takes up
-// to readyTimeout.
+// storeCollector reports whether the store answers (kds_store_up, kds_store_probe_age_seconds:
+// the last answer of the store probe, which runs on its own schedule, so a scrape never waits on
+// the store) and, for a store that hears other processes' writes over a LISTEN connection
+// (PostgreSQL), whether that connection is up, how often it was made, and how its ChangesSince
+// were answered.
 type storeCollector struct {
-	st store.Store
+	st    store.Store
+	probe *storeProbe
 }
 
-var storeDescs = struct{ up, listenUp, listenConnects, changes, relay *prometheus.Desc }{
+var storeDescs = struct{ up, probeAge, listenUp, listenConnects, changes, relay *prometheus.Desc }{
 	up: prometheus.NewDesc("kds_store_up",
-		"1 when the store answered a revision read within 2s at this scrape and has room to write (what /readyz checks), 0 when it did not or its writes fail for lack of space.", nil, nil),
+		"1 when the store's last probe (every --store-probe-interval, the check /readyz reports) read its revision within 2s and found room to write; 0 when it did not, when its writes fail for lack of space, or while a probe has waited longer than 2s. Absent until the first probe answers.", nil, nil),
+	probeAge: prometheus.NewDesc("kds_store_probe_age_seconds",
+		"Seconds since the store probe's last answer (kds_store_up); while a probe waits past its 2s deadline, since that probe began.", nil, nil),
 	listenUp: prometheus.NewDesc("kds_store_listen_up",
 		"1 while the store hears other replicas' writes at once (by its PostgreSQL LISTEN connection, or from the changes relay's hub), 0 while it cannot and polls the revision instead. PostgreSQL stores only.", nil, nil),
 	listenConnects: prometheus.NewDesc("kds_store_listen_connects_total",
@@ -439,6 +440,7 @@ var storeDescs = struct{ up, listenUp, listenConnects, changes, relay *prometheu
 
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- storeDescs.up
+	ch <- storeDescs.probeAge
 	ch <- storeDescs.listenUp
 	ch <- storeDescs.listenConnects
 	ch <- storeDescs.changes
@@ -449,13 +451,14 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.st == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	up := 1.0
-	if storeReady(ctx, c.st) != nil {
-		up = 0
+	if a := c.probe.last(); a.answered {
+		up := 1.0
+		if a.err != nil {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(storeDescs.up, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(storeDescs.probeAge, prometheus.GaugeValue, a.age.Seconds())
 	}
-	ch <- prometheus.MustNewConstMetric(storeDescs.up, prometheus.GaugeValue, up)
 	l, ok := c.st.(store.Listener)
 	if !ok {
 		return

@@ -26,6 +26,9 @@ type ZoneConfig struct {
 	APIAddr, DiagAddr string
 	Logger            hclog.Logger
 	Version           string
+	// ProbeInterval is how often the store is probed for /readyz and kds_store_up (default
+	// DefaultProbeInterval): they serve the last answer and never wait on the store.
+	ProbeInterval time.Duration
 	// KDS is the connection to the global; its Store, Registry and Logger are filled in.
 	KDS zone.Config
 }
@@ -37,6 +40,7 @@ type Zone struct {
 	Client  *zone.Client
 	API     *api.Server
 	metrics *prometheus.Registry
+	probe   *storeProbe // the store's readiness, on its own schedule (Run)
 
 	apiLn, diagLn net.Listener
 }
@@ -59,8 +63,9 @@ func NewZone(cfg ZoneConfig) (*Zone, error) {
 	if err != nil {
 		return nil, err
 	}
-	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: metrics}
-	metrics.MustRegister(zoneClientCollector{zone: cfg.KDS.Zone, stats: client.Stats}, storeCollector{st: cfg.Store})
+	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: metrics, probe: newStoreProbe(cfg.Store, cfg.ProbeInterval)}
+	metrics.MustRegister(zoneClientCollector{zone: cfg.KDS.Zone, stats: client.Stats}, storeCollector{st: cfg.Store, probe: z.probe})
+	registerBuildInfo(metrics, cfg.Version)
 	z.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, ReadOnly: true, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "zone"})
 	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		api.WriteJSON(w, http.StatusOK, z.Client.Stats())
@@ -96,11 +101,11 @@ func (z *Zone) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	apiServer := newHTTPServer(withStatusPage(StatusPageConfig{Mode: pageZone}, z.API.Handler())) // a read-only page at /gui (status.go)
-	diagServer := newHTTPServer(diagHandler(z.metrics, func(ctx context.Context) error {
+	diagServer := newHTTPServer(diagHandler(z.metrics, func() (string, error) {
 		if !z.Client.Stats().Connected {
-			return errors.New("not connected to the global")
+			return "", errors.New("not connected to the global")
 		}
-		return storeReady(ctx, z.cfg.Store)
+		return z.probe.ready()
 	}, false))
 
 	var wg sync.WaitGroup
@@ -118,6 +123,7 @@ func (z *Zone) Run(ctx context.Context) error {
 	run("KDS client", func() error { return z.Client.Run(ctx) })
 	run("API server", func() error { return apiServer.Serve(z.apiLn) })
 	run("diagnostics server", func() error { return diagServer.Serve(z.diagLn) })
+	run("store probe", func() error { z.probe.run(ctx); return nil })
 	z.log.Info("zone control plane serving its API; connecting to its global", "zone", z.cfg.KDS.Zone, "global", z.cfg.KDS.GlobalAddress, "api", z.APIAddr(), "diagnostics", z.DiagAddr())
 	<-ctx.Done()
 	shutdown(apiServer, diagServer)

@@ -173,6 +173,16 @@ func migrations() []migration {
 				address TEXT NOT NULL
 			)`,
 		}},
+		// Every zone a replica has served (recorded with its first stream's heartbeat), kept
+		// until an operator forgets it: a zone that is gone stays visible as disconnected. Seeded
+		// with the zones of the zone streams recorded before this step.
+		{version: 8, name: "known zones", stmts: []string{
+			`CREATE TABLE known_zones (
+				zone          TEXT PRIMARY KEY,
+				first_seen_ms BIGINT NOT NULL
+			)`,
+			`INSERT INTO known_zones (zone, first_seen_ms) SELECT zone, MIN(since_ms) FROM zone_streams GROUP BY zone`,
+		}},
 	}
 }
 

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
 
-func (s *sqlStore) Get(ctx context.Context, key resource.Key) (resource.Resource, error) {
+func (s *sqlStore) Get(ctx context.Context, key resource.Key) (_ resource.Resource, err error) {
+	defer s.timed(opGet, time.Now(), &err)
 	q := s.d.rebind(`SELECT ` + selectColumns + ` FROM resources WHERE kind = ? AND mesh = ? AND name = ?`)
 	w, err := scanRow(s.r.QueryRowContext(ctx, q, key.Kind, key.Mesh, key.Name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -28,7 +30,8 @@ func (s *sqlStore) Get(ctx context.Context, key resource.Key) (resource.Resource
 	return r, nil
 }
 
-func (s *sqlStore) List(ctx context.Context, kind, mesh string) ([]resource.Resource, error) {
+func (s *sqlStore) List(ctx context.Context, kind, mesh string) (_ []resource.Resource, err error) {
+	defer s.timed(opList, time.Now(), &err)
 	var where []string
 	var args []any
 	if kind != "" {
@@ -79,7 +82,8 @@ func kindOrAll(kind string) string {
 	return kind
 }
 
-func (s *sqlStore) Revision(ctx context.Context) (int64, error) {
+func (s *sqlStore) Revision(ctx context.Context) (_ int64, err error) {
+	defer s.timed(opRevision, time.Now(), &err)
 	var v int64
 	if err := s.r.QueryRowContext(ctx, `SELECT value FROM revision WHERE id = 1`).Scan(&v); err != nil {
 		return 0, fmt.Errorf("revision: %w", err)
@@ -88,6 +92,7 @@ func (s *sqlStore) Revision(ctx context.Context) (int64, error) {
 }
 
 func (s *sqlStore) ChangesSince(ctx context.Context, since int64) (changed []resource.Resource, deleted []resource.Key, now int64, err error) {
+	defer s.timed(opChangesSince, time.Now(), &err)
 	if s.log != nil {
 		// As of the newest revision this store heard of: a newer one is signalled when its
 		// notification (or a poll) comes, and the reader asks again.

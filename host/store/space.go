@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -41,10 +42,11 @@ func (s *sqlStore) OutOfSpace() bool { return s.noSpace.Load() }
 
 // ProbeSpace implements SpaceWatcher. The row's value is random, so PostgreSQL cannot compress
 // it to nothing.
-func (s *sqlStore) ProbeSpace(ctx context.Context) error {
+func (s *sqlStore) ProbeSpace(ctx context.Context) (err error) {
+	defer s.timed(opSpaceProbe, time.Now(), &err)
 	b := make([]byte, SpaceProbeBytes/2)
 	_, _ = rand.Read(b)
-	err := s.probeSpace(ctx, hex.EncodeToString(b))
+	err = s.probeSpace(ctx, hex.EncodeToString(b))
 	if err != nil {
 		return s.classified(fmt.Errorf("space probe: %w", err))
 	}

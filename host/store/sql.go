@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/kds-host/kds-host/host/resource"
 )
@@ -30,6 +31,8 @@ type sqlStore struct {
 	// noSpace is set by a write that failed for lack of space, cleared by one that commits and
 	// by a successful ProbeSpace (see SpaceWatcher).
 	noSpace atomic.Bool
+	// observer is told how long each operation took (observe.go).
+	observer operationObserver
 }
 
 func newSQLStore(d dialect, w, r *sql.DB) *sqlStore {
@@ -69,9 +72,10 @@ func (s *sqlStore) ID(ctx context.Context) (string, error) {
 	return id, nil
 }
 
-func (s *sqlStore) Meta(ctx context.Context, key string) (string, bool, error) {
+func (s *sqlStore) Meta(ctx context.Context, key string) (_ string, _ bool, err error) {
+	defer s.timed(opMeta, time.Now(), &err)
 	var v string
-	err := s.r.QueryRowContext(ctx, s.d.rebind(`SELECT value FROM store_meta WHERE key = ?`), key).Scan(&v)
+	err = s.r.QueryRowContext(ctx, s.d.rebind(`SELECT value FROM store_meta WHERE key = ?`), key).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", false, nil
@@ -81,7 +85,8 @@ func (s *sqlStore) Meta(ctx context.Context, key string) (string, bool, error) {
 	return v, true, nil
 }
 
-func (s *sqlStore) SetMeta(ctx context.Context, key, value string) error {
+func (s *sqlStore) SetMeta(ctx context.Context, key, value string) (err error) {
+	defer s.timed(opSetMeta, time.Now(), &err)
 	switch key {
 	case IDMetaKey:
 		return fmt.Errorf("set meta %q: %w", key, ErrReservedMetaKey)

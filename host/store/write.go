@@ -112,7 +112,8 @@ func (s *sqlStore) Put(ctx context.Context, r resource.Resource) (resource.Resou
 	return stored, result != Unchanged, err
 }
 
-func (s *sqlStore) Write(ctx context.Context, r resource.Resource, onCreate []resource.Resource) (resource.Resource, Result, error) {
+func (s *sqlStore) Write(ctx context.Context, r resource.Resource, onCreate []resource.Resource) (_ resource.Resource, _ Result, err error) {
+	defer s.timed(opWrite, time.Now(), &err)
 	key := r.Key()
 	w, err := encodeRow(&r)
 	if err != nil {
@@ -215,7 +216,8 @@ func (s *sqlStore) writeRowTx(ctx context.Context, tx *sql.Tx, w row, wantGen in
 // WriteBatch writes items in one transaction, each as Write would and in its own SAVEPOINT: an
 // item the database refuses is rolled back and reported in its outcome, the rest commit. The
 // revision is bumped, and Changes signalled, once.
-func (s *sqlStore) WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOutcome, error) {
+func (s *sqlStore) WriteBatch(ctx context.Context, items []WriteItem) (_ []WriteOutcome, err error) {
+	defer s.timed(opWriteBatch, time.Now(), &err)
 	out := make([]WriteOutcome, len(items))
 	type encoded struct {
 		w    row
@@ -240,7 +242,7 @@ func (s *sqlStore) WriteBatch(ctx context.Context, items []WriteItem) ([]WriteOu
 			enc[i].with = append(enc[i].with, c)
 		}
 	}
-	_, err := s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
+	_, err = s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
 		changed := false
 		for i := range items {
 			if enc[i].err != nil {
@@ -314,8 +316,9 @@ func rowsAffected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
-func (s *sqlStore) Delete(ctx context.Context, key resource.Key) error {
-	_, err := s.write(ctx, func(tx *sql.Tx, _ int64) (bool, error) {
+func (s *sqlStore) Delete(ctx context.Context, key resource.Key) (err error) {
+	defer s.timed(opDelete, time.Now(), &err)
+	_, err = s.write(ctx, func(tx *sql.Tx, _ int64) (bool, error) {
 		n, err := s.deleteTx(ctx, tx, key)
 		if err == nil && n == 0 {
 			err = ErrNotFound
@@ -356,7 +359,8 @@ func (s *sqlStore) deleteTx(ctx context.Context, tx execer, key resource.Key) (i
 // *MissingOwnerError when its Mesh is missing), and the rest commit. Puts are written verbatim,
 // generation included; deleting an absent key is not a failure. The revision is bumped and
 // Changes signalled once, when anything changed.
-func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (map[resource.Key]error, error) {
+func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes []resource.Key) (_ map[resource.Key]error, err error) {
+	defer s.timed(opApply, time.Now(), &err)
 	type item struct {
 		put *resource.Resource
 		del resource.Key
@@ -377,7 +381,7 @@ func (s *sqlStore) Apply(ctx context.Context, puts []resource.Resource, deletes 
 		}
 	}
 	var failed map[resource.Key]error
-	_, err := s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
+	_, err = s.write(ctx, func(tx *sql.Tx, rev int64) (bool, error) {
 		ex := &stmtCache{tx: tx}
 		defer ex.close()
 		changed := false

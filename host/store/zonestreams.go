@@ -26,7 +26,8 @@ type Heartbeat struct {
 	Replica, Address string
 	Now              time.Time
 	// Put are streams to write (opened since the last heartbeat, or all of them when the
-	// replica's records were lost); Gone are zones whose stream on this replica closed.
+	// replica's records were lost); Gone are zones whose stream on this replica closed. Every
+	// zone put is also remembered as known (ZoneRegistry) until it is forgotten.
 	Put  []ZoneStream
 	Gone []string
 	// ExpireBefore deletes the records of any replica not refreshed since then (a replica that
@@ -94,7 +95,8 @@ func distinctZones(put []ZoneStream) []ZoneStream {
 
 // RecordZoneStreams implements ZoneStreamRecorder. A heartbeat that fails for lack of space sets
 // OutOfSpace; one that succeeds does not clear it (a heartbeat may fit where a resource does not).
-func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (int64, error) {
+func (s *sqlStore) RecordZoneStreams(ctx context.Context, hb Heartbeat) (_ int64, err error) {
+	defer s.timed(opRecordZoneStreams, time.Now(), &err)
 	n, err := s.recordZoneStreams(ctx, hb)
 	return n, s.classified(err)
 }
@@ -134,6 +136,9 @@ func (s *sqlStore) recordZoneStreams(ctx context.Context, hb Heartbeat) (int64, 
 		if _, err := ex.ExecContext(ctx, s.d.rebind(q), args...); err != nil {
 			return 0, fmt.Errorf("record zone streams of %s: put %d zones from %s: %w", hb.Replica, len(put), put[0].Zone, err)
 		}
+		if err := rememberZones(ctx, ex, s.d, put); err != nil {
+			return 0, fmt.Errorf("record zone streams of %s: %w", hb.Replica, err)
+		}
 	}
 	// One row refreshes every record of the replica (not one write per zone stream).
 	if _, err := tx.ExecContext(ctx, s.d.rebind(`INSERT INTO replica_heartbeats (replica, heartbeat_ms) VALUES (?, ?)
@@ -162,13 +167,15 @@ func (s *sqlStore) recordZoneStreams(ctx context.Context, hb Heartbeat) (int64, 
 	return n, nil
 }
 
-func (s *sqlStore) ZoneStreams(ctx context.Context, freshAfter time.Time) ([]ZoneStream, error) {
+func (s *sqlStore) ZoneStreams(ctx context.Context, freshAfter time.Time) (_ []ZoneStream, err error) {
+	defer s.timed(opZoneStreams, time.Now(), &err)
 	return s.zoneStreams(ctx, freshAfter, "")
 }
 
 // OtherZoneStreams is ZoneStreams without the records of replica: what a replica's heartbeat
 // reads, at the cost of the others' zones only.
-func (s *sqlStore) OtherZoneStreams(ctx context.Context, replica string, freshAfter time.Time) ([]ZoneStream, error) {
+func (s *sqlStore) OtherZoneStreams(ctx context.Context, replica string, freshAfter time.Time) (_ []ZoneStream, err error) {
+	defer s.timed(opZoneStreams, time.Now(), &err)
 	return s.zoneStreams(ctx, freshAfter, replica)
 }
 

@@ -55,6 +55,7 @@ type runFlags struct {
 	signingKey        string
 	verifyKeys        []string
 	zoneGrace         time.Duration
+	probeInterval     time.Duration
 	limits            engine.Limits
 	responseTimeout   time.Duration
 	maxReceive        int
@@ -108,6 +109,7 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.StringVar(&flags.signingKey, "token-signing-key", "", "global: Ed25519 key (PEM) that signs zone and user tokens (default: one made at first start under --data-dir/keys, mode 0600)")
 	f.StringSliceVar(&flags.verifyKeys, "token-verification-key", nil, "global: more keys (PEM, public or private) whose tokens are accepted, e.g. the key before a rotation (repeatable)")
 	f.DurationVar(&flags.zoneGrace, "zone-grace", time.Minute, "global: how long a zone's state (owner verdicts, insights, metrics series) outlives its last stream")
+	f.DurationVar(&flags.probeInterval, "store-probe-interval", controlplane.DefaultProbeInterval, "how often the store is probed (a revision read within 2s) for /readyz and kds_store_up, which report the last probe and never wait on the store")
 	f.IntVar(&flags.limits.MaxNodes, "max-zones", engine.DefaultLimits().MaxNodes, "global: zones with an open stream at most; more are refused (ResourceExhausted)")
 	f.IntVar(&flags.limits.MaxNodeIDLength, "max-node-id-length", engine.DefaultLimits().MaxNodeIDLength, "global: bytes of a node id (the zone name) at most")
 	f.IntVar(&flags.limits.MaxNACKMessage, "max-nack-message", engine.DefaultLimits().MaxNACKMessage, "global: bytes of a NACK's message kept; longer ones are truncated")
@@ -176,6 +178,9 @@ func (flags *runFlags) run(cmd *cobra.Command, args []string) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg := resource.Default()
+	if flags.probeInterval <= 0 {
+		return fmt.Errorf("--store-probe-interval %s: want a positive duration, e.g. 2s", flags.probeInterval)
+	}
 
 	switch flags.mode {
 	case "global":
@@ -227,7 +232,7 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
-		Limits: limits, ZoneGrace: flags.zoneGrace, MaxStreamsPerConnection: flags.maxStreamsPerConn, MaxRequestBytes: flags.maxRequest,
+		Limits: limits, ZoneGrace: flags.zoneGrace, ProbeInterval: flags.probeInterval, MaxStreamsPerConnection: flags.maxStreamsPerConn, MaxRequestBytes: flags.maxRequest,
 		Profiles:  flags.profiles,
 		KDSAddr:   flags.kdsAddr,
 		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress, StoreRelay: flags.storeRelay,
@@ -366,7 +371,7 @@ func (flags *runFlags) runZone(ctx context.Context, log hclog.Logger, reg *resou
 		return fmt.Errorf("--kds-plaintext, --kds-tls-cert and --kds-tls-key are global flags; a zone picks TLS by its --global-address scheme (grpc:// or grpcs://)")
 	}
 	cfg := controlplane.ZoneConfig{
-		Registry: reg, Logger: log, Version: version,
+		Registry: reg, Logger: log, Version: version, ProbeInterval: flags.probeInterval,
 		APIAddr:  orDefault(flags.apiAddr, "127.0.0.1:15681"),
 		DiagAddr: orDefault(flags.diagAddr, "127.0.0.1:15680"),
 		KDS: zone.Config{MaxReceiveMessage: flags.maxReceive,

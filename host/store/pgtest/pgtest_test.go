@@ -3,6 +3,7 @@ package pgtest_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/gomega"
@@ -72,4 +73,41 @@ func TestStartServerWithSettings(t *testing.T) {
 	g.Expect(conn.QueryRow(ctx, `SHOW shared_preload_libraries`).Scan(&preload)).To(Succeed())
 	g.Expect(workMem).To(Equal("7MB"))
 	g.Expect(preload).To(Equal("pg_stat_statements"))
+}
+
+// A frozen server keeps its connections and answers none of their queries, nor new connections,
+// until it is thawed; then both go on.
+func TestAFrozenServerAnswersNothingUntilThawed(t *testing.T) {
+	if pgtestExternal() {
+		t.Skip("an external server is not frozen")
+	}
+	g := NewWithT(t)
+	srv, err := pgtest.StartServer(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(srv.Stop()).To(Succeed()) })
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, srv.AdminDSN())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close(ctx)
+
+	g.Expect(srv.Freeze()).To(Succeed())
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	var one int
+	err = conn.QueryRow(short, `SELECT 1`).Scan(&one)
+	cancel()
+	g.Expect(err).To(HaveOccurred(), "a query on an open connection waits")
+	short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = pgx.Connect(short, srv.AdminDSN())
+	cancel()
+	g.Expect(err).To(HaveOccurred(), "a new connection waits")
+
+	g.Expect(srv.Thaw()).To(Succeed())
+	g.Eventually(func() error {
+		c, err := pgx.Connect(ctx, srv.AdminDSN())
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		return c.QueryRow(ctx, `SELECT 1`).Scan(&one)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
