@@ -59,6 +59,7 @@ type Cache struct {
 	built  map[string]map[string]*engine.Entry // SetResources' last entries, by type and name, reused while unchanged
 
 	refusals *lograte.Log // refused streams, a few lines a second per reason
+	closed   sync.Once
 }
 
 // NewCache returns kds-host's cache for types, in the order a client should get them when they
@@ -115,11 +116,13 @@ const typeURLPrefix = "type.googleapis.com/"
 // Close stops the client expiry, the owner checks, the retry decisions in flight, every
 // stream's sender and the plugins. A second Close does nothing.
 func (c *Cache) Close() {
-	c.s.Close()
-	c.refusals.Close()
-	if c.rt != nil {
-		c.rt.Close()
-	}
+	c.closed.Do(func() {
+		c.s.Close()
+		c.refusals.Close()
+		if c.rt != nil {
+			c.rt.Close()
+		}
+	})
 }
 
 // CreateWatch implements cache.ConfigWatcher for the state-of-the-world server.

@@ -38,12 +38,12 @@
 // three times with backoff, then parks it until its content changes.
 //
 // Or it serves from kds-host's own cache (NewCache), for a server that sets its resources itself
-// (SetResources): the cache kds-host's global serves its zones from, through the same
-// constructor. A write costs only the streams that hold what changed, one encoding of a version
-// is shared by every stream, and each stream's one sender never blocks on the server's channel
-// whatever its types (go-control-plane issue 875). It serves the delta server only, and holds
-// back only what the owner check says (Options.OwnerCheck, with Options.Owners as the owners).
-// Both modes share the options, the NACK reading, the retry decisions and the insight.
+// (SetResources): the engine kds-host's global serves its zones from. A write costs only the
+// streams that hold what changed, one encoding of a version is shared by every stream, and each
+// stream's one sender never blocks on the server's channel whatever its types (go-control-plane
+// issue 875). It serves both servers, and holds back only what the owner check says
+// (Options.OwnerCheck, with Options.Owners as the owners). Both modes share the options, the
+// plugins (Options.Plugins), the NACK reading, the retry decisions and the insight.
 //
 // What one client stream asks for is bounded (Options.MaxTypesPerStream, MaxNamesPerStream,
 // MaxStreamsPerNode): a request past a bound is refused with ResourceExhausted, and counted,

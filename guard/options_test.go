@@ -70,6 +70,7 @@ func TestTwoGuardsShareOneRegistry(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer c.Close()
 	g.Expect(reg.Register(c.Collector())).To(Succeed(), "another namespace")
+	c.Close() // and the deferred second Close does nothing
 }
 
 // Options.Plugins loads the reference retry-forcer as a real go-plugin process, and the guard
