@@ -151,7 +151,8 @@ type Global struct {
 	unservable           *unservable          // stored resources the snapshot cannot encode (unservable.go)
 	refusals             *lograte.Log         // the log of refused streams: a few lines a second per reason (logObserver)
 	updateSeconds        prometheus.Histogram // how long each snapshot update took (sync)
-	probe                *storeProbe          // the store's readiness, on its own schedule (Run)
+	probe                *storeProbe          // the store's readiness and known zones, on its own schedule (Run)
+	lag                  *zoneLag             // kds_zone_behind_resources, on the probe's schedule (Run)
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -229,8 +230,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}
 	g.unservable = newUnservable(g.log.Named("sync"))
-	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable, zoneConnections{list: g.Zones.List})
+	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable)
 	g.probe = newStoreProbe(cfg.Store, cfg.ProbeInterval)
+	g.probe.log = g.log.Named("probe")
 	registerBuildInfo(g.metrics, cfg.Version)
 	g.metrics.MustRegister(storeCollector{st: cfg.Store, probe: g.probe})
 	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
@@ -246,6 +248,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
 	g.API.Handle("POST /api/tokens/zone", g.serveToken(auth.KindZone))
 	g.API.Handle("POST /api/tokens/user", g.serveToken(auth.KindUser))
+	g.watchKnownZones()
+	g.lag = newZoneLag(g)
+	g.metrics.MustRegister(g.lag)
 
 	if g.kdsLn, err = net.Listen("tcp", cfg.KDSAddr); err != nil {
 		return nil, fmt.Errorf("listen for KDS on %s: %w", cfg.KDSAddr, err)
@@ -330,6 +335,7 @@ func (g *Global) Run(ctx context.Context) error {
 	})
 	run("replica heartbeat", func() error { g.replicas.run(ctx, g.Zones); return nil })
 	run("store probe", func() error { g.probe.run(ctx); return nil })
+	run("zone lag", func() error { g.lag.run(ctx, g.probe.interval); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
 		run("plugin reloads", func() error { g.reloads(ctx); return nil })

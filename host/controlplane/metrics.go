@@ -35,16 +35,21 @@ func newRegistry() *prometheus.Registry {
 type zoneMetrics struct {
 	insights func() []engine.NodeInsight // the zone table's, with every kind's counters; nil: none
 
-	mu    sync.RWMutex // guards zones and peak; each zone's counters have their own lock
+	mu    sync.RWMutex // guards zones, peak, streams and durable; each zone's counters have their own lock
 	zones map[string]*zoneCounts
 	peak  shrink.Peak
+	// streams counts each zone's streams. Durable, it outlives the zone's other counters
+	// (forget), so a zone that comes back after its grace counts on and its flapping shows; a
+	// zone's count then goes only when the zone is neither in the zone table nor known to the
+	// store (prune). Otherwise it goes with the zone's other counters.
+	streams map[string]float64
+	durable bool
 }
 
 // zoneCounts are one zone's counters.
 type zoneCounts struct {
 	mu             sync.Mutex // guards the counters: every stream event counts here, so zones do not share a lock
 	kinds          map[string]*kindCounts
-	streams        float64
 	reRequests     [2]float64 // answered, limited
 	rounds         float64
 	fallbacks      float64
@@ -59,7 +64,16 @@ type kindCounts struct {
 	resent, parked, released float64
 }
 
-func newZoneMetrics() *zoneMetrics { return &zoneMetrics{zones: map[string]*zoneCounts{}} }
+func newZoneMetrics() *zoneMetrics {
+	return &zoneMetrics{zones: map[string]*zoneCounts{}, streams: map[string]float64{}}
+}
+
+// opened counts a stream the zone opened.
+func (m *zoneMetrics) opened(zone string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.streams[zone]++
+}
 
 // count runs f on zone's counters under their lock. A zone forgotten meanwhile counts into
 // counters no longer shown, as it would have a moment before.
@@ -89,12 +103,26 @@ func (z *zoneCounts) kind(kind string) *kindCounts {
 	return k
 }
 
-// forget drops a zone's counters.
+// forget drops a zone's counters; its streams' count too unless the counts are durable.
 func (m *zoneMetrics) forget(zone string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.zones, zone)
 	m.zones = shrink.Map(m.zones, &m.peak)
+	if !m.durable {
+		delete(m.streams, zone)
+	}
+}
+
+// prune drops the streams' count of every zone keep does not keep (durable counts).
+func (m *zoneMetrics) prune(keep func(zone string) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for zone := range m.streams {
+		if !keep(zone) {
+			delete(m.streams, zone)
+		}
+	}
 }
 
 // zoneDescs are the metrics zoneMetrics serves, with their labels after "zone".
@@ -105,7 +133,7 @@ var zoneDescs = struct {
 	parkedOld *prometheus.Desc
 }{
 	streams: prometheus.NewDesc("kds_zone_streams_total",
-		"KDS streams the zone opened to this replica: the first, then one per reconnection (a zone that keeps reconnecting flaps).", []string{"zone"}, nil),
+		"KDS streams the zone opened to this replica: the first, then one per reconnection (a zone that keeps reconnecting flaps). Kept past the zone's grace for as long as the store knows the zone.", []string{"zone"}, nil),
 	responses: prometheus.NewDesc("kds_responses_total", "Delta responses sent to zones.", []string{"zone", "kind"}, nil),
 	resources: prometheus.NewDesc("kds_resources_sent_total", "Resources (and removals) sent to zones.", []string{"zone", "kind"}, nil),
 	acks:      prometheus.NewDesc("kds_acks_total", "ACKs received from zones.", []string{"zone", "kind"}, nil),
@@ -155,6 +183,9 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	for zone, n := range m.streams {
+		emit(d.streams, n, zone)
+	}
 	for zone, z := range m.zones {
 		z.mu.Lock()
 		for kind, k := range z.kinds {
@@ -176,7 +207,6 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 				emit(d.released, k.released, zone, kind)
 			}
 		}
-		emit(d.streams, z.streams, zone)
 		emit(d.reRequests, z.reRequests[0], zone, "answered")
 		emit(d.reRequests, z.reRequests[1], zone, "limited")
 		emit(d.rounds, z.rounds, zone)
@@ -219,7 +249,7 @@ func (m *kdsMetrics) observer() event.Observer {
 	return event.Observer{
 		StreamOpened: func(_ int64, zone string) {
 			m.streams.Inc()
-			m.zones.count(zone, func(z *zoneCounts) { z.streams++ })
+			m.zones.opened(zone)
 		},
 		StreamClosed: func(int64, string) { m.streams.Dec() },
 		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights).
@@ -387,27 +417,46 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// zoneConnections reports, at scrape time, every zone in this replica's zone table:
-// kds_zone_connected is 1 while the zone has a stream open here and 0 while it is disconnected
-// within its grace (--zone-grace); past the grace the zone and its series are gone. A zone served
-// by another replica is that replica's series.
+// zoneConnections reports, at scrape time, every zone this replica knows: kds_zone_connected is
+// 1 while the zone has a stream open here, and 0 while it has none: within its grace
+// (--zone-grace) from the zone table, and after it while the store knows the zone and no other
+// replica serves it. A zone served by another replica is that replica's series.
 type zoneConnections struct {
 	list func() []engine.NodeInsight
+	// known is the zones the store knows (nil: none); elsewhere, those another replica serves.
+	known     func() map[string]bool
+	elsewhere func() map[string]bool
 }
 
 var zoneConnectedDesc = prometheus.NewDesc("kds_zone_connected",
-	"1 while the zone has a KDS stream open to this replica, 0 while it is disconnected within its grace (--zone-grace); the series goes with the zone after it.",
+	"1 while the zone has a KDS stream open to this replica; 0 while it has none, within its grace (--zone-grace) and after it for as long as the store knows the zone (every zone a replica served, until DELETE /api/zones/{zone}) and no other replica serves it.",
 	[]string{"zone"}, nil)
 
 func (c zoneConnections) Describe(ch chan<- *prometheus.Desc) { ch <- zoneConnectedDesc }
 
 func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
-	for _, zi := range c.list() {
+	list := c.list()
+	inTable := make(map[string]bool, len(list))
+	for _, zi := range list {
+		inTable[zi.Node] = true
 		v := 0.0
 		if zi.Connected {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, v, zi.Node)
+	}
+	if c.known == nil {
+		return
+	}
+	known := c.known()
+	if len(known) == 0 {
+		return
+	}
+	elsewhere := c.elsewhere()
+	for zone := range known {
+		if !inTable[zone] && !elsewhere[zone] {
+			ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, 0, zone)
+		}
 	}
 }
 
