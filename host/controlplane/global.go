@@ -153,6 +153,9 @@ type Global struct {
 	updateSeconds        prometheus.Histogram // how long each snapshot update took (sync)
 	probe                *storeProbe          // the store's readiness and known zones, on its own schedule (Run)
 	lag                  *zoneLag             // kds_zone_behind_resources, on the probe's schedule (Run)
+	converge             *convergence         // kds_convergence_seconds (sync, and the streams' ACKs)
+	apiSeconds           *apiMetrics          // kds_api_request_seconds
+	grpcCodes            *grpcMetrics         // kds_grpc_server_handled_total
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -203,6 +206,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	}
 	g.zoneMetrics = newZoneMetrics()
 	g.metrics.MustRegister(g.zoneMetrics)
+	g.converge = newConvergence(g.metrics) // before the cache: its observer is one of the cache's
 	km := newKDSMetrics(g.metrics, g.zoneMetrics)
 	rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
 	g.timeline = newTimeline()
@@ -211,10 +215,11 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	// and limits) it adds through KDSOptions.
 	opts := guard.Options{RetryPolicy: cfg.RetryPolicy, Fallback: cfg.Builtin, PolicyTimeout: cfg.PolicyTimeout}
 	kopts := guard.KDSOptions{Limits: cfg.Limits, Bounds: cfg.RetryBounds, OnFallback: rm.fallback, RetryHooks: g.timeline.hooks(rm.hooks()),
-		Observers: []event.Observer{km.observer(), g.logObserver(), g.timeline.observer()}, Emulate: cfg.Emulate, NACKBackoff: cfg.NACKBackoff,
+		Observers: []event.Observer{km.observer(), g.logObserver(), g.timeline.observer(), g.converge.observer()}, Emulate: cfg.Emulate, NACKBackoff: cfg.NACKBackoff,
 		PlainNACKsMayPass: true, ClientGrace: g.cfg.ZoneGrace, Forget: func(zone string) {
 			g.zoneMetrics.forget(zone)
 			g.timeline.forget(zone)
+			g.converge.forget(zone)
 		}}
 	if cfg.OwnerHolds {
 		opts.OwnerCheck, opts.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
@@ -234,6 +239,8 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	g.probe = newStoreProbe(cfg.Store, cfg.ProbeInterval)
 	g.probe.log = g.log.Named("probe")
 	registerBuildInfo(g.metrics, cfg.Version)
+	observeStore(g.metrics, cfg.Store)
+	g.apiSeconds, g.grpcCodes = newAPIMetrics(g.metrics), newGRPCMetrics(g.metrics)
 	g.metrics.MustRegister(storeCollector{st: cfg.Store, probe: g.probe})
 	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
 	maxMessage := cfg.Limits.MaxMessage
@@ -291,7 +298,7 @@ func (g *Global) Run(ctx context.Context) error {
 	defer g.kds.Close()
 
 	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, MaxRequestBytes: g.cfg.MaxRequestBytes,
-		Conns: engine.NewConns()}
+		Conns: engine.NewConns(), Options: g.grpcCodes.options()}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}
@@ -304,7 +311,7 @@ func (g *Global) Run(ctx context.Context) error {
 		kdsv1.RegisterChangesRelayServer(grpcServer, relayServer{r: relay})
 		relayStore.SetRelay(relay)
 	}
-	apiServer := newHTTPServer(g.apiHandler())
+	apiServer := newHTTPServer(g.apiSeconds.handler(apiRoute(g.API), g.apiHandler()))
 	diagServer := newHTTPServer(diagHandler(g.metrics, func() (string, error) {
 		if !g.isReady() {
 			return "", errors.New("the first snapshot is not built yet")
@@ -436,6 +443,7 @@ func (g *Global) sync(ctx context.Context) error {
 		}
 		g.unservable.set(g.builder.Unservable())
 		if snap != prev {
+			g.converge.written(prev, snap, changed, g.Zones.List(), time.Now())
 			publish(snap)
 		}
 		lastRev = rev

@@ -50,6 +50,7 @@ type zoneMetrics struct {
 type zoneCounts struct {
 	mu             sync.Mutex // guards the counters: every stream event counts here, so zones do not share a lock
 	kinds          map[string]*kindCounts
+	stream         int64      // the stream whose responses kindCounts.sentAt times
 	reRequests     [2]float64 // answered, limited
 	rounds         float64
 	fallbacks      float64
@@ -62,6 +63,36 @@ type zoneCounts struct {
 type kindCounts struct {
 	rejected                 map[event.Cause]float64
 	resent, parked, released float64
+	// sentAt is when each response of the kind not yet answered on the stream went out, oldest
+	// first: a zone answers a kind's responses in order (at most engine.MaxInFlight kept).
+	sentAt []time.Time
+}
+
+// sent records that a response of kind went out on stream at t.
+func (z *zoneCounts) sent(stream int64, kind string, t time.Time) {
+	if z.stream != stream {
+		z.stream = stream
+		for _, k := range z.kinds {
+			k.sentAt = k.sentAt[:0]
+		}
+	}
+	k := z.kind(kind)
+	if len(k.sentAt) == engine.MaxInFlight {
+		k.sentAt = append(k.sentAt[:0], k.sentAt[1:]...)
+	}
+	k.sentAt = append(k.sentAt, t)
+}
+
+// answered is when the oldest response of kind not yet answered on stream went out, and takes
+// it off the list.
+func (z *zoneCounts) answered(stream int64, kind string) (time.Time, bool) {
+	k := z.kinds[kind]
+	if z.stream != stream || k == nil || len(k.sentAt) == 0 {
+		return time.Time{}, false
+	}
+	t := k.sentAt[0]
+	k.sentAt = append(k.sentAt[:0], k.sentAt[1:]...)
+	return t, true
 }
 
 func newZoneMetrics() *zoneMetrics {
@@ -224,9 +255,10 @@ var refusalReasons = []string{"unauthenticated", "permission_denied", "limit", "
 
 // kdsMetrics counts KDS traffic for Prometheus.
 type kdsMetrics struct {
-	zones   *zoneMetrics
-	streams prometheus.Gauge
-	refused *prometheus.CounterVec
+	zones    *zoneMetrics
+	streams  prometheus.Gauge
+	refused  *prometheus.CounterVec
+	ackDelay *prometheus.HistogramVec
 }
 
 func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
@@ -235,8 +267,11 @@ func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kds_streams", Help: "Open zone streams."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_stream_refusals_total",
 			Help: "KDS streams refused (unauthenticated, permission_denied, limit, invalid) or closed because a newer stream of the same zone replaced them (replaced)."}, []string{"reason"}),
+		ackDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kds_response_ack_seconds",
+			Help:    "Time from a KDS response's send to the zone's ACK of it, by kind (NACKed responses are not counted): the network and the zone's apply.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"kind"}),
 	}
-	reg.MustRegister(m.streams, m.refused)
+	reg.MustRegister(m.streams, m.refused, m.ackDelay)
 	// Every reason is exported from the start, at 0: rate and increase miss the first event of a
 	// series that appears with it (deploy/prometheus alerts on refusals).
 	for _, reason := range refusalReasons {
@@ -252,9 +287,27 @@ func (m *kdsMetrics) observer() event.Observer {
 			m.zones.opened(zone)
 		},
 		StreamClosed: func(int64, string) { m.streams.Dec() },
-		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights).
+		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights);
+		// here each response is timed from its send to its ACK.
+		Sent: func(s event.Sent) {
+			now := time.Now()
+			m.zones.count(s.Node, func(z *zoneCounts) { z.sent(s.StreamID, s.TypeURL, now) })
+		},
+		ACK: func(a event.ACK) {
+			if a.Initial {
+				return
+			}
+			now := time.Now()
+			var sent time.Time
+			var ok bool
+			m.zones.count(a.Node, func(z *zoneCounts) { sent, ok = z.answered(a.StreamID, a.TypeURL) })
+			if ok {
+				m.ackDelay.WithLabelValues(a.TypeURL).Observe(now.Sub(sent).Seconds())
+			}
+		},
 		NACK: func(n event.NACK) {
 			m.zones.count(n.Node, func(z *zoneCounts) {
+				z.answered(n.StreamID, n.TypeURL)
 				k := z.kind(n.TypeURL)
 				if k.rejected == nil {
 					k.rejected = map[event.Cause]float64{}
