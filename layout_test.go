@@ -29,12 +29,12 @@ var allowed = []struct {
 	{"plugins/retry-forcer/...", []string{"plugins/retry-forcer/...", "shared/...", "proto/..."}},
 	{"plugins/owner-check/...", []string{"plugins/owner-check/...", "shared/...", "proto/..."}},
 	// The host's global serves its zones through the guard package, as an outside server would.
-	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "internal/hclogslog", "shared/...", "proto/...", "plugins/..."}},
+	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "internal/hclogslog", "internal/stack", "shared/...", "proto/...", "plugins/..."}},
 	// The guard is what any go-control-plane server adopts, kds-host's global included: kds-host's
 	// retry (the Machine, its scheduler, the session work queue and the events they hear), its NACK
-	// reading, its cache and owner holds, and the built-in policy; nothing of kds-host's
-	// application (host/...).
-	{"guard/...", []string{"guard/...", "engine/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
+	// reading, its cache and owner holds, the plugin runtime (Options.Plugins) and the built-in
+	// policies; nothing of kds-host's application (host/...).
+	{"guard/...", []string{"guard/...", "engine/...", "policy/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/...", "plugins/owner-check/..."}},
 	// The library an xDS server adopts (the engine, its events, NACK reading, retry and owner
 	// holds) imports nothing of kds-host's application.
 	{"engine/...", []string{"engine/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
@@ -45,6 +45,8 @@ var allowed = []struct {
 	{"internal/shrink", nil},
 	{"internal/lograte", nil},
 	{"internal/hclogslog", nil},
+	// The engine's parts assembled, for the guard's Cache and kds-host's global.
+	{"internal/stack", []string{"engine/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
 	// The xDS test harness drives a real client against any server: it needs nothing of ours but
 	// the helper that builds the client's binary.
 	{"internal/xdstest/...", []string{"internal/xdstest/...", "internal/testbin"}},

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"errors"
 	"maps"
 	"runtime"
 	"slices"
@@ -40,12 +39,12 @@ type Cache struct {
 	kinds  []string       // the type URLs served, in the order that responses ready together go in
 	kindAt map[string]int // type URL -> its place in kinds
 
-	budget          *budget             // bytes of the responses in flight, across streams
-	maxMessage      atomic.Int64        // bytes of one response at most (Limits.MaxMessage)
-	maxUnknown      atomic.Int64        // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
-	responseTimeout atomic.Int64        // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
-	onStall         func(event.Refusal) // tells of a stream closed for a response unanswered too long (set before serving)
-	onUnbound       func(error)         // tells of a watch asked for a request the callbacks never saw (set before serving)
+	budget          *budget                     // bytes of the responses in flight, across streams
+	maxMessage      atomic.Int64                // bytes of one response at most (Limits.MaxMessage)
+	maxUnknown      atomic.Int64                // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
+	responseTimeout atomic.Int64                // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
+	onStall         func(event.Refusal)         // tells of a stream closed for a response unanswered too long (set before serving)
+	onUnbound       atomic.Pointer[func(error)] // OnUnbound
 	snap            atomic.Pointer[Snapshot]
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
@@ -419,7 +418,7 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	delete(c.requests, req)
 	c.mu.Unlock()
 	if !ok {
-		return nil, errors.New("kds: request was not seen by the stream callbacks")
+		return nil, c.unbound()
 	}
 	return c.watchFor(st, req, sub, out), nil
 }

@@ -164,15 +164,25 @@ func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan
 	delete(c.sotwRequests, req)
 	c.mu.Unlock()
 	if !ok {
-		err := status.Error(codes.FailedPrecondition, "the request was not seen by the cache's callbacks: the server must be made with them (server.NewServer(ctx, cache, callbacks), the callbacks composed with yours)")
-		if c.onUnbound != nil {
-			c.onUnbound(err)
-		}
-		return nil, err
+		return nil, c.unbound()
 	}
 	w := c.openSotwWatch(st, req, sub, out)
 	return func() { c.cancel(st, w) }, nil
 }
+
+// unbound is the error of a watch asked for a request the callbacks never saw, told to the
+// OnUnbound function.
+func (c *Cache) unbound() error {
+	err := status.Error(codes.FailedPrecondition, "the request was not seen by the cache's callbacks: the server must be made with them (server.NewServer(ctx, cache, callbacks), the callbacks composed with yours)")
+	if f := c.onUnbound.Load(); f != nil {
+		(*f)(err)
+	}
+	return err
+}
+
+// OnUnbound sets what hears of a watch asked for a request the callbacks never saw: a server
+// made without them (its client gets FailedPrecondition).
+func (c *Cache) OnUnbound(f func(error)) { c.onUnbound.Store(&f) }
 
 // Fetch implements cache.ConfigFetcher: the cache serves streams only.
 func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {

@@ -6,9 +6,9 @@ package guard
 
 import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"log/slog"
 
 	"github.com/kds-host/kds-host/engine/nack"
 )
@@ -200,7 +200,7 @@ func (s *session) nodeID(node *core.Node) string {
 // refused counts a refused stream by reason, and logs it (refusalLines a second per reason).
 func (g *Guard) refused(reason, node string, err error) {
 	g.totals.add(&g.totals.refusals, reason)
-	g.refusals.Log(reason, hclog.Warn, "xDS stream refused", "reason", reason, "node", node, "detail", status.Convert(err).Message())
+	g.refusals.Log(reason, slog.LevelWarn, "xDS stream refused", "reason", reason, "node", node, "detail", status.Convert(err).Message())
 }
 
 // refusalLines bounds the log lines of refused streams of one reason a second.

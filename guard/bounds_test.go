@@ -119,14 +119,14 @@ func namesOf(prefix string, n int) []string {
 	return out
 }
 
-// refusalsOf is kds_xds_refusals_total by reason, as c collects it.
+// refusalsOf is xds_guard_refusals_total by reason, as c collects it.
 func refusalsOf(c prometheus.Collector) map[string]float64 {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	families, _ := reg.Gather()
 	out := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() == "kds_xds_refusals_total" {
+		if f.GetName() == "xds_guard_refusals_total" {
 			for _, m := range f.GetMetric() {
 				out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 			}

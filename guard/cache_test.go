@@ -1,7 +1,10 @@
 package guard_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,10 +12,14 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	. "github.com/onsi/gomega"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kds-host/kds-host/guard"
@@ -29,7 +36,7 @@ func TestKDSCacheHoldsARouteUntilTheClientHasItsCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, err := guard.NewCache([]string{resource.ClusterType, resource.RouteType},
-		guard.Options{Owners: guard.EnvoyReferences, OwnerCheck: func() shared.OwnerCheck { return ownerpredict.New() }}, guard.KDSOptions{})
+		guard.Options{Owners: guard.EnvoyReferences, OwnerCheck: func() shared.OwnerCheck { return ownerpredict.New() }})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer c.Close()
 	set := func(rc *route.RouteConfiguration, clusters ...types.Resource) {
@@ -100,13 +107,13 @@ func TestKDSCacheHoldsARouteUntilTheClientHasItsCluster(t *testing.T) {
 // was sent.
 func TestKDSCacheEncodesAVersionOnceForEveryClient(t *testing.T) {
 	g := NewWithT(t)
-	c, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
+	c, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer c.Close()
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {
 		staticCluster("a", cluster.Cluster_ROUND_ROBIN), staticCluster("b", cluster.Cluster_LEAST_REQUEST)}})).To(Succeed())
 	var rs []*discovery.Resource
-	for _, e := range c.Snapshot().Type(resource.ClusterType) {
+	for _, e := range guard.SnapshotOf(c).Type(resource.ClusterType) {
 		rs = append(rs, e.Wire)
 	}
 	var written [][]byte
@@ -126,12 +133,14 @@ func TestKDSCacheEncodesAVersionOnceForEveryClient(t *testing.T) {
 // SetResources refuses what it cannot serve, and changes nothing then.
 func TestKDSCacheRefusesWhatItCannotServe(t *testing.T) {
 	g := NewWithT(t)
-	_, err := guard.NewCache(nil, guard.Options{}, guard.KDSOptions{})
-	g.Expect(err).To(MatchError(ContainSubstring("needs the types")))
-	_, err = guard.NewCache([]string{resource.ClusterType, resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
-	g.Expect(err).To(MatchError(ContainSubstring("given twice")))
+	_, err := guard.NewCache(nil, guard.Options{})
+	g.Expect(err).To(MatchError("guard: NewCache needs the type URLs it serves"))
+	_, err = guard.NewCache([]string{resource.ClusterType, resource.ClusterType}, guard.Options{})
+	g.Expect(err).To(MatchError(ContainSubstring(`types[1] "type.googleapis.com/envoy.config.cluster.v3.Cluster": want a type URL (type.googleapis.com/...), each given once`)))
+	_, err = guard.NewCache([]string{"bogus"}, guard.Options{})
+	g.Expect(err).To(MatchError(`guard: NewCache types[0] "bogus": want a type URL (type.googleapis.com/...), each given once`))
 
-	c, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
+	c, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer c.Close()
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {staticCluster("a", cluster.Cluster_ROUND_ROBIN)}})).To(Succeed())
@@ -139,5 +148,68 @@ func TestKDSCacheRefusesWhatItCannotServe(t *testing.T) {
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {staticCluster("", cluster.Cluster_ROUND_ROBIN)}})).To(MatchError(ContainSubstring("without a name")))
 	g.Expect(c.SetResources(map[string][]types.Resource{resource.ClusterType: {
 		staticCluster("a", cluster.Cluster_ROUND_ROBIN), staticCluster("a", cluster.Cluster_MAGLEV)}})).To(MatchError(ContainSubstring(`"a" given twice`)))
-	g.Expect(c.Snapshot().Type(resource.ClusterType)).To(HaveKey("a"), "what was served stays")
+	g.Expect(guard.SnapshotOf(c).Type(resource.ClusterType)).To(HaveKey("a"), "what was served stays")
+}
+
+// A server made without the guard's callbacks refuses each client's first request, SotW and
+// delta, with FailedPrecondition naming the fix; the server logs it and counts it. Both modes.
+func TestAServerMadeWithoutTheCallbacksSaysSo(t *testing.T) {
+	for _, mode := range []string{wrapped, kdsCache} {
+		t.Run(mode, func(t *testing.T) {
+			var log syncBuffer
+			opts := guard.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}
+			if mode == wrapped {
+				gd, err := guard.New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), opts)
+				NewWithT(t).Expect(err).NotTo(HaveOccurred())
+				defer gd.Close()
+				refusedWithoutCallbacks(t, gd, gd, &log)
+				return
+			}
+			c, err := guard.NewCache([]string{resource.ClusterType}, opts)
+			NewWithT(t).Expect(err).NotTo(HaveOccurred())
+			defer c.Close()
+			refusedWithoutCallbacks(t, c, c, &log)
+		})
+	}
+}
+
+func refusedWithoutCallbacks(t *testing.T, c cache.Cache, ins insight, log *syncBuffer) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, c, server.CallbackFuncs{}))
+
+	sotw, err := ads.StreamAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sotw.Send(&discovery.DiscoveryRequest{Node: nodeOf("a"), TypeUrl: resource.ClusterType})).To(Succeed())
+	_, err = sotw.Recv()
+	g.Expect(status.Code(err)).To(Equal(codes.FailedPrecondition))
+	g.Expect(status.Convert(err).Message()).To(MatchRegexp(`the server must be made with them \(server.NewServer\(ctx, \w+, `))
+
+	delta, err := ads.DeltaAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(delta.Send(&discovery.DeltaDiscoveryRequest{Node: nodeOf("b"), TypeUrl: resource.ClusterType})).To(Succeed())
+	_, err = delta.Recv()
+	g.Expect(status.Code(err)).To(Equal(codes.FailedPrecondition))
+
+	g.Expect(log.String()).To(ContainSubstring("the server was made without the"))
+	g.Expect(refusalsOf(ins.Collector())).To(HaveKeyWithValue("unbound", 2.0))
+}
+
+// syncBuffer is a bytes.Buffer for a log written from the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -48,7 +48,7 @@ func deltaClient(t *testing.T, mode string) (discovery.AggregatedDiscoveryServic
 		}
 		c, cb, ins, closer = g, g.Callbacks(nil), g, g.Close
 	case kdsCache:
-		kc, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{}, guard.KDSOptions{})
+		kc, err := guard.NewCache([]string{resource.ClusterType}, guard.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,8 +144,8 @@ func TestADeltaClientsRefusedClusterIsRetriedThePolicysAttempts(t *testing.T) {
 					w = append(w, ti.Withheld...)
 				}
 				g.Expect(w).To(ConsistOf(HaveField("Name", "b")))
-				g.Expect(testutil.ToFloat64(metric(ins.Collector(), "kds_xds_nacks_total"))).To(BeEquivalentTo(3))
-				g.Expect(testutil.ToFloat64(metric(ins.Collector(), "kds_xds_clients"))).To(BeEquivalentTo(1))
+				g.Expect(testutil.ToFloat64(metric(ins.Collector(), "xds_guard_nacks_total"))).To(BeEquivalentTo(3))
+				g.Expect(testutil.ToFloat64(metric(ins.Collector(), "xds_guard_clients"))).To(BeEquivalentTo(1))
 			} else {
 				g.Expect(sends).To(Equal(1), "stock never sends a refused version again")
 			}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/policy"
 )
 
 // Adopting the guard in an existing go-control-plane server: wrap its cache, and give the server
@@ -38,6 +39,27 @@ func Example() {
 	// ... gs.Serve(listener), and snapshots.SetSnapshot(...) as before: nothing else changes.
 	fmt.Println("clients:", len(g.Clients()))
 	// Output: clients: 0
+}
+
+// Guarding a SnapshotCache server with the reference retry-forcer plugin (built with
+// `go build ./plugins/retry-forcer`), pinned by its checksum and configured by its policy
+// document: the guard starts, supervises and stops it. Nothing of kds-host's application is
+// imported: the guard, and the policy package's Plugin.
+func Example_plugin() {
+	snapshots := cache.NewSnapshotCache(true, cache.IDHash{}, nil) // the server's own cache
+	g, err := guard.New(snapshots, guard.Options{Plugins: []policy.Plugin{{
+		Path:   "./bin/retry-forcer",
+		SHA256: "c0ffee...", // sha256sum ./bin/retry-forcer; empty runs whatever is at Path
+		Config: []byte("policy: exponential\nbase: 100ms\nmax: 30s\n"),
+	}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Close()
+	xds := server.NewServer(context.Background(), g, g.Callbacks(nil))
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(g.Codec()))
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xds)
+	// ... gs.Serve(listener), and snapshots.SetSnapshot(...) as before.
 }
 
 // A server with a cache per type (a MuxCache of LinearCaches, chosen by type URL) answers every
@@ -101,15 +123,15 @@ func Example_insight() {
 	fmt.Println(rec.Code, strings.TrimSpace(string(body)))
 	// Output:
 	// stream 1: a node id is required
-	// kds_xds_clients 0
-	// kds_xds_refusals_total 0
+	// xds_guard_clients 0
+	// xds_guard_refusals_total 0
 	// 200 {"items":[],"total":0}
 }
 
 // A server that keeps its resources itself serves them from kds-host's cache instead of a
-// go-control-plane one: delta clients only; the same options and insight.
+// go-control-plane one, for delta and state-of-the-world clients; the same options and insight.
 func ExampleNewCache() {
-	c, err := guard.NewCache([]string{resource.ClusterType, resource.EndpointType}, guard.Options{}, guard.KDSOptions{})
+	c, err := guard.NewCache([]string{resource.ClusterType, resource.EndpointType}, guard.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -122,6 +144,6 @@ func ExampleNewCache() {
 	err = c.SetResources(map[string][]types.Resource{
 		resource.ClusterType: {&cluster.Cluster{Name: "backend"}},
 	})
-	fmt.Println(err, len(c.Snapshot().Type(resource.ClusterType)), len(c.Clients()))
-	// Output: <nil> 1 0
+	fmt.Println(err, len(c.Clients()))
+	// Output: <nil> 0
 }

@@ -62,83 +62,32 @@ package guard
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
-	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/internal/lograte"
-	"github.com/kds-host/kds-host/plugins/retry-forcer/retrypolicy"
-	"github.com/kds-host/kds-host/shared"
+	"github.com/kds-host/kds-host/internal/stack"
+	"github.com/kds-host/kds-host/policy"
 )
-
-// Options tune a Guard. The zero value guards with the built-in retry policy and owner holds on.
-type Options struct {
-	// RetryPolicy returns the RetryForcer in force, asked at every decision (a plugin that can
-	// be reloaded or swapped); nil: the built-in policy. On any failure the built-in policy
-	// decides.
-	RetryPolicy func() shared.RetryForcer
-	// Fallback is the policy that decides when RetryPolicy fails or misses its deadline (nil: the
-	// built-in policy with its defaults).
-	Fallback shared.RetryForcer
-	// PolicyTimeout is the deadline of one policy call (default 200ms).
-	PolicyTimeout time.Duration
-	// NoHolds turns the guard's own holds off (Owners, the warm-up routes, kept removals): a
-	// resource is sent whether or not the client has what it references. OwnerCheck still
-	// applies.
-	NoHolds bool
-	// OwnerCheck, if set, returns the kds-host OwnerCheck plugin in force, asked before a resource
-	// version goes to a client: ACCEPT sends it, WAIT and REJECT keep the version the client has,
-	// with the plugin's reason. A candidate is a kds.v1.Resource whose kind is its type URL and
-	// whose owners are what Owners says it references among what the client asks for; the
-	// inventory is what the client ACKed. On an error or past OwnerCheckTimeout (default 1s) the
-	// guard sends what it asked about (fail-open).
-	OwnerCheck        func() shared.OwnerCheck
-	OwnerCheckTimeout time.Duration
-	// Owners says what a resource references (default: EnvoyReferences).
-	Owners func(typeURL string, r Resource) []Ref
-	// Logger logs refusals and decisions (default: none).
-	Logger hclog.Logger
-	// NodeIndependent says the wrapped cache answers every node alike: a MuxCache of
-	// LinearCaches chosen by type URL, as most servers with a cache per type have it. The guard
-	// then keeps one watch of it per type, shared by every stream, instead of one per stream and
-	// type: the cache works for one watch, and each of its answers is read once. A LinearCache
-	// is known to be, and needs no telling. Leave it false for a SnapshotCache (it answers by
-	// node) or a MuxCache that chooses by node.
-	NodeIndependent bool
-
-	// Bounds of what one client stream may make the guard and the server it wraps hold, checked
-	// in the request callbacks, before the server stores anything of a request: a request past
-	// one is refused with ResourceExhausted, counted in kds_xds_refusals_total{reason="limit"}
-	// (Collector) and logged (a few lines a second). The bytes of one request are the gRPC
-	// server's to bound (grpc.MaxRecvMsgSize, 4 MiB unless set), and so are the streams of one
-	// connection (grpc.MaxConcurrentStreams). NewCache reads none of these: it serves one stream
-	// per node id, only its types, and bounds the names it does not hold (KDSOptions.Limits).
-	//
-	// MaxTypesPerStream bounds the type URLs one stream asks for (default 32; xDS has about ten).
-	MaxTypesPerStream int
-	// MaxNamesPerStream bounds the resource names one stream asks for, across its types (default
-	// 100,000): the names a SotW request lists, a delta stream's subscribed names, and the names
-	// of a delta type's initial_resource_versions that it does not subscribe to (counted for the
-	// stream's life).
-	MaxNamesPerStream int
-	// MaxStreamsPerNode bounds the streams open at once with one node id, SotW and delta
-	// together (default 64; negative: no bound); clients that share a node id share it.
-	MaxStreamsPerNode int
-}
 
 // Guard is a cache.Cache that guards the wrapped one. Use Callbacks as the server's callbacks.
 type Guard struct {
 	inner cache.Cache
 	opts  Options
 	sched *retry.Scheduler
-	obs   event.Observer // the scheduler's
-	log   hclog.Logger
+	obs   event.Observer  // the scheduler's
+	rt    *policy.Runtime // Options.Plugins'; nil without
+	descs descs
+	log   *slog.Logger
 	items *itemCache
 
 	nodeIndependent bool             // one watch of the wrapped cache per type (feeds), not one per stream and type
@@ -162,24 +111,31 @@ type Guard struct {
 	deltaRequests map[*discovery.DeltaDiscoveryRequest]*session // bound by OnStreamDeltaRequest, taken by CreateDeltaWatch
 }
 
-// New wraps inner.
-func New(inner cache.Cache, opts Options) (*Guard, error) {
+// New wraps inner. Its errors name the option at fault.
+func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	if inner == nil {
 		return nil, errors.New("guard: a cache to wrap is required")
+	}
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if err := opts.checkInner(inner); err != nil {
+		return nil, err
 	}
 	if opts.Owners == nil {
 		opts.Owners = EnvoyReferences
 	}
-	if opts.Logger == nil {
-		opts.Logger = hclog.NewNullLogger()
+	rt, err := opts.openPlugins()
+	if err != nil {
+		return nil, err
 	}
 	_, linear := inner.(*cache.LinearCache)
-	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(),
+	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(), rt: rt, descs: opts.descs(),
 		nodeIndependent: opts.NodeIndependent || linear, feeds: map[string]*feed{}, badLogged: map[string]struct{}{},
 		bounds: opts.bounds(), nodes: map[string]int{}, refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
 		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
 		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
-	sched, err := newScheduler(opts, retry.StandardConfig{Timeout: opts.PolicyTimeout}, loggingHooks(opts.Logger, retry.Hooks{}),
+	sched, err := stack.NewScheduler(opts.RetryPolicy, opts.Fallback, retry.StandardConfig{Timeout: opts.PolicyTimeout}, stack.LoggingHooks(opts.Logger, retry.Hooks{}),
 		func(id int64) retry.Session {
 			if s := g.session(id); s != nil {
 				return s
@@ -187,45 +143,13 @@ func New(inner cache.Cache, opts Options) (*Guard, error) {
 			return nil // not a typed nil
 		})
 	if err != nil {
+		if rt != nil {
+			rt.Close()
+		}
 		return nil, err
 	}
 	g.sched, g.obs = sched, sched.Observer()
 	return g, nil
-}
-
-// newScheduler is the retry scheduler of a Guard or a Cache: the policy in force
-// (opts.RetryPolicy, else the built-in one) checked, bounded and backed by opts.Fallback (else
-// the built-in policy).
-func newScheduler(opts Options, cfg retry.StandardConfig, hooks retry.Hooks, sessions func(int64) retry.Session) (*retry.Scheduler, error) {
-	var builtin shared.RetryForcer = retrypolicy.New()
-	if opts.Fallback != nil {
-		builtin = opts.Fallback
-	}
-	current := opts.RetryPolicy
-	if current == nil {
-		current = func() shared.RetryForcer { return builtin }
-	}
-	return retry.NewScheduler(retry.Config{Policy: retry.Standard(current, builtin, cfg), Sessions: sessions, Hooks: hooks})
-}
-
-// loggingHooks log what the retry policy parks and gives up on, then call next's hooks.
-func loggingHooks(log hclog.Logger, next retry.Hooks) retry.Hooks {
-	h := next
-	h.Parked = func(client string, parked []retry.ParkedName) {
-		for _, p := range parked {
-			log.Info("resource parked until its content changes", "client", client, "type", p.TypeURL, "name", p.Name, "reason", p.Reason)
-		}
-		if next.Parked != nil {
-			next.Parked(client, parked)
-		}
-	}
-	h.GaveUp = func(client, reason string) {
-		log.Warn("retry policy gave up", "client", client, "reason", reason)
-		if next.GaveUp != nil {
-			next.GaveUp(client, reason)
-		}
-	}
-	return h
 }
 
 // Close stops every stream's work and the retry decisions in flight.
@@ -242,6 +166,9 @@ func (g *Guard) Close() {
 	}
 	g.stopFeeds()
 	g.refusals.Close()
+	if g.rt != nil {
+		g.rt.Close()
+	}
 }
 
 func (g *Guard) owners(typeURL string, r Resource) []Ref { return g.opts.Owners(typeURL, r) }
@@ -303,7 +230,10 @@ func take[R any](g *Guard, bound map[*R]*session, req *R) (*session, error) {
 	delete(bound, req)
 	if !ok {
 		// A server that does not call the guard's callbacks: nothing to guard with.
-		return nil, errors.New("guard: request not seen by the guard's callbacks (pass Guard.Callbacks to the server)")
+		err := status.Error(codes.FailedPrecondition, "the request was not seen by the guard's callbacks: the server must be made with them (server.NewServer(ctx, guard, guard.Callbacks(yours)))")
+		g.totals.add(&g.totals.refusals, "unbound")
+		g.refusals.Log("unbound", slog.LevelError, "xDS request refused: the server was made without the guard's Callbacks", "error", err)
+		return nil, err
 	}
 	return s, nil
 }

@@ -28,14 +28,16 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kds-host/kds-host/guard"
+	"github.com/kds-host/kds-host/internal/testbin"
 	"github.com/kds-host/kds-host/internal/xdstest"
 )
 
-// TestMain removes the grpc-go client binary the scenarios built, and checks for leaked
+// TestMain removes the binaries the tests built, and checks for leaked
 // goroutines.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	xdstest.RemoveBuiltClient()
+	testbin.Cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")

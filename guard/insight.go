@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kds-host/kds-host/policy"
 )
 
 // ClientInsight is what the guard knows of one client stream, the shape of kds-host's
@@ -112,48 +114,55 @@ func insightHandler(clients func() []ClientInsight) http.Handler {
 // event).
 var refusalReasons = []string{"limit", "invalid"}
 
-var (
-	nacksDesc     = prometheus.NewDesc("kds_xds_nacks_total", "NACKs received from clients, by type.", []string{"type_url"}, nil)
-	responsesDesc = prometheus.NewDesc("kds_xds_responses_total", "Responses sent to clients, by type.", []string{"type_url"}, nil)
-	withheldDesc  = prometheus.NewDesc("kds_xds_withheld_resources", "Resource versions clients do not get now (refused, or waiting for what they reference), by type.", []string{"type_url"}, nil)
-	clientsDesc   = prometheus.NewDesc("kds_xds_clients", "Open client streams.", nil, nil)
-	refusalsDesc  = prometheus.NewDesc("kds_xds_refusals_total", "Client streams refused: past a bound (limit), a type not served (invalid), or, with NewCache, replaced by a newer stream of the node (replaced).", []string{"reason"}, nil)
-)
-
-// Collector exports the guard's counts to Prometheus.
-func (g *Guard) Collector() prometheus.Collector { return collector{g.Clients, &g.totals} }
+// Collector exports the guard's counts to Prometheus (Options.Metrics names them), and the
+// metrics of its plugins (Options.Plugins).
+func (g *Guard) Collector() prometheus.Collector {
+	return collector{clients: g.Clients, totals: &g.totals, d: g.descs, rt: g.rt}
+}
 
 // Collector exports the cache's counts to Prometheus, as Guard.Collector does.
-func (c *Cache) Collector() prometheus.Collector { return collector{c.Clients, &c.totals} }
+func (c *Cache) Collector() prometheus.Collector {
+	return collector{clients: c.Clients, totals: &c.totals, d: c.descs, rt: c.rt}
+}
 
 type collector struct {
 	clients func() []ClientInsight
 	totals  *totals
+	d       descs
+	rt      *policy.Runtime // nil: no plugins
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- nacksDesc
-	ch <- responsesDesc
-	ch <- withheldDesc
-	ch <- clientsDesc
-	ch <- refusalsDesc
+	for _, d := range []*prometheus.Desc{c.d.nacks, c.d.responses, c.d.withheld, c.d.clients, c.d.refusals} {
+		ch <- d
+	}
+	if c.rt != nil {
+		for _, pc := range c.rt.Collectors() {
+			pc.Describe(ch)
+		}
+	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	if c.rt != nil {
+		for _, pc := range c.rt.Collectors() {
+			pc.Collect(ch)
+		}
+	}
 	t := c.totals
 	t.mu.Lock()
 	for typeURL, n := range t.nacks {
-		ch <- prometheus.MustNewConstMetric(nacksDesc, prometheus.CounterValue, float64(n), typeURL)
+		ch <- prometheus.MustNewConstMetric(c.d.nacks, prometheus.CounterValue, float64(n), typeURL)
 	}
 	for typeURL, n := range t.responses {
-		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(n), typeURL)
+		ch <- prometheus.MustNewConstMetric(c.d.responses, prometheus.CounterValue, float64(n), typeURL)
 	}
 	for _, reason := range refusalReasons {
-		ch <- prometheus.MustNewConstMetric(refusalsDesc, prometheus.CounterValue, float64(t.refusals[reason]), reason)
+		ch <- prometheus.MustNewConstMetric(c.d.refusals, prometheus.CounterValue, float64(t.refusals[reason]), reason)
 	}
 	for reason, n := range t.refusals {
 		if !slices.Contains(refusalReasons, reason) {
-			ch <- prometheus.MustNewConstMetric(refusalsDesc, prometheus.CounterValue, float64(n), reason)
+			ch <- prometheus.MustNewConstMetric(c.d.refusals, prometheus.CounterValue, float64(n), reason)
 		}
 	}
 	t.mu.Unlock()
@@ -165,7 +174,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for typeURL, n := range withheld {
-		ch <- prometheus.MustNewConstMetric(withheldDesc, prometheus.GaugeValue, float64(n), typeURL)
+		ch <- prometheus.MustNewConstMetric(c.d.withheld, prometheus.GaugeValue, float64(n), typeURL)
 	}
-	ch <- prometheus.MustNewConstMetric(clientsDesc, prometheus.GaugeValue, float64(len(clients)))
+	ch <- prometheus.MustNewConstMetric(c.d.clients, prometheus.GaugeValue, float64(len(clients)))
 }

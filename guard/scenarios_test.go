@@ -57,7 +57,7 @@ func run(t *testing.T, m mode, s func(context.Context, xdstest.Server, xdstest.O
 	if m == engineCache {
 		cfg.Own = func(cb server.Callbacks) (cache.Cache, server.Callbacks, func(map[string][]types.Resource) error, func()) {
 			var err error
-			if kc, err = guard.NewCache([]string{xdstest.ListenerType, xdstest.RouteType, xdstest.ClusterType, xdstest.EndpointType}, guard.Options{}, guard.KDSOptions{}); err != nil {
+			if kc, err = guard.NewCache([]string{xdstest.ListenerType, xdstest.RouteType, xdstest.ClusterType, xdstest.EndpointType}, guard.Options{}); err != nil {
 				t.Fatal(err)
 			}
 			return kc, kc.Callbacks(cb), kc.SetResources, kc.Close

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"reflect"
@@ -12,7 +13,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
-	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 )
 
@@ -340,7 +340,7 @@ func deltaNamesOf(f *flight) []string {
 func TestABadResourceIsLoggedOnce(t *testing.T) {
 	g := NewWithT(t)
 	var out strings.Builder
-	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{Logger: hclog.New(&hclog.LoggerOptions{Output: &out})})
+	gd, err := New(cache.NewSnapshotCache(true, cache.IDHash{}, nil), Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer gd.Close()
 	for range 100 { // two bad resources, met by a hundred streams in turn
@@ -348,5 +348,5 @@ func TestABadResourceIsLoggedOnce(t *testing.T) {
 		gd.logBad("Cluster/b@1", "bad", "name", "b")
 	}
 	gd.logBad("Cluster/a@2", "bad", "name", "a")
-	g.Expect(strings.Count(out.String(), "[ERROR] bad")).To(Equal(3))
+	g.Expect(strings.Count(out.String(), "level=ERROR msg=bad")).To(Equal(3))
 }

@@ -1,17 +1,17 @@
 package owner
 
-// One check of one zone: which entries it looks at, the Predict call, and how its decision lands
-// in the zone's verdicts.
+// One check of one node: which entries it looks at, the Predict call, and how its decision lands
+// in the node's verdicts.
 //
 // Invariants:
-//   - A check reads the zone's pending work and the snapshot under Holds.mu, calls the policy
-//     without any lock, and records its verdicts under Holds.mu only if the zone is still the
-//     same open zone; its verdicts cover exactly the entries it looked at (all of the snapshot
+//   - A check reads the node's pending work and the snapshot under Holds.mu, calls the policy
+//     without any lock, and records its verdicts under Holds.mu only if the node is still the
+//     same open node; its verdicts cover exactly the entries it looked at (all of the snapshot
 //     for a full check).
-//   - What the zone's inventory or the snapshot brings while its check is in flight is weighed
+//   - What the node's inventory or the snapshot brings while its check is in flight is weighed
 //     again against the check's verdicts once they are recorded, so no ACK, removal or write is
 //     lost to a check that read the inventory or the snapshot before it.
-//   - An entry becomes visible to a zone only through a check's verdict (or a failed check, which
+//   - An entry becomes visible to a node only through a check's verdict (or a failed check, which
 //     accepts everything it looked at), and every entry it made visible is refreshed.
 
 import (
@@ -22,24 +22,24 @@ import (
 	"github.com/kds-host/kds-host/engine"
 )
 
-// inFlight is what a zone's check in flight has to weigh once its verdicts are in.
+// inFlight is what a node's check in flight has to weigh once its verdicts are in.
 type inFlight struct {
-	checking bool      // a worker is checking the zone
+	checking bool      // a worker is checking the node
 	arrivals []arrival // what arrived meanwhile (holds.go), unless a full check is pending
-	// moved: the zone's inventory changed meanwhile (an ACK, a NACK's stored part, a new stream),
+	// moved: the node's inventory changed meanwhile (an ACK, a NACK's stored part, a new stream),
 	// so the check may have read a state its digest does not name (shared.go).
 	moved bool
 }
 
-// check asks the policy once about the zone's pending work (every entry it does not hold at its
+// check asks the policy once about the node's pending work (every entry it does not hold at its
 // current version, or the changed ones and their owners), records the verdicts, and refreshes the
-// zone's view where an entry became visible.
-func (h *Holds) check(ctx context.Context, zone string) {
+// node's view where an entry became visible.
+func (h *Holds) check(ctx context.Context, node string) {
 	h.mu.Lock()
-	z := h.zones[zone]
+	z := h.nodes[node]
 	if z == nil || !z.open {
 		h.mu.Unlock()
-		return // the zone left
+		return // the node left
 	}
 	snap, full, keys := h.snap, z.full, z.keys
 	z.full, z.keys, z.shared = false, nil, false
@@ -52,27 +52,27 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		full = true // most of the snapshot (a Mesh ACK releasing what waited): one walk, one table
 	}
 
-	o := h.decision(ctx, zone, z, snap, full, keys)
+	o := h.decision(ctx, node, z, snap, full, keys)
 	var shown map[string][]string
 	if o != nil {
-		// Only this worker changes z's verdicts (the zone is scheduled), so it reads them unlocked.
+		// Only this worker changes z's verdicts (the node is scheduled), so it reads them unlocked.
 		shown = o.shownTo(z)
 	}
 	h.mu.Lock()
 	arrivals := z.arrivals
 	z.checking, z.arrivals, z.moved = false, nil, false
-	if o == nil || h.zones[zone] != z || !z.open {
+	if o == nil || h.nodes[node] != z || !z.open {
 		h.mu.Unlock()
-		return // stopped, or the zone left meanwhile
+		return // stopped, or the node left meanwhile
 	}
 	switch {
 	case full:
-		// The decision covers every entry of snap: the zone's verdicts are snap and what it held.
+		// The decision covers every entry of snap: the node's verdicts are snap and what it held.
 		z.base, z.table, z.own, z.ownWaiting, z.ownOwners, z.ownHeld = snap, o.table, ownLayers{}, nil, nil, 0
 	case rebases(z, snap, o):
-		// Every entry that differs between the zone's base and snap was looked at and accepted:
-		// snap is the base now, and the zone keeps sharing its verdicts with the zones that
-		// decided the same (a write accepted everywhere costs no map per zone).
+		// Every entry that differs between the node's base and snap was looked at and accepted:
+		// snap is the base now, and the node keeps sharing its verdicts with the nodes that
+		// decided the same (a write accepted everywhere costs no map per node).
 		z.base = snap
 	default:
 		if z.ownWaiting == nil {
@@ -93,7 +93,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 		}
 	}
 	// What arrived while the policy was asked was weighed against the verdicts before: weigh it
-	// against these (its worker queues the zone again for the work it makes).
+	// against these (its worker queues the node again for the work it makes).
 	for _, a := range arrivals {
 		h.reconsider(z, a)
 	}
@@ -101,9 +101,9 @@ func (h *Holds) check(ctx context.Context, zone string) {
 	pub := z.publishLocked(h.views)
 	h.mu.Unlock()
 	// Outside Holds.mu: the session's view is the cache's, and the cache never waits for Holds.
-	h.cfg.Refresher.Publish(zone, pub)
+	h.cfg.Refresher.Publish(node, pub)
 	if len(shown) > 0 {
-		h.cfg.Refresher.Refresh(zone, shown)
+		h.cfg.Refresher.Refresh(node, shown)
 	}
 }
 
@@ -111,7 +111,7 @@ func (h *Holds) check(ctx context.Context, zone string) {
 // none, the check held nothing back and looked at no key z's table holds, and snap is z's base or
 // derived from it by changes the check accepted (or removed entries, which are not visible once
 // snap is the base).
-func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
+func rebases(z *nodeHolds, snap *engine.Snapshot, o *outcome) bool {
 	if z.own.len() > 0 || len(o.d.Withheld) > 0 || z.base == nil {
 		return false
 	}
@@ -144,8 +144,8 @@ func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
 		}
 		accepted = func(e *engine.Entry) bool { return set[e] }
 	}
-	for kind, names := range changed {
-		entries := snap.Type(kind)
+	for typeURL, names := range changed {
+		entries := snap.Type(typeURL)
 		for _, n := range names {
 			if e := entries[n]; e != nil && !accepted(e) {
 				return false
@@ -155,24 +155,24 @@ func rebases(z *zoneHolds, snap *engine.Snapshot, o *outcome) bool {
 	return true
 }
 
-// decide runs one check of zone against snap: plan, Predict, decision (and the hooks). It
+// decide runs one check of node against snap: plan, Predict, decision (and the hooks). It
 // returns nil when ctx is done.
-func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool, kinds []string) *outcome {
-	entries, gone := h.entriesFor(zone, snap, full, keys)
-	plan := newPlan(&h.cfg.Mapping, zone, entries, nil, func(typeURL, name string) (string, bool) {
-		return h.cfg.Inventory.AckedVersion(zone, typeURL, name)
+func (h *Holds) decide(ctx context.Context, node string, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool, ownerTypes []string) *outcome {
+	entries, gone := h.entriesFor(node, snap, full, keys)
+	plan := newPlan(&h.cfg.Mapping, node, entries, nil, func(typeURL, name string) (string, bool) {
+		return h.cfg.Inventory.AckedVersion(node, typeURL, name)
 	})
 	o := &outcome{gone: gone}
 	if plan.Asks() {
 		var extra []engine.Ref
-		if kinds != nil {
+		if ownerTypes != nil {
 			// The owners the candidates name on the wire: the inventory lists those the node
 			// holds whatever their type (the plugin protocol's owner_kinds).
 			for _, c := range plan.Request.Candidates {
 				extra = append(extra, h.cfg.refsOf(c.GetOwners())...)
 			}
 		}
-		for _, r := range h.cfg.Inventory.InventoryKeys(zone, kinds, extra) {
+		for _, r := range h.cfg.Inventory.InventoryKeys(node, ownerTypes, extra) {
 			plan.Request.Inventory = append(plan.Request.Inventory, h.cfg.wireKey(r))
 		}
 		start := time.Now()
@@ -184,10 +184,10 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, 
 		}
 		o.d = plan.decide(resp, err)
 		if h.cfg.Hooks.Call != nil {
-			h.cfg.Hooks.Call(zone, len(plan.Request.Candidates), time.Since(start), o.d.Err)
+			h.cfg.Hooks.Call(node, len(plan.Request.Candidates), time.Since(start), o.d.Err)
 		}
 		if o.d.Err != nil && h.cfg.Hooks.FailOpen != nil {
-			h.cfg.Hooks.FailOpen(zone, o.d.Err)
+			h.cfg.Hooks.FailOpen(node, o.d.Err)
 		}
 	} else {
 		o.d = plan.decide(nil, nil)
@@ -202,7 +202,7 @@ func (h *Holds) decide(ctx context.Context, zone string, snap *engine.Snapshot, 
 // and, transitively, the owners they name that are served (a candidate's owner is a candidate
 // too, so the policy can tell "wait for it" from "it exists nowhere"); and the keys no longer
 // served.
-func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool) (entries []*engine.Entry, gone []engine.Ref) {
+func (h *Holds) entriesFor(node string, snap *engine.Snapshot, full bool, keys map[engine.Ref]bool) (entries []*engine.Entry, gone []engine.Ref) {
 	if full {
 		for _, typeURL := range snap.Types() {
 			for _, e := range snap.Type(typeURL) {
@@ -234,7 +234,7 @@ func (h *Holds) entriesFor(zone string, snap *engine.Snapshot, full bool, keys m
 			if !ok {
 				continue // served nowhere: the policy's to judge (REJECT), not a candidate
 			}
-			if v, held := h.cfg.Inventory.AckedVersion(zone, o.TypeURL, o.Name); !held || v != served.Version {
+			if v, held := h.cfg.Inventory.AckedVersion(node, o.TypeURL, o.Name); !held || v != served.Version {
 				queue = append(queue, o)
 			}
 		}

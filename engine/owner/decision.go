@@ -1,9 +1,9 @@
 package owner
 
-// The pure decision: what to ask the policy about one zone, and what its answer decides.
+// The pure decision: what to ask the policy about one node, and what its answer decides.
 //
 // Invariants: nothing here does I/O or keeps state between calls; a Plan's candidates are the
-// extra ones first, then every entry looked at that the zone does not hold at its version, and a
+// extra ones first, then every entry looked at that the node does not hold at its version, and a
 // Decision gives each entry looked at exactly one verdict (held, or accepted at its version).
 
 import (
@@ -21,7 +21,7 @@ const (
 	Reject = "REJECT"
 )
 
-// Withheld is one resource kept out of a zone's view, or, in a check's answer, any verdict.
+// Withheld is one resource kept out of a node's view, or, in a check's answer, any verdict.
 type Withheld struct {
 	Key        engine.Ref `json:"key"`
 	Verdict    string     `json:"verdict"`             // WAIT or REJECT (or ACCEPT, in a check)
@@ -29,17 +29,17 @@ type Withheld struct {
 	Reason     string     `json:"reason,omitempty"`
 }
 
-// Verdict is the decision for one version of one resource on one zone. It is kept for every
-// zone-resource, so it is small: an accepted one is its version alone.
+// Verdict is the decision for one version of one resource on one node. It is kept for every
+// node-resource, so it is small: an accepted one is its version alone.
 type Verdict struct {
 	Version  string
 	Withheld *Withheld // why not; nil when accepted
 }
 
-// Accepted reports whether the zone may see this version.
+// Accepted reports whether the node may see this version.
 func (v Verdict) Accepted() bool { return v.Withheld == nil }
 
-// visible is the version of the resource the zone may see, or "" for none.
+// visible is the version of the resource the node may see, or "" for none.
 func (v Verdict) visible() string {
 	if v.Withheld != nil {
 		return ""
@@ -47,10 +47,10 @@ func (v Verdict) visible() string {
 	return v.Version
 }
 
-// Verdicts are one zone's decisions, by key.
+// Verdicts are one node's decisions, by key.
 type Verdicts map[engine.Ref]Verdict
 
-// View is what a zone may see: the version of each key visible to it ("" for none).
+// View is what a node may see: the version of each key visible to it ("" for none).
 type View interface {
 	VisibleVersion(r engine.Ref) string
 }
@@ -58,17 +58,17 @@ type View interface {
 // VisibleVersion implements View.
 func (v Verdicts) VisibleVersion(r engine.Ref) string { return v[r].visible() }
 
-// Plan is one owner check of one zone, as a pure decision: NewPlan says what to ask the policy,
+// Plan is one owner check of one node, as a pure decision: NewPlan says what to ask the policy,
 // Decide reads its answer. The I/O (the Predict call) is the caller's.
 type Plan struct {
 	// Request is the Predict call to make: the extra candidates first, then every entry of the
-	// snapshot that the zone does not hold at its version; the zone's inventory.
+	// snapshot that the node does not hold at its version; the node's inventory.
 	Request *pluginv1.PredictRequest
 
 	m       *Mapping
 	extra   int             // how many of Request's candidates are extra
 	entries []*engine.Entry // the snapshot's candidates, in Request order after the extra ones
-	acked   []*engine.Entry // the snapshot's entries the zone has ACKed at their version
+	acked   []*engine.Entry // the snapshot's entries the node has ACKed at their version
 }
 
 // NewPlan plans the check of node, which has ACKed acked (type URL -> name -> version), against
@@ -127,13 +127,13 @@ func (p *Plan) Asks() bool { return len(p.Request.Candidates) > 0 }
 
 // Decision is what a check decided.
 type Decision struct {
-	// Withheld are the verdicts of the entries looked at that the zone may not see (WAIT or
+	// Withheld are the verdicts of the entries looked at that the node may not see (WAIT or
 	// REJECT); every other entry looked at is in Accepted.
 	Withheld Verdicts
-	// Accepted are the entries looked at that the zone may see, at their version.
+	// Accepted are the entries looked at that the node may see, at their version.
 	Accepted []*engine.Entry
-	// Shown names, by kind, the entries visible now at a version that was not visible before:
-	// the zone's view must be refreshed for those (and for no other: a hidden entry never makes
+	// Shown names, by type URL, the entries visible now at a version that was not visible before:
+	// the node's view must be refreshed for those (and for no other: a hidden entry never makes
 	// a response, so an entry hidden now needs no refresh).
 	Shown map[string][]string
 	// Extra is the verdict of each extra candidate, in order (ACCEPT, WAIT or REJECT).
@@ -155,7 +155,7 @@ func (d Decision) Verdicts() Verdicts {
 	return out
 }
 
-// Decide reads the policy's answer to Request (err: the call failed) against what the zone
+// Decide reads the policy's answer to Request (err: the call failed) against what the node
 // could see before (prev; nil: nothing).
 func (p *Plan) Decide(prev View, resp *pluginv1.PredictResponse, err error) Decision {
 	d := p.decide(resp, err)
@@ -163,8 +163,8 @@ func (p *Plan) Decide(prev View, resp *pluginv1.PredictResponse, err error) Deci
 	return d
 }
 
-// decide is Decide without Shown, which depends on the zone's view: the same decision serves
-// every zone that asked the same (Holds shares it).
+// decide is Decide without Shown, which depends on the node's view: the same decision serves
+// every node that asked the same (Holds shares it).
 func (p *Plan) decide(resp *pluginv1.PredictResponse, err error) Decision {
 	if err == nil && p.Asks() && len(resp.GetPredictions()) != len(p.Request.Candidates) {
 		err = errors.New("owner check answered a different number of predictions")

@@ -1,12 +1,12 @@
 package owner
 
-// The entries of the snapshot served, by the owners they name: what a zone may no longer be
+// The entries of the snapshot served, by the owners they name: what a node may no longer be
 // shown once it removed one of those owners.
 //
 // Invariants, under Holds.mu:
 //   - When Holds.dependents is not nil, it indexes exactly the entries of Holds.snap under every
 //     owner each names (Mapping.Owners); sets are never empty.
-//   - It is made on first need (a zone removed something), then kept as the snapshot changes:
+//   - It is made on first need (a node removed something), then kept as the snapshot changes:
 //     Changed updates it with the changed entries alone, or drops it when the new snapshot was
 //     not derived from the previous one.
 

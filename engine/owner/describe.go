@@ -31,8 +31,8 @@ type described struct {
 
 // declaration is one Describe answer, as Holds uses it.
 type declaration struct {
-	kinds      []string // owner_kinds; nil: send the whole inventory (nothing declared, or Describe failed)
-	shared     bool     // answers may be shared between zones: zone_independent, in a known generation
+	ownerTypes []string // owner_kinds; nil: send the whole inventory (nothing declared, or Describe failed)
+	shared     bool     // answers may be shared between nodes: zone_independent, in a known generation
 	generation uint64   // the generation the answer came from
 }
 
@@ -89,7 +89,7 @@ func (o *described) ask(ctx context.Context, gen uint64) declaration {
 	d, err := o.policy().Describe(dctx)
 	decl := declaration{generation: gen, shared: err == nil && d.GetZoneIndependent() && o.generation != nil}
 	if err == nil && len(d.GetOwnerKinds()) > 0 {
-		decl.kinds = slices.Clone(d.GetOwnerKinds())
+		decl.ownerTypes = slices.Clone(d.GetOwnerKinds())
 	}
 	return decl
 }

@@ -82,7 +82,7 @@ func TestDescribeIsNotHeldAcrossTheCall(t *testing.T) {
 		ctx := t.Context()
 
 		first := d.get(ctx)
-		g.Expect(first).To(Equal(declaration{kinds: []string{"Mesh"}, shared: true, generation: 1}))
+		g.Expect(first).To(Equal(declaration{ownerTypes: []string{"Mesh"}, shared: true, generation: 1}))
 		g.Expect(d.get(ctx)).To(Equal(first), "fresh: not asked again")
 		g.Expect(p.calls.Load()).To(BeEquivalentTo(1))
 
@@ -140,7 +140,7 @@ func TestDescribeAfterAReloadWaitsForTheOneCall(t *testing.T) {
 		for _, c := range callers {
 			got, done := returned(c)
 			g.Expect(done).To(BeTrue())
-			g.Expect(got).To(Equal(declaration{kinds: []string{"Mesh"}, shared: true, generation: 1}))
+			g.Expect(got).To(Equal(declaration{ownerTypes: []string{"Mesh"}, shared: true, generation: 1}))
 		}
 		g.Expect(p.calls.Load()).To(BeEquivalentTo(2))
 	})
@@ -175,8 +175,8 @@ func TestDescribeDeclares(t *testing.T) {
 		generation bool
 		want       declaration
 	}{
-		{name: "declared, in a known generation", generation: true, want: declaration{kinds: []string{"Mesh"}, shared: true, generation: 3}},
-		{name: "no generation: never shared", want: declaration{kinds: []string{"Mesh"}}},
+		{name: "declared, in a known generation", generation: true, want: declaration{ownerTypes: []string{"Mesh"}, shared: true, generation: 3}},
+		{name: "no generation: never shared", want: declaration{ownerTypes: []string{"Mesh"}}},
 		{name: "Describe failed: the whole inventory, nothing shared", fail: true, generation: true, want: declaration{generation: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,34 +1,34 @@
-// Package owner holds resources back from a zone until their owners are there: before a push,
-// the global asks an OwnerCheck policy (batched, one call per push to a zone) which resources the
-// zone would reject for a missing owner, and keeps those out of that zone's view until it ACKs
-// the owner. With the policy down, it fails open: everything is sent and retries cover the rest.
+// Package owner holds resources back from a node until their owners are there: before a push,
+// Holds asks an OwnerCheck policy (one batched call per check of a node) which resources the node
+// would reject for a missing owner, and keeps those out of the node's view until it ACKs the
+// owner. With the policy down, it fails open: everything is sent and retries cover the rest.
 //
-// Plan is the decision, pure: a zone's inventory, the candidates and the previous verdicts in,
-// the new verdicts and what became visible out. Holds drives it for every connected zone, and
-// `kds-host check` asks it about a file. Holds costs what changed: a write checks the changed
-// entries (and what is held back for them), an ACK the entries held back for what it brought
-// (and, for what it removed, what names that as owner), found by index; zones are checked in
-// parallel, and zones that hold the same share one answer when the policy declares its answers
-// zone independent. What arrives while a zone is checked is weighed again once the check is in.
+// Plan is the decision, pure: a node's inventory, the candidates and the previous verdicts in,
+// the new verdicts and what became visible out. Holds drives it for every connected node (and
+// kds-host's `kds-host check` asks it about a file). Holds costs what changed: a write checks the
+// changed entries (and what is held back for them), an ACK the entries held back for what it
+// brought (and, for what it removed, what names that as owner), found by index; nodes are checked
+// in parallel, and nodes that hold the same share one answer when the policy declares its answers
+// node independent. What arrives while a node is checked is weighed again once the check is in.
 //
 // By concern: decision.go is the pure decision (Plan, Decision); verdicts.go the verdicts Holds
-// keeps per zone; queue.go the zones waiting for a check and the workers; check.go one check;
-// shared.go the answers zones share; prepare.go a write decided once for the zones at rest
-// before the cache serves it; published.go the own verdicts' layers and the view of a zone's
-// verdicts published into its session (engine.ZoneView); describe.go the policy's Describe
+// keeps per node; queue.go the nodes waiting for a check and the workers; check.go one check;
+// shared.go the answers nodes share; prepare.go a write decided once for the nodes at rest
+// before the cache serves it; published.go the own verdicts' layers and the view of a node's
+// verdicts published into its session (engine.View); describe.go the policy's Describe
 // declaration; dependents.go the snapshot's entries by owner; this file Holds itself and the
-// stream events it hears. Each file states the invariants of what it owns (docs/architecture.md has the
-// whole).
+// stream events it hears. Each file states the invariants of what it owns (docs/architecture.md
+// has the whole).
 package owner
 
-// Holds, the zones it keeps, and the events that give them work.
+// Holds, the nodes it keeps, and the events that give them work.
 //
 // Invariants:
-//   - Holds.mu guards zones, snap, queue, scheduled, shared and dependents, and the fields of
-//     every zoneHolds (with the one exception verdicts.go states).
-//   - A zone is in zones from its first stream until Forget, which frees only a zone with no open
-//     stream; only an open zone is given work or checked.
-//   - A zone not checked yet sees nothing: View shows an entry only at the version of an
+//   - Holds.mu guards nodes, snap, queue, scheduled, shared and dependents, and the fields of
+//     every nodeHolds (with the one exception verdicts.go states).
+//   - A node is in nodes from its first stream until Forget, which frees only a node with no open
+//     stream; only an open node is given work or checked.
+//   - A node not checked yet sees nothing: View shows an entry only at the version of an
 //     accepted verdict.
 
 import (
@@ -52,30 +52,31 @@ type Source interface {
 	Snapshot() *engine.Snapshot
 }
 
-// Inventory is what each zone has ACKed.
+// Inventory is what each node has ACKed.
 type Inventory interface {
-	// AckedVersion is the version of a resource (kind, xDS name) the zone holds.
-	AckedVersion(zone, kind, name string) (string, bool)
-	// InventoryKeys lists what the zone holds of kinds (nil: everything), and which of extra.
-	InventoryKeys(zone string, kinds []string, extra []engine.Ref) []engine.Ref
-	// InventoryDigest identifies what the zone holds now: checks of two zones with the same
+	// AckedVersion is the version of a resource (type URL, xDS name) the node holds.
+	AckedVersion(node, typeURL, name string) (string, bool)
+	// InventoryKeys lists what the node holds of typeURLs (nil: of every type), and which of extra.
+	InventoryKeys(node string, typeURLs []string, extra []engine.Ref) []engine.Ref
+	// InventoryDigest identifies what the node holds now: checks of two nodes with the same
 	// digest at the same snapshot ask the same, and may share one answer.
-	InventoryDigest(zone string) engine.Digest
+	InventoryDigest(node string) engine.Digest
+	// Connected lists the nodes with an open stream.
 	Connected() []string
 }
 
-// Refresher is where a zone's view goes (engine.Cache): Publish puts the view of its verdicts in the
-// zone's session, for the cache to read with no lock of Holds; Refresh re-evaluates the zone's
-// watches for the named entries (kind -> xDS names) that became visible.
+// Refresher is where a node's view goes (engine.Cache): Publish puts the view of its verdicts in the
+// node's session, for the cache to read with no lock of Holds; Refresh re-evaluates the node's
+// watches for the named entries (type URL -> xDS names) that became visible.
 type Refresher interface {
-	Publish(zone string, v engine.View)
-	Refresh(zone string, names map[string][]string)
+	Publish(node string, v engine.View)
+	Refresh(node string, names map[string][]string)
 }
 
 // Hooks report decisions, for metrics. Any may be nil.
 type Hooks struct {
-	Call     func(zone string, candidates int, latency time.Duration, err error)
-	FailOpen func(zone string, err error)
+	Call     func(node string, candidates int, latency time.Duration, err error)
+	FailOpen func(node string, err error)
 }
 
 // Config is what Holds needs.
@@ -89,43 +90,44 @@ type Config struct {
 	Inventory Inventory
 	Refresher Refresher
 	Hooks     Hooks
-	// Workers is how many zones are checked at once (default: the cores, at least 2).
+	// Workers is how many nodes are checked at once (default: the cores, at least 2).
 	Workers int
 	// Generation changes whenever another policy comes into force (a reload). Holds shares one
-	// Predict answer between the zones that ask the same only within one generation, one
-	// snapshot, and when the policy declares its answers zone_independent; nil shares nothing.
+	// Predict answer between the nodes that ask the same only within one generation, one
+	// snapshot, and when the policy declares its answers node independent (Describe's
+	// zone_independent); nil shares nothing.
 	Generation func() uint64
 }
 
-// Holds publishes each zone's view (engine.View, for a cache that UseViews), kept to what its
-// owners allow, and is the observer that re-checks a zone when what it holds changes. A resource
-// version not checked yet for a zone is not visible to it: nothing reaches a zone unchecked,
+// Holds publishes each node's view (engine.View, for a cache that UseViews), kept to what its
+// owners allow, and is the observer that re-checks a node when what it holds changes. A resource
+// version not checked yet for a node is not visible to it: nothing reaches a node unchecked,
 // except when the policy fails, and then everything does.
 type Holds struct {
 	cfg Config
 
 	mu        sync.RWMutex // guards the fields below; the policy is never called with it held
-	zones     map[string]*zoneHolds
-	peak      shrink.Peak // of zones
+	nodes     map[string]*nodeHolds
+	peak      shrink.Peak // of nodes
 	snap      *engine.Snapshot
-	queue     zoneQueue       // zones with work, in order
-	scheduled map[string]bool // zones queued or being checked
+	queue     nodeQueue       // nodes with work, in order
+	scheduled map[string]bool // nodes queued or being checked
 	wake      chan struct{}
 
 	views      uint64 // views published so far (Published.Seq)
 	described  described
-	shared     map[shareKey]*outcome // answers zones share, for h.snap only
+	shared     map[shareKey]*outcome // answers nodes share, for h.snap only
 	dependents dependents            // h.snap's entries by owner, once needed (dependents.go)
 
 	prepareMu sync.Mutex // one Prepare at a time (prepare.go), and its restBuf
-	restBuf   []restZone
+	restBuf   []restNode
 
 	ctx    context.Context // until Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// New starts the workers that check zones; Close stops them.
+// New starts the workers that check nodes; Close stops them.
 func New(cfg Config) (*Holds, error) {
 	if cfg.Policy == nil || cfg.Source == nil || cfg.Inventory == nil || cfg.Refresher == nil {
 		return nil, errors.New("owner: Policy, Source, Inventory and Refresher are required")
@@ -137,7 +139,7 @@ func New(cfg Config) (*Holds, error) {
 		cfg.Workers = max(2, runtime.GOMAXPROCS(0))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Holds{cfg: cfg, zones: map[string]*zoneHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	h := &Holds{cfg: cfg, nodes: map[string]*nodeHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	h.described.policy, h.described.generation = cfg.Policy, cfg.Generation
 	for range cfg.Workers {
 		h.wg.Go(func() { h.work(ctx) })
@@ -151,19 +153,19 @@ func (h *Holds) Close() {
 	h.wg.Wait()
 }
 
-// Visible reports whether the zone may see e now, as its verdicts say (the cache reads the view
-// published into the zone's session instead: engine.Cache.UseViews).
-func (h *Holds) Visible(zone string, e *engine.Entry) bool {
-	visible, _, release := h.View(zone)
+// Visible reports whether the node may see e now, as its verdicts say (the cache reads the view
+// published into the node's session instead: engine.Cache.UseViews).
+func (h *Holds) Visible(node string, e *engine.Entry) bool {
+	visible, _, release := h.View(node)
 	defer release()
 	return visible(e)
 }
 
-// View is Visible for one zone, under one read lock until release. A zone not checked yet sees
+// View is Visible for one node, under one read lock until release. A node not checked yet sees
 // nothing.
-func (h *Holds) View(zone string) (visible func(*engine.Entry) bool, none bool, release func()) {
+func (h *Holds) View(node string) (visible func(*engine.Entry) bool, none bool, release func()) {
 	h.mu.RLock()
-	z := h.zones[zone]
+	z := h.nodes[node]
 	none = z == nil || (z.base == nil && z.table == nil && z.own.len() == 0)
 	return func(e *engine.Entry) bool {
 		if z == nil {
@@ -175,7 +177,7 @@ func (h *Holds) View(zone string) (visible func(*engine.Entry) bool, none bool, 
 }
 
 // Changed tells Holds the snapshot served now. When it was derived from the previous one, each
-// connected zone checks the changed entries and what waits for them; otherwise everything.
+// connected node checks the changed entries and what waits for them; otherwise everything.
 func (h *Holds) Changed(snap *engine.Snapshot) {
 	h.mu.Lock()
 	changed, delta := snap.ChangesFrom(h.snap)
@@ -188,10 +190,10 @@ func (h *Holds) Changed(snap *engine.Snapshot) {
 	}
 	h.snap = snap
 	h.shared = nil
-	// The changed keys, once for every zone: a map the zones with no other work share.
+	// The changed keys, once for every node: a map the nodes with no other work share.
 	keys, owners := changedKeys(changed)
-	var zones []string
-	for name, z := range h.zones {
+	var nodes []string
+	for name, z := range h.nodes {
 		prepared := z.prepared == snap
 		z.prepared = nil
 		if !z.open {
@@ -213,10 +215,10 @@ func (h *Holds) Changed(snap *engine.Snapshot) {
 				}
 			}
 		}
-		zones = append(zones, name)
+		nodes = append(nodes, name)
 	}
 	h.mu.Unlock()
-	h.enqueue(zones...)
+	h.enqueue(nodes...)
 }
 
 // changedKeys are a write's changed entries (type URL -> names) as keys, and as a list: the
@@ -234,16 +236,16 @@ func changedKeys(changed map[string][]string) (keys map[engine.Ref]bool, owners 
 }
 
 // Observer is how Holds hears of stream events: a new stream is checked in full, an ACK (or the
-// stored part of a NACK) releases what waited for what it brought, and a closed stream's zone is
+// stored part of a NACK) releases what waited for what it brought, and a closed stream's node is
 // kept until Forget.
 func (h *Holds) Observer() event.Observer {
 	return event.Observer{
-		StreamOpened: func(id int64, zone string) {
+		StreamOpened: func(id int64, node string) {
 			h.mu.Lock()
-			z := h.zones[zone]
+			z := h.nodes[node]
 			if z == nil {
-				z = &zoneHolds{}
-				h.zones[zone] = z
+				z = &nodeHolds{}
+				h.nodes[node] = z
 			}
 			z.stream, z.open, z.full = id, true, true // back within its grace: its verdicts still hold
 			z.heard++
@@ -253,9 +255,9 @@ func (h *Holds) Observer() event.Observer {
 			pub := z.pub
 			h.mu.Unlock()
 			if pub != nil {
-				h.cfg.Refresher.Publish(zone, pub) // the new session sees what the last one did until checked
+				h.cfg.Refresher.Publish(node, pub) // the new session sees what the last one did until checked
 			}
-			h.enqueue(zone)
+			h.enqueue(node)
 		},
 		ACK: func(a event.ACK) { h.arrived(a.Node, a.TypeURL, a.Versions, a.Removed) },
 		NACK: func(n event.NACK) {
@@ -263,28 +265,28 @@ func (h *Holds) Observer() event.Observer {
 				h.arrived(n.Node, n.TypeURL, event.VersionsOf(n.Accepted), nil)
 			}
 		},
-		StreamClosed: func(id int64, zone string) {
+		StreamClosed: func(id int64, node string) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			if z := h.zones[zone]; z != nil && z.stream == id {
+			if z := h.nodes[node]; z != nil && z.stream == id {
 				z.open = false
 			}
 		},
 	}
 }
 
-// arrived queues a check of what the resources a zone now holds (names: version by xDS name) or
+// arrived queues a check of what the resources a node now holds (names: version by xDS name) or
 // removed may change (reconsider). It runs on the stream's goroutine: a few index lookups per
 // name (and, on the first removal after a snapshot that was not derived from the previous one,
 // one walk of the snapshot to index it).
-func (h *Holds) arrived(zone, kind string, names event.Versions, removed []string) {
+func (h *Holds) arrived(node, typeURL string, names event.Versions, removed []string) {
 	h.mu.Lock()
-	z := h.zones[zone]
+	z := h.nodes[node]
 	if z != nil {
 		z.heard++
 	}
 	if z == nil || !z.open || (len(removed) == 0 && !z.checking && !z.holdsBack()) {
-		// Nothing held back and nothing being checked: what the zone now holds changes no
+		// Nothing held back and nothing being checked: what the node now holds changes no
 		// verdict (a removal may: what depends on it was shown). The common ACK costs nothing.
 		h.mu.Unlock()
 		return
@@ -302,18 +304,18 @@ func (h *Holds) arrived(zone, kind string, names event.Versions, removed []strin
 		}
 	}
 	for n, version := range names.All() {
-		weigh(arrival{key: engine.Ref{TypeURL: kind, Name: n}, version: version})
+		weigh(arrival{key: engine.Ref{TypeURL: typeURL, Name: n}, version: version})
 	}
 	for _, n := range removed {
-		weigh(arrival{key: engine.Ref{TypeURL: kind, Name: n}, removed: true})
+		weigh(arrival{key: engine.Ref{TypeURL: typeURL, Name: n}, removed: true})
 	}
 	h.mu.Unlock()
 	if found {
-		h.enqueue(zone)
+		h.enqueue(node)
 	}
 }
 
-// arrival is a resource that a zone now holds at version, or removed, or that changed in the
+// arrival is a resource that a node now holds at version, or removed, or that changed in the
 // snapshot.
 type arrival struct {
 	key     engine.Ref
@@ -325,12 +327,12 @@ type arrival struct {
 // reconsider gives z the work that an arrival makes, and reports whether it made any. Call with
 // h.mu held.
 //   - What waits for the resource, or names it as an owner and is held back, is checked again.
-//   - A resource held back at the version the zone now holds is checked again: a resource held
+//   - A resource held back at the version the node now holds is checked again: a resource held
 //     at its version is accepted (see Plan).
-//   - What the zone was shown that names a removed resource as its owner is checked again: a zone
+//   - What the node was shown that names a removed resource as its owner is checked again: a node
 //     without that owner would reject it now.
 //   - A resource changed in the snapshot is checked (Changed adds it).
-func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
+func (h *Holds) reconsider(z *nodeHolds, a arrival) bool {
 	found := z.addWaiting(a.key, h.snap.Len())
 	switch {
 	case a.changed:
@@ -355,12 +357,12 @@ func (h *Holds) reconsider(z *zoneHolds, a arrival) bool {
 	return found
 }
 
-// Withheld returns what is held back from a zone, sorted by key (type URL, then name).
-func (h *Holds) Withheld(zone string) []Withheld {
+// Withheld returns what is held back from a node, sorted by key (type URL, then name).
+func (h *Holds) Withheld(node string) []Withheld {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	var out []Withheld
-	if z := h.zones[zone]; z != nil {
+	if z := h.nodes[node]; z != nil {
 		z.own.each(func(_ engine.Ref, v Verdict) {
 			if v.Withheld != nil {
 				out = append(out, *v.Withheld)
@@ -380,11 +382,11 @@ func (h *Holds) Withheld(zone string) []Withheld {
 	return out
 }
 
-// Withholds reports whether anything is held back from a zone, without listing it.
-func (h *Holds) Withholds(zone string) bool {
+// Withholds reports whether anything is held back from a node, without listing it.
+func (h *Holds) Withholds(node string) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	z := h.zones[zone]
+	z := h.nodes[node]
 	if z == nil {
 		return false
 	}
@@ -401,19 +403,19 @@ func (h *Holds) Withholds(zone string) bool {
 	return false
 }
 
-// Forget frees the verdicts of a zone that has no open stream (its grace period is over).
-func (h *Holds) Forget(zone string) {
+// Forget frees the verdicts of a node that has no open stream (its grace period is over).
+func (h *Holds) Forget(node string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if z := h.zones[zone]; z != nil && !z.open {
-		delete(h.zones, zone)
-		h.zones = shrink.Map(h.zones, &h.peak)
+	if z := h.nodes[node]; z != nil && !z.open {
+		delete(h.nodes, node)
+		h.nodes = shrink.Map(h.nodes, &h.peak)
 	}
 }
 
-// Zones returns how many zones Holds keeps verdicts for.
-func (h *Holds) Zones() int {
+// Nodes returns how many nodes Holds keeps verdicts for.
+func (h *Holds) Nodes() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return len(h.zones)
+	return len(h.nodes)
 }

@@ -34,7 +34,7 @@ func TestHeldOrderAndLayers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			z := layered(tc.own, tc.table, snap)
-			h := &Holds{zones: map[string]*zoneHolds{"zone-1": z}}
+			h := &Holds{nodes: map[string]*nodeHolds{"zone-1": z}}
 			var got []engine.Ref
 			for _, held := range h.Withheld("zone-1") {
 				got = append(got, held.Key)
@@ -77,7 +77,7 @@ func TestForget(t *testing.T) {
 				tc.streams(h)
 				synctest.Wait()
 				h.Forget("zone-1")
-				g.Expect(h.Zones()).To(Equal(tc.wantZones))
+				g.Expect(h.Nodes()).To(Equal(tc.wantZones))
 				e := snap.Type(resource.MeshKind)["m1"]
 				g.Expect(h.Visible("zone-1", e)).To(Equal(tc.wantZones == 1))
 				if tc.wantZones == 0 {
@@ -140,7 +140,7 @@ func TestAnAcceptedWriteMovesTheBaseInsteadOfAddingOwnVerdicts(t *testing.T) {
 		layers := func() (own int, base *engine.Snapshot) {
 			h.mu.RLock()
 			defer h.mu.RUnlock()
-			z := h.zones["zone-1"]
+			z := h.nodes["zone-1"]
 			return z.own.len(), z.base
 		}
 

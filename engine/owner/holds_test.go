@@ -177,15 +177,15 @@ func TestHoldsWaitForTheOwnersACKAndFreeAZoneThatLeaves(t *testing.T) {
 	// A second stream of the zone replaces the first: the first's close frees nothing.
 	obs.StreamOpened(2, "zone-1")
 	obs.StreamClosed(1, "zone-1")
-	g.Expect(h.Zones()).To(Equal(1))
+	g.Expect(h.Nodes()).To(Equal(1))
 	g.Eventually(func() bool { return h.Visible("zone-1", w.snap.Type("Mesh")["default"]) }).Should(BeTrue())
 
 	// Defect 5: the verdicts of a zone that left were never freed. They outlive its last stream
 	// for its grace period (a zone back soon is not checked from scratch), then Forget frees them.
 	obs.StreamClosed(2, "zone-1")
-	g.Expect(h.Zones()).To(Equal(1), "kept for the grace period")
+	g.Expect(h.Nodes()).To(Equal(1), "kept for the grace period")
 	h.Forget("zone-1")
-	g.Expect(h.Zones()).To(BeZero())
+	g.Expect(h.Nodes()).To(BeZero())
 	g.Expect(h.Withheld("zone-1")).To(BeEmpty())
 	g.Expect(h.Visible("zone-1", w.snap.Type("Mesh")["default"])).To(BeFalse())
 }

@@ -11,11 +11,11 @@ import (
 )
 
 // Mapping is how Holds and Plan put the snapshot's entries on the OwnerCheck plugin's wire
-// (proto kds.v1: a candidate is a kds.v1.Resource, a key a kds.v1.ResourceKey) and read the
-// plugin's keys back. A nil field takes its default, which suits any xDS server: a candidate's
-// kind is its type URL, its name the resource's name, its mesh empty, and its owners the
-// references it names. kds-host passes its own (host/kds), which puts the mesh of a mesh-scoped
-// name ("mesh/name") in the wire's mesh.
+// (a candidate is a kdsv1.Resource, a key a kdsv1.ResourceKey) and read the plugin's keys back.
+// A nil field takes its default, which suits any xDS server: a candidate's kind (the wire's field)
+// is its type URL, its name the resource's name, its mesh empty, and its owners the references it
+// names. kds-host passes its own, which puts the mesh of a mesh-scoped name ("mesh/name") in the
+// wire's mesh.
 type Mapping struct {
 	// Candidate is the resource the policy is asked about for an entry. Default: e.Source when
 	// it is a *kdsv1.Resource, else a resource of kind e.TypeURL and name e.Name, with no owners.

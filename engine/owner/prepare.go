@@ -1,20 +1,20 @@
 package owner
 
-// A write decided once for the zones at rest, before the cache sends it.
+// A write decided once for the nodes at rest, before the cache sends it.
 //
 // Invariants:
 //   - Prepare runs before the cache serves snap (guard.Cache.SetSnapshot), one at a time
-//     (prepareMu); it changes a zone only under Holds.mu, and only a zone that was at rest
+//     (prepareMu); it changes a node only under Holds.mu, and only a node that was at rest
 //     (atRest) when it was grouped and still is when the decision is recorded.
-//   - A group is zones that would ask the same (one view: the same table and base, no own
-//     verdict; the same inventory digest), decided by one check of its first zone, and moved to
+//   - A group is nodes that would ask the same (one view: the same table and base, no own
+//     verdict; the same inventory digest), decided by one check of its first node, and moved to
 //     snap only when that check accepted every change and nothing held back waits for a changed
-//     key (the rebase a worker's check would make: rebases). Any other zone, or group, is left to
+//     key (the rebase a worker's check would make: rebases). Any other node, or group, is left to
 //     Changed and the workers, as before.
-//   - A zone is moved only if Holds heard no change of its inventory (zoneHolds.heard) since it
-//     was grouped, nor of the first zone's while the check read it: a zone's inventory changes
+//   - A node is moved only if Holds heard no change of its inventory (nodeHolds.heard) since it
+//     was grouped, nor of the first node's while the check read it: a node's inventory changes
 //     on its stream's goroutine, and Holds hears each change before the next is made.
-//   - A zone moved here keeps its verdicts' meaning: its base becomes snap, which differs from
+//   - A node moved here keeps its verdicts' meaning: its base becomes snap, which differs from
 //     the old base only by entries the check accepted (or removed); its view is published before
 //     the cache evaluates its session for snap, so that one evaluation sends the write.
 
@@ -26,25 +26,25 @@ import (
 )
 
 // maxPrepared is the most changed entries a write has for Prepare to decide it ahead: a write
-// of a few resources, not a bulk change (which the workers check zone by zone, as before).
+// of a few resources, not a bulk change (which the workers check node by node, as before).
 const maxPrepared = 16
 
-// maxGroups is the most groups of zones Prepare decides a write for: each is one Predict call
-// the snapshot waits for (zones that hold the same are most often one group).
+// maxGroups is the most groups of nodes Prepare decides a write for: each is one Predict call
+// the snapshot waits for (nodes that hold the same are most often one group).
 const maxGroups = 4
 
 // atRest reports whether z is at rest at prev: open, neither checked nor queued, no work
 // pending, no verdict of its own, and its verdicts as of prev (base) published. Call with
 // Holds.mu.
-func (h *Holds) atRest(name string, z *zoneHolds, prev *engine.Snapshot) bool {
+func (h *Holds) atRest(name string, z *nodeHolds, prev *engine.Snapshot) bool {
 	return z.open && !z.checking && !h.scheduled[name] && !z.full && len(z.keys) == 0 &&
 		z.own.len() == 0 && z.base == prev && z.pub != nil && z.pub.base == prev && len(z.pub.own) == 0
 }
 
-// restZone is a zone at rest when Prepare looked: its view, what it had heard then (a zone that
+// restNode is a node at rest when Prepare looked: its view, what it had heard then (a node that
 // hears anything more before its group is decided is left out: its inventory may differ from
 // the one it was grouped by), its inventory, its group, and whether it was moved.
-type restZone struct {
+type restNode struct {
 	name   string
 	table  *table
 	heard  uint64
@@ -53,17 +53,17 @@ type restZone struct {
 	moved  bool
 }
 
-// prepareGroup is the zones at rest that ask the same of a write: a run of Prepare's buffer.
-type prepareGroup []restZone
+// prepareGroup is the nodes at rest that ask the same of a write: a run of Prepare's buffer.
+type prepareGroup []restNode
 
 // Prepare decides snap, derived from the snapshot Holds checks against now by a write of a few
-// entries, for the zones at rest, before the cache serves it: zones that would ask the same are
+// entries, for the nodes at rest, before the cache serves it: nodes that would ask the same are
 // decided by one check, and when it accepts the write they see it at once, with no check of
-// their own (Changed gives them none). It needs the policy's answers to be zone independent;
-// otherwise, for another kind of snapshot, or for zones not at rest, it does nothing and
+// their own (Changed gives them none). It needs the policy's answers to be node independent;
+// otherwise, for a snapshot not derived that way, or for nodes not at rest, it does nothing and
 // Changed queues the checks as before. It returns when the groups are decided: the largest
 // maxGroups, each one Predict call within the policy's deadline, stopping at the first that
-// fails (the zones left are the workers', as before).
+// fails (the nodes left are the workers', as before).
 func (h *Holds) Prepare(snap *engine.Snapshot) {
 	h.prepareMu.Lock()
 	defer h.prepareMu.Unlock()
@@ -84,18 +84,18 @@ func (h *Holds) Prepare(snap *engine.Snapshot) {
 		return
 	}
 	keys, owners := changedKeys(changed)
-	rest := h.restBuf[:0] // reused: a write at 10,000 zones makes no list of them
-	for name, z := range h.zones {
+	rest := h.restBuf[:0] // reused: a write at 10,000 nodes makes no list of them
+	for name, z := range h.nodes {
 		if h.atRest(name, z, prev) && !waitsFor(z.table, owners) {
-			rest = append(rest, restZone{name: name, table: z.table, heard: z.heard})
+			rest = append(rest, restNode{name: name, table: z.table, heard: z.heard})
 		}
 	}
 	h.mu.RUnlock()
 	defer func() { clear(rest); h.restBuf = rest[:0] }() // kept for the next, holding nothing
 
-	// Grouped by view and inventory, outside the lock (the digest is the zone's stream's), each
+	// Grouped by view and inventory, outside the lock (the digest is the node's stream's), each
 	// group a run of rest: the largest first, and a few of them (the snapshot waits for their
-	// checks, one Predict call each; the zones left over are checked by the workers as before).
+	// checks, one Predict call each; the nodes left over are checked by the workers as before).
 	type groupKey struct {
 		table  *table
 		digest engine.Digest
@@ -114,7 +114,7 @@ func (h *Holds) Prepare(snap *engine.Snapshot) {
 		r.group = id
 		sizes[id]++
 	}
-	slices.SortStableFunc(rest, func(a, b restZone) int {
+	slices.SortStableFunc(rest, func(a, b restNode) int {
 		if sizes[a.group] != sizes[b.group] {
 			return sizes[b.group] - sizes[a.group]
 		}
@@ -122,7 +122,7 @@ func (h *Holds) Prepare(snap *engine.Snapshot) {
 	})
 	for start, groups := 0, 0; start < len(rest) && groups < maxGroups; groups++ {
 		end := start + sizes[rest[start].group]
-		if !h.prepareGroup(ctx, prepareGroup(rest[start:end]), prev, snap, keys, decl.kinds) {
+		if !h.prepareGroup(ctx, prepareGroup(rest[start:end]), prev, snap, keys, decl.ownerTypes) {
 			return // the policy failed: no more waiting on it here
 		}
 		start = end
@@ -130,7 +130,7 @@ func (h *Holds) Prepare(snap *engine.Snapshot) {
 }
 
 // waitsFor reports whether a table holds back anything that waits for one of owners (a changed
-// entry): its zones need that looked at again, which a check of their own does.
+// entry): its nodes need that looked at again, which a check of their own does.
 func waitsFor(t *table, owners []engine.Ref) bool {
 	if t == nil {
 		return false
@@ -143,19 +143,19 @@ func waitsFor(t *table, owners []engine.Ref) bool {
 	return false
 }
 
-// prepareGroup decides the write for one group by a check of its first zone, and moves every
-// zone of it that is still at rest, with the same inventory, to snap. It reports false when the
+// prepareGroup decides the write for one group by a check of its first node, and moves every
+// node of it that is still at rest, with the same inventory, to snap. It reports false when the
 // check failed (stopped, or the policy failed open).
-func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *engine.Snapshot, keys map[engine.Ref]bool, kinds []string) bool {
+func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *engine.Snapshot, keys map[engine.Ref]bool, ownerTypes []string) bool {
 	first := g[0]
-	o := h.decide(ctx, first.name, snap, false, keys, kinds)
+	o := h.decide(ctx, first.name, snap, false, keys, ownerTypes)
 	if o == nil || o.d.Err != nil {
 		return false
 	}
 	if len(o.d.Withheld) > 0 {
-		return true // something held back: the zones' own checks decide
+		return true // something held back: the nodes' own checks decide
 	}
-	probe := &zoneHolds{table: first.table, base: prev}
+	probe := &nodeHolds{table: first.table, base: prev}
 	if !rebases(probe, snap, o) {
 		return true
 	}
@@ -164,18 +164,18 @@ func (h *Holds) prepareGroup(ctx context.Context, g prepareGroup, prev, snap *en
 		h.mu.Unlock()
 		return true // another snapshot came in meanwhile (a caller not in guard's order)
 	}
-	if z := h.zones[first.name]; z == nil || z.heard != first.heard {
+	if z := h.nodes[first.name]; z == nil || z.heard != first.heard {
 		h.mu.Unlock()
-		return true // the first zone heard something while checked: the answer is its own
+		return true // the first node heard something while checked: the answer is its own
 	}
 	h.views++
 	pub := &Published{table: first.table, base: snap, seq: h.views}
 	for i := range g {
-		// A zone's inventory changes on its stream's goroutine and Holds hears each change
+		// A node's inventory changes on its stream's goroutine and Holds hears each change
 		// (heard) before the next is made: one that heard nothing since it was grouped holds
 		// what it held then, which its group's answer is for.
 		r := &g[i]
-		z := h.zones[r.name]
+		z := h.nodes[r.name]
 		if z == nil || z.heard != r.heard || !h.atRest(r.name, z, prev) || z.table != r.table {
 			continue
 		}

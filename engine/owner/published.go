@@ -1,13 +1,13 @@
 package owner
 
-// A zone's own verdicts as a chain of maps, and the view of them a zone's session reads.
+// A node's own verdicts as a chain of maps, and the view of them a node's session reads.
 //
 // Invariants:
-//   - ownLayers.top is written only by the worker checking the zone, under Holds.mu; frozen
+//   - ownLayers.top is written only by the worker checking the node, under Holds.mu; frozen
 //     maps are never written again, so a published view that shares them reads them without
 //     a lock.
-//   - A zone's published view is its verdicts as of its last check: the session's filter reads
-//     it (engine.Session.SetView) with no lock of Holds, so no lock is taken across packages on the
+//   - A node's published view is its verdicts as of its last check: the session's filter reads
+//     it (engine.Cache.Publish) with no lock of Holds, so no lock is taken across packages on the
 //     hot path.
 
 import (
@@ -17,11 +17,11 @@ import (
 	"github.com/kds-host/kds-host/engine"
 )
 
-// maxLayers is how many frozen maps a zone's own verdicts keep before they are merged into one
+// maxLayers is how many frozen maps a node's own verdicts keep before they are merged into one
 // (a check that is not full adds one).
 const maxLayers = 8
 
-// ownLayers is a zone's own verdicts (what checks of some entries decided since the last full
+// ownLayers is a node's own verdicts (what checks of some entries decided since the last full
 // check): newest first, the map the current check writes (top), then the maps earlier checks
 // wrote, read-only once a view was published with them.
 type ownLayers struct {
@@ -96,8 +96,8 @@ func (o *ownLayers) freeze() []Verdicts {
 	return o.frozen
 }
 
-// Published is what a zone may see as of its last check, read-only: the engine.ZoneView that Holds
-// publishes into the zone's session.
+// Published is what a node may see as of its last check, read-only: the engine.View that Holds
+// publishes into the node's session.
 type Published struct {
 	own   []Verdicts
 	table *table
@@ -107,23 +107,23 @@ type Published struct {
 
 var _ engine.View = (*Published)(nil)
 
-// Visible implements engine.ZoneView: an entry is visible at the version of an accepted verdict.
+// Visible implements engine.View: an entry is visible at the version of an accepted verdict.
 func (p *Published) Visible(e *engine.Entry) bool {
 	v, ok := p.verdict(refOfEntry(e))
 	return ok && v.Accepted() && v.Version == e.Version
 }
 
-// None implements engine.ZoneView: no verdict at all yet (the zone's first check has not answered).
+// None implements engine.View: no verdict at all yet (the node's first check has not answered).
 func (p *Published) None() bool { return p.base == nil && p.table == nil && len(p.own) == 0 }
 
-// SeesAll implements engine.ZoneView: a view of snap with no verdict of its own and none held in
+// SeesAll implements engine.View: a view of snap with no verdict of its own and none held in
 // its table accepts every entry of snap at its version (below), as after a full check that held
 // nothing back.
 func (p *Published) SeesAll(snap *engine.Snapshot) bool {
 	return p.base == snap && snap != nil && (p.table == nil || len(p.table.held) == 0) && !slices.ContainsFunc(p.own, func(v Verdicts) bool { return len(v) > 0 })
 }
 
-// Seq implements engine.ZoneView: later views of a zone have larger ones.
+// Seq implements engine.View: later views of a node have larger ones.
 func (p *Published) Seq() uint64 { return p.seq }
 
 func (p *Published) verdict(k engine.Ref) (Verdict, bool) {
@@ -133,10 +133,10 @@ func (p *Published) verdict(k engine.Ref) (Verdict, bool) {
 	return below(p.table, p.base, k)
 }
 
-// publishLocked makes the zone's view of its verdicts now, numbered seq (Holds numbers every
-// view it makes, so a zone forgotten and back never has a view older than one it had). Call with
+// publishLocked makes the node's view of its verdicts now, numbered seq (Holds numbers every
+// view it makes, so a node forgotten and back never has a view older than one it had). Call with
 // Holds.mu, after a check changed them.
-func (z *zoneHolds) publishLocked(seq uint64) *Published {
+func (z *nodeHolds) publishLocked(seq uint64) *Published {
 	z.pub = &Published{own: z.own.freeze(), table: z.table, base: z.base, seq: seq}
 	return z.pub
 }

@@ -18,11 +18,11 @@ func TestZoneQueueTakesInLinearWork(t *testing.T) {
 	const zones = 10_000
 	for _, tc := range []struct {
 		name  string
-		round func(q *zoneQueue, next func() string) // pushes and pops, in FIFO order
+		round func(q *nodeQueue, next func() string) // pushes and pops, in FIFO order
 	}{
 		{
 			name: "queued in a row",
-			round: func(q *zoneQueue, next func() string) {
+			round: func(q *nodeQueue, next func() string) {
 				for range zones {
 					q.push(next())
 				}
@@ -30,7 +30,7 @@ func TestZoneQueueTakesInLinearWork(t *testing.T) {
 		},
 		{
 			name: "queued in bursts, the ring wrapping around",
-			round: func(q *zoneQueue, next func() string) {
+			round: func(q *nodeQueue, next func() string) {
 				for range zones / 2 {
 					q.push(next())
 				}
@@ -45,7 +45,7 @@ func TestZoneQueueTakesInLinearWork(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			var q zoneQueue
+			var q nodeQueue
 			pushed, popped := 0, 0
 			next := func() string { pushed++; return fmt.Sprint("zone-", pushed-1) }
 			pop := func() {
@@ -75,7 +75,7 @@ func TestZoneQueueTakesInLinearWork(t *testing.T) {
 // queued zones moves O(10,000) zones.
 func TestHoldsTakesQueuedZonesInLinearWork(t *testing.T) {
 	g := NewWithT(t)
-	h := &Holds{zones: map[string]*zoneHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1)}
+	h := &Holds{nodes: map[string]*nodeHolds{}, scheduled: map[string]bool{}, wake: make(chan struct{}, 1)}
 	var names []string
 	for i := range 10_000 {
 		names = append(names, fmt.Sprint("zone-", i))

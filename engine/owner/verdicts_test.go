@@ -47,8 +47,8 @@ func servedPolicies(t *testing.T) (*engine.Snapshot, func(engine.Ref) string) {
 }
 
 // layered is a zone whose verdicts are own, then a table of table (nil: none), then snap.
-func layered(own, table Verdicts, snap *engine.Snapshot) *zoneHolds {
-	z := &zoneHolds{own: ownOf(own), base: snap}
+func layered(own, table Verdicts, snap *engine.Snapshot) *nodeHolds {
+	z := &nodeHolds{own: ownOf(own), base: snap}
 	if table != nil {
 		z.table = newTable(table, snap, &kdsMapping)
 	}
@@ -103,27 +103,27 @@ func TestOwnWaitingIndex(t *testing.T) {
 	type set = map[engine.Ref][]engine.Ref
 	for _, tc := range []struct {
 		name string
-		set  func(z *zoneHolds)
+		set  func(z *nodeHolds)
 		want set
 	}{
 		{
 			name: "a WAIT for its Mesh: under the Mesh once",
-			set:  func(z *zoneHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1)) },
+			set:  func(z *nodeHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1)) },
 			want: set{refOf("Mesh/m1"): {pol1K}},
 		},
 		{
 			name: "a REJECT: under its Mesh and its explicit owner",
-			set:  func(z *zoneHolds) { z.setOwn(pol2K, reject(pol2K, e2.Version), ownersOf(e2)) },
+			set:  func(z *nodeHolds) { z.setOwn(pol2K, reject(pol2K, e2.Version), ownersOf(e2)) },
 			want: set{refOf("Mesh/m1"): {pol2K}, refOf("MeshRetry/m1/r"): {pol2K}},
 		},
 		{
 			name: "a WAIT for something it does not name: under that too",
-			set:  func(z *zoneHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/other"), ownersOf(e1)) },
+			set:  func(z *nodeHolds) { z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/other"), ownersOf(e1)) },
 			want: set{refOf("Mesh/other"): {pol1K}, refOf("Mesh/m1"): {pol1K}},
 		},
 		{
 			name: "accepted later: under nothing",
-			set: func(z *zoneHolds) {
+			set: func(z *nodeHolds) {
 				z.setOwn(pol2K, reject(pol2K, e2.Version), ownersOf(e2))
 				z.setOwn(pol2K, Verdict{Version: e2.Version}, ownersOf(e2))
 			},
@@ -131,7 +131,7 @@ func TestOwnWaitingIndex(t *testing.T) {
 		},
 		{
 			name: "no longer served: under nothing",
-			set: func(z *zoneHolds) {
+			set: func(z *nodeHolds) {
 				z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1))
 				z.setOwn(pol1K, Verdict{}, nil)
 			},
@@ -139,7 +139,7 @@ func TestOwnWaitingIndex(t *testing.T) {
 		},
 		{
 			name: "two under one owner, one leaves",
-			set: func(z *zoneHolds) {
+			set: func(z *nodeHolds) {
 				z.setOwn(pol1K, wait(pol1K, e1.Version, "Mesh/m1"), ownersOf(e1))
 				z.setOwn(pol2K, wait(pol2K, e2.Version, "MeshRetry/m1/r"), ownersOf(e2))
 				z.setOwn(pol1K, Verdict{Version: e1.Version}, ownersOf(e1))
@@ -149,7 +149,7 @@ func TestOwnWaitingIndex(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{ownWaiting: map[engine.Ref]map[engine.Ref]bool{}, ownOwners: map[engine.Ref][]engine.Ref{}, base: snap}
+			z := &nodeHolds{ownWaiting: map[engine.Ref]map[engine.Ref]bool{}, ownOwners: map[engine.Ref][]engine.Ref{}, base: snap}
 			tc.set(z)
 			got := set{}
 			for o, keys := range z.ownWaiting {
@@ -214,7 +214,7 @@ func TestAddWaitingThresholds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			z := &zoneHolds{ownWaiting: map[engine.Ref]map[engine.Ref]bool{}}
+			z := &nodeHolds{ownWaiting: map[engine.Ref]map[engine.Ref]bool{}}
 			if tc.own > 0 {
 				z.ownWaiting[refOf("Mesh/m1")] = waiting(tc.own)
 			}

@@ -27,8 +27,10 @@ import (
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	gcplog "github.com/envoyproxy/go-control-plane/pkg/log"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,6 +82,7 @@ type config struct {
 	pluginConfigs      []string
 	ownerHolds         bool
 	guard              bool
+	cacheKind          string // --cache
 	maxStreams         int64
 	maxStreamsPerConn  uint32
 	maxReceiveMessage  int
@@ -121,6 +124,8 @@ func newFlags(cfg *config) *pflag.FlagSet {
 		"or NAME=FILE for plugin NAME (its Describe name, its binary's file name, or builtin), as kds-host (repeatable)")
 	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references, and ask the owner check (the --plugin runtime's) before a version goes out (false: neither)")
 	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
+	f.StringVar(&cfg.cacheKind, "cache", cacheSnapshot, "what the guard serves from: snapshot (a go-control-plane SnapshotCache, wrapped by guard.New) "+
+		"or kds (kds-host's own cache, guard.NewCache: no reference holds or warm-up routes; the owner check still applies)")
 	f.Int64Var(&cfg.maxStreams, "max-streams", 10000, "xDS streams open at once, all connections together; one more is refused with RESOURCE_EXHAUSTED (0: no bound)")
 	f.Uint32Var(&cfg.maxStreamsPerConn, "max-streams-per-connection", 16, "xDS streams one connection may have open (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	f.IntVar(&cfg.maxReceiveMessage, "max-receive-message", 4<<20, "bytes of one xDS request at most; a larger one ends its stream with RESOURCE_EXHAUSTED")
@@ -229,10 +234,39 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "xds-server", Level: level, Output: out})
 
+	if cfg.cacheKind != cacheSnapshot && cfg.cacheKind != cacheKDS {
+		return fmt.Errorf("--cache %q: want %s or %s", cfg.cacheKind, cacheSnapshot, cacheKDS)
+	}
+	if cfg.cacheKind == cacheKDS && !cfg.guard {
+		return fmt.Errorf("--cache %s serves through the guard: it cannot be used with --guard=false", cacheKDS)
+	}
 	// The resources, before anything listens: a bad file at start is an error. The file's watch
 	// is in place first, so a change after the first read is seen.
 	snapshots := cache.NewSnapshotCache(true, allNodes{}, cacheLogger(log.Named("cache")))
-	src := newSource(cfg.resources, cfg.maxResourcesBytes, cfg.allowEmpty, snapshots, log)
+	set := snapshotSetter(snapshots)
+	var (
+		opts guard.Options
+		rt   *policy.Runtime // --plugin's
+		own  *guard.Cache    // --cache kds
+	)
+	if cfg.guard {
+		var err error
+		if opts, rt, err = pluginOptions(cfg, log); err != nil {
+			return err
+		}
+		if rt != nil {
+			defer rt.Close()
+		}
+	}
+	if cfg.cacheKind == cacheKDS {
+		var err error
+		if own, err = guard.NewCache(kdsCacheTypes, opts); err != nil {
+			return err
+		}
+		defer own.Close()
+		set = func(_ context.Context, _ string, res map[string][]types.Resource) error { return own.SetResources(res) }
+	}
+	src := newSource(cfg.resources, cfg.maxResourcesBytes, cfg.allowEmpty, set, log)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	fol := newFollower(cfg.resources, cfg.resourcesSettle, cfg.resourcesReread, func() { src.reload(watchCtx) }, log.Named("resources"))
@@ -253,21 +287,14 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		callbacks server.Callbacks
 		clients   http.Handler
 	)
-	if cfg.guard {
-		opts := guardOptions(cfg, log)
-		rt, err := startPlugins(cfg, log)
-		if err != nil {
-			return err
-		}
-		if rt != nil {
-			defer rt.Close()
-			opts.RetryPolicy = func() shared.RetryForcer { return rt.RetryForcer() }
-			opts.Fallback = rt.Fallback()
-			if cfg.ownerHolds {
-				opts.OwnerCheck = rt.OwnerCheck // the owner-check plugin loaded, else the built-in one
-			}
-			reg.MustRegister(rt.Collectors()...)
-		}
+	if rt != nil {
+		reg.MustRegister(rt.Collectors()...)
+	}
+	switch {
+	case own != nil:
+		xdsCache, callbacks, clients = own, own.Callbacks(nil), own.Handler()
+		reg.MustRegister(own.Collector())
+	case cfg.guard:
 		g, err := guard.New(snapshots, opts)
 		if err != nil {
 			return err
@@ -275,7 +302,7 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		defer g.Close()
 		xdsCache, callbacks, clients = g, g.Callbacks(nil), g.Handler()
 		reg.MustRegister(g.Collector())
-	} else {
+	default:
 		if len(cfg.plugins) > 0 || len(cfg.pluginConfigs) > 0 {
 			log.Warn("--guard=false: --plugin and --plugin-config are not used (the stock path has no retry policy)")
 		}
@@ -340,7 +367,7 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		fol.follow(watchCtx)
 	}()
 	serving.Store(true)
-	log.Info("serving", "xds", xdsLn.Addr().String(), "admin", adminLn.Addr().String(), "guard", cfg.guard,
+	log.Info("serving", "xds", xdsLn.Addr().String(), "admin", adminLn.Addr().String(), "guard", cfg.guard, "cache", cfg.cacheKind,
 		"owner_holds", cfg.ownerHolds, "resources", cfg.resources, "tls", tlsMode(cfg))
 	if h.ready != nil {
 		h.ready(xdsLn.Addr().String(), adminLn.Addr().String())
@@ -377,9 +404,49 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	return runErr // the deferred g.Close and rt.Close close the guard and the plugins
 }
 
-// guardOptions are the guard's options that the flags set; runWith adds the plugin runtime's.
+// The values of --cache.
+const (
+	cacheSnapshot = "snapshot"
+	cacheKDS      = "kds"
+)
+
+// kdsCacheTypes are what --cache kds serves: every type the resources file may hold, what others
+// reference first.
+var kdsCacheTypes = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType,
+	resource.ScopedRouteType, resource.VirtualHostType, resource.SecretType, resource.RuntimeType, resource.ExtensionConfigType}
+
+// snapshotSetter serves resources as the SnapshotCache's one snapshot.
+func snapshotSetter(c cache.SnapshotCache) func(context.Context, string, map[string][]types.Resource) error {
+	return func(ctx context.Context, version string, res map[string][]types.Resource) error {
+		snap, err := cache.NewSnapshot(version, res)
+		if err != nil {
+			return err
+		}
+		// No snap.Consistent(): it does not follow an API listener's RDS reference (grpc-go's
+		// listeners), and a client waits for what is missing anyway.
+		return c.SetSnapshot(ctx, snapshotKey, snap)
+	}
+}
+
+// pluginOptions are the guard's options: the flags', and the policies of the plugin runtime
+// that --plugin and --plugin-config start (nil without them: the guard's built-in policy).
+func pluginOptions(cfg config, log hclog.Logger) (guard.Options, *policy.Runtime, error) {
+	opts := guardOptions(cfg, log)
+	rt, err := startPlugins(cfg, log)
+	if err != nil || rt == nil {
+		return opts, nil, err
+	}
+	opts.RetryPolicy = func() shared.RetryForcer { return rt.RetryForcer() }
+	opts.Fallback = rt.Fallback()
+	if cfg.ownerHolds {
+		opts.OwnerCheck = rt.OwnerCheck // the owner-check plugin loaded, else the built-in one
+	}
+	return opts, rt, nil
+}
+
+// guardOptions are the guard's options that the flags set; pluginOptions adds the plugin runtime's.
 func guardOptions(cfg config, log hclog.Logger) guard.Options {
-	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: log.Named("guard"),
+	return guard.Options{NoHolds: !cfg.ownerHolds, Logger: slog.New(hclogslog.New(log.Named("guard"))), Metrics: policy.Metrics{Namespace: "kds_xds"},
 		MaxTypesPerStream: cfg.maxTypesPerStream, MaxNamesPerStream: cfg.maxNamesPerStream, MaxStreamsPerNode: cfg.maxStreamsPerNode}
 }
 

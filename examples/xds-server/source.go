@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,9 +23,9 @@ import (
 // parseResources and read) leaves the last good snapshot served.
 type source struct {
 	file       string
-	maxBytes   int64 // --max-resources-bytes
-	allowEmpty bool  // --allow-empty
-	cache      cache.SnapshotCache
+	maxBytes   int64                                                                            // --max-resources-bytes
+	allowEmpty bool                                                                             // --allow-empty
+	set        func(ctx context.Context, version string, res map[string][]types.Resource) error // serves a version
 	log        hclog.Logger
 
 	// Owned by the goroutine that reads the file (runWith's until the watch starts, then the
@@ -50,8 +50,8 @@ type fileStatus struct {
 	refusedAt time.Time
 }
 
-func newSource(file string, maxBytes int64, allowEmpty bool, c cache.SnapshotCache, log hclog.Logger) *source {
-	return &source{file: file, maxBytes: maxBytes, allowEmpty: allowEmpty, cache: c, log: log, refused: map[string]int64{}}
+func newSource(file string, maxBytes int64, allowEmpty bool, set func(context.Context, string, map[string][]types.Resource) error, log hclog.Logger) *source {
+	return &source{file: file, maxBytes: maxBytes, allowEmpty: allowEmpty, set: set, log: log, refused: map[string]int64{}}
 }
 
 // start reads and serves the file once, before anything listens: a refusal is an error.
@@ -131,13 +131,7 @@ func (s *source) serve(ctx context.Context, data []byte, sum string) error {
 		return err
 	}
 	version := fmt.Sprintf("%d-%s", s.version+1, sum[:8])
-	snap, err := cache.NewSnapshot(version, res)
-	if err != nil {
-		return &refusal{reason: refusedResource, err: err}
-	}
-	// No snap.Consistent(): it does not follow an API listener's RDS reference (grpc-go's
-	// listeners), and a client waits for what is missing anyway.
-	if err := s.cache.SetSnapshot(ctx, snapshotKey, snap); err != nil {
+	if err := s.set(ctx, version, res); err != nil {
 		return &refusal{reason: refusedResource, err: err}
 	}
 	s.version++

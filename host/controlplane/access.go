@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/host/api"
@@ -189,14 +188,14 @@ func (g *Global) logObserver() event.Observer {
 		// a second per reason, and then how many it left out.
 		Refused: func(r event.Refusal) {
 			if r.Reason == "replaced" {
-				g.refusals.Log(r.Reason, hclog.Info, "zone stream replaced by a newer one", "zone", r.Node, "detail", r.Detail)
+				g.refusals.Log(r.Reason, slog.LevelInfo, "zone stream replaced by a newer one", "zone", r.Node, "detail", r.Detail)
 				return
 			}
 			args := []any{"reason", r.Reason}
 			if r.Node != "" {
 				args = append(args, "zone", r.Node)
 			}
-			g.refusals.Log(r.Reason, hclog.Warn, "KDS stream refused", append(args, "detail", r.Detail)...)
+			g.refusals.Log(r.Reason, slog.LevelWarn, "KDS stream refused", append(args, "detail", r.Detail)...)
 		},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -24,13 +25,14 @@ import (
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/guard"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/store"
+	"github.com/kds-host/kds-host/internal/hclogslog"
 	"github.com/kds-host/kds-host/internal/lograte"
+	"github.com/kds-host/kds-host/internal/stack"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	"github.com/kds-host/kds-host/shared"
@@ -135,7 +137,7 @@ type GlobalConfig struct {
 type Global struct {
 	cfg     GlobalConfig
 	log     hclog.Logger
-	kds     *guard.Cache // the cache, the zone table, the retry scheduler and the owner holds below
+	kds     *stack.Stack // the cache, the zone table, the retry scheduler and the owner holds below
 	Cache   *engine.Cache
 	Zones   *engine.Nodes
 	Retry   *retry.Scheduler // nil when emulating
@@ -177,7 +179,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		cfg.ZoneGrace = time.Minute
 	}
 	g := &Global{cfg: cfg, log: cfg.Logger, ready: make(chan struct{}), metrics: newRegistry()}
-	g.refusals = lograte.New(g.log.Named("kds"), time.Second, refusalLines, "reason")
+	g.refusals = lograte.New(slog.New(hclogslog.New(g.log.Named("kds"))), time.Second, refusalLines, "reason")
 	defer func() {
 		if err != nil {
 			g.Close()
@@ -210,32 +212,32 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	km := newKDSMetrics(g.metrics, g.zoneMetrics)
 	rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
 	g.timeline = newTimeline()
-	// The global serves its zones from the guard package's Cache, the way any go-control-plane
-	// server that sets its own resources does; what is kds-host's own (its metrics, log, timeline
-	// and limits) it adds through KDSOptions.
-	opts := guard.Options{RetryPolicy: cfg.RetryPolicy, Fallback: cfg.Builtin, PolicyTimeout: cfg.PolicyTimeout}
-	kopts := guard.KDSOptions{Limits: cfg.Limits, Bounds: cfg.RetryBounds, OnFallback: rm.fallback, RetryHooks: g.timeline.hooks(rm.hooks()),
+	// The global serves its zones from the engine's assembled stack, as guard.NewCache serves an
+	// adopter's clients; what is kds-host's own (its metrics, log, timeline and limits) it adds.
+	sc := stack.Config{Types: cfg.Registry.Names(),
+		RetryPolicy: cfg.RetryPolicy, Fallback: cfg.Builtin, PolicyTimeout: cfg.PolicyTimeout,
+		Limits: cfg.Limits, Bounds: cfg.RetryBounds, OnFallback: rm.fallback, RetryHooks: g.timeline.hooks(rm.hooks()),
 		Observers: []event.Observer{km.observer(), g.logObserver(), g.timeline.observer(), g.converge.observer()}, Emulate: cfg.Emulate, NACKBackoff: cfg.NACKBackoff,
-		PlainNACKsMayPass: true, ClientGrace: g.cfg.ZoneGrace, Forget: func(zone string) {
+		PlainNACKsMayPass: true, Grace: g.cfg.ZoneGrace, Forget: func(zone string) {
 			g.zoneMetrics.forget(zone)
 			g.timeline.forget(zone)
 			g.converge.forget(zone)
 		}}
 	if cfg.OwnerHolds {
-		opts.OwnerCheck, opts.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
-		kopts.OwnerHooks, kopts.OwnerGeneration = newOwnerMetrics(g.metrics, g.zoneMetrics).hooks(), g.cfg.OwnerCheckGeneration
-		kopts.OwnerMapping = ownerMapping
+		sc.OwnerCheck, sc.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
+		sc.OwnerHooks, sc.OwnerGeneration = newOwnerMetrics(g.metrics, g.zoneMetrics).hooks(), g.cfg.OwnerCheckGeneration
+		sc.OwnerMapping = ownerMapping
 	}
-	if g.kds, err = guard.NewCache(cfg.Registry.Names(), opts, kopts); err != nil {
+	if g.kds, err = stack.New(sc); err != nil {
 		return nil, err
 	}
-	g.Cache, g.Zones, g.Retry, g.Holds, g.tracker = g.kds.Cache, g.kds.Zones(), g.kds.Retry(), g.kds.Holds(), g.kds.Tracker()
+	g.Cache, g.Zones, g.Retry, g.Holds, g.tracker = g.kds.Cache, g.kds.Nodes, g.kds.Retry, g.kds.Holds, g.kds.Tracker
 	g.zoneMetrics.insights = g.Zones.Insights
 	if cfg.Emulate != "" {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}
 	g.unservable = newUnservable(g.log.Named("sync"))
-	g.metrics.MustRegister(newWithheldCollector(g), g.kds.Collector(), g.unservable)
+	g.metrics.MustRegister(newWithheldCollector(g), g.unservable)
 	g.probe = newStoreProbe(cfg.Store, cfg.ProbeInterval)
 	g.probe.log = g.log.Named("probe")
 	registerBuildInfo(g.metrics, cfg.Version)

@@ -3,20 +3,20 @@
 package lograte
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 )
 
-// Log writes through an hclog.Logger at most Burst lines of each key in a window of Period,
+// Log writes through a *slog.Logger at most Burst lines of each key in a window of Period,
 // which starts with the key's first line. It counts the lines past them, and when the window
 // ends it writes one line that says how many it left out (at the level and with the message of
 // the last one, and the key under KeyName). Close ends the windows. A Log is safe for use by
 // several goroutines, and writes with no lock held.
 type Log struct {
-	log     hclog.Logger
+	log     *slog.Logger
 	period  time.Duration
 	burst   int
 	keyName string
@@ -31,25 +31,29 @@ type window struct {
 	timer   *time.Timer
 	written int
 	left    int
-	level   hclog.Level
+	level   slog.Level
 	msg     string
 }
 
 // New returns a Log that writes to log at most burst lines of each key a period (defaults: 5
-// lines a second); keyName names the key in the line that counts what was left out.
-func New(log hclog.Logger, period time.Duration, burst int, keyName string) *Log {
+// lines a second); keyName names the key in the line that counts what was left out. A nil log
+// discards.
+func New(log *slog.Logger, period time.Duration, burst int, keyName string) *Log {
 	if period <= 0 {
 		period = time.Second
 	}
 	if burst <= 0 {
 		burst = 5
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Log{log: log, period: period, burst: burst, keyName: keyName, keys: map[string]*window{}}
 }
 
 // Log writes msg with args at level, unless key has had its lines in its window: then it counts
 // it. It reports whether it wrote it.
-func (l *Log) Log(key string, level hclog.Level, msg string, args ...any) bool {
+func (l *Log) Log(key string, level slog.Level, msg string, args ...any) bool {
 	l.mu.Lock()
 	w := l.keys[key]
 	switch {
@@ -67,7 +71,7 @@ func (l *Log) Log(key string, level hclog.Level, msg string, args ...any) bool {
 		return false
 	}
 	l.mu.Unlock()
-	l.log.Log(level, msg, args...)
+	l.log.Log(context.Background(), level, msg, args...)
 	return true
 }
 
@@ -81,7 +85,7 @@ func (l *Log) end(key string, w *window) {
 	w.left = 0
 	l.mu.Unlock()
 	if left > 0 {
-		l.log.Log(level, fmt.Sprintf("%s: %d more not logged in %s", msg, left, l.period), l.keyName, key)
+		l.log.Log(context.Background(), level, fmt.Sprintf("%s: %d more not logged in %s", msg, left, l.period), l.keyName, key)
 	}
 }
 

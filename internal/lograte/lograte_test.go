@@ -2,13 +2,13 @@ package lograte_test
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/internal/lograte"
@@ -33,7 +33,12 @@ func (b *buffer) lines() []string {
 }
 
 func newLog(out *buffer) *lograte.Log {
-	return lograte.New(hclog.New(&hclog.LoggerOptions{Output: out, DisableTime: true}), time.Second, 3, "reason")
+	return lograte.New(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}})), time.Second, 3, "reason")
 }
 
 // A flood of lines of one key writes the burst, then, once its window ends, one line that says
@@ -46,20 +51,20 @@ func TestAFloodOfOneKindWritesAFewLinesAndHowManyItLeftOut(t *testing.T) {
 		defer l.Close()
 		written := 0
 		for range 3200 {
-			if l.Log("unauthenticated", hclog.Warn, "KDS stream refused", "reason", "unauthenticated") {
+			if l.Log("unauthenticated", slog.LevelWarn, "KDS stream refused", "reason", "unauthenticated") {
 				written++
 			}
 		}
-		g.Expect(l.Log("limit", hclog.Warn, "KDS stream refused", "reason", "limit")).To(BeTrue())
+		g.Expect(l.Log("limit", slog.LevelWarn, "KDS stream refused", "reason", "limit")).To(BeTrue())
 		g.Expect(written).To(Equal(3))
 		g.Expect(out.lines()).To(HaveLen(4))
 
 		time.Sleep(time.Second)
 		synctest.Wait()
 		g.Expect(out.lines()).To(HaveLen(5))
-		g.Expect(out.lines()[4]).To(Equal("[WARN]  KDS stream refused: 3197 more not logged in 1s: reason=unauthenticated"))
+		g.Expect(out.lines()[4]).To(Equal(`level=WARN msg="KDS stream refused: 3197 more not logged in 1s" reason=unauthenticated`))
 
-		g.Expect(l.Log("unauthenticated", hclog.Warn, "KDS stream refused")).To(BeTrue(), "a new window")
+		g.Expect(l.Log("unauthenticated", slog.LevelWarn, "KDS stream refused")).To(BeTrue(), "a new window")
 		time.Sleep(time.Second)
 		synctest.Wait()
 		g.Expect(out.lines()).To(HaveLen(6), "nothing left out, nothing said")
@@ -73,12 +78,12 @@ func TestCloseSaysWhatWasLeftOut(t *testing.T) {
 		out := &buffer{}
 		l := newLog(out)
 		for range 10 {
-			l.Log("limit", hclog.Info, "refused")
+			l.Log("limit", slog.LevelInfo, "refused")
 		}
 		l.Close()
 		g.Expect(out.lines()).To(HaveLen(4))
-		g.Expect(out.lines()[3]).To(ContainSubstring("refused: 7 more not logged in 1s: reason=limit"))
-		g.Expect(l.Log("limit", hclog.Info, "refused")).To(BeTrue())
+		g.Expect(out.lines()[3]).To(ContainSubstring(`msg="refused: 7 more not logged in 1s" reason=limit`))
+		g.Expect(l.Log("limit", slog.LevelInfo, "refused")).To(BeTrue())
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		g.Expect(out.lines()).To(HaveLen(5))
