@@ -150,3 +150,26 @@ func TestEveryAlertHasARunbookSectionAndATestThatFiresIt(t *testing.T) {
 		g.Expect(linked).To(HaveKey(s), "docs/runbook.md section #%s is no alert's runbook_url", s)
 	}
 }
+
+// Every recording rule is read by an alert, another recording rule or a dashboard panel: a rule
+// nothing reads costs Prometheus an evaluation and a series for nothing.
+func TestEveryRecordingRuleIsRead(t *testing.T) {
+	g := NewWithT(t)
+	rf, err := readRules(rulesFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	dashboard, err := os.ReadFile(dashboardFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	qs, recorded := ruleQueries(rulesFile, rf)
+	g.Expect(recorded).NotTo(BeEmpty())
+	var unread []string
+	for _, name := range recorded {
+		read := strings.Contains(string(dashboard), name)
+		for _, q := range qs {
+			read = read || strings.Contains(q.expr, name)
+		}
+		if !read {
+			unread = append(unread, name)
+		}
+	}
+	g.Expect(unread).To(BeEmpty(), "recording rules that no alert, rule or panel reads: drop them or use them")
+}

@@ -52,7 +52,9 @@ have node || missing+=(nodejs)
 have npm || missing+=(npm)
 chromium_found || missing+=(chromium)
 have curl || missing+=(curl) # examples/repro/two-cp.sh and the replicas example poll the APIs with it
-have promtool || missing+=(prometheus) # deploy/: promtool checks and unit-tests the rules, lints /metrics
+# deploy/: promtool checks and unit-tests the rules and lints /metrics; the prometheus server runs
+# the mixin's rules against a real global and zones (TestARealPrometheusFiresOneAlertPerFault)
+have promtool && have prometheus || missing+=(prometheus)
 # runuser: as root, examples/replicas runs initdb and psql as the postgres user with it
 [ "$root" = 0 ] || have runuser || [ -x /usr/sbin/runuser ] || [ -x /sbin/runuser ] || missing+=(util-linux)
 need_user=0 # initdb refuses root: as root the PostgreSQL tests run it as the postgres user

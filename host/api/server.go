@@ -200,6 +200,13 @@ func (s *Server) unavailable(err error) *Error {
 // Handle adds a route (a net/http ServeMux pattern) to the API, e.g. "GET /api/zones".
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
+// Route is the pattern of the route that serves r ("/meshes/{mesh}/{plural}/{name}", "GET
+// /api/zones"), without serving it: a label for metrics that stays bounded whatever the paths.
+func (s *Server) Route(r *http.Request) string {
+	_, pattern := s.mux.Handler(r)
+	return pattern
+}
+
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	if !s.allow(w, r, http.MethodGet) {
 		return

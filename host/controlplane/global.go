@@ -153,7 +153,11 @@ type Global struct {
 	unservable           *unservable          // stored resources the snapshot cannot encode (unservable.go)
 	refusals             *lograte.Log         // the log of refused streams: a few lines a second per reason (logObserver)
 	updateSeconds        prometheus.Histogram // how long each snapshot update took (sync)
-	probe                *storeProbe          // the store's readiness, on its own schedule (Run)
+	probe                *storeProbe          // the store's readiness and known zones, on its own schedule (Run)
+	lag                  *zoneLag             // kds_zone_behind_resources, on the probe's schedule (Run)
+	converge             *convergence         // kds_convergence_seconds (sync, and the streams' ACKs)
+	apiSeconds           *apiMetrics          // kds_api_request_seconds
+	grpcCodes            *grpcMetrics         // kds_grpc_server_handled_total
 	builder              kds.SnapshotBuilder
 	ready                chan struct{}
 	// reloads reloads the plugins on SIGHUP until ctx ends (ServePlugins, plugins.go); Run
@@ -204,6 +208,7 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	}
 	g.zoneMetrics = newZoneMetrics()
 	g.metrics.MustRegister(g.zoneMetrics)
+	g.converge = newConvergence(g.metrics) // before the cache: its observer is one of the cache's
 	km := newKDSMetrics(g.metrics, g.zoneMetrics)
 	rm := newRetryMetrics(g.metrics, g.zoneMetrics, g.log.Named("retry"))
 	g.timeline = newTimeline()
@@ -212,10 +217,11 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	sc := stack.Config{Types: cfg.Registry.Names(),
 		RetryPolicy: cfg.RetryPolicy, Fallback: cfg.Builtin, PolicyTimeout: cfg.PolicyTimeout,
 		Limits: cfg.Limits, Bounds: cfg.RetryBounds, OnFallback: rm.fallback, RetryHooks: g.timeline.hooks(rm.hooks()),
-		Observers: []event.Observer{km.observer(), g.logObserver(), g.timeline.observer()}, Emulate: cfg.Emulate, NACKBackoff: cfg.NACKBackoff,
+		Observers: []event.Observer{km.observer(), g.logObserver(), g.timeline.observer(), g.converge.observer()}, Emulate: cfg.Emulate, NACKBackoff: cfg.NACKBackoff,
 		PlainNACKsMayPass: true, Grace: g.cfg.ZoneGrace, Forget: func(zone string) {
 			g.zoneMetrics.forget(zone)
 			g.timeline.forget(zone)
+			g.converge.forget(zone)
 		}}
 	if cfg.OwnerHolds {
 		sc.OwnerCheck, sc.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout
@@ -231,9 +237,12 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		g.log.Warn("emulating an old, blocking retry behaviour: every NACK stalls its whole stream", "emulate", cfg.Emulate, "nack-backoff", cfg.NACKBackoff)
 	}
 	g.unservable = newUnservable(g.log.Named("sync"))
-	g.metrics.MustRegister(newWithheldCollector(g), g.unservable, zoneConnections{list: g.Zones.List})
+	g.metrics.MustRegister(newWithheldCollector(g), g.unservable)
 	g.probe = newStoreProbe(cfg.Store, cfg.ProbeInterval)
+	g.probe.log = g.log.Named("probe")
 	registerBuildInfo(g.metrics, cfg.Version)
+	observeStore(g.metrics, cfg.Store)
+	g.apiSeconds, g.grpcCodes = newAPIMetrics(g.metrics), newGRPCMetrics(g.metrics)
 	g.metrics.MustRegister(storeCollector{st: cfg.Store, probe: g.probe})
 	g.updateSeconds = newSnapshotUpdateSeconds(g.metrics)
 	maxMessage := cfg.Limits.MaxMessage
@@ -248,6 +257,9 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 	g.API.Handle("POST /api/check", http.HandlerFunc(g.serveCheck))
 	g.API.Handle("POST /api/tokens/zone", g.serveToken(auth.KindZone))
 	g.API.Handle("POST /api/tokens/user", g.serveToken(auth.KindUser))
+	g.watchKnownZones()
+	g.lag = newZoneLag(g)
+	g.metrics.MustRegister(g.lag)
 
 	if g.kdsLn, err = net.Listen("tcp", cfg.KDSAddr); err != nil {
 		return nil, fmt.Errorf("listen for KDS on %s: %w", cfg.KDSAddr, err)
@@ -288,7 +300,7 @@ func (g *Global) Run(ctx context.Context) error {
 	defer g.kds.Close()
 
 	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, MaxRequestBytes: g.cfg.MaxRequestBytes,
-		Conns: engine.NewConns()}
+		Conns: engine.NewConns(), Options: g.grpcCodes.options()}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}
@@ -301,7 +313,7 @@ func (g *Global) Run(ctx context.Context) error {
 		kdsv1.RegisterChangesRelayServer(grpcServer, relayServer{r: relay})
 		relayStore.SetRelay(relay)
 	}
-	apiServer := newHTTPServer(g.apiHandler())
+	apiServer := newHTTPServer(g.apiSeconds.handler(apiRoute(g.API), g.apiHandler()))
 	diagServer := newHTTPServer(diagHandler(g.metrics, func() (string, error) {
 		if !g.isReady() {
 			return "", errors.New("the first snapshot is not built yet")
@@ -332,6 +344,7 @@ func (g *Global) Run(ctx context.Context) error {
 	})
 	run("replica heartbeat", func() error { g.replicas.run(ctx, g.Zones); return nil })
 	run("store probe", func() error { g.probe.run(ctx); return nil })
+	run("zone lag", func() error { g.lag.run(ctx, g.probe.interval); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
 		run("plugin reloads", func() error { g.reloads(ctx); return nil })
@@ -432,6 +445,7 @@ func (g *Global) sync(ctx context.Context) error {
 		}
 		g.unservable.set(g.builder.Unservable())
 		if snap != prev {
+			g.converge.written(prev, snap, changed, g.Zones.List(), time.Now())
 			publish(snap)
 		}
 		lastRev = rev

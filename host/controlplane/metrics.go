@@ -35,16 +35,22 @@ func newRegistry() *prometheus.Registry {
 type zoneMetrics struct {
 	insights func() []engine.NodeInsight // the zone table's, with every kind's counters; nil: none
 
-	mu    sync.RWMutex // guards zones and peak; each zone's counters have their own lock
+	mu    sync.RWMutex // guards zones, peak, streams and durable; each zone's counters have their own lock
 	zones map[string]*zoneCounts
 	peak  shrink.Peak
+	// streams counts each zone's streams. Durable, it outlives the zone's other counters
+	// (forget), so a zone that comes back after its grace counts on and its flapping shows; a
+	// zone's count then goes only when the zone is neither in the zone table nor known to the
+	// store (prune). Otherwise it goes with the zone's other counters.
+	streams map[string]float64
+	durable bool
 }
 
 // zoneCounts are one zone's counters.
 type zoneCounts struct {
 	mu             sync.Mutex // guards the counters: every stream event counts here, so zones do not share a lock
 	kinds          map[string]*kindCounts
-	streams        float64
+	stream         int64      // the stream whose responses kindCounts.sentAt times
 	reRequests     [2]float64 // answered, limited
 	rounds         float64
 	fallbacks      float64
@@ -57,9 +63,48 @@ type zoneCounts struct {
 type kindCounts struct {
 	rejected                 map[event.Cause]float64
 	resent, parked, released float64
+	// sentAt is when each response of the kind not yet answered on the stream went out, oldest
+	// first: a zone answers a kind's responses in order (at most engine.MaxInFlight kept).
+	sentAt []time.Time
 }
 
-func newZoneMetrics() *zoneMetrics { return &zoneMetrics{zones: map[string]*zoneCounts{}} }
+// sent records that a response of kind went out on stream at t.
+func (z *zoneCounts) sent(stream int64, kind string, t time.Time) {
+	if z.stream != stream {
+		z.stream = stream
+		for _, k := range z.kinds {
+			k.sentAt = k.sentAt[:0]
+		}
+	}
+	k := z.kind(kind)
+	if len(k.sentAt) == engine.MaxInFlight {
+		k.sentAt = append(k.sentAt[:0], k.sentAt[1:]...)
+	}
+	k.sentAt = append(k.sentAt, t)
+}
+
+// answered is when the oldest response of kind not yet answered on stream went out, and takes
+// it off the list.
+func (z *zoneCounts) answered(stream int64, kind string) (time.Time, bool) {
+	k := z.kinds[kind]
+	if z.stream != stream || k == nil || len(k.sentAt) == 0 {
+		return time.Time{}, false
+	}
+	t := k.sentAt[0]
+	k.sentAt = append(k.sentAt[:0], k.sentAt[1:]...)
+	return t, true
+}
+
+func newZoneMetrics() *zoneMetrics {
+	return &zoneMetrics{zones: map[string]*zoneCounts{}, streams: map[string]float64{}}
+}
+
+// opened counts a stream the zone opened.
+func (m *zoneMetrics) opened(zone string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.streams[zone]++
+}
 
 // count runs f on zone's counters under their lock. A zone forgotten meanwhile counts into
 // counters no longer shown, as it would have a moment before.
@@ -89,12 +134,26 @@ func (z *zoneCounts) kind(kind string) *kindCounts {
 	return k
 }
 
-// forget drops a zone's counters.
+// forget drops a zone's counters; its streams' count too unless the counts are durable.
 func (m *zoneMetrics) forget(zone string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.zones, zone)
 	m.zones = shrink.Map(m.zones, &m.peak)
+	if !m.durable {
+		delete(m.streams, zone)
+	}
+}
+
+// prune drops the streams' count of every zone keep does not keep (durable counts).
+func (m *zoneMetrics) prune(keep func(zone string) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for zone := range m.streams {
+		if !keep(zone) {
+			delete(m.streams, zone)
+		}
+	}
 }
 
 // zoneDescs are the metrics zoneMetrics serves, with their labels after "zone".
@@ -105,7 +164,7 @@ var zoneDescs = struct {
 	parkedOld *prometheus.Desc
 }{
 	streams: prometheus.NewDesc("kds_zone_streams_total",
-		"KDS streams the zone opened to this replica: the first, then one per reconnection (a zone that keeps reconnecting flaps).", []string{"zone"}, nil),
+		"KDS streams the zone opened to this replica: the first, then one per reconnection (a zone that keeps reconnecting flaps). Kept past the zone's grace for as long as the store knows the zone.", []string{"zone"}, nil),
 	responses: prometheus.NewDesc("kds_responses_total", "Delta responses sent to zones.", []string{"zone", "kind"}, nil),
 	resources: prometheus.NewDesc("kds_resources_sent_total", "Resources (and removals) sent to zones.", []string{"zone", "kind"}, nil),
 	acks:      prometheus.NewDesc("kds_acks_total", "ACKs received from zones.", []string{"zone", "kind"}, nil),
@@ -155,6 +214,9 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	for zone, n := range m.streams {
+		emit(d.streams, n, zone)
+	}
 	for zone, z := range m.zones {
 		z.mu.Lock()
 		for kind, k := range z.kinds {
@@ -176,7 +238,6 @@ func (m *zoneMetrics) Collect(ch chan<- prometheus.Metric) {
 				emit(d.released, k.released, zone, kind)
 			}
 		}
-		emit(d.streams, z.streams, zone)
 		emit(d.reRequests, z.reRequests[0], zone, "answered")
 		emit(d.reRequests, z.reRequests[1], zone, "limited")
 		emit(d.rounds, z.rounds, zone)
@@ -194,9 +255,10 @@ var refusalReasons = []string{"unauthenticated", "permission_denied", "limit", "
 
 // kdsMetrics counts KDS traffic for Prometheus.
 type kdsMetrics struct {
-	zones   *zoneMetrics
-	streams prometheus.Gauge
-	refused *prometheus.CounterVec
+	zones    *zoneMetrics
+	streams  prometheus.Gauge
+	refused  *prometheus.CounterVec
+	ackDelay *prometheus.HistogramVec
 }
 
 func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
@@ -205,8 +267,11 @@ func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kds_streams", Help: "Open zone streams."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kds_stream_refusals_total",
 			Help: "KDS streams refused (unauthenticated, permission_denied, limit, invalid) or closed because a newer stream of the same zone replaced them (replaced)."}, []string{"reason"}),
+		ackDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kds_response_ack_seconds",
+			Help:    "Time from a KDS response's send to the zone's ACK of it, by kind (NACKed responses are not counted): the network and the zone's apply.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"kind"}),
 	}
-	reg.MustRegister(m.streams, m.refused)
+	reg.MustRegister(m.streams, m.refused, m.ackDelay)
 	// Every reason is exported from the start, at 0: rate and increase miss the first event of a
 	// series that appears with it (deploy/prometheus alerts on refusals).
 	for _, reason := range refusalReasons {
@@ -219,12 +284,30 @@ func (m *kdsMetrics) observer() event.Observer {
 	return event.Observer{
 		StreamOpened: func(_ int64, zone string) {
 			m.streams.Inc()
-			m.zones.count(zone, func(z *zoneCounts) { z.streams++ })
+			m.zones.opened(zone)
 		},
 		StreamClosed: func(int64, string) { m.streams.Dec() },
-		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights).
+		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights);
+		// here each response is timed from its send to its ACK.
+		Sent: func(s event.Sent) {
+			now := time.Now()
+			m.zones.count(s.Node, func(z *zoneCounts) { z.sent(s.StreamID, s.TypeURL, now) })
+		},
+		ACK: func(a event.ACK) {
+			if a.Initial {
+				return
+			}
+			now := time.Now()
+			var sent time.Time
+			var ok bool
+			m.zones.count(a.Node, func(z *zoneCounts) { sent, ok = z.answered(a.StreamID, a.TypeURL) })
+			if ok {
+				m.ackDelay.WithLabelValues(a.TypeURL).Observe(now.Sub(sent).Seconds())
+			}
+		},
 		NACK: func(n event.NACK) {
 			m.zones.count(n.Node, func(z *zoneCounts) {
+				z.answered(n.StreamID, n.TypeURL)
 				k := z.kind(n.TypeURL)
 				if k.rejected == nil {
 					k.rejected = map[event.Cause]float64{}
@@ -387,27 +470,46 @@ func (c withheldCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// zoneConnections reports, at scrape time, every zone in this replica's zone table:
-// kds_zone_connected is 1 while the zone has a stream open here and 0 while it is disconnected
-// within its grace (--zone-grace); past the grace the zone and its series are gone. A zone served
-// by another replica is that replica's series.
+// zoneConnections reports, at scrape time, every zone this replica knows: kds_zone_connected is
+// 1 while the zone has a stream open here, and 0 while it has none: within its grace
+// (--zone-grace) from the zone table, and after it while the store knows the zone and no other
+// replica serves it. A zone served by another replica is that replica's series.
 type zoneConnections struct {
 	list func() []engine.NodeInsight
+	// known is the zones the store knows (nil: none); elsewhere, those another replica serves.
+	known     func() map[string]bool
+	elsewhere func() map[string]bool
 }
 
 var zoneConnectedDesc = prometheus.NewDesc("kds_zone_connected",
-	"1 while the zone has a KDS stream open to this replica, 0 while it is disconnected within its grace (--zone-grace); the series goes with the zone after it.",
+	"1 while the zone has a KDS stream open to this replica; 0 while it has none, within its grace (--zone-grace) and after it for as long as the store knows the zone (every zone a replica served, until DELETE /api/zones/{zone}) and no other replica serves it.",
 	[]string{"zone"}, nil)
 
 func (c zoneConnections) Describe(ch chan<- *prometheus.Desc) { ch <- zoneConnectedDesc }
 
 func (c zoneConnections) Collect(ch chan<- prometheus.Metric) {
-	for _, zi := range c.list() {
+	list := c.list()
+	inTable := make(map[string]bool, len(list))
+	for _, zi := range list {
+		inTable[zi.Node] = true
 		v := 0.0
 		if zi.Connected {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, v, zi.Node)
+	}
+	if c.known == nil {
+		return
+	}
+	known := c.known()
+	if len(known) == 0 {
+		return
+	}
+	elsewhere := c.elsewhere()
+	for zone := range known {
+		if !inTable[zone] && !elsewhere[zone] {
+			ch <- prometheus.MustNewConstMetric(zoneConnectedDesc, prometheus.GaugeValue, 0, zone)
+		}
 	}
 }
 

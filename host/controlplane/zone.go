@@ -41,6 +41,7 @@ type Zone struct {
 	API     *api.Server
 	metrics *prometheus.Registry
 	probe   *storeProbe // the store's readiness, on its own schedule (Run)
+	api     *apiMetrics // kds_api_request_seconds
 
 	apiLn, diagLn net.Listener
 }
@@ -66,6 +67,8 @@ func NewZone(cfg ZoneConfig) (*Zone, error) {
 	z := &Zone{cfg: cfg, log: cfg.Logger, Client: client, metrics: metrics, probe: newStoreProbe(cfg.Store, cfg.ProbeInterval)}
 	metrics.MustRegister(zoneClientCollector{zone: cfg.KDS.Zone, stats: client.Stats}, storeCollector{st: cfg.Store, probe: z.probe})
 	registerBuildInfo(metrics, cfg.Version)
+	observeStore(metrics, cfg.Store)
+	z.api = newAPIMetrics(metrics)
 	z.API = api.New(api.Config{Store: cfg.Store, Registry: cfg.Registry, ReadOnly: true, Logger: cfg.Logger.Named("api"), Version: cfg.Version, Mode: "zone"})
 	z.API.Handle("GET /api/zone", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		api.WriteJSON(w, http.StatusOK, z.Client.Stats())
@@ -100,7 +103,7 @@ func (z *Zone) DiagAddr() string { return z.diagLn.Addr().String() }
 func (z *Zone) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	apiServer := newHTTPServer(withStatusPage(StatusPageConfig{Mode: pageZone}, z.API.Handler())) // a read-only page at /gui (status.go)
+	apiServer := newHTTPServer(z.api.handler(apiRoute(z.API), withStatusPage(StatusPageConfig{Mode: pageZone}, z.API.Handler()))) // a read-only page at /gui (status.go)
 	diagServer := newHTTPServer(diagHandler(z.metrics, func() (string, error) {
 		if !z.Client.Stats().Connected {
 			return "", errors.New("not connected to the global")

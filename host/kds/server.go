@@ -47,6 +47,8 @@ type ServerConfig struct {
 	// refuses a larger one as its bytes arrive, before it is decoded, and the stream ends with
 	// ResourceExhausted, counted as a refusal.
 	MaxRequestBytes int
+	// Options are more gRPC server options, after the server's own (the caller's interceptors).
+	Options []grpc.ServerOption
 }
 
 // ServerWindow is the KDS server's flow-control window, a stream's and a connection's.
@@ -87,7 +89,7 @@ func NewGRPCServer(ctx context.Context, c *engine.Cache, t *engine.Tracker, cfg 
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
-	s := grpc.NewServer(opts...)
+	s := grpc.NewServer(append(opts, cfg.Options...)...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(s, c.DeltaADS(ctx, t, engine.ADSConfig{Authenticate: cfg.Authenticate, Header: cfg.Header, Conns: cfg.Conns}))
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the caller says so
