@@ -45,6 +45,7 @@ type Cache struct {
 	responseTimeout atomic.Int64                // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
 	onStall         func(event.Refusal)         // tells of a stream closed for a response unanswered too long (set before serving)
 	onUnbound       atomic.Pointer[func(error)] // OnUnbound
+	withholder      Withholder                  // reference holds (SetWithholder, before serving); nil: none
 	snap            atomic.Pointer[Snapshot]
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
@@ -486,7 +487,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		}
 		ks.markDirty(n) // a re-request, or a new name of a named subscription
 	}
-	ks.watch = w
+	ks.watch, ks.sub = w, sub
 	c.evaluateLocked(st, ks, nil)
 	return w
 }
@@ -558,7 +559,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	if ks.full && ks.delivered.len() == 0 {
 		// A first sync. Of a node that sees and subscribes to everything, with nothing forced,
 		// it is every entry in name order: the snapshot's shared list, no walk.
-		all = visible == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
+		all = visible == nil && c.withholder == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
 		if !all {
 			resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
 		}
@@ -573,18 +574,33 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		size += n
 		return true
 	}
+	wh := c.withholder
+	cv := sessionView{s: st, snap: snap}
 	look := func(name string, e *Entry) {
 		d, isKnown := ks.delivered.get(name)
 		served := e != nil && w.subscribes(name)
 		switch {
 		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
 			// The node has it: whether it may see it or not, nothing to send.
+			ks.unhold(name)
 		case served && visible != nil && !visible(e):
 			// Withheld: the node keeps what it has (no update, and no removal either).
 			if !isKnown {
 				delete(ks.forced, name) // not served to this node: nothing to resend
 			}
 		case served:
+			if wh != nil {
+				why, instead := wh.Withhold(cv, e)
+				if why == "" {
+					ks.unhold(name)
+				} else {
+					ks.hold(name, e.Version, why)
+					if instead == nil || isKnown && (d == instead.Wire || d.Version == instead.Version) {
+						return // the client keeps what it has
+					}
+					e = instead
+				}
+			}
 			if !fits(name, e.wireSize()) {
 				return
 			}
@@ -593,7 +609,15 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 				sentForced = append(sentForced, name)
 			}
 		default:
+			ks.unhold(name)
 			if isKnown {
+				if wh != nil {
+					if why := wh.Keep(cv, w.kind, name); why != "" {
+						ks.keep(name, why)
+						return // the client keeps it
+					}
+					delete(ks.kept, name)
+				}
 				if !fits(name, len(name)+WireOverhead) {
 					return
 				}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
@@ -105,7 +106,13 @@ type kindState struct {
 	full      bool                    // every name may differ: look at them all
 	forced    map[string]bool         // names to send although the node was sent their version (markForced; nil until the first)
 	sotwSeq   uint64                  // SotW: responses made of the type (its versions' suffix)
-	sotwSub   string                  // SotW: what the client asked for when answered last (subscriptionKey)
+	sub       cache.Subscription      // what the client asks for, as of its last request of the type
+	// With a Withholder (withhold.go): the names held back and why, the names kept although no
+	// longer served and why, and what the versions the client accepted reference.
+	holds        map[string]Hold
+	kept         map[string]string
+	acceptedRefs map[string][]Ref
+	sotwSub      string // SotW: what the client asked for when answered last (subscriptionKey)
 
 	// What happened to the type on this stream, for the insight.
 	sent, responses, acks, nacks int64
@@ -509,6 +516,13 @@ func (ks *kindState) setRefused(name string, h ackedVersion) {
 	ks.refused[name] = h
 }
 
+// names is every name the response carries, sent or removed.
+func (r *inflight) names() []string {
+	out := make([]string, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
+	r.eachName(func(n string) { out = append(out, n) })
+	return out
+}
+
 // eachName calls f with every name the response carries, sent or removed.
 func (r *inflight) eachName(f func(string)) {
 	for _, res := range r.resp.Resources {
@@ -715,11 +729,16 @@ func (s *Session) Insight() []*TypeInsight {
 	defer s.mu.Unlock()
 	var out []*TypeInsight
 	s.kinds.each(func(ks *kindState) {
-		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 {
+		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 && len(ks.holds) == 0 {
 			return
 		}
-		out = append(out, &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
-			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked})
+		ti := &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
+			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked}
+		for _, h := range ks.holds {
+			ti.Holds = append(ti.Holds, h)
+		}
+		slices.SortFunc(ti.Holds, func(a, b Hold) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, ti)
 	})
 	return out
 }

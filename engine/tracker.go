@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -252,9 +254,15 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 		// reuse its record is opened again (the stream loop's request), or the observers copy.
 		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
 		s.answerLocked(answered, nil)
+		if t.cache.withholder != nil {
+			s.acceptedLocked(answered.kind, answered.names())
+		}
 	default:
 		nack = nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
 		s.answerLocked(answered, &nack)
+		if t.cache.withholder != nil && len(nack.Accepted) > 0 {
+			s.acceptedLocked(answered.kind, slices.Collect(maps.Keys(nack.Accepted)))
+		}
 	}
 	s.mu.Unlock()
 

@@ -48,6 +48,8 @@ type TypeInsight struct {
 	LastError string            `json:"lastError,omitempty"`
 	Rejected  []event.Rejection `json:"rejected,omitempty"`
 	Known     int               `json:"known"` // resources the node has ACKed, and holds now
+	// Holds are what a Withholder keeps from the node now (Cache.SetWithholder), by name.
+	Holds []Hold `json:"holds,omitempty"`
 }
 
 // NodeInsight is one node's state: whether a stream of it is open (Stream) or since when it is
