@@ -51,7 +51,7 @@ type Session struct {
 	retry retry.Stream
 
 	mu         sync.Mutex // guards the fields below, the types' states and the watches; never held across a send or an observer
-	zone       string     // the node id; "" until the first request names it
+	node       string     // the node id; "" until the first request names it
 	kinds      kindStates
 	queue      []*watch                       // answered watches waiting for the sender, in order
 	inflight   []*inflight                    // responses handed to the server and not answered yet, oldest first
@@ -687,7 +687,7 @@ func (s *Session) Resend(names map[string][]string) { s.mark(names, true) }
 func (s *Session) Node() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.zone
+	return s.node
 }
 
 // AckedVersion is the version of a resource (type URL, xDS name) the node has ACKed.

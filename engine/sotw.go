@@ -77,7 +77,7 @@ func (t *Tracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.Dis
 		r.ks.responses++
 		r.ks.sent += int64(len(r.resp.GetResources()) + len(r.resp.GetRemovedResources()))
 	}
-	node := s.zone
+	node := s.node
 	s.mu.Unlock()
 	if r != nil {
 		t.observers.Sent(sentOf(sotwID(id), node, r))
