@@ -57,7 +57,7 @@
       expr: |||
         avg_over_time(kds:zone_connected:max[5m]) < 0.5
           unless on (%(clusterLabel)s, zone) kds:zone_blocked:max15m == 1
-          unless on (%(clusterLabel)s, zone) kds:zone_process_down:max == 1
+          unless on (%(clusterLabel)s, zone) max_over_time(kds:zone_process_down:max[5m]) == 1
           unless on (%(clusterLabel)s) kds:global_up:max == 0
       |||,
       "for": "2m",
