@@ -214,7 +214,7 @@ func (s *Session) release() {
 		s.inflight[i] = &c
 	}
 	s.kinds.each(func(ks *kindState) {
-		ks.watch, ks.dirty, ks.forced = nil, nil, nil
+		ks.watch, ks.sub, ks.dirty, ks.forced = nil, nil, nil, nil
 	})
 }
 

@@ -487,7 +487,10 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		}
 		ks.markDirty(n) // a re-request, or a new name of a named subscription
 	}
-	ks.watch, ks.sub = w, sub
+	ks.watch = w
+	if c.withholder != nil {
+		ks.sub = sub // what a Withholder reads of the client's subscription (ClientView.Asks)
+	}
 	c.evaluateLocked(st, ks, nil)
 	return w
 }

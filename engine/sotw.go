@@ -209,7 +209,10 @@ func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub 
 			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
 		}
 	}
-	ks.watch, ks.sub = w, sub
+	ks.watch = w
+	if c.withholder != nil {
+		ks.sub = sub
+	}
 	c.evaluateLocked(st, ks, nil)
 	return w
 }
