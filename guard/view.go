@@ -254,18 +254,22 @@ func (s *session) withholdLocked(ts *typeState, it *item) (why string, warm []st
 	return "waiting for the client to accept " + strings.Join(waiting, ", "), warm
 }
 
-// referencedByLocked names a resource the client holds that references name of typeURL, or "".
-// Call with s.mu.
+// referencedByLocked names a resource the client holds that references name of typeURL (the
+// first by type URL, then name), or "". It costs what references it (holding.referrer). Call
+// with s.mu.
 func (s *session) referencedByLocked(typeURL, name string) string {
 	want := Ref{TypeURL: typeURL, Name: name}
+	var by *typeState
+	byName := ""
 	for _, ts := range s.types {
-		for _, a := range ts.acked.all() {
-			if slices.Contains(a.refs, want) {
-				return fmt.Sprintf("%s %q", shortType(ts.typeURL), a.name)
-			}
+		if n, ok := ts.acked.referrer(want); ok && (by == nil || ts.typeURL < by.typeURL) {
+			by, byName = ts, n
 		}
 	}
-	return ""
+	if by == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s %q", shortType(by.typeURL), byName)
 }
 
 // pendingRefsLocked names what a (accepted) resource references that the server serves and the
