@@ -89,8 +89,8 @@ func (f freshItems) versions() event.Versions {
 }
 
 // request applies what a client's request says of the last response of its type: an ACK, or a
-// NACK and what it refused.
-func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcstatus.Status) {
+// NACK and what it refused; asks says a delta request changes what the client asks for.
+func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcstatus.Status, asks bool) {
 	s.mu.Lock()
 	if s.node == "" {
 		s.node = node.GetId()
@@ -100,7 +100,11 @@ func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcsta
 	zone := s.node
 	var ack *event.ACK
 	var nack *event.NACK
-	if ts := s.types[typeURL]; ts != nil && nonce != "" {
+	ts := s.types[typeURL]
+	if ts != nil && asks {
+		ts.asked = true // the type's next watch looks at every name (subChangedLocked)
+	}
+	if ts != nil && nonce != "" {
 		for i, f := range ts.flight {
 			if f.nonce != nonce {
 				continue
@@ -131,26 +135,12 @@ func (s *session) request(node *core.Node, typeURL, nonce string, detail *rpcsta
 	}
 }
 
-// reviewIfAsked evaluates every type again when what the client holds changed (review).
-func (s *session) reviewIfAsked() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.review {
-		return
-	}
-	s.review = false
-	for _, ts := range s.types {
-		if ts.evaluated != s.held { // else its view was made since, with what the client holds now
-			s.evaluateLocked(ts)
-		}
-	}
-}
-
 // answerLocked applies the client's answer to response f, and returns the event for the retry
 // scheduler. Call with s.mu.
 func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Status) (*event.ACK, *event.NACK) {
 	ins := s.insight[ts.typeURL]
 	fresh := newVersions(ts, f.items)
+	defer s.heldChangedLocked(ts, s.answeredLocked(ts, f)) // what it held before the answer, read now
 	if detail == nil {
 		ins.ACKs++
 		ins.LastError = ""
@@ -205,6 +195,25 @@ func (s *session) answerLocked(ts *typeState, f *flight, detail *rpcstatus.Statu
 	}
 	ts.acked.settle(ts.served)
 	return nil, nk
+}
+
+// answeredLocked is what the client holds of the names an answer to f may change, before it:
+// f's names, and, of a type whose response is the client's whole state, every name it holds.
+// Call with s.mu.
+func (s *session) answeredLocked(ts *typeState, f *flight) map[string]*item {
+	was := make(map[string]*item, len(f.items)+len(f.removed))
+	for _, it := range f.items {
+		was[it.name] = ts.acked.get(it.name)
+	}
+	for _, n := range f.removed {
+		was[n] = ts.acked.get(n)
+	}
+	if s.fullStateLocked(ts.typeURL) {
+		for n, a := range ts.acked.all() {
+			was[n] = a
+		}
+	}
+	return was
 }
 
 // acceptLocked records that the client holds items now, whole if they are everything a shared

@@ -124,6 +124,11 @@ func (s *session) checkOwnersLocked() {
 			}
 			s.owner.verdicts[ref] = v
 		}
+		for _, ref := range asked { // a version left without a verdict is asked about again
+			if ts := s.types[ref.TypeURL]; ts != nil {
+				markLocked(ts, ref.Name)
+			}
+		}
 		for _, ts := range s.types {
 			s.evaluateLocked(ts)
 		}
@@ -137,6 +142,9 @@ func (s *session) ownerArrivedLocked() {
 	for ref, v := range s.owner.verdicts {
 		if !v.ok {
 			delete(s.owner.verdicts, ref)
+			if ts := s.types[ref.TypeURL]; ts != nil {
+				markLocked(ts, ref.Name)
+			}
 		}
 	}
 }

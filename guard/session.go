@@ -10,6 +10,8 @@ package guard
 //   - A response is made only for an open watch (w), at most one per watch, and only when what
 //     the client should see (view) differs from what it was last sent, or a name is forced.
 //   - Nothing is sent on a channel under mu: responses wait in outq for the session's goroutine.
+//   - A type's view made (made) is what a full view would be now but for its names in dirty:
+//     whatever changes what the client should see of a name marks it (review.go).
 
 import (
 	"context"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/internal/serial"
+	"github.com/kds-host/kds-host/internal/shrink"
 )
 
 type session struct {
@@ -36,7 +39,7 @@ type session struct {
 	mu      sync.Mutex // guards the fields below but bound (Guard.mu's)
 	node    string
 	opened  bool // the scheduler was told of the stream
-	review  bool // what the client holds changed: every type is evaluated again (reviewIfAsked)
+	review  bool // what the client holds changed: each type with names marked is evaluated again (reviewIfAsked)
 	types   map[string]*typeState
 	outq    []queued
 	bound   map[string]any // under Guard.mu: the last request of each type bound for CreateWatch or CreateDeltaWatch
@@ -83,10 +86,17 @@ type typeState struct {
 	lastView []*item   // SotW: the view the last response was made from, sorted by name
 	lastSub  string    // SotW: the names the client asked for then ("*": every one), sorted
 	seq      uint64
-	// evaluated is the count of changes to what the client holds (session.held) when the
-	// type's view was last made for an open watch: a review after an ACK skips a type whose
-	// view was made since (the new watch that came with the ACK).
-	evaluated uint64
+	// What changed since the view was last made for a watch (review.go): made says lastView
+	// (SotW) or sentView (delta) is the view made from madeServed and the subscription then,
+	// but for the names in dirty; waiting are the names of that view whose pick depends on more
+	// than their own version (not held at the version served, or a removal kept); asked says
+	// a delta request changed what the client asks for since.
+	made        bool
+	madeServed  *served
+	dirty       map[string]struct{}
+	waiting     map[string]struct{}
+	waitingPeak shrink.Peak
+	asked       bool
 	// sentView (delta) is what the client was sent and keeps, by name: a response carries what
 	// differs from it. A refused name goes back to what the client kept.
 	sentView holding
@@ -183,6 +193,7 @@ func (s *session) Resend(names map[string][]string) {
 		}
 		for _, n := range ns {
 			ts.forced[n] = true
+			markLocked(ts, n)
 		}
 		s.insight[typeURL].Resent += int64(len(ns))
 		s.evaluateLocked(ts)
@@ -320,7 +331,7 @@ func (s *session) fromInner(r cache.Response) {
 	typeURL, req := r.GetRequest().GetTypeUrl(), r.GetRequest()
 	s.mu.Lock()
 	ts := s.typeOf(typeURL)
-	ts.served = ts.served.fold(typeURL, answered, resp.GetVersionInfo(), r.GetReturnedResources(), true)
+	s.serveLocked(ts, ts.served.fold(typeURL, answered, resp.GetVersionInfo(), r.GetReturnedResources(), true))
 	old := ts.innerCancel
 	s.mu.Unlock()
 	if old != nil {
@@ -342,7 +353,7 @@ func (s *session) fromFeeds() {
 			continue
 		}
 		if cur := ts.feed.cur.Load(); cur != ts.served {
-			ts.served = cur
+			s.serveLocked(ts, cur)
 			s.evaluateLocked(ts)
 		}
 	}
@@ -396,12 +407,17 @@ func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), erro
 	w.canceled = make(chan struct{})
 	s.mu.Lock()
 	ts := s.typeOf(typeURL) // a type the request callbacks admitted (bounds.go)
-	ts.w, ts.sub = w, w.sub
+	if s.subChangedLocked(ts, w.sub) {
+		// Its view is made again, and what waits on a name of it looks again.
+		ts.made = false
+		s.waitersChangedLocked(ts)
+	}
+	ts.w, ts.sub, ts.asked = w, w.sub, false
 	switch {
 	case s.g.nodeIndependent:
 		if ts.feed == nil && !s.closing() {
 			ts.feed = s.g.subscribe(s, typeURL, node)
-			ts.served = ts.feed.cur.Load() // and a poke for each answer from now on
+			s.serveLocked(ts, ts.feed.cur.Load()) // and a poke for each answer from now on
 		}
 		s.evaluateLocked(ts)
 	case ts.innerCancel == nil && ts.served == nil:

@@ -14,6 +14,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kds-host/kds-host/internal/shrink"
 )
 
 // evaluateLocked answers the type's open watch when what the client should see differs from
@@ -24,14 +26,19 @@ func (s *session) evaluateLocked(ts *typeState) {
 		return
 	}
 	defer s.checkOwnersLocked() // what the view found without an owner verdict
-	ts.evaluated = s.held
+	if ts.made && ts.madeServed == ts.served && s.sameViewLocked(ts) {
+		return // nothing new: the watch stays open
+	}
 	buf := views.Get().(*[]*item)
 	defer views.Put(buf)
 	items, forced := s.viewLocked(ts, (*buf)[:0])
 	*buf = items[:0] // what it grew to, for the next view
 	if ts.seq == 0 && slices.ContainsFunc(s.insight[ts.typeURL].Withheld, func(w Withheld) bool { return w.Reason == ownerPending }) {
+		ts.made = false
 		return // the type's first response waits for the first owner check
 	}
+	// From here the view made is what lastView (SotW) or sentView (delta) holds.
+	ts.made, ts.madeServed, ts.dirty = true, ts.served, nil
 	if s.delta {
 		s.respondDeltaLocked(ts, w, items)
 		return
@@ -66,7 +73,7 @@ func (s *session) evaluateLocked(ts *typeState) {
 		items = changed
 	}
 	for _, it := range items {
-		delete(ts.forced, it.name)
+		sentForced(ts, it.name)
 	}
 	ts.lastView, ts.lastSub = view, sub
 	if partial && len(items) == 0 {
@@ -140,12 +147,8 @@ func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced
 		if ts.served.get(n) != nil || !s.subscribedLocked(ts, n) {
 			continue
 		}
-		why := ""
-		if by := s.referencedByLocked(ts.typeURL, n); by != "" {
-			why = "removed, kept while the client holds " + by + ", which references it"
-		} else if !ts.sub.IsWildcard() && ts.typeURL != resource.ListenerType {
-			why = "removed, kept while the client asks for it"
-		} else {
+		why := s.keptWhyLocked(ts, n)
+		if why == "" {
 			continue
 		}
 		if kept == nil {
@@ -162,43 +165,97 @@ func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced
 	return items, forced
 }
 
+// keptWhyLocked says why the client keeps name, which it holds and asks for and the cache no
+// longer serves, or "": it is removed. Call with s.mu.
+func (s *session) keptWhyLocked(ts *typeState, name string) string {
+	if by := s.referencedByLocked(ts.typeURL, name); by != "" {
+		return "removed, kept while the client holds " + by + ", which references it"
+	}
+	if !ts.sub.IsWildcard() && ts.typeURL != resource.ListenerType {
+		return "removed, kept while the client asks for it"
+	}
+	return ""
+}
+
 // pickLocked is what the client should hold of each of view's items, appended to into: the
 // item, what it holds instead (a version held back, or kept: a name no longer served, with why),
 // or nothing. It reports whether one is forced, and how many of view's names the client holds.
-// It notes what it holds back in the type's insight. Call with s.mu.
+// It notes what it holds back in the type's insight, and which names wait (waiting). Call with
+// s.mu.
 func (s *session) pickLocked(ts *typeState, view []*item, kept map[string]string, into []*item) (items []*item, forced bool, held int) {
 	ins := s.insight[ts.typeURL]
 	ins.Withheld = ins.Withheld[:0]
+	ts.waiting, ts.waitingPeak = nil, shrink.Peak{}
 	items = slices.Grow(into[:0], len(view))
 	for _, it := range view {
-		n := it.name
-		a := ts.acked.get(n)
+		a := ts.acked.get(it.name)
 		if a != nil {
 			held++
 		}
-		if why, ok := kept[n]; ok {
-			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Reason: why}) // it is what the client holds
-		} else if a != nil && a.version == it.version {
-			// The client has this very version: nothing to hold back.
-		} else if why, warm := s.withholdLocked(ts, it); why != "" {
-			ins.Withheld = append(ins.Withheld, Withheld{Name: n, Version: it.version, Reason: why})
-			it = a // the client keeps what it has, if anything
-			if it == nil {
-				continue
-			}
-			if len(warm) > 0 {
-				it = s.warmLocked(ts, it, warm)
-			}
-		} else if ts.forced[n] {
-			forced = true
+		why, isKept := kept[it.name]
+		p := s.pickOneLocked(ts, it, a, why, isKept)
+		if p.withheld {
+			ins.Withheld = append(ins.Withheld, p.why)
 		}
-		items = append(items, it)
+		forced = forced || p.forced
+		if p.it != nil {
+			items = append(items, p.it)
+		}
 	}
 	return items, forced, held
 }
 
+// pick is what the client should hold of one name: it (nil: nothing), whether it is withheld
+// and why, and whether a retry round forces it.
+type pick struct {
+	it       *item
+	why      Withheld
+	withheld bool
+	forced   bool
+}
+
+// pickOneLocked is what the client should hold of it's name, which it holds as a (nil: not):
+// it, what it holds instead, or nothing; kept says it is a removal the client keeps (it is what
+// it holds), and why. A name whose pick depends on more than its own version (the client does
+// not hold it at the version served, or keeps it removed) is noted in ts.waiting. Call with s.mu.
+func (s *session) pickOneLocked(ts *typeState, it, a *item, keptWhy string, kept bool) pick {
+	n := it.name
+	if kept {
+		s.waitingLocked(ts, n, true)
+		return pick{it: it, why: Withheld{Name: n, Reason: keptWhy}, withheld: true} // it is what the client holds
+	}
+	if a != nil && a.version == it.version {
+		s.waitingLocked(ts, n, false)
+		return pick{it: it} // the client has this very version: nothing to hold back
+	}
+	s.waitingLocked(ts, n, true)
+	if why, warm := s.withholdLocked(ts, it); why != "" {
+		p := pick{it: a, why: Withheld{Name: n, Version: it.version, Reason: why}, withheld: true} // the client keeps what it has, if anything
+		if a != nil && len(warm) > 0 {
+			p.it = s.warmLocked(ts, a, warm)
+		}
+		return p
+	}
+	return pick{it: it, forced: ts.forced[n]}
+}
+
+// waitingLocked notes whether name waits (pickOneLocked). Call with s.mu.
+func (s *session) waitingLocked(ts *typeState, name string, waits bool) {
+	if waits {
+		if ts.waiting == nil {
+			ts.waiting = map[string]struct{}{}
+		}
+		ts.waiting[name] = struct{}{}
+	} else {
+		delete(ts.waiting, name)
+	}
+	// A map keeps its room once emptied: what waits is walked after every answer.
+	ts.waiting = shrink.Map(ts.waiting, &ts.waitingPeak)
+}
+
 // views are the buffers views are made in: a view is copied only when it differs from the one
-// last sent, which it seldom does (each ACK's new watch and each review make one).
+// last sent, which it seldom does (a view is made when what is served or asked for changed, or
+// a name marked since changed it).
 var views = sync.Pool{New: func() any { return new([]*item) }}
 
 func byItemName(a, b *item) int { return strings.Compare(a.name, b.name) }
