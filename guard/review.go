@@ -178,11 +178,13 @@ func (s *session) dependsLocked(u *typeState, name string, on map[Ref]struct{}) 
 }
 
 // serveLocked makes sv what the cache serves of the type: its view is made again at its next
-// evaluation, and what waits in other types looks again (a route may wait for what a cluster
-// it references references, pendingRefsLocked). Call with s.mu.
+// evaluation, what waits in other types looks again (a route may wait for what a cluster it
+// references references, pendingRefsLocked), and the verdicts of names no longer served go.
+// Call with s.mu.
 func (s *session) serveLocked(ts *typeState, sv *served) {
 	ts.served = sv
 	s.waitersChangedLocked(ts)
+	s.goneVerdictsLocked(ts)
 }
 
 // waitersChangedLocked marks every name that waits, of every type but except (nil: all): what

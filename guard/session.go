@@ -102,6 +102,9 @@ type typeState struct {
 	sentView holding
 	seeded   bool              // delta: sentView was seeded with what the client said it holds
 	warm     map[string]warmed // route configurations made to warm clusters up, by name
+
+	verdicts     map[string]ownerVerdict // the owner check's, of names in the view (ownercheck.go)
+	verdictsPeak shrink.Peak
 }
 
 // warmed is a route configuration the client holds, with routes added that make it ask for
@@ -283,7 +286,9 @@ func (s *session) close() {
 	s.mu.Lock()
 	var cancels []func()
 	var feeds []*feed
+	s.owner.waits = nil
 	for _, ts := range s.types {
+		ts.verdicts = nil // the stream's verdicts go with it
 		if ts.innerCancel != nil {
 			cancels = append(cancels, ts.innerCancel)
 			ts.innerCancel = nil
@@ -407,12 +412,15 @@ func (s *session) watch(w *watch, typeURL string, node *core.Node) (func(), erro
 	w.canceled = make(chan struct{})
 	s.mu.Lock()
 	ts := s.typeOf(typeURL) // a type the request callbacks admitted (bounds.go)
-	if s.subChangedLocked(ts, w.sub) {
-		// Its view is made again, and what waits on a name of it looks again.
+	changed := s.subChangedLocked(ts, w.sub)
+	ts.w, ts.sub, ts.asked = w, w.sub, false
+	if changed {
+		// Its view is made again, what waits on a name of it looks again, and the verdicts of
+		// names no longer asked for go.
 		ts.made = false
 		s.waitersChangedLocked(ts)
+		s.goneVerdictsLocked(ts)
 	}
-	ts.w, ts.sub, ts.asked = w, w.sub, false
 	switch {
 	case s.g.nodeIndependent:
 		if ts.feed == nil && !s.closing() {
