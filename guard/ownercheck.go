@@ -2,7 +2,9 @@ package guard
 
 // Owner holds through a kds-host OwnerCheck plugin (Options.OwnerCheck): before a resource
 // version goes to a client, the plugin is asked, once for every version a check finds without a
-// verdict, off the stream's goroutine.
+// verdict, off the stream's goroutine, and given up on at its deadline, or when the stream
+// closes, even if it ignores its context (policy.Within; Guard.ownerAbandoned bounds what runs
+// on).
 //
 // Invariants (under session.mu):
 //   - A version the client does not hold goes to it only with an ACCEPT verdict of that version
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/internal/shrink"
+	"github.com/kds-host/kds-host/policy"
 	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
@@ -89,15 +92,15 @@ func (s *session) checkOwnersLocked() {
 			versions = append(versions, it.version)
 		}
 	}
-	policy := s.g.opts.OwnerCheck()
+	check := s.g.opts.OwnerCheck()
 	timeout := s.g.opts.OwnerCheckTimeout
 	if timeout <= 0 {
 		timeout = time.Second
 	}
 	s.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(s.ctx, timeout)
-		resp, err := policy.Predict(ctx, req)
-		cancel()
+		resp, err := policy.Within(s.ctx, &s.g.ownerAbandoned, timeout, func(ctx context.Context) (*pluginv1.PredictResponse, error) {
+			return check.Predict(ctx, req)
+		})
 		preds := resp.GetPredictions()
 		if err == nil && len(preds) != len(asked) {
 			err = errWrongCount
