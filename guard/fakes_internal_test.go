@@ -115,6 +115,7 @@ func (f *fakeStream[Req, Resp]) stop() {
 }
 
 type deltaStream = fakeStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
+type sotwStream = fakeStream[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
 
 func newFakeStream[Req, Resp any](serve func(*fakeStream[Req, Resp]) error) *fakeStream[Req, Resp] {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -129,6 +130,13 @@ func newFakeStream[Req, Resp any](serve func(*fakeStream[Req, Resp]) error) *fak
 // delta opens a delta ADS stream; the test stops it (stop) or the bubble's end does.
 func (h *guardedServer) delta() *deltaStream {
 	f := newFakeStream(func(f *deltaStream) error { return h.srv.DeltaAggregatedResources(f) })
+	h.t.Cleanup(f.stop)
+	return f
+}
+
+// sotw opens a SotW ADS stream.
+func (h *guardedServer) sotw() *sotwStream {
+	f := newFakeStream(func(f *sotwStream) error { return h.srv.StreamAggregatedResources(f) })
 	h.t.Cleanup(f.stop)
 	return f
 }
@@ -151,6 +159,25 @@ func endpointsOf(name string, ports ...uint32) *endpoint.ClusterLoadAssignment {
 	}
 	cla.Endpoints = []*endpoint.LocalityLbEndpoints{{LbEndpoints: lbs}}
 	return cla
+}
+
+func deltaResourceNames(r *discovery.DeltaDiscoveryResponse) []string {
+	var out []string
+	for _, x := range r.GetResources() {
+		out = append(out, x.GetName())
+	}
+	return out
+}
+
+// ofType are the responses of typeURL among rs.
+func ofType[R interface{ GetTypeUrl() string }](rs []R, typeURL string) []R {
+	var out []R
+	for _, r := range rs {
+		if r.GetTypeUrl() == typeURL {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // answerDelta ACKs every response c gets until none comes, and returns them.

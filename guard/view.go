@@ -135,10 +135,9 @@ func (s *session) viewLocked(ts *typeState, into []*item) (items []*item, forced
 	items, forced, held := s.pickLocked(ts, view, nil, into)
 	// Names the client holds and the cache no longer serves are removed, but not while something
 	// else the client holds references them (break after make: an old route's cluster stays
-	// until the client has the route that no longer names it), nor, but for a Listener (what
-	// nothing references), while the client still asks for them by name: grpc-go asks for a
-	// cluster until its last RPC on it is done, though its route no longer names it. There are
-	// such names only when the client holds more than the view's names.
+	// until the client has the route that no longer names it), nor, for some types, while the
+	// client still asks for them by name (keptWhileAsked). There are such names only when the
+	// client holds more than the view's names.
 	if held == ts.acked.len() || s.g.opts.NoHolds {
 		return items, forced
 	}
@@ -171,10 +170,20 @@ func (s *session) keptWhyLocked(ts *typeState, name string) string {
 	if by := s.referencedByLocked(ts.typeURL, name); by != "" {
 		return "removed, kept while the client holds " + by + ", which references it"
 	}
-	if !ts.sub.IsWildcard() && ts.typeURL != resource.ListenerType {
+	if !ts.sub.IsWildcard() && keptWhileAsked(ts.typeURL) {
 		return "removed, kept while the client asks for it"
 	}
 	return ""
+}
+
+// keptWhileAsked reports whether a removed name of the type is kept while the client asks for
+// it by name, though nothing it holds references it: grpc-go asks for a cluster until its last
+// RPC on it is done, though its route no longer names it. Not a Listener, which nothing
+// references, nor a load assignment, which a client asks for only for the cluster that
+// references it: it goes once the client no longer holds the cluster, whether or not it still
+// asks for it (Istio's delta client never unsubscribes from one).
+func keptWhileAsked(typeURL string) bool {
+	return typeURL != resource.ListenerType && typeURL != resource.EndpointType
 }
 
 // pickLocked is what the client should hold of each of view's items, appended to into: the
