@@ -100,3 +100,26 @@ func TestTheDashboardIsImportable(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred(), q.where)
 	}
 }
+
+// The dashboard shows every latency histogram and the gRPC codes the control plane exports: how
+// long a response takes to be ACKed and a write to reach the last zone, the API's and the store's
+// durations, and how KDS streams end.
+func TestTheDashboardShowsTheLatencyHistogramsAndTheGRPCCodes(t *testing.T) {
+	g := NewWithT(t)
+	data, err := os.ReadFile(dashboardFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	qs, err := dashboardQueries(dashboardFile, data)
+	g.Expect(err).NotTo(HaveOccurred())
+	shown := map[string]bool{}
+	for _, q := range qs {
+		names, err := metricNames(q.expr)
+		g.Expect(err).NotTo(HaveOccurred(), q.where)
+		for _, n := range names {
+			shown[n] = true
+		}
+	}
+	for _, name := range []string{"kds_response_ack_seconds_bucket", "kds_convergence_seconds_bucket", "kds_api_request_seconds_bucket",
+		"kds_api_request_seconds_count", "kds_store_operation_seconds_bucket", "kds_grpc_server_handled_total"} {
+		g.Expect(shown).To(HaveKey(name), "no panel queries %s", name)
+	}
+}

@@ -132,11 +132,20 @@ func firing(t *testing.T, prom string) []promAlert {
 // relaunch starts a stopped host again on its ports and data directory.
 func relaunch(t *testing.T, name, bin string, old *host, args ...string) *host {
 	t.Helper()
+	h, err := startAgain(t, bin, old, args...)
+	if err != nil {
+		t.Fatalf("%s did not become ready again: %v\n%s", name, err, h.out)
+	}
+	return h
+}
+
+// startAgain is relaunch for any goroutine: it returns the host and why it is not ready.
+func startAgain(t *testing.T, bin string, old *host, args ...string) (*host, error) {
 	h := &host{kds: old.kds, api: old.api, diag: old.diag, dataDir: old.dataDir, out: &syncBuffer{}, exited: make(chan struct{})}
 	h.cmd = exec.Command(bin, append([]string{"--data-dir", h.dataDir, "--api-addr", h.api, "--diag-addr", h.diag}, args...)...)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return h, err
 	}
 	go func() {
 		h.waitErr = h.cmd.Wait()
@@ -146,10 +155,7 @@ func relaunch(t *testing.T, name, bin string, old *host, args ...string) *host {
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 		<-h.exited
 	})
-	if err := h.waitReady(patience); err != nil {
-		t.Fatalf("%s did not become ready again: %v\n%s", name, err, h.out)
-	}
-	return h
+	return h, h.waitReady(patience)
 }
 
 // stop stops a host and waits for it.
@@ -162,7 +168,11 @@ func (h *host) stop() {
 // range is 3 s; scrapes every second with a 1 s timeout), scrapes a global on PostgreSQL with
 // both reference plugins and two zones. A healthy fleet fires nothing; a hung PostgreSQL fires
 // KDSStoreNotReady and no zone alert, at most two alerts in all; a zone that stops fires
-// KDSZoneDisconnected; each resolves once the fault is gone. The table of times is logged.
+// KDSHostDown for its process alone; a name the zone parks fires KDSZoneBehind alone, until it
+// is fixed; the global stopped fires KDSHostDown alone; the global on an empty database fires
+// KDSZoneBlocked, at most two alerts in all; a crash-looping zone fires KDSZoneDisconnected (and
+// at most KDSZoneFlapping besides). Each resolves once the fault is gone. The table of times is
+// logged.
 func TestARealPrometheusFiresOneAlertPerFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the real Prometheus test takes a minute or two")
@@ -178,14 +188,19 @@ func TestARealPrometheusFiresOneAlertPerFault(t *testing.T) {
 	dsn := srv.Database(t)
 
 	kdsHost := testbin.Build(t, "./host/cmd/kds-host")
-	global := startHost(t, "global", kdsHost, "--store", dsn,
-		"--plugin", testbin.Build(t, "./plugins/retry-forcer"), "--plugin", testbin.Build(t, "./plugins/owner-check"))
+	plugins := []string{"--plugin", testbin.Build(t, "./plugins/retry-forcer"), "--plugin", testbin.Build(t, "./plugins/owner-check")}
+	global := startHost(t, "global", kdsHost, append([]string{"--store", dsn}, plugins...)...)
 	t.Cleanup(func() { _ = srv.Thaw() }) // before the global stops
+	globalArgs := func(dsn string) []string {
+		return append([]string{"--kds-plaintext", "--kds-addr", global.kds, "--store", dsn}, plugins...)
+	}
 	zoneArgs := func(name, token string) []string {
 		return []string{"--mode", "zone", "--zone-name", name, "--global-address", "grpc://" + global.kds, "--zone-token-file", token}
 	}
 	token2 := global.zoneToken(t, "zone-2")
-	zone1 := startHost(t, "zone-1", kdsHost, zoneArgs("zone-1", global.zoneToken(t, "zone-1"))...)
+	// zone-1's admission refuses, as INVALID, what carries the deny label: the global parks it.
+	zone1 := startHost(t, "zone-1", kdsHost, append(zoneArgs("zone-1", global.zoneToken(t, "zone-1")),
+		"--admission-deny-label", "kds-host.test/deny=yes")...)
 	zone2 := startHost(t, "zone-2", kdsHost, zoneArgs("zone-2", token2)...)
 
 	dir := t.TempDir()
@@ -279,9 +294,77 @@ scrape_configs:
 		g.Expect(a).NotTo(HavePrefix("KDSZone"), "no per-zone alert for a hung store")
 	}
 
-	fault("zone-2 stopped", "KDSZoneDisconnected{zone=zone-2}",
+	others = fault("zone-2 stopped", "KDSHostDown{instance="+zone2.diag+",job=kds-host-zone}",
 		func() { zone2.stop() },
 		func() { zone2 = relaunch(t, "zone-2", kdsHost, zone2, zoneArgs("zone-2", token2)...) })
+	g.Expect(others).To(BeEmpty(), "a stopped zone pages once, as its process down")
+
+	apply := func(doc string) {
+		t.Helper()
+		out, err := exec.Command(kdsHost, "apply", "-f", writeFile(t, "resources.yaml", doc), "--cp", "http://"+global.api, "--data-dir", global.dataDir).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "kds-host apply:\n%s", out)
+	}
+	const timeout = "type: MeshTimeout\nmesh: default\nname: parked\nspec:\n  targetRef: {kind: Mesh}\n  default: {connectionTimeout: 2s}\n"
+	others = fault("a MeshTimeout zone-1 refuses as INVALID (parked)", "KDSZoneBehind{kind=MeshTimeout,reason=parked,zone=zone-1}",
+		func() {
+			apply("type: Mesh\nname: default\n---\n" + timeout + "labels:\n  kds-host.test/deny: \"yes\"\n")
+		},
+		func() { apply(timeout) })
+	g.Expect(others).To(BeEmpty(), "a parked name pages once")
+
+	others = fault("the global stopped", "KDSHostDown{instance="+global.diag+",job=kds-host-global}",
+		func() { global.stop() },
+		func() { global = relaunch(t, "global", kdsHost, global, globalArgs(dsn)...) })
+	g.Expect(others).To(BeEmpty(), "a global down pages once")
+
+	// The global refuses to start on an empty store it did not serve; --accept-new-store is the
+	// operator who accepts the wrong one (or a replica started without its data directory).
+	others = fault("the global restarted on an empty database (accepted)", "KDSZoneBlocked{}",
+		func() {
+			global.stop()
+			global = relaunch(t, "global", kdsHost, global, append(globalArgs(srv.Database(t)), "--accept-new-store")...)
+		},
+		func() {
+			global.stop()
+			global = relaunch(t, "global", kdsHost, global, append(globalArgs(dsn), "--accept-new-store")...)
+		})
+	g.Expect(len(others)).To(BeNumerically("<=", 1), "at most two alerts for a wrong store: %v", others)
+
+	// zone-2 crash-loops: down 3.5 s, up 1.5 s (70 s and 30 s of the rules' time), until healed.
+	var loop struct {
+		stop, done chan struct{}
+		err        error
+	}
+	others = fault("zone-2 crash-looping", "KDSZoneDisconnected{zone=zone-2}",
+		func() {
+			loop.stop, loop.done = make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(loop.done)
+				for {
+					zone2.stop()
+					select {
+					case <-loop.stop:
+					case <-time.After(minute * 70 / 60):
+					}
+					if zone2, loop.err = startAgain(t, kdsHost, zone2, zoneArgs("zone-2", token2)...); loop.err != nil {
+						return
+					}
+					select {
+					case <-loop.stop:
+						return
+					case <-time.After(minute / 2):
+					}
+				}
+			}()
+		},
+		func() {
+			close(loop.stop)
+			<-loop.done
+			g.Expect(loop.err).NotTo(HaveOccurred(), "zone-2 did not start again")
+		})
+	for _, a := range others {
+		g.Expect(a).To(Equal("KDSZoneFlapping{zone=zone-2}"), "a crash-looping zone pages once, and may warn that it flaps")
+	}
 
 	t.Logf("the real Prometheus's table (a minute of the rules is %s):\n| fault | alert | to firing | to resolved | other alerts firing |\n|---|---|---|---|---|\n%s",
 		minute, strings.Join(table, "\n"))

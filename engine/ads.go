@@ -83,7 +83,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	}
 	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
 	defer stop()
-	info := &streamInfo{zone: zone, conn: connOf(s.Context()), close: end, loop: true}
+	info := &streamInfo{node: zone, conn: connOf(s.Context()), close: end, loop: true}
 	if a.cfg.Conns != nil {
 		info.drop = func() bool { return a.cfg.Conns.Drop(info.conn) }
 	}
@@ -133,7 +133,7 @@ type streamKey struct{}
 // streamInfo is what the server knows of a stream before the callbacks do: the node its
 // credentials prove ("" unauthenticated), and how to close it.
 type streamInfo struct {
-	zone  string
+	node  string
 	conn  string // the peer's address: the same for the streams of one connection
 	close context.CancelCauseFunc
 	drop  func() bool // drops the stream's connection, and reports whether it could (nil: it cannot)

@@ -224,8 +224,8 @@ func nodeOf(s *Session, node, claimed string) string {
 	switch {
 	case node != "":
 		return node
-	case s.info.zone != "":
-		return s.info.zone
+	case s.info.node != "":
+		return s.info.node
 	}
 	return nack.Truncate(claimed, 64)
 }

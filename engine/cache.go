@@ -45,6 +45,7 @@ type Cache struct {
 	responseTimeout atomic.Int64                // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
 	onStall         func(event.Refusal)         // tells of a stream closed for a response unanswered too long (set before serving)
 	onUnbound       atomic.Pointer[func(error)] // OnUnbound
+	withholder      Withholder                  // reference holds (SetWithholder, before serving); nil: none
 	snap            atomic.Pointer[Snapshot]
 	version         atomic.Pointer[string]        // the snapshot's number, as responses carry it (system_version_info)
 	versions        atomic.Int64                  // snapshots set so far
@@ -54,7 +55,7 @@ type Cache struct {
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
 	order    []*Session                                    // streams by connection (fanOutOrder); nil once they changed
-	byZone   map[string]*Session                           // each node's current (admitted) session
+	byNode   map[string]*Session                           // each node's current (admitted) session
 	budgets  map[string]*tokenBucket                       // each node's re-request budget, across its streams, until ForgetNode
 	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
 	// sotwRequests: likewise for SotW requests, taken by CreateWatch
@@ -89,7 +90,7 @@ func (c *Cache) Publish(node string, v View) {
 // NewCache returns a cache that serves the given type URLs. Responses that are ready together go
 // in this order (kds-host: owner types first).
 func NewCache(typeURLs []string) *Cache {
-	c := &Cache{kinds: typeURLs, kindAt: make(map[string]int, len(typeURLs)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byZone: map[string]*Session{},
+	c := &Cache{kinds: typeURLs, kindAt: make(map[string]int, len(typeURLs)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byNode: map[string]*Session{},
 		budgets:  map[string]*tokenBucket{},
 		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}, sotwRequests: map[*discovery.DiscoveryRequest]*Session{}}
 	for i, k := range typeURLs {
@@ -129,7 +130,7 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 			kinds = append(kinds, i)
 		}
 	}
-	c.each(streams, func(st *Session) {
+	c.fanOut(streams, func(st *Session) {
 		st.mu.Lock()
 		st.deferWake = true
 		c.answerWrite(st, kinds, changed, delta)
@@ -185,9 +186,9 @@ func fanOutOrder(streams map[int64]*Session) []*Session {
 	})
 }
 
-// each runs f on every stream, on as many goroutines as there are cores, and returns when all
+// fanOut runs f on every stream, on as many goroutines as there are cores, and returns when all
 // are done.
-func (c *Cache) each(streams []*Session, f func(*Session)) {
+func (c *Cache) fanOut(streams []*Session, f func(*Session)) {
 	workers := min(runtime.GOMAXPROCS(0), len(streams))
 	if workers <= 1 {
 		for _, st := range streams {
@@ -232,7 +233,7 @@ func (c *Cache) Refresh(node string, names map[string][]string) {
 func (c *Cache) Current(node string) *Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.byZone[node]
+	return c.byNode[node]
 }
 
 // Session is the session of a stream, while open.
@@ -321,18 +322,18 @@ func (c *Cache) openSession(id int64, info *streamInfo, sotw bool) *Session {
 func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old, connected := c.byZone[zone]
-	if !connected && len(c.byZone) >= maxZones {
-		return nil, status.Errorf(codes.ResourceExhausted, "the global serves %d zones already, its limit (--max-zones)", len(c.byZone))
+	old, connected := c.byNode[zone]
+	if !connected && len(c.byNode) >= maxZones {
+		return nil, status.Errorf(codes.ResourceExhausted, "the global serves %d zones already, its limit (--max-zones)", len(c.byNode))
 	}
-	c.byZone[zone] = st
+	c.byNode[zone] = st
 	b := c.budgets[zone]
 	if b == nil {
 		b = &tokenBucket{}
 		c.budgets[zone] = b
 	}
 	st.mu.Lock()
-	st.zone, st.reRequests = zone, b
+	st.node, st.reRequests = zone, b
 	st.mu.Unlock()
 	return old, nil
 }
@@ -342,7 +343,7 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 func (c *Cache) ForgetNode(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, connected := c.byZone[node]; !connected {
+	if _, connected := c.byNode[node]; !connected {
 		delete(c.budgets, node)
 	}
 }
@@ -356,9 +357,9 @@ func (c *Cache) closeStream(id int64) *Session {
 	delete(c.streams, id)
 	c.streams = shrink.Map(c.streams, &c.peak)
 	c.order = nil
-	if st != nil && c.byZone[st.zone] == st {
-		delete(c.byZone, st.zone)
-		c.byZone = shrink.Map(c.byZone, &c.zonePeak)
+	if st != nil && c.byNode[st.node] == st {
+		delete(c.byNode, st.node)
+		c.byNode = shrink.Map(c.byNode, &c.zonePeak)
 	}
 	for req, s := range c.requests {
 		if s == st {
@@ -486,7 +487,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		}
 		ks.markDirty(n) // a re-request, or a new name of a named subscription
 	}
-	ks.watch = w
+	ks.watch, ks.sub = w, sub
 	c.evaluateLocked(st, ks, nil)
 	return w
 }
@@ -558,7 +559,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	if ks.full && ks.delivered.len() == 0 {
 		// A first sync. Of a node that sees and subscribes to everything, with nothing forced,
 		// it is every entry in name order: the snapshot's shared list, no walk.
-		all = visible == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
+		all = visible == nil && c.withholder == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
 		if !all {
 			resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
 		}
@@ -573,18 +574,33 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		size += n
 		return true
 	}
+	wh := c.withholder
+	cv := sessionView{s: st, snap: snap}
 	look := func(name string, e *Entry) {
 		d, isKnown := ks.delivered.get(name)
 		served := e != nil && w.subscribes(name)
 		switch {
 		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
 			// The node has it: whether it may see it or not, nothing to send.
+			ks.unhold(name)
 		case served && visible != nil && !visible(e):
 			// Withheld: the node keeps what it has (no update, and no removal either).
 			if !isKnown {
 				delete(ks.forced, name) // not served to this node: nothing to resend
 			}
 		case served:
+			if wh != nil {
+				why, instead := wh.Withhold(cv, e)
+				if why == "" {
+					ks.unhold(name)
+				} else {
+					ks.hold(name, e.Version, why)
+					if instead == nil || isKnown && (d == instead.Wire || d.Version == instead.Version) {
+						return // the client keeps what it has
+					}
+					e = instead
+				}
+			}
 			if !fits(name, e.wireSize()) {
 				return
 			}
@@ -593,7 +609,15 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 				sentForced = append(sentForced, name)
 			}
 		default:
+			ks.unhold(name)
 			if isKnown {
+				if wh != nil {
+					if why := wh.Keep(cv, w.kind, name); why != "" {
+						ks.keep(name, why)
+						return // the client keeps it
+					}
+					delete(ks.kept, name)
+				}
 				if !fits(name, len(name)+WireOverhead) {
 					return
 				}

@@ -35,7 +35,7 @@ func stuckZone(c *Cache, tr *Tracker, id int64, zone string, kind string) *loopZ
 		quota -= 1 << 20 // what the test sends it
 		return nil
 	}
-	sctx := context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel, loop: true})
+	sctx := context.WithValue(ctx, streamKey{}, &streamInfo{node: zone, close: cancel, loop: true})
 	go func() { z.done <- serveDelta(sctx, id, z.str, c, tr) }()
 	z.str.reqs <- &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: zone}, TypeUrl: kind, ResourceNamesSubscribe: []string{"*"}}
 	return z

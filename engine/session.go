@@ -51,7 +51,7 @@ type Session struct {
 	retry retry.Stream
 
 	mu         sync.Mutex // guards the fields below, the types' states and the watches; never held across a send or an observer
-	zone       string     // the node id; "" until the first request names it
+	node       string     // the node id; "" until the first request names it
 	kinds      kindStates
 	queue      []*watch                       // answered watches waiting for the sender, in order
 	inflight   []*inflight                    // responses handed to the server and not answered yet, oldest first
@@ -106,7 +106,13 @@ type kindState struct {
 	full      bool                    // every name may differ: look at them all
 	forced    map[string]bool         // names to send although the node was sent their version (markForced; nil until the first)
 	sotwSeq   uint64                  // SotW: responses made of the type (its versions' suffix)
-	sotwSub   string                  // SotW: what the client asked for when answered last (subscriptionKey)
+	sub       cache.Subscription      // what the client asks for, as of its last request of the type
+	// With a Withholder (withhold.go): the names held back and why, the names kept although no
+	// longer served and why, and what the versions the client accepted reference.
+	holds        map[string]Hold
+	kept         map[string]string
+	acceptedRefs map[string][]Ref
+	sotwSub      string // SotW: what the client asked for when answered last (subscriptionKey)
 
 	// What happened to the type on this stream, for the insight.
 	sent, responses, acks, nacks int64
@@ -510,6 +516,13 @@ func (ks *kindState) setRefused(name string, h ackedVersion) {
 	ks.refused[name] = h
 }
 
+// names is every name the response carries, sent or removed.
+func (r *inflight) names() []string {
+	out := make([]string, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
+	r.eachName(func(n string) { out = append(out, n) })
+	return out
+}
+
 // eachName calls f with every name the response carries, sent or removed.
 func (r *inflight) eachName(f func(string)) {
 	for _, res := range r.resp.Resources {
@@ -674,7 +687,7 @@ func (s *Session) Resend(names map[string][]string) { s.mark(names, true) }
 func (s *Session) Node() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.zone
+	return s.node
 }
 
 // AckedVersion is the version of a resource (type URL, xDS name) the node has ACKed.
@@ -716,11 +729,16 @@ func (s *Session) Insight() []*TypeInsight {
 	defer s.mu.Unlock()
 	var out []*TypeInsight
 	s.kinds.each(func(ks *kindState) {
-		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 {
+		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 && len(ks.holds) == 0 {
 			return
 		}
-		out = append(out, &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
-			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked})
+		ti := &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
+			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked}
+		for _, h := range ks.holds {
+			ti.Holds = append(ti.Holds, h)
+		}
+		slices.SortFunc(ti.Holds, func(a, b Hold) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, ti)
 	})
 	return out
 }
@@ -762,258 +780,4 @@ func ackedHash(kind, name, version string) uint64 {
 	h.WriteByte(0)
 	h.WriteString(version)
 	return h.Sum64()
-}
-
-// send is the session's sender, for a stream that go-control-plane's delta server serves (a
-// stream of the engine's own loop is its loop's, stream.go): it feeds queued responses into the
-// server's channel in order. A response counts as delivered from the moment it is handed over;
-// one that is not (its watch canceled meanwhile) is taken back. cancel waits for a send in
-// progress.
-func (s *Session) send() {
-	defer close(s.done)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.wake:
-		}
-		for {
-			w := s.next()
-			if w == nil {
-				break
-			}
-			stopped, delivered := false, false
-			if s.admit(w) {
-				if w.sotwOut != nil {
-					select {
-					case w.sotwOut <- &w.sotwResp:
-						delivered = true
-					case <-w.canceled:
-					case <-s.stop:
-					}
-				} else {
-					select {
-					case w.out <- w.resp:
-						delivered = true
-					case <-w.canceled:
-					case <-s.stop:
-					}
-				}
-			}
-			select {
-			case <-s.stop:
-				stopped = true
-			default:
-			}
-			s.finish(w, delivered)
-			if stopped {
-				return
-			}
-		}
-	}
-}
-
-// finish is the sender done with w: its response delivered, or taken back.
-func (s *Session) finish(w *watch, delivered bool) {
-	s.mu.Lock()
-	if !delivered {
-		s.takeBack(w)
-	}
-	w.undo, w.resp, w.flight = nil, nil, nil // done with them; the watch stays answered
-	s.mu.Unlock()
-	if w.finished != nil {
-		close(w.finished)
-	}
-}
-
-// admit waits for room in the cache's budget for w's response, and reports whether it got it
-// (false: the stream closed or the watch was canceled meanwhile). The room is the response's
-// until the node answers it, or it leaves the responses in flight otherwise.
-func (s *Session) admit(w *watch) bool {
-	cost := responseCost(w.resp.DeltaDiscoveryResponse)
-	if !s.cache.budget.acquire(&s.acct, cost, s.stop, w.canceled) {
-		return false
-	}
-	s.admitted(w, cost)
-	return true
-}
-
-// admitted gives w's response the room it took in the budget.
-func (s *Session) admitted(w *watch, cost int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if slices.Contains(s.inflight, w.flight) {
-		w.flight.cost, w.flight.since = cost, time.Now()
-		s.armStallLocked()
-	} else {
-		s.cache.budget.release(&s.acct, cost) // answered or forgotten meanwhile (a test driving the callbacks)
-	}
-}
-
-// next takes the first queued watch off the queue and counts its response as delivered, or
-// returns nil.
-func (s *Session) next() *watch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		return nil
-	}
-	w := s.queue[0]
-	s.queue = slices.Delete(s.queue, 0, 1) // the queue keeps its room: a slice a response, not one each
-	w.sending = true
-	ks := w.ks
-	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
-	w.flight.sotw = w.sotwResp.resp
-	for _, n := range w.forced {
-		delete(ks.forced, n)
-	}
-	return w
-}
-
-// handOverLocked counts a response as handed to the server: delivered, and in flight with what
-// the node had ACKed of its names. It returns the in-flight record (r, when not nil) and what
-// delivered had of the names it carries (appended to undo), for takeBack. Call with s.mu.
-func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.DeltaDiscoveryResponse, r *inflight, undo []prior) (*inflight, []prior) {
-	// With nothing of the type refused or in flight, what the node ACKed is what it was
-	// delivered: one lookup a name.
-	layered := s.layered(ks, kind, nil)
-	if !slices.IsSortedFunc(resp.Resources, byName) { // the cache's are; a test's may not be
-		slices.SortFunc(resp.Resources, byName)
-	}
-	if !slices.IsSorted(resp.RemovedResources) {
-		slices.Sort(resp.RemovedResources)
-	}
-	if r == nil {
-		r = &inflight{}
-	}
-	*r = inflight{kind: kind, ks: ks, resp: resp}
-	first := ks.delivered.len() == 0
-	note := func(name string) {
-		if first && !layered {
-			return // nothing delivered, nothing ACKed: no prior, nothing to undo
-		}
-		old, had := ks.delivered.get(name)
-		if had {
-			undo = append(undo, prior{name, old})
-		}
-		switch {
-		case layered:
-			r.setPrior(name, s.ackedLocked(kind, name))
-		case had:
-			r.setPrior(name, ackedVersion{old.Version, true})
-		}
-	}
-	if cur := s.cache.snap.Load(); first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(cur, kind, resp.Resources) {
-		ks.edits += uint64(len(resp.Resources)) // as setDelivered counts them; no prior, nothing to undo
-		r.all, r.allSum = true, cur.order(kind).acked
-	} else {
-		for _, res := range resp.Resources {
-			note(res.Name)
-		}
-		for _, n := range resp.RemovedResources {
-			note(n)
-		}
-		// What the node is sent now is most often exactly what is served: share the snapshot's.
-		if ks.delivered.advance(cur, kind, resp.Resources, resp.RemovedResources) {
-			ks.edits += uint64(len(resp.Resources) + len(resp.RemovedResources)) // as setDelivered and dropDelivered count them
-		} else {
-			for _, res := range resp.Resources {
-				ks.setDelivered(res.Name, res)
-			}
-			for _, n := range resp.RemovedResources {
-				ks.dropDelivered(n)
-			}
-			ks.delivered.rebase(cur, kind)
-		}
-	}
-	r.edits = ks.edits
-	s.inflight = append(s.inflight, r)
-	if len(s.inflight) > MaxInFlight {
-		s.forgetLocked(s.inflight[0])
-	}
-	return r, undo
-}
-
-// takeBack undoes a response that was not delivered: what the node was sent is as before, and
-// its names are dirty again (forced ones forced again). Call with s.mu.
-func (s *Session) takeBack(w *watch) {
-	ks := w.ks
-	w.eachName(ks.dropDelivered)
-	for _, p := range w.undo {
-		ks.setDelivered(p.name, p.was)
-	}
-	if w.flight != nil {
-		s.dropLocked(w.flight)
-	}
-	s.requeue(w)
-	for _, n := range w.forced {
-		ks.markForced(n)
-	}
-}
-
-// requeue makes the names of an answered, undelivered response dirty again. Call with s.mu.
-func (s *Session) requeue(w *watch) {
-	ks := w.ks
-	w.eachName(ks.markDirty)
-}
-
-// prior is what delivered had for a name.
-type prior struct {
-	name string
-	was  *discovery.Resource
-}
-
-// watch is one open delta watch: the server's request for a type, answered at most once.
-type watch struct {
-	kind string     // the type URL
-	ks   *kindState // the session's state of kind
-	req  *discovery.DeltaDiscoveryRequest
-	sub  cache.Subscription
-	out  chan cache.DeltaResponse
-
-	answered    bool                            // at most once
-	resp        *cache.DeltaPassthroughResponse // the answer (answer), until it is delivered
-	undo        []prior                         // what delivered had before the response, of the names it had
-	flight      *inflight                       // the response in flight, until it is delivered
-	forced      []string                        // forced names the response carries
-	wasCanceled bool                            // cancel ran
-	canceled    chan struct{}                   // closed by cancel (nil in the engine's own stream loop)
-	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in the engine's own stream loop)
-	sending     bool                            // the sender has taken it off the queue
-
-	// A SotW watch (go-control-plane's SotW server): its request, its channel, and the response
-	// sent on it, made with resp (which records the delta it makes).
-	sotwReq  *discovery.DiscoveryRequest
-	sotwOut  chan cache.Response
-	sotwResp sotwResponse
-
-	// What a response allocates, in the watch's own allocation: a watch answers once, and most
-	// answers carry one resource to a node that held one version of it (an update). The response
-	// itself is most often the one every stream is sent (Cache.shared), made once: a stream's own
-	// is allocated when it is made.
-	answer struct {
-		pass cache.DeltaPassthroughResponse
-		res  [1]*discovery.Resource
-	}
-	record  inflight
-	undoBuf [1]prior
-}
-
-// subscribes reports whether the watch's subscription covers name.
-func (w *watch) subscribes(name string) bool {
-	if w.sub.IsWildcard() {
-		return true
-	}
-	_, ok := w.sub.SubscribedResources()[name]
-	return ok
-}
-
-// eachName calls f with every name the watch's response carries, sent or removed.
-func (w *watch) eachName(f func(name string)) {
-	for _, r := range w.resp.DeltaDiscoveryResponse.Resources {
-		f(r.Name)
-	}
-	for _, n := range w.resp.DeltaDiscoveryResponse.RemovedResources {
-		f(n)
-	}
 }

@@ -28,6 +28,8 @@ type Entry struct {
 	Size int
 	// Source is the builder's own value of the resource (kds-host: its Source), read-only.
 	Source any
+	// Refs is what the resource references, for a Withholder (Cache.SetWithholder).
+	Refs []Ref
 	// frame is Wire encoded as one of a delta response's resources (nil: encoded per response),
 	// written by every stream's response (codec.go).
 	frame mem.Buffer
@@ -58,6 +60,9 @@ type Snapshot struct {
 	// changed or removed; each name once), so a Cache serving base looks at those names only.
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
+
+	depsOnce sync.Once
+	deps     map[Ref][]*Entry // what references each Ref (dependents), made on first use
 
 	kindsMu sync.Mutex            // guards wires and orders
 	wires   map[string]*kindWire  // type URL -> its entries' encoding end to end; made on first use (codec.go)

@@ -77,7 +77,7 @@ func (t *Tracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.Dis
 		r.ks.responses++
 		r.ks.sent += int64(len(r.resp.GetResources()) + len(r.resp.GetRemovedResources()))
 	}
-	node := s.zone
+	node := s.node
 	s.mu.Unlock()
 	if r != nil {
 		t.observers.Sent(sentOf(sotwID(id), node, r))
@@ -209,7 +209,7 @@ func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub 
 			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
 		}
 	}
-	ks.watch = w
+	ks.watch, ks.sub = w, sub
 	c.evaluateLocked(st, ks, nil)
 	return w
 }
@@ -248,7 +248,7 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, resources
 	case all:
 		anys = c.snap.Load().order(w.kind).anys // every stream's, shared
 	case full:
-		anys = holdsAfter(ks, resources, removed)
+		anys = holdsAfter(ks, c.snap.Load().Type(w.kind), resources, removed)
 	default:
 		anys = make([]*anypb.Any, len(resources))
 		for i, r := range resources {
@@ -270,14 +270,24 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, resources
 }
 
 // holdsAfter is what the client of ks holds of its type once it takes a response of resources
-// and removed: the Anys in name order.
-func holdsAfter(ks *kindState, resources []*discovery.Resource, removed []string) []*anypb.Any {
+// and removed: the Anys in name order. A name it refused is what it holds instead (nothing, or
+// the version it accepted, read from served when it is still served there), not what it was
+// sent.
+func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.Resource, removed []string) []*anypb.Any {
 	byName := make(map[string]*anypb.Any, ks.delivered.len()+len(resources))
 	ks.delivered.each(func(n string, r *discovery.Resource) {
 		if a := r.GetResource(); a != nil {
 			byName[n] = a
 		}
 	})
+	for n, h := range ks.refused {
+		switch e := served[n]; {
+		case !h.ok:
+			delete(byName, n)
+		case e != nil && e.Version == h.version:
+			byName[n] = e.Any
+		}
+	}
 	for _, r := range resources {
 		byName[r.GetName()] = r.GetResource()
 	}

@@ -72,7 +72,7 @@ func (s *Session) checkStall() {
 		return
 	}
 	s.stall.done = true
-	zone, kind := s.zone, oldest.kind
+	zone, kind := s.node, oldest.kind
 	var bytes int64
 	for _, r := range s.inflight {
 		bytes += r.cost

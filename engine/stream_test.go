@@ -71,7 +71,7 @@ func startLoopZoneOf(c *Cache, tr *Tracker, id int64, zone string, names ...stri
 	ctx, cancel := context.WithCancelCause(context.Background())
 	z := &loopZone{done: make(chan error, 1), cancel: func() { cancel(nil) }}
 	z.str = &fakeStream{ctx: ctx, reqs: make(chan *discovery.DeltaDiscoveryRequest), sent: make(chan *discovery.DeltaDiscoveryResponse, 8)}
-	sctx := context.WithValue(ctx, streamKey{}, &streamInfo{zone: zone, close: cancel, loop: true})
+	sctx := context.WithValue(ctx, streamKey{}, &streamInfo{node: zone, close: cancel, loop: true})
 	go func() { z.done <- serveDelta(sctx, id, z.str, c, tr) }()
 	z.str.reqs <- &discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: zone}, TypeUrl: "MeshTimeout", ResourceNamesSubscribe: names}
 	return z

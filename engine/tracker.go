@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -219,7 +221,7 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 			}
 		}
 		if err != nil {
-			refusals = append(refusals, refusal(refusalOf(err), s.info.zone, err))
+			refusals = append(refusals, refusal(refusalOf(err), s.info.node, err))
 			return tellRefusals, err
 		}
 		node, opened = n, true
@@ -252,9 +254,15 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 		// reuse its record is opened again (the stream loop's request), or the observers copy.
 		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
 		s.answerLocked(answered, nil)
+		if t.cache.withholder != nil {
+			s.acceptedLocked(answered.kind, answered.names())
+		}
 	default:
 		nack = nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
 		s.answerLocked(answered, &nack)
+		if t.cache.withholder != nil && len(nack.Accepted) > 0 {
+			s.acceptedLocked(answered.kind, slices.Collect(maps.Keys(nack.Accepted)))
+		}
 	}
 	s.mu.Unlock()
 
@@ -299,7 +307,7 @@ func (t *Tracker) sent(s *Session, id int64, resp *discovery.DeltaDiscoveryRespo
 func (t *Tracker) sentFlight(s *Session, id int64, resp *discovery.DeltaDiscoveryResponse, flight *inflight) {
 	s.mu.Lock()
 	r := s.sentLocked(resp, flight)
-	zone := s.zone
+	zone := s.node
 	s.mu.Unlock()
 	t.observers.Sent(sentOf(id, zone, r))
 }
@@ -341,9 +349,9 @@ func (t *Tracker) admissible(s *Session, node string) (string, error) {
 		return "", status.Error(codes.InvalidArgument, "the first request must carry node.id, the zone name")
 	case len(node) > t.limits.MaxNodeIDLength:
 		return "", status.Errorf(codes.InvalidArgument, "node.id is %d bytes long; a zone name has at most %d", len(node), t.limits.MaxNodeIDLength)
-	case s.info.zone != "" && node != s.info.zone:
+	case s.info.node != "" && node != s.info.node:
 		return "", status.Errorf(codes.PermissionDenied, "node.id %q is not the zone %q this stream's credentials name: start the zone with the token of its own name (kds-host token zone --name %s)",
-			nack.Truncate(node, 64), s.info.zone, nack.Truncate(node, 64))
+			nack.Truncate(node, 64), s.info.node, nack.Truncate(node, 64))
 	}
 	return node, nil
 }

@@ -4,8 +4,6 @@ package guard
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,8 +19,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
@@ -68,8 +64,9 @@ type Cache struct {
 //
 // Of Options, it reads the plugins and the retry policy's (Plugins, RetryPolicy, Fallback,
 // PolicyTimeout), the owner check's (OwnerCheck, OwnerCheckTimeout, with Owners as the owners,
-// none by default), Logger and Metrics. The guard's own holds (NoHolds: references, warm-up
-// routes, kept removals) and its per-stream bounds are New's.
+// none by default), Logger, Metrics and NoHolds: the reference holds (EnvoyReferences,
+// whatever Owners says), warm-up routes and kept removals are on unless NoHolds. The per-stream
+// bounds are New's: NewCache serves one stream per node id.
 func NewCache(types []string, opts Options) (_ *Cache, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -102,6 +99,9 @@ func NewCache(types []string, opts Options) (_ *Cache, err error) {
 			rt.Close()
 		}
 		return nil, fmt.Errorf("guard: NewCache: %w", err)
+	}
+	if !opts.NoHolds {
+		c.s.Cache.SetWithholder(newEnvoyHolds())
 	}
 	c.s.Cache.OnUnbound(func(err error) {
 		c.totals.add(&c.totals.refusals, "unbound")
@@ -183,31 +183,21 @@ func (c *Cache) SetResources(resources map[string][]types.Resource) error {
 // entry encodes one resource, or reuses the entry of its last version when its content is the
 // same: its version is a digest of its encoding, as the wrapped caches' items are.
 func (c *Cache) entry(typeURL string, r types.Resource) (*engine.Entry, error) {
-	a := &anypb.Any{}
-	if err := anypb.MarshalFrom(a, r, proto.MarshalOptions{Deterministic: true}); err != nil {
-		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)
+	a, version, err := encode(typeURL, r)
+	if err != nil {
+		return nil, err
 	}
 	name := cache.GetResourceName(r)
-	if name == "" {
-		return nil, fmt.Errorf("guard: a %s without a name", shortType(typeURL))
-	}
-	sum := sha256.Sum256(a.GetValue())
-	version := hex.EncodeToString(sum[:12])
 	if old := c.built[typeURL][name]; old != nil && old.Version == version {
 		return old, nil
 	}
 	// The candidate the owner checks read (owner.Mapping's default): the kind is the type URL, the
-	// owners what it references.
+	// owners what Options.Owners says it references.
 	env := &kdsv1.Resource{Kind: typeURL, Name: name}
 	for _, ref := range c.owners(typeURL, r) {
 		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
 	}
-	e := &engine.Entry{TypeURL: typeURL, Name: name, Version: version, Any: a, Source: env,
-		Wire: &discovery.Resource{Name: name, Version: version, Resource: a}}
-	if err := e.EncodeWire(); err != nil { // once, for every client (the codec)
-		return nil, fmt.Errorf("guard: encode a %s: %w", shortType(typeURL), err)
-	}
-	return e, nil
+	return newEntry(typeURL, name, version, a, refsOf(EnvoyReferences(typeURL, r)), env)
 }
 
 // counter counts NACKs and responses by type, and refused streams by reason, for the collector,
@@ -244,6 +234,9 @@ func (c *Cache) Clients() []ClientInsight {
 		}
 		for _, k := range z.Types {
 			ti := &TypeInsight{TypeURL: k.TypeURL, Responses: k.Responses, ACKs: k.ACKs, NACKs: k.NACKs, LastError: k.LastError, Withheld: held[k.TypeURL]}
+			for _, h := range k.Holds {
+				ti.Withheld = append(ti.Withheld, Withheld{Name: h.Name, Version: h.Version, Reason: h.Reason})
+			}
 			for _, r := range k.Rejected {
 				ti.Withheld = append(ti.Withheld, Withheld{Name: r.Name, Version: r.Version, Reason: "refused by the client: " + r.Reason})
 			}

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"bytes"
 	"context"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"log/slog"
 	"sync"
 	"testing"
@@ -212,4 +213,49 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A delta client that never unsubscribes from a removed cluster's endpoints (Istio's does) is
+// sent their removal once it no longer holds the cluster; until then they are kept (break after
+// make).
+func TestKDSCacheRemovesARemovedClustersEndpointsFromAClientThatStillAsks(t *testing.T) {
+	g := NewWithT(t)
+	c, err := guard.NewCache([]string{resource.ClusterType, resource.EndpointType}, guard.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	set := func(names ...string) {
+		res := map[string][]types.Resource{}
+		for _, n := range names {
+			res[resource.ClusterType] = append(res[resource.ClusterType], edsCluster(n, cluster.Cluster_ROUND_ROBIN))
+			res[resource.EndpointType] = append(res[resource.EndpointType], &endpoint.ClusterLoadAssignment{ClusterName: n})
+		}
+		g.Expect(c.SetResources(res)).To(Succeed())
+	}
+	set("a", "y")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, c, c.Callbacks(nil))).DeltaAggregatedResources(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	node := nodeOf("istio")
+	recv := func(typeURL string) *discovery.DeltaDiscoveryResponse {
+		r, err := st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.GetTypeUrl()).To(Equal(typeURL))
+		return r
+	}
+	ack := func(r *discovery.DeltaDiscoveryResponse) {
+		g.Expect(st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})).To(Succeed())
+	}
+	g.Expect(st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType})).To(Succeed())
+	ack(recv(resource.ClusterType))
+	g.Expect(st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"a", "y"}})).To(Succeed())
+	ack(recv(resource.EndpointType))
+
+	set("a") // cluster y and its endpoints go; the client keeps asking for y's endpoints
+	removal := recv(resource.ClusterType)
+	g.Expect(removal.GetRemovedResources()).To(ConsistOf("y"))
+	ack(removal)
+	r := recv(resource.EndpointType)
+	g.Expect(r.GetRemovedResources()).To(ConsistOf("y"), "removed once the client no longer holds cluster y")
+	ack(r)
 }

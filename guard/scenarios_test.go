@@ -29,7 +29,7 @@ func (m mode) String() string {
 }
 
 // guards are the guarded modes every scenario's guarded outcome must hold in.
-var guards = []mode{guarded, guardedLinear}
+var guards = []mode{guarded, guardedLinear, engineCache}
 
 // run runs a scenario of grpc-go's own xDS client against a stock go-control-plane v0.14 SotW
 // ADS server, as m says, and logs what it counted.
@@ -75,6 +75,9 @@ func run(t *testing.T, m mode, s func(context.Context, xdstest.Server, xdstest.O
 	res, err := s(ctx, srv, xdstest.Options{AtEnd: func() {
 		if g != nil {
 			insight = g.Clients()
+		}
+		if kc != nil {
+			insight = kc.Clients()
 		}
 	}})
 	if err != nil {

@@ -16,6 +16,19 @@ import (
 // for the clusters a new version of the route configuration will send to, before it gets it.
 const WarmUpHeader = "x-kds-host-warm-up"
 
+// warmUpRoute is a route to cluster that matches no request: it needs WarmUpHeader.
+func warmUpRoute(cluster string) *route.Route {
+	return &route.Route{
+		Match: &route.RouteMatch{
+			PathSpecifier: &route.RouteMatch_Prefix{Prefix: ""},
+			Headers: []*route.HeaderMatcher{{Name: WarmUpHeader,
+				HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+					MatchPattern: &matcher.StringMatcher_Exact{Exact: "warm-up"}}}}},
+		},
+		Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster}}},
+	}
+}
+
 // warmLocked is the route configuration the client holds (from), with a route to each of
 // clusters that matches no request (it needs WarmUpHeader), appended to every virtual host: the
 // client keeps routing as before, and asks for the clusters. Call with s.mu.
@@ -38,15 +51,7 @@ func (s *session) warmLocked(ts *typeState, from *item, clusters []string) *item
 	rc = proto.Clone(rc).(*route.RouteConfiguration)
 	for _, vh := range rc.GetVirtualHosts() {
 		for _, c := range clusters {
-			vh.Routes = append(vh.Routes, &route.Route{
-				Match: &route.RouteMatch{
-					PathSpecifier: &route.RouteMatch_Prefix{Prefix: ""},
-					Headers: []*route.HeaderMatcher{{Name: WarmUpHeader,
-						HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
-							MatchPattern: &matcher.StringMatcher_Exact{Exact: "warm-up"}}}}},
-				},
-				Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: c}}},
-			})
+			vh.Routes = append(vh.Routes, warmUpRoute(c))
 		}
 	}
 	a, err := anypb.New(rc)

@@ -12,6 +12,18 @@
       expr: "max by (%(clusterLabel)s) (up{%(kdsSelector)s} and on (%(clusterLabel)s, instance, job) present_over_time(kds_streams[1h]))",
     },
     {
+      // 1 for a zone whose own process Prometheus has not scraped for 2 minutes (KDSHostDown
+      // pages for it); the zone's name is that of the last kds_zone_client_connected its
+      // process exported within an hour.
+      record: "kds:zone_process_down:max",
+      expr: |||
+        max by (%(clusterLabel)s, zone) (
+          group by (%(clusterLabel)s, instance, job, zone) (last_over_time(kds_zone_client_connected[1h]))
+            * on (%(clusterLabel)s, instance, job) group_left () (max_over_time(up{%(kdsSelector)s}[2m]) == bool 0)
+        )
+      |||,
+    },
+    {
       record: "kds:zone_blocked:max15m",
       expr: "max by (%(clusterLabel)s, zone) (max_over_time(kds_zone_client_blocked[15m]))",
     },
@@ -45,6 +57,7 @@
       expr: |||
         avg_over_time(kds:zone_connected:max[5m]) < 0.5
           unless on (%(clusterLabel)s, zone) kds:zone_blocked:max15m == 1
+          unless on (%(clusterLabel)s, zone) max_over_time(kds:zone_process_down:max[5m]) == 1
           unless on (%(clusterLabel)s) kds:global_up:max == 0
       |||,
       "for": "2m",

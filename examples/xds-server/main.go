@@ -125,7 +125,7 @@ func newFlags(cfg *config) *pflag.FlagSet {
 	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references, and ask the owner check (the --plugin runtime's) before a version goes out (false: neither)")
 	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
 	f.StringVar(&cfg.cacheKind, "cache", cacheSnapshot, "what the guard serves from: snapshot (a go-control-plane SnapshotCache, wrapped by guard.New) "+
-		"or kds (kds-host's own cache, guard.NewCache: no reference holds or warm-up routes; the owner check still applies)")
+		"or kds (kds-host's own cache, guard.NewCache: the same holds, a write costing only what changed)")
 	f.Int64Var(&cfg.maxStreams, "max-streams", 10000, "xDS streams open at once, all connections together; one more is refused with RESOURCE_EXHAUSTED (0: no bound)")
 	f.Uint32Var(&cfg.maxStreamsPerConn, "max-streams-per-connection", 16, "xDS streams one connection may have open (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	f.IntVar(&cfg.maxReceiveMessage, "max-receive-message", 4<<20, "bytes of one xDS request at most; a larger one ends its stream with RESOURCE_EXHAUSTED")

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,13 +47,22 @@ type ackedCount struct {
 	digest engine.Digest
 	snap   *engine.Snapshot
 	kinds  map[string]int
+	// rows are the zone's rows as last computed with nothing named (no name withheld, parked or
+	// given up); rowsOK says they are, for this stream, digest and snapshot.
+	rows   []lagRow
+	rowsOK bool
 }
 
 var zoneBehindDesc = prometheus.NewDesc("kds_zone_behind_resources",
-	"Resources the global serves that a zone connected to this replica does not hold at the version served, by kind and reason: withheld (owner holds keep them back), parked (the zone refused them as invalid; not sent again until they change), given_up (the zone refused them and the retry policy gave up on its stream), missing (any other: on their way, refused and retried). Computed every probe interval (2s); absent while 0.",
+	"Resources the global serves that a zone connected to this replica does not hold at the version served, by kind and reason: withheld (owner holds keep them back), parked (the zone refused them as invalid; not sent again until they change), given_up (the zone refused them and the retry policy gave up on its stream), missing (any other: on their way, refused and retried). Computed every 5 probe intervals (10s); absent while 0.",
 	[]string{"zone", "kind", "reason"}, nil)
 
 func newZoneLag(g *Global) *zoneLag { return &zoneLag{g: g, acked: map[string]ackedCount{}} }
+
+// lagEvery is how many probe intervals apart the lag is computed (10s by default): a computation
+// after a write costs every connected zone's names, and KDSZoneBehind waits minutes before it
+// fires.
+const lagEvery = 5
 
 // run computes the lag every interval until ctx ends.
 func (l *zoneLag) run(ctx context.Context, interval time.Duration) {
@@ -90,9 +100,15 @@ func (l *zoneLag) compute() []lagRow {
 			continue
 		}
 		seen[zi.Node] = true
+		named := l.named(zi.Node, s)
+		if c, ok := l.acked[zi.Node]; ok && len(named) == 0 && c.rowsOK && c.stream == zi.Stream && c.snap == snap && c.digest == s.Digest() {
+			rows = append(rows, c.rows...) // nothing changed for the zone: an idle fleet costs a lookup a zone
+			continue
+		}
+		zoneRows := len(rows)
 		acked := l.ackedOf(zi, s, snap, kinds)
 		byKind := map[string]map[string]int{}
-		for ref, reason := range l.named(zi.Node, s) {
+		for ref, reason := range named {
 			e := snap.Type(ref.TypeURL)[ref.Name]
 			if e == nil {
 				continue // no longer served
@@ -117,6 +133,10 @@ func (l *zoneLag) compute() []lagRow {
 			if missing > 0 {
 				rows = append(rows, lagRow{zi.Node, kind, behindMissing, missing})
 			}
+		}
+		if c := l.acked[zi.Node]; len(named) == 0 && c.stream == zi.Stream && c.snap == snap {
+			c.rows, c.rowsOK = slices.Clone(rows[zoneRows:]), true
+			l.acked[zi.Node] = c
 		}
 	}
 	for zone := range l.acked {
@@ -150,10 +170,18 @@ func (l *zoneLag) ackedOf(zi engine.NodeInsight, s *engine.Session, snap *engine
 // named is the names the zone lacks for a reason the global knows: withheld, parked, given up.
 // A name that is several is named by the first of these.
 func (l *zoneLag) named(zone string, s *engine.Session) map[engine.Ref]string {
-	out := map[engine.Ref]string{}
-	if l.g.Holds != nil {
+	var out map[engine.Ref]string // nil while nothing is named: the common case costs no map
+	add := func(ref engine.Ref, reason string) {
+		if out == nil {
+			out = map[engine.Ref]string{}
+		}
+		if _, ok := out[ref]; !ok {
+			out[ref] = reason
+		}
+	}
+	if l.g.Holds != nil && l.g.Holds.Withholds(zone) {
 		for _, w := range l.g.Holds.Withheld(zone) {
-			out[w.Key] = behindWithheld
+			add(w.Key, behindWithheld)
 		}
 	}
 	if l.g.Retry == nil {
@@ -166,11 +194,6 @@ func (l *zoneLag) named(zone string, s *engine.Session) map[engine.Ref]string {
 	st := s.Retry().State()
 	if st == nil {
 		return out
-	}
-	add := func(ref engine.Ref, reason string) {
-		if _, ok := out[ref]; !ok {
-			out[ref] = reason
-		}
 	}
 	for _, ts := range st.Failing {
 		for _, p := range ts.Parked {

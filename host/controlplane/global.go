@@ -344,7 +344,7 @@ func (g *Global) Run(ctx context.Context) error {
 	})
 	run("replica heartbeat", func() error { g.replicas.run(ctx, g.Zones); return nil })
 	run("store probe", func() error { g.probe.run(ctx); return nil })
-	run("zone lag", func() error { g.lag.run(ctx, g.probe.interval); return nil })
+	run("zone lag", func() error { g.lag.run(ctx, lagEvery*g.probe.interval); return nil })
 	run("diagnostics server", func() error { return diagServer.Serve(g.diagLn) })
 	if g.reloads != nil {
 		run("plugin reloads", func() error { g.reloads(ctx); return nil })

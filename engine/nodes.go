@@ -19,7 +19,7 @@ type Nodes struct {
 	cache *Cache
 
 	mu    sync.Mutex // guards zones, peak, order and orderOK; released before a session's lock is taken
-	zones map[string]*zoneState
+	nodes map[string]*nodeState
 	peak  shrink.Peak
 	order []string // the node ids, sorted, while orderOK (List)
 	// orderOK: order holds every node's id; a node added or freed clears it.
@@ -28,7 +28,7 @@ type Nodes struct {
 	streamsGen atomic.Uint64 // StreamsGeneration
 }
 
-type zoneState struct {
+type nodeState struct {
 	stream    int64
 	connected bool
 	since     time.Time
@@ -48,6 +48,8 @@ type TypeInsight struct {
 	LastError string            `json:"lastError,omitempty"`
 	Rejected  []event.Rejection `json:"rejected,omitempty"`
 	Known     int               `json:"known"` // resources the node has ACKed, and holds now
+	// Holds are what a Withholder keeps from the node now (Cache.SetWithholder), by name.
+	Holds []Hold `json:"holds,omitempty"`
 }
 
 // NodeInsight is one node's state: whether a stream of it is open (Stream) or since when it is
@@ -61,7 +63,7 @@ type NodeInsight struct {
 }
 
 // NewNodes returns an empty node table over the sessions of c.
-func NewNodes(c *Cache) *Nodes { return &Nodes{cache: c, zones: map[string]*zoneState{}} }
+func NewNodes(c *Cache) *Nodes { return &Nodes{cache: c, nodes: map[string]*nodeState{}} }
 
 // Observer is how the node table hears of streams opening and closing. What happens on a stream
 // is counted by its session.
@@ -75,10 +77,10 @@ func (n *Nodes) streamOpened(id int64, zone string) {
 	defer n.streamsGen.Add(1)
 	session := n.cache.Session(id)
 	n.mu.Lock()
-	s := n.zones[zone]
+	s := n.nodes[zone]
 	if s == nil {
-		s = &zoneState{earlier: map[string]*TypeInsight{}}
-		n.zones[zone] = s
+		s = &nodeState{earlier: map[string]*TypeInsight{}}
+		n.nodes[zone] = s
 		n.orderOK = false
 	}
 	last := s.session
@@ -107,7 +109,7 @@ func (n *Nodes) streamClosed(id int64, zone string) {
 	defer n.streamsGen.Add(1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if s := n.zones[zone]; s != nil && s.stream == id {
+	if s := n.nodes[zone]; s != nil && s.stream == id {
 		s.connected = false
 		s.since = time.Now()
 	}
@@ -117,7 +119,7 @@ func (n *Nodes) streamClosed(id int64, zone string) {
 func (n *Nodes) session(zone string) *Session {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if s := n.zones[zone]; s != nil {
+	if s := n.nodes[zone]; s != nil {
 		return s.session
 	}
 	return nil
@@ -129,14 +131,14 @@ func (n *Nodes) Expire(before time.Time) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
-	for name, s := range n.zones {
+	for name, s := range n.nodes {
 		if !s.connected && s.since.Before(before) {
-			delete(n.zones, name)
+			delete(n.nodes, name)
 			n.orderOK = false
 			out = append(out, name)
 		}
 	}
-	n.zones = shrink.Map(n.zones, &n.peak)
+	n.nodes = shrink.Map(n.nodes, &n.peak)
 	sort.Strings(out)
 	return out
 }
@@ -148,9 +150,9 @@ func (n *Nodes) Inventory(node string) []Ref { return n.InventoryKeys(node, nil,
 // (or last) session counted, with the counters of its earlier streams added.
 func (n *Nodes) Insights() []NodeInsight {
 	n.mu.Lock()
-	out := make([]NodeInsight, 0, len(n.zones))
-	parts := make([]zoneParts, 0, len(n.zones))
-	for name, s := range n.zones {
+	out := make([]NodeInsight, 0, len(n.nodes))
+	parts := make([]nodeParts, 0, len(n.nodes))
+	for name, s := range n.nodes {
 		out = append(out, NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since})
 		parts = append(parts, s.parts())
 	}
@@ -169,7 +171,7 @@ func (n *Nodes) List() []NodeInsight {
 	defer n.mu.Unlock()
 	if !n.orderOK {
 		n.order = n.order[:0]
-		for name := range n.zones {
+		for name := range n.nodes {
 			n.order = append(n.order, name)
 		}
 		slices.Sort(n.order)
@@ -177,7 +179,7 @@ func (n *Nodes) List() []NodeInsight {
 	}
 	out := make([]NodeInsight, len(n.order))
 	for i, name := range n.order {
-		s := n.zones[name]
+		s := n.nodes[name]
 		out[i] = NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since}
 	}
 	return out
@@ -186,7 +188,7 @@ func (n *Nodes) List() []NodeInsight {
 // Insight is one node's state, as Insights gives it, and whether the node is known.
 func (n *Nodes) Insight(node string) (NodeInsight, bool) {
 	n.mu.Lock()
-	s, ok := n.zones[node]
+	s, ok := n.nodes[node]
 	if !ok {
 		n.mu.Unlock()
 		return NodeInsight{}, false
@@ -198,15 +200,15 @@ func (n *Nodes) Insight(node string) (NodeInsight, bool) {
 	return zi, true
 }
 
-// zoneParts is what a node's types are made of: its session and its earlier streams' counters,
+// nodeParts is what a node's types are made of: its session and its earlier streams' counters,
 // copied under the table's lock.
-type zoneParts struct {
+type nodeParts struct {
 	session *Session
 	earlier []TypeInsight
 }
 
-func (s *zoneState) parts() zoneParts {
-	p := zoneParts{session: s.session}
+func (s *nodeState) parts() nodeParts {
+	p := nodeParts{session: s.session}
 	for _, ki := range s.earlier {
 		p.earlier = append(p.earlier, *ki)
 	}
@@ -215,7 +217,7 @@ func (s *zoneState) parts() zoneParts {
 
 // kinds is the node's types, sorted: its session's counters with its earlier streams' added.
 // Call without the table's lock (it takes the session's).
-func (p zoneParts) kinds() []*TypeInsight {
+func (p nodeParts) kinds() []*TypeInsight {
 	byKind := map[string]*TypeInsight{}
 	if p.session != nil {
 		for _, ki := range p.session.Insight() {
@@ -263,7 +265,7 @@ func (n *Nodes) Streams() []NodeInsight {
 func (n *Nodes) Known(node string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	_, ok := n.zones[node]
+	_, ok := n.nodes[node]
 	return ok
 }
 
@@ -324,7 +326,7 @@ func (n *Nodes) Connected() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
-	for name, s := range n.zones {
+	for name, s := range n.nodes {
 		if s.connected {
 			out = append(out, name)
 		}
