@@ -44,7 +44,7 @@ func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 			return err
 		}
 		bind(c.g, c.g.requests, s, req.GetTypeUrl(), req)
-		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), false)
 	}
 	if c.next != nil {
 		return c.next.OnStreamRequest(id, req)
@@ -98,7 +98,8 @@ func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 			return err
 		}
 		bind(c.g, c.g.deltaRequests, s, req.GetTypeUrl(), req)
-		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+		asks := len(req.GetResourceNamesSubscribe())+len(req.GetResourceNamesUnsubscribe()) > 0
+		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), asks)
 	}
 	if c.next != nil {
 		return c.next.OnStreamDeltaRequest(id, req)

@@ -31,12 +31,15 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		// What the client says it holds (initial_resource_versions, on a new stream): it has
 		// those, where they are the versions served.
 		ts.seeded = true
+		was := map[string]*item{}
 		for n, v := range w.sub.ReturnedResources() {
 			if it := ts.served.get(n); it != nil && it.version == v {
+				was[n] = ts.acked.get(n)
 				ts.acked.set(n, it)
 				ts.sentView.set(n, it)
 			}
 		}
+		s.heldChangedLocked(ts, was)
 	}
 	changed, gone := comparedToSent(ts, items)
 	if !changed && !gone {
@@ -51,7 +54,7 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 			resp.Resources, f.items, f.whole = sv.wires, sv.sorted, sv // wires is set with anys
 			if len(ts.forced) > 0 {
 				for _, it := range items {
-					delete(ts.forced, it.name)
+					sentForced(ts, it.name)
 				}
 			}
 			ts.sentView.holdServed(sv)
@@ -65,7 +68,7 @@ func (s *session) respondDeltaLocked(ts *typeState, w *watch, items []*item) {
 		if cur != nil && cur.version == it.version && !ts.forced[it.name] {
 			continue
 		}
-		delete(ts.forced, it.name)
+		sentForced(ts, it.name)
 		resp.Resources = append(resp.Resources, it.resource())
 		f.items = append(f.items, it)
 		if cur != nil {
@@ -155,6 +158,7 @@ func (s *session) undoLocked(ts *typeState, f *flight) {
 		return
 	}
 	ts.flight = slices.DeleteFunc(ts.flight, func(x *flight) bool { return x == f })
+	ts.made = false // the view made was not sent
 	if !s.delta {
 		ts.lastView = nil // the next watch gets the view, whatever it is
 		return

@@ -7,11 +7,42 @@ import "iter"
 // changes, as its base, and in over what it accepted since, by name (nil: not held): ten
 // thousand clients in step cost one map, not ten thousand. Any other keeps a map of its own
 // (over, with no base). The zero holding holds nothing.
+//
+// Who references a name (referrer) is answered from an index: base's is its served's (made
+// once for every holding of it), over's is the holding's own, made at the first question and
+// kept as over changes.
 type holding struct {
 	base    map[string]*item
+	baseOf  *served // the served whose map base is
 	over    map[string]*item
-	n       int // names held
-	changed int // names set since settle last looked
+	n       int      // names held
+	changed int      // names set since settle last looked
+	byRef   refIndex // over's items by what they reference; nil until referrer is first asked
+}
+
+// refIndex is names by what their items reference.
+type refIndex map[Ref]map[string]struct{}
+
+func (x refIndex) add(name string, it *item) {
+	for _, r := range it.refs {
+		names := x[r]
+		if names == nil {
+			names = map[string]struct{}{}
+			x[r] = names
+		}
+		names[name] = struct{}{}
+	}
+}
+
+func (x refIndex) remove(name string, it *item) {
+	for _, r := range it.refs {
+		if names := x[r]; names != nil {
+			delete(names, name)
+			if len(names) == 0 {
+				delete(x, r)
+			}
+		}
+	}
 }
 
 // get is what the client holds of name, or nil.
@@ -34,6 +65,9 @@ func (h *holding) set(name string, it *item) {
 		h.n++
 	}
 	h.changed++
+	if old := h.over[name]; old != nil && h.byRef != nil {
+		h.byRef.remove(name, old)
+	}
 	if h.base != nil && h.base[name] == it || h.base == nil && it == nil {
 		delete(h.over, name)
 		return
@@ -42,6 +76,35 @@ func (h *holding) set(name string, it *item) {
 		h.over = map[string]*item{}
 	}
 	h.over[name] = it
+	if it != nil && h.byRef != nil {
+		h.byRef.add(name, it)
+	}
+}
+
+// referrer is the first name, in name order, of what the client holds that references ref.
+// It costs what references ref, and, the first time, a walk of over.
+func (h *holding) referrer(ref Ref) (string, bool) {
+	name, found := "", false
+	for _, n := range h.baseOf.referrers(ref) {
+		if _, changed := h.over[n]; !changed {
+			name, found = n, true // base's are in name order
+			break
+		}
+	}
+	if h.byRef == nil {
+		h.byRef = refIndex{}
+		for n, it := range h.over {
+			if it != nil {
+				h.byRef.add(n, it)
+			}
+		}
+	}
+	for n := range h.byRef[ref] {
+		if !found || n < name {
+			name, found = n, true
+		}
+	}
+	return name, found
 }
 
 // all is every name held, with what is held of it, in no order.
@@ -67,7 +130,7 @@ func (h *holding) own(hint int) {
 
 // holdServed makes the client hold everything sv (a shared served) holds, and nothing else.
 func (h *holding) holdServed(sv *served) {
-	*h = holding{base: sv.byName, n: len(sv.byName)}
+	*h = holding{base: sv.byName, baseOf: sv, n: len(sv.byName)}
 }
 
 // holdsWithin reports whether every name held is one sv holds.

@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -12,7 +13,8 @@ import (
 // What a client holds, kept as a shared served's map and what differs from it, or as a map of
 // its own, is what one plain map would be after any sequence of edits: accepting a name or
 // forgetting it, holding everything a served holds, settling on a served or not. What differs
-// never repeats the base, and a map of its own holds no nil.
+// never repeats the base, and a map of its own holds no nil. What references a name (its
+// referrer, from the holding's index) is what a walk of that map finds first by name.
 func TestAHoldingIsWhatOneMapWouldBe(t *testing.T) {
 	g := NewWithT(t)
 	rng := rand.New(rand.NewPCG(24, 1))
@@ -20,17 +22,21 @@ func TestAHoldingIsWhatOneMapWouldBe(t *testing.T) {
 	for i := range 200 {
 		names = append(names, fmt.Sprintf("n%03d", i))
 	}
+	var refs []Ref
+	for i := range 7 {
+		refs = append(refs, Ref{TypeURL: resource.EndpointType, Name: fmt.Sprintf("e%d", i)})
+	}
 	pool := map[string][]*item{}
-	for _, n := range names {
-		for _, v := range []string{"1", "2"} {
-			pool[n] = append(pool[n], &item{name: n, version: v})
-		}
+	for i, n := range names {
+		// Each version references other names, or none.
+		pool[n] = append(pool[n], &item{name: n, version: "1", refs: []Ref{refs[i%7]}},
+			&item{name: n, version: "2", refs: []Ref{refs[i%5], refs[(i+2)%5]}}, &item{name: n, version: "3"})
 	}
 	// servedOf is a shared served of the names (each at a random version of the pool's).
 	servedOf := func(names []string) *served {
 		var items []*item
 		for _, n := range names {
-			items = append(items, pool[n][rng.IntN(2)])
+			items = append(items, pool[n][rng.IntN(3)])
 		}
 		return (*served)(nil).fold(resource.ClusterType, items, "v", nil, false)
 	}
@@ -43,7 +49,7 @@ func TestAHoldingIsWhatOneMapWouldBe(t *testing.T) {
 		case op < 85: // an answer accepts a version, or a removal
 			var it *item
 			if rng.IntN(5) > 0 {
-				it = pool[n][rng.IntN(2)]
+				it = pool[n][rng.IntN(3)]
 			}
 			h.set(n, it)
 			if it == nil {
@@ -91,6 +97,18 @@ func TestAHoldingIsWhatOneMapWouldBe(t *testing.T) {
 			if h.get(k) != want[k] {
 				t.Fatalf("step %d: get(%s) is %v, want %v", step, k, h.get(k), want[k])
 			}
+		}
+		if step%3 == 0 {
+			ref := refs[rng.IntN(len(refs))]
+			first, found := "", false
+			for n, it := range want {
+				if slices.Contains(it.refs, ref) && (!found || n < first) {
+					first, found = n, true
+				}
+			}
+			by, ok := h.referrer(ref)
+			g.Expect(ok).To(Equal(found), "step %d: referrer of %v", step, ref)
+			g.Expect(by).To(Equal(first), "step %d: referrer of %v", step, ref)
 		}
 		for k, it := range h.over {
 			if h.base == nil {

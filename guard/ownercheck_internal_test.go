@@ -63,8 +63,8 @@ func TestAVerdictOnWhatTheClientNoLongerHoldsIsNotKept(t *testing.T) {
 		s.wg.Wait()
 
 		s.mu.Lock()
-		g.Expect(s.owner.verdicts).To(HaveKeyWithValue(Ref{TypeURL: resource.ClusterType, Name: "c1"}, ownerVerdict{version: "1", ok: true}))
-		wait, kept := s.owner.verdicts[Ref{TypeURL: resource.RouteType, Name: "r"}]
+		g.Expect(clusters.verdicts).To(HaveKeyWithValue("c1", ownerVerdict{version: "1", ok: true}))
+		wait, kept := routes.verdicts["r"]
 		g.Expect(kept).To(Equal(!ackMeanwhile), "ACK meanwhile: %v", ackMeanwhile)
 		if kept {
 			g.Expect(wait.ok).To(BeFalse())

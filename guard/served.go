@@ -32,6 +32,30 @@ type served struct {
 	anys              []*anypb.Any
 	wires             []*discovery.Resource
 	sotwRun, deltaRun run
+
+	// A shared served's only: the names of its items by what they reference, in name order,
+	// made the first time a holding of it is asked (referrers).
+	byRefOnce sync.Once
+	byRef     map[Ref][]string
+}
+
+// referrers are the names of the items of a shared served that reference ref, in name order.
+// A nil served has none.
+func (sv *served) referrers(ref Ref) []string {
+	if sv == nil {
+		return nil
+	}
+	sv.byRefOnce.Do(func() {
+		sv.byRef = map[Ref][]string{}
+		for _, it := range sv.sorted { // in name order, so each list is too
+			for _, r := range it.refs {
+				if names := sv.byRef[r]; len(names) == 0 || names[len(names)-1] != it.name {
+					sv.byRef[r] = append(names, it.name)
+				}
+			}
+		}
+	})
+	return sv.byRef[ref]
 }
 
 // get is the item served under name, or nil (nothing served yet included).
