@@ -7,6 +7,7 @@ package engine
 // again when it does (the entries that reference what it accepted, two levels up).
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -120,7 +121,7 @@ func (v sessionView) Served(typeURL, name string) *Entry { return v.snap.Type(ty
 func (v sessionView) ReferencedBy(typeURL, name string) string {
 	for _, by := range v.snap.dependents(Ref{TypeURL: typeURL, Name: name}) {
 		if ver, ok := v.Holds(by.TypeURL, by.Name); ok && ver == by.Version {
-			return shortType(by.TypeURL) + " " + quote(by.Name)
+			return fmt.Sprintf("%s %q", shortType(by.TypeURL), by.Name)
 		}
 	}
 	// What the client holds of a version no longer served may reference it too.
@@ -135,7 +136,7 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 			}
 			if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != ver {
 				if held := ks.acceptedRefs[n]; slices.Contains(held, Ref{TypeURL: typeURL, Name: name}) {
-					found = shortType(ks.name) + " " + quote(n)
+					found = fmt.Sprintf("%s %q", shortType(ks.name), n)
 				}
 			}
 		})
@@ -219,8 +220,6 @@ func shortType(typeURL string) string {
 	}
 	return typeURL
 }
-
-func quote(s string) string { return `"` + s + `"` }
 
 // Hold is a version a client does not get now, and why.
 type Hold struct {

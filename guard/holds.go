@@ -5,14 +5,11 @@ package guard
 // served.
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -125,16 +122,9 @@ func (h *envoyHolds) warmUp(from *engine.Entry, clusters []string) *engine.Entry
 	if w, ok := h.warm[key]; ok {
 		return w
 	}
-	m, err := from.Any.UnmarshalNew()
-	rc, ok := m.(*route.RouteConfiguration)
-	if err != nil || !ok {
+	rc := warmedUp(from.Any, clusters)
+	if rc == nil {
 		return nil
-	}
-	rc = proto.Clone(rc).(*route.RouteConfiguration)
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, c := range clusters {
-			vh.Routes = append(vh.Routes, warmUpRoute(c))
-		}
 	}
 	e, err := entryOf(resource.RouteType, rc, EnvoyReferences(resource.RouteType, rc), from.Source)
 	if err != nil {
@@ -166,8 +156,7 @@ func encode(typeURL string, r Resource) (*anypb.Any, string, error) {
 	if cache.GetResourceName(r) == "" {
 		return nil, "", fmt.Errorf("guard: a %s without a name", shortType(typeURL))
 	}
-	sum := sha256.Sum256(a.GetValue())
-	return a, hex.EncodeToString(sum[:12]), nil
+	return a, versionOf(a), nil
 }
 
 // newEntry is the engine's entry of one version, encoded once for every client (the codec).

@@ -50,6 +50,13 @@ type itemCache struct {
 	limit     int
 }
 
+// versionOf is the version of an encoded resource: a digest of its encoding, so that equal
+// content has one version whichever cache or node it comes from.
+func versionOf(a *anypb.Any) string {
+	sum := sha256.Sum256(a.GetValue())
+	return hex.EncodeToString(sum[:12])
+}
+
 func newItemCache() *itemCache {
 	return &itemCache{cur: map[string]*item{}, prev: map[string]*item{}, limit: 1 << 16}
 }
@@ -57,8 +64,7 @@ func newItemCache() *itemCache {
 // of returns the item of a resource of typeURL encoded as a; m is the resource itself where the
 // wrapped cache gave it (a RawResponse), else nil and it is decoded from a by a's type URL.
 func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(string, Resource) []Ref) (*item, error) {
-	sum := sha256.Sum256(a.GetValue())
-	version := hex.EncodeToString(sum[:12])
+	version := versionOf(a)
 	key := typeURL + "/" + version
 	c.mu.Lock()
 	it := c.cur[key]

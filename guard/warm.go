@@ -29,6 +29,23 @@ func warmUpRoute(cluster string) *route.Route {
 	}
 }
 
+// warmedUp is the route configuration encoded in a, with a route to each of clusters that
+// matches no request appended to every virtual host; nil when a is not one.
+func warmedUp(a *anypb.Any, clusters []string) *route.RouteConfiguration {
+	m, err := a.UnmarshalNew()
+	rc, ok := m.(*route.RouteConfiguration)
+	if err != nil || !ok {
+		return nil
+	}
+	rc = proto.Clone(rc).(*route.RouteConfiguration)
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, c := range clusters {
+			vh.Routes = append(vh.Routes, warmUpRoute(c))
+		}
+	}
+	return rc
+}
+
 // warmLocked is the route configuration the client holds (from), with a route to each of
 // clusters that matches no request (it needs WarmUpHeader), appended to every virtual host: the
 // client keeps routing as before, and asks for the clusters. Call with s.mu.
@@ -43,16 +60,9 @@ func (s *session) warmLocked(ts *typeState, from *item, clusters []string) *item
 	if w, ok := ts.warm[from.name]; ok && w.from == from && w.clusters == key {
 		return w.it
 	}
-	m, err := from.any.UnmarshalNew()
-	rc, ok := m.(*route.RouteConfiguration)
-	if err != nil || !ok {
+	rc := warmedUp(from.any, clusters)
+	if rc == nil {
 		return from
-	}
-	rc = proto.Clone(rc).(*route.RouteConfiguration)
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, c := range clusters {
-			vh.Routes = append(vh.Routes, warmUpRoute(c))
-		}
 	}
 	a, err := anypb.New(rc)
 	if err != nil {
