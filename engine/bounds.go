@@ -128,7 +128,7 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 	if len(subscribe) == 0 && len(unsubscribe) == 0 && len(initial) == 0 {
 		return nil // an ACK or a NACK, most requests: nothing to count, no lock taken
 	}
-	entries := s.cache.snap.Load().Type(kind)
+	entries := s.snapshot().Type(kind)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks := s.kinds.get(s.cache, kind); ks != nil && ks.requested {

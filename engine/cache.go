@@ -51,12 +51,14 @@ type Cache struct {
 	versions        atomic.Int64                  // snapshots set so far
 	answers         atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
 	views           atomic.Bool                   // each session sees only its published View (UseViews)
+	nodeSnaps       atomic.Bool                   // each session sees only its node's snapshot (UseNodeSnapshots)
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
 	order    []*Session                                    // streams by connection (fanOutOrder); nil once they changed
 	byNode   map[string]*Session                           // each node's current (admitted) session
 	budgets  map[string]*tokenBucket                       // each node's re-request budget, across its streams, until ForgetNode
+	perNode  map[string]*Snapshot                          // each node's own snapshot (SetNodeSnapshot)
 	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
 	// sotwRequests: likewise for SotW requests, taken by CreateWatch
 	sotwRequests map[*discovery.DiscoveryRequest]*Session
@@ -91,7 +93,7 @@ func (c *Cache) Publish(node string, v View) {
 // in this order (kds-host: owner types first).
 func NewCache(typeURLs []string) *Cache {
 	c := &Cache{kinds: typeURLs, kindAt: make(map[string]int, len(typeURLs)), budget: newBudget(DefaultLimits().MaxInFlightBytes), streams: map[int64]*Session{}, byNode: map[string]*Session{},
-		budgets:  map[string]*tokenBucket{},
+		budgets: map[string]*tokenBucket{}, perNode: map[string]*Snapshot{},
 		requests: map[*discovery.DeltaDiscoveryRequest]*Session{}, sotwRequests: map[*discovery.DiscoveryRequest]*Session{}}
 	for i, k := range typeURLs {
 		c.kindAt[k] = i
@@ -130,23 +132,70 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 			kinds = append(kinds, i)
 		}
 	}
+	if c.nodeSnaps.Load() {
+		return // every session reads its node's snapshot
+	}
 	c.fanOut(streams, func(st *Session) {
 		st.mu.Lock()
-		st.deferWake = true
-		c.answerWrite(st, kinds, changed, delta)
-		st.deferWake = false
-		queued, sendNow, kick := len(st.queue) > 0, st.sendNow, st.kick
-		st.mu.Unlock()
-		// A stream of the engine's own loop that is in step sends its answer here, as a server
-		// with no loop would: no other goroutine at work a stream a write.
-		if queued && (sendNow == nil || !sendNow()) {
-			if kick != nil {
-				kick()
-			} else {
-				st.signal()
-			}
+		if st.own.Load() != nil {
+			st.mu.Unlock()
+			return // it reads its node's snapshot
 		}
+		c.answerSession(st, kinds, changed, delta)
 	})
+}
+
+// answerSession answers a write to st (answerWrite), and has what it queued sent. Call with
+// st.mu, which it releases.
+func (c *Cache) answerSession(st *Session, kinds []int, changed map[string][]string, delta bool) {
+	st.deferWake = true
+	c.answerWrite(st, kinds, changed, delta)
+	st.deferWake = false
+	queued, sendNow, kick := len(st.queue) > 0, st.sendNow, st.kick
+	st.mu.Unlock()
+	// A stream of the engine's own loop that is in step sends its answer here, as a server
+	// with no loop would: no other goroutine at work a stream a write.
+	if queued && (sendNow == nil || !sendNow()) {
+		if kick != nil {
+			kick()
+		} else {
+			st.signal()
+		}
+	}
+}
+
+// UseNodeSnapshots makes each session see only its node's snapshot (SetNodeSnapshot), and
+// nothing, its watches left open, until one is set: as a go-control-plane SnapshotCache serves
+// a node. Call it before serving.
+func (c *Cache) UseNodeSnapshots() { c.nodeSnaps.Store(true) }
+
+// SetNodeSnapshot replaces what node's sessions see, instead of the snapshot SetSnapshot sets
+// (nil: they see that one again; with UseNodeSnapshots, nothing). It answers the node's open
+// watches that now have something new: when s was derived from the node's snapshot before
+// (Snapshot.Update), each looks at the changed names only. Other nodes' sessions are not looked
+// at. Calls for one node must not run concurrently.
+func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
+	c.mu.Lock()
+	if s == nil {
+		delete(c.perNode, node)
+	} else {
+		c.perNode[node] = s
+	}
+	st := c.byNode[node]
+	c.mu.Unlock()
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	changed, delta := s.ChangesFrom(st.own.Load())
+	st.own.Store(s)
+	kinds := make([]int, 0, len(c.kinds))
+	for i, k := range c.kinds {
+		if !delta || len(changed[k]) > 0 {
+			kinds = append(kinds, i)
+		}
+	}
+	c.answerSession(st, kinds, changed, delta)
 }
 
 // answerWrite makes the write's changed names (those of the types at kinds, their places in the
@@ -266,7 +315,7 @@ func (st *Session) mark(names map[string][]string, force bool) {
 			continue
 		}
 		ks := st.kind(kind)
-		if !force && 2*len(ns) >= len(st.cache.snap.Load().Type(kind)) {
+		if !force && 2*len(ns) >= len(st.snapshot().Type(kind)) {
 			ks.full = true // most of the type (a filter releasing what waited): one walk
 		} else {
 			for _, n := range ns {
@@ -332,8 +381,12 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 		b = &tokenBucket{}
 		c.budgets[zone] = b
 	}
+	own := c.perNode[zone]
 	st.mu.Lock()
 	st.node, st.reRequests = zone, b
+	if own != nil {
+		st.own.Store(own)
+	}
 	st.mu.Unlock()
 	return old, nil
 }
@@ -463,7 +516,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		ks.started, ks.full = true, true
 		for n, v := range sub.ReturnedResources() {
 			r := versionOnly(n, v)
-			if e := c.snap.Load().Type(w.kind)[n]; e != nil && e.Version == v {
+			if e := st.snapshot().Type(w.kind)[n]; e != nil && e.Version == v {
 				r = e.Wire // the version served: shared, as if sent
 			}
 			st.setView(w.kind, n, func() { ks.setDelivered(n, r) })
@@ -528,7 +581,14 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0 && len(names) == 0) {
 		return
 	}
-	snap := c.snap.Load()
+	snap := st.snapshot()
+	if snap == nil {
+		// Its node's snapshot is not set yet: nothing to send; the watch stays open.
+		for _, n := range names {
+			ks.markDirty(n)
+		}
+		return
+	}
 	entries := snap.Type(w.kind)
 	var visible func(*Entry) bool // nil: everything
 	if c.views.Load() {
@@ -660,7 +720,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	}
 	slices.Sort(removed)
 	if st.sotw {
-		if !c.answerSotwLocked(st, ks, w, resources, removed, all) {
+		if !c.answerSotwLocked(st, ks, w, snap, resources, removed, all) {
 			return
 		}
 		w.forced = sentForced

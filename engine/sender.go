@@ -150,7 +150,7 @@ func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.Del
 			r.setPrior(name, ackedVersion{old.Version, true})
 		}
 	}
-	if cur := s.cache.snap.Load(); first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(cur, kind, resp.Resources) {
+	if cur := s.snapshot(); cur != nil && first && !layered && len(resp.RemovedResources) == 0 && ks.delivered.sentAll(cur, kind, resp.Resources) {
 		ks.edits += uint64(len(resp.Resources)) // as setDelivered counts them; no prior, nothing to undo
 		r.all, r.allSum = true, cur.order(kind).acked
 	} else {

@@ -76,6 +76,9 @@ type Session struct {
 	// view is what the node may see, as last published (Cache.Publish): read without any lock
 	// of the publisher's.
 	view atomic.Pointer[viewBox]
+	// own is the node's own snapshot (Cache.SetNodeSnapshot), nil while it has none: written
+	// under mu, read with or without it.
+	own atomic.Pointer[Snapshot]
 
 	wake chan struct{} // capacity 1: the queue grew (read by the sender)
 	stop chan struct{} // closed when the stream closes
@@ -221,6 +224,18 @@ func newSession(c *Cache, id int64, info *streamInfo, sotw bool) *Session {
 		cache: c, id: id, info: info, sotw: sotw, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+}
+
+// snapshot is what the session serves: its node's snapshot when it has one, else the cache's
+// (nil with Cache.UseNodeSnapshots: nothing yet).
+func (s *Session) snapshot() *Snapshot {
+	if own := s.own.Load(); own != nil {
+		return own
+	}
+	if s.cache.nodeSnaps.Load() {
+		return nil
+	}
+	return s.cache.snap.Load()
 }
 
 // kind is the session's state of type k (a type URL), made on first use.

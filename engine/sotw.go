@@ -118,7 +118,7 @@ func (t *Tracker) served(typeURL string) error {
 // hold (its names are the whole subscription: they replace the type's), and refuses the request,
 // changing nothing, when the stream would then ask for more than max such names.
 func (s *Session) admitSotwNames(typeURL string, names []string, max int) error {
-	entries := s.cache.snap.Load().Type(typeURL)
+	entries := s.snapshot().Type(typeURL)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	total := 0
@@ -232,12 +232,12 @@ func subscriptionKey(sub cache.Subscription) string {
 }
 
 // answerSotwLocked answers the SotW watch w of ks with the response the delta evaluation found
-// (resources sent new or again, removed names; all: resources is the snapshot's whole type, in
-// name order). A full-state response carries what the client holds once it has this one; a
+// (resources sent new or again, removed names; all: resources is snap's whole type, in name
+// order). A full-state response carries what the client holds once it has this one; a
 // partial one what it sends new, and nothing when it would only remove (SotW cannot say it: the
 // client keeps the names, and the session forgets them). It reports whether it answered. Call
 // with st.mu.
-func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, resources []*discovery.Resource, removed []string, all bool) bool {
+func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Snapshot, resources []*discovery.Resource, removed []string, all bool) bool {
 	key := subscriptionKey(w.sub)
 	full := fullState(w.kind) || ks.sotwSeq == 0 || key != ks.sotwSub
 	if !full && len(resources) == 0 {
@@ -249,9 +249,9 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, resources
 	var anys []*anypb.Any
 	switch {
 	case all:
-		anys = c.snap.Load().order(w.kind).anys // every stream's, shared
+		anys = snap.order(w.kind).anys // every stream's, shared
 	case full:
-		anys = holdsAfter(ks, c.snap.Load().Type(w.kind), resources, removed)
+		anys = holdsAfter(ks, snap.Type(w.kind), resources, removed)
 	default:
 		anys = make([]*anypb.Any, len(resources))
 		for i, r := range resources {

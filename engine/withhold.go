@@ -166,7 +166,7 @@ func (s *Snapshot) dependents(r Ref) []*Entry {
 // reference them and those that reference those, and evaluates their types: a version held
 // back for them may go now. Call with s.mu, with a Withholder installed.
 func (s *Session) acceptedLocked(typeURL string, names []string) {
-	snap := s.cache.snap.Load()
+	snap := s.snapshot()
 	if ks := s.kinds.get(s.cache, typeURL); ks != nil {
 		for _, n := range names {
 			if h := s.ackedLocked(typeURL, n); h.ok {
