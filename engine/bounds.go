@@ -33,7 +33,7 @@ func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error 
 	if kind == "" {
 		return status.Error(codes.InvalidArgument, "type_url is required: KDS is ADS, one type per kind")
 	}
-	if _, served := t.cache.kindAt[kind]; !served {
+	if !t.cache.serves(kind) {
 		return status.Errorf(codes.InvalidArgument, "type_url %q is not a kind this control plane serves (it serves %s)",
 			nack.Truncate(kind, 128), nack.Truncate(strings.Join(t.cache.kinds, ", "), 512))
 	}

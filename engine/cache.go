@@ -52,6 +52,7 @@ type Cache struct {
 	answers         atomic.Pointer[sharedAnswers] // the snapshot's responses shared by every stream (codec.go)
 	views           atomic.Bool                   // each session sees only its published View (UseViews)
 	nodeSnaps       atomic.Bool                   // each session sees only its node's snapshot (UseNodeSnapshots)
+	anyType         bool                          // a type URL not in kinds is served too (ServeAnyType, before serving)
 
 	mu       sync.Mutex // guards the maps below; never held while a session's lock is
 	streams  map[int64]*Session
@@ -203,25 +204,43 @@ func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
 // with st.mu.
 func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]string, delta bool) {
 	for _, i := range kinds {
-		ks := st.kinds.known[i]
-		if ks == nil {
-			continue // not subscribed
+		if ks := st.kinds.known[i]; ks != nil { // nil: not subscribed
+			c.answerKind(st, ks, changed[c.kinds[i]], delta)
 		}
-		var names []string
-		switch {
-		case !delta:
-			ks.full = true
-		case len(ks.dirty) == 0 && !ks.full && ks.watch != nil && !ks.watch.answered:
-			// A stream in step, most often: its open watch looks at the changed names as
-			// they are, without making them dirty first.
-			names = changed[c.kinds[i]]
-		default:
-			for _, n := range changed[c.kinds[i]] {
-				ks.markDirty(n)
-			}
-		}
-		c.evaluateLocked(st, ks, names)
 	}
+	for kind, ks := range st.kinds.other { // ServeAnyType's
+		if !delta || len(changed[kind]) > 0 {
+			c.answerKind(st, ks, changed[kind], delta)
+		}
+	}
+}
+
+// answerKind is answerWrite of one type, whose changed names are changed. Call with st.mu.
+func (c *Cache) answerKind(st *Session, ks *kindState, changed []string, delta bool) {
+	var names []string
+	switch {
+	case !delta:
+		ks.full = true
+	case len(ks.dirty) == 0 && !ks.full && ks.watch != nil && !ks.watch.answered:
+		// A stream in step, most often: its open watch looks at the changed names as they are,
+		// without making them dirty first.
+		names = changed
+	default:
+		for _, n := range changed {
+			ks.markDirty(n)
+		}
+	}
+	c.evaluateLocked(st, ks, names)
+}
+
+// ServeAnyType makes the cache serve a type URL it was not made for too, after its own (a
+// wrapped cache's types are not known in advance). Call it before serving.
+func (c *Cache) ServeAnyType() { c.anyType = true }
+
+// serves reports whether the cache serves typeURL.
+func (c *Cache) serves(typeURL string) bool {
+	_, ok := c.kindAt[typeURL]
+	return ok || c.anyType
 }
 
 // fanOutOrder lists the streams for a write's fan-out, the streams of one connection together:
@@ -309,7 +328,13 @@ func (c *Cache) Resend(streamID int64, names map[string][]string) {
 func (st *Session) mark(names map[string][]string, force bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, kind := range st.cache.kinds {
+	kinds := st.cache.kinds
+	for kind := range names {
+		if _, ok := st.cache.kindAt[kind]; !ok && st.cache.anyType {
+			kinds = append(slices.Clip(kinds), kind) // ServeAnyType's, after the cache's own
+		}
+	}
+	for _, kind := range kinds {
 		ns := names[kind]
 		if len(ns) == 0 {
 			continue
@@ -582,8 +607,9 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		return
 	}
 	snap := st.snapshot()
-	if snap == nil {
-		// Its node's snapshot is not set yet: nothing to send; the watch stays open.
+	if snap == nil || (c.nodeSnaps.Load() && !snap.Has(w.kind) && ks.delivered.len() == 0) {
+		// Its node's snapshot, or its type in it, is not set yet: nothing to send; the watch
+		// stays open.
 		for _, n := range names {
 			ks.markDirty(n)
 		}

@@ -54,6 +54,8 @@ func (e *Entry) wireSize() int {
 type Snapshot struct {
 	kinds map[string]map[string]*Entry
 	size  int
+	// declared: a type without entries stays in kinds (Declare), and Has reports it.
+	declared bool
 
 	// A snapshot made by Update knows the one it was derived from (weakly: it does not keep it
 	// alive) and the xDS names, by type URL, whose entries differ from it (added,
@@ -167,7 +169,7 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 	if s == nil {
 		s = &Snapshot{kinds: map[string]map[string]*Entry{}}
 	}
-	d := &Snapshot{kinds: maps.Clone(s.kinds), size: s.size, base: weak.Make(s), changed: map[string][]string{}}
+	d := &Snapshot{kinds: maps.Clone(s.kinds), size: s.size, base: weak.Make(s), changed: map[string][]string{}, declared: s.declared}
 	own := func(typeURL string) map[string]*Entry { // copy on first write
 		if _, ok := d.changed[typeURL]; !ok {
 			m := maps.Clone(s.kinds[typeURL])
@@ -210,11 +212,33 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 		if len(names) == 0 {
 			delete(d.changed, typeURL) // touched, nothing changed
 		}
-		if len(d.kinds[typeURL]) == 0 {
+		if len(d.kinds[typeURL]) == 0 && !d.declared {
 			delete(d.kinds, typeURL) // as SnapshotOf: a snapshot has no empty type
 		}
 	}
 	return d
+}
+
+// Declare returns s with typeURL in it even when it has no entries (Has reports it), derived
+// from s as Update's are: a snapshot of a cache that tells a type with no resources from a type
+// it has not answered yet. A type emptied by Update stays in a snapshot derived from a declared
+// one.
+func (s *Snapshot) Declare(typeURL string) *Snapshot {
+	d := s.Update(nil, nil)
+	d.declared = true
+	if _, ok := d.kinds[typeURL]; !ok {
+		d.kinds[typeURL] = map[string]*Entry{}
+	}
+	return d
+}
+
+// Has reports whether s has typeURL: entries of it, or it declared (Declare).
+func (s *Snapshot) Has(typeURL string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.kinds[typeURL]
+	return ok
 }
 
 // SnapshotOf is a snapshot of entries, by type and name. An entry whose type and name were given

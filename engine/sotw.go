@@ -107,7 +107,7 @@ func (t *Tracker) served(typeURL string) error {
 	if typeURL == "" {
 		return status.Error(codes.InvalidArgument, "type_url is required: one type per request, as ADS has it")
 	}
-	if _, ok := t.cache.kindAt[typeURL]; !ok {
+	if !t.cache.serves(typeURL) {
 		return status.Errorf(codes.InvalidArgument, "type_url %q is not a type this server serves (it serves %s)",
 			nack.Truncate(typeURL, 128), nack.Truncate(strings.Join(t.cache.kinds, ", "), 512))
 	}

@@ -29,6 +29,8 @@ type Tracker struct {
 	// stalls: the observers are told as go-control-plane's server calls its callbacks, on the
 	// stream's one goroutine with nothing else of the stream going on (SetCallbacksStallStreams).
 	stalls bool
+	// nodeKey, if set, is the node a stream is admitted as (SetNodeKey).
+	nodeKey func(streamID int64, node string) string
 }
 
 // Limits bound what one node, or every node together, may cost the server. Zero fields take the
@@ -125,6 +127,12 @@ func (t *Tracker) SetLimits(l Limits) {
 // for kds-host's emulation of the old, blocking retry (--emulate) alone. Call it before serving.
 func (t *Tracker) SetCallbacksStallStreams() { t.stalls = true }
 
+// SetNodeKey makes each stream admitted as the node key(stream id, its node id) says, instead of
+// its node id: what the cache keeps by node (the current session, its snapshot, its insight,
+// its re-request budget) is then kept by key. A key per stream lets a node's streams be served
+// side by side, none replacing another (SotW stream ids are negated). Call it before serving.
+func (t *Tracker) SetNodeKey(key func(streamID int64, node string) string) { t.nodeKey = key }
+
 // SetPlainCause sets the cause of the refusals of a NACK without a structured rejection list
 // (default: unspecified, which the retry policy backs off and resends, as a client that cannot
 // say why may refuse for a passing reason; an Envoy or grpc-go client's NACK is about content:
@@ -210,6 +218,9 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 	opened := false
 	if node == "" {
 		n, err := t.admissible(s, in.node)
+		if err == nil && t.nodeKey != nil {
+			n = t.nodeKey(id, n)
+		}
 		if err == nil {
 			var replaced *Session
 			replaced, err = t.cache.admit(s, n, t.limits.MaxNodes)
