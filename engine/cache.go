@@ -314,6 +314,14 @@ func (c *Cache) Session(streamID int64) *Session {
 // Snapshot returns what is served now.
 func (c *Cache) Snapshot() *Snapshot { return c.snap.Load() }
 
+// NodeSnapshot returns the node's own snapshot (SetNodeSnapshot; nil: none), and whether every
+// node sees its own only (UseNodeSnapshots).
+func (c *Cache) NodeSnapshot(node string) (snap *Snapshot, only bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.perNode[node], c.nodeSnaps.Load()
+}
+
 // Resend makes the stream send the named resources (type URL -> xDS names) again, although the
 // node was already sent their current version (it rejected them). Names no longer served are
 // ignored. Only the named names of the named types are looked at.
@@ -566,8 +574,8 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		ks.markDirty(n) // a re-request, or a new name of a named subscription
 	}
 	ks.watch = w
-	if c.withholder != nil {
-		ks.sub = sub // what a Withholder reads of the client's subscription (ClientView.Asks)
+	if c.withholder != nil || c.views.Load() {
+		ks.sub = sub // what a Withholder reads of the client's subscription (ClientView.Asks), and Session.Asks
 	}
 	c.evaluateLocked(st, ks, nil)
 	return w
@@ -607,7 +615,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		return
 	}
 	snap := st.snapshot()
-	if snap == nil || (c.nodeSnaps.Load() && !snap.Has(w.kind) && ks.delivered.len() == 0) {
+	if snap == nil || (snap.declared && !snap.Has(w.kind) && ks.delivered.len() == 0) {
 		// Its node's snapshot, or its type in it, is not set yet: nothing to send; the watch
 		// stays open.
 		for _, n := range names {
@@ -665,6 +673,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	}
 	wh := c.withholder
 	cv := sessionView{s: st, snap: snap}
+	withheld := false // something of the type is held back from the node
 	look := func(name string, e *Entry) {
 		d, isKnown := ks.delivered.get(name)
 		served := e != nil && w.subscribes(name)
@@ -674,6 +683,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 			ks.unhold(name)
 		case served && visible != nil && !visible(e):
 			// Withheld: the node keeps what it has (no update, and no removal either).
+			withheld = true
 			if !isKnown {
 				delete(ks.forced, name) // not served to this node: nothing to resend
 			}
@@ -685,6 +695,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 				} else {
 					ks.hold(name, e.Version, why)
 					if instead == nil || isKnown && (d == instead.Wire || d.Version == instead.Version) {
+						withheld = true
 						return // the client keeps what it has
 					}
 					e = instead
@@ -741,8 +752,10 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	for _, n := range rest {
 		ks.markDirty(n)
 	}
-	if len(resources)+len(removed) == 0 && (!st.sotw || ks.sotwSeq > 0) {
-		return // nothing to send (a SotW type's first answer goes, empty or not)
+	if len(resources)+len(removed) == 0 && (!st.sotw || !ks.sotwWhole || withheld) {
+		// Nothing to send. A SotW type's whole state goes, empty or not, as sotwWhole says, but
+		// not empty for what is held back: the client would take it as having none of them.
+		return
 	}
 	slices.Sort(removed)
 	if st.sotw {

@@ -173,3 +173,74 @@ func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource
 	d.share(cur, cur.Type(kind))
 	return true
 }
+
+// priorSet is name -> version: a few pairs in a slice (a response to an update carries one or two
+// names), a map once there are more.
+type priorSet struct {
+	few  []namedVersion
+	many map[string]string
+	one  [1]namedVersion // few's first room: an update's one name costs no allocation (never copied once set)
+}
+
+type namedVersion struct{ name, version string }
+
+// priorSetFew is how many names a priorSet keeps in its slice.
+const priorSetFew = 8
+
+func (p *priorSet) get(name string) (string, bool) {
+	if p.many != nil {
+		v, ok := p.many[name]
+		return v, ok
+	}
+	for _, nv := range p.few {
+		if nv.name == name {
+			return nv.version, true
+		}
+	}
+	return "", false
+}
+
+func (p *priorSet) empty() bool { return len(p.few) == 0 && len(p.many) == 0 }
+
+func (p *priorSet) set(name, version string) {
+	if p.many != nil {
+		p.many[name] = version
+		return
+	}
+	for i := range p.few {
+		if p.few[i].name == name {
+			p.few[i].version = version
+			return
+		}
+	}
+	if len(p.few) < priorSetFew {
+		if p.few == nil {
+			p.few = p.one[:0]
+		}
+		p.few = append(p.few, namedVersion{name, version})
+		return
+	}
+	p.many = make(map[string]string, 2*priorSetFew)
+	for _, nv := range p.few {
+		p.many[nv.name] = nv.version
+	}
+	p.many[name] = version
+	p.few = nil
+}
+
+func (p *priorSet) del(name string) {
+	if p.many != nil {
+		delete(p.many, name)
+		return
+	}
+	p.few = slices.DeleteFunc(p.few, func(nv namedVersion) bool { return nv.name == name })
+}
+
+func (p *priorSet) each(f func(name string)) {
+	for n := range p.many {
+		f(n)
+	}
+	for _, nv := range p.few {
+		f(nv.name)
+	}
+}

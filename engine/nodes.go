@@ -43,8 +43,9 @@ type TypeInsight struct {
 	Responses int64  `json:"responses"` // responses sent
 	ACKs      int64  `json:"acks"`
 	NACKs     int64  `json:"nacks"`
-	// LastError and Rejected are the last NACK's error detail and the names it rejected; an ACK
-	// clears them.
+	Resent    int64  `json:"resent,omitempty"` // resources sent again although the node was sent their version (Cache.Resend)
+	// LastError and Rejected are the last NACK's error detail and the names it rejected; the
+	// ACK of a response that carries a rejected name clears it, and LastError with the last one.
 	LastError string            `json:"lastError,omitempty"`
 	Rejected  []event.Rejection `json:"rejected,omitempty"`
 	Known     int               `json:"known"` // resources the node has ACKed, and holds now
@@ -102,6 +103,7 @@ func (n *Nodes) streamOpened(id int64, zone string) {
 		e.Responses += ki.Responses
 		e.ACKs += ki.ACKs
 		e.NACKs += ki.NACKs
+		e.Resent += ki.Resent
 	}
 }
 
@@ -234,6 +236,7 @@ func (p nodeParts) kinds() []*TypeInsight {
 		ki.Responses += e.Responses
 		ki.ACKs += e.ACKs
 		ki.NACKs += e.NACKs
+		ki.Resent += e.Resent
 	}
 	out := make([]*TypeInsight, 0, len(byKind))
 	for _, ki := range byKind {

@@ -114,6 +114,7 @@ func (s *Session) next() *watch {
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}
+	ks.resent += int64(len(w.forced))
 	return w
 }
 
@@ -196,6 +197,7 @@ func (s *Session) takeBack(w *watch) {
 	for _, n := range w.forced {
 		ks.markForced(n)
 	}
+	ks.resent -= int64(len(w.forced)) // not sent after all
 }
 
 // requeue makes the names of an answered, undelivered response dirty again. Call with s.mu.

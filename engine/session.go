@@ -116,11 +116,14 @@ type kindState struct {
 	kept         map[string]string
 	acceptedRefs map[string][]Ref
 	sotwSub      string // SotW: what the client asked for when answered last (subscriptionKey)
+	// sotwWhole: the type's next SotW watch is answered with the client's whole state of it,
+	// though nothing changed: its subscription changed, or it refused a full-state response.
+	sotwWhole bool
 
 	// What happened to the type on this stream, for the insight.
-	sent, responses, acks, nacks int64
-	lastError                    string
-	rejected                     []event.Rejection
+	sent, responses, acks, nacks, resent int64
+	lastError                            string
+	rejected                             []event.Rejection
 }
 
 // markDirty makes name dirty. Most streams' types never have a dirty name that outlives an
@@ -448,77 +451,6 @@ func (r *inflight) setPrior(name string, h ackedVersion) {
 	r.priors.set(name, h.version)
 }
 
-// priorSet is name -> version: a few pairs in a slice (a response to an update carries one or two
-// names), a map once there are more.
-type priorSet struct {
-	few  []namedVersion
-	many map[string]string
-	one  [1]namedVersion // few's first room: an update's one name costs no allocation (never copied once set)
-}
-
-type namedVersion struct{ name, version string }
-
-// priorSetFew is how many names a priorSet keeps in its slice.
-const priorSetFew = 8
-
-func (p *priorSet) get(name string) (string, bool) {
-	if p.many != nil {
-		v, ok := p.many[name]
-		return v, ok
-	}
-	for _, nv := range p.few {
-		if nv.name == name {
-			return nv.version, true
-		}
-	}
-	return "", false
-}
-
-func (p *priorSet) empty() bool { return len(p.few) == 0 && len(p.many) == 0 }
-
-func (p *priorSet) set(name, version string) {
-	if p.many != nil {
-		p.many[name] = version
-		return
-	}
-	for i := range p.few {
-		if p.few[i].name == name {
-			p.few[i].version = version
-			return
-		}
-	}
-	if len(p.few) < priorSetFew {
-		if p.few == nil {
-			p.few = p.one[:0]
-		}
-		p.few = append(p.few, namedVersion{name, version})
-		return
-	}
-	p.many = make(map[string]string, 2*priorSetFew)
-	for _, nv := range p.few {
-		p.many[nv.name] = nv.version
-	}
-	p.many[name] = version
-	p.few = nil
-}
-
-func (p *priorSet) del(name string) {
-	if p.many != nil {
-		delete(p.many, name)
-		return
-	}
-	p.few = slices.DeleteFunc(p.few, func(nv namedVersion) bool { return nv.name == name })
-}
-
-func (p *priorSet) each(f func(name string)) {
-	for n := range p.many {
-		f(n)
-	}
-	for _, nv := range p.few {
-		f(nv.name)
-	}
-}
-
 // setRefused records that the node holds h of name, where delivered may say otherwise.
 func (ks *kindState) setRefused(name string, h ackedVersion) {
 	if ks.deliveredIs(name, h) {
@@ -561,7 +493,12 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	var rejected map[string]bool
 	if nack == nil {
 		ks.acks++
-		ks.rejected, ks.lastError = nil, ""
+		if len(ks.rejected) > 0 { // an ACK of what it refused clears it; a response without it does not
+			ks.rejected = slices.DeleteFunc(slices.Clone(ks.rejected), func(rj event.Rejection) bool { _, ok := r.covers(rj.Name); return ok })
+			if len(ks.rejected) == 0 {
+				ks.rejected, ks.lastError = nil, ""
+			}
+		}
 	} else {
 		ks.nacks++
 		ks.rejected, ks.lastError = nack.Rejected, nack.Detail
@@ -747,7 +684,7 @@ func (s *Session) Insight() []*TypeInsight {
 		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 && len(ks.holds) == 0 {
 			return
 		}
-		ti := &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks,
+		ti := &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks, Resent: ks.resent,
 			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked}
 		for _, h := range ks.holds {
 			ti.Holds = append(ti.Holds, h)

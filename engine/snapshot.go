@@ -63,8 +63,7 @@ type Snapshot struct {
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
 
-	depsOnce sync.Once
-	deps     map[Ref][]*Entry // what references each Ref (dependents), made on first use
+	deps deps // what references each Ref (deps.go)
 
 	kindsMu sync.Mutex            // guards wires and orders
 	wires   map[string]*kindWire  // type URL -> its entries' encoding end to end; made on first use (codec.go)
@@ -170,6 +169,7 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 		s = &Snapshot{kinds: map[string]map[string]*Entry{}}
 	}
 	d := &Snapshot{kinds: maps.Clone(s.kinds), size: s.size, base: weak.Make(s), changed: map[string][]string{}, declared: s.declared}
+	defer func() { d.deps.derive(&s.deps, d.changed) }()
 	own := func(typeURL string) map[string]*Entry { // copy on first write
 		if _, ok := d.changed[typeURL]; !ok {
 			m := maps.Clone(s.kinds[typeURL])
@@ -219,15 +219,18 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 	return d
 }
 
-// Declare returns s with typeURL in it even when it has no entries (Has reports it), derived
-// from s as Update's are: a snapshot of a cache that tells a type with no resources from a type
-// it has not answered yet. A type emptied by Update stays in a snapshot derived from a declared
-// one.
-func (s *Snapshot) Declare(typeURL string) *Snapshot {
+// Declare returns s with typeURLs in it even when they have no entries (Has reports them),
+// derived from s as Update's are: the snapshot of a cache that tells a type with no resources
+// from a type it has not answered yet. A type emptied by Update stays in a snapshot derived from
+// a declared one. A Cache does not answer a watch of a type a declared snapshot lacks (the watch
+// stays open) until the snapshot has it.
+func (s *Snapshot) Declare(typeURLs ...string) *Snapshot {
 	d := s.Update(nil, nil)
 	d.declared = true
-	if _, ok := d.kinds[typeURL]; !ok {
-		d.kinds[typeURL] = map[string]*Entry{}
+	for _, t := range typeURLs {
+		if _, ok := d.kinds[t]; !ok {
+			d.kinds[t] = map[string]*Entry{}
+		}
 	}
 	return d
 }

@@ -198,7 +198,7 @@ func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub 
 	ks := st.kind(w.kind)
 	w.ks = ks
 	if key := subscriptionKey(sub); ks.sotwSeq == 0 || key != ks.sotwSub {
-		ks.full = true
+		ks.full, ks.sotwWhole = true, true
 		var gone []string
 		ks.delivered.each(func(n string, _ *discovery.Resource) {
 			if !w.subscribes(n) {
@@ -210,7 +210,7 @@ func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub 
 		}
 	}
 	ks.watch = w
-	if c.withholder != nil {
+	if c.withholder != nil || c.views.Load() {
 		ks.sub = sub
 	}
 	c.evaluateLocked(st, ks, nil)
@@ -239,7 +239,7 @@ func subscriptionKey(sub cache.Subscription) string {
 // with st.mu.
 func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Snapshot, resources []*discovery.Resource, removed []string, all bool) bool {
 	key := subscriptionKey(w.sub)
-	full := fullState(w.kind) || ks.sotwSeq == 0 || key != ks.sotwSub
+	full := fullState(w.kind) || ks.sotwSeq == 0 || key != ks.sotwSub || ks.sotwWhole
 	if !full && len(resources) == 0 {
 		for _, n := range removed {
 			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
@@ -259,7 +259,7 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 		}
 	}
 	ks.sotwSeq++
-	ks.sotwSub = key
+	ks.sotwSub, ks.sotwWhole = key, false
 	if !full {
 		removed = nil // the client keeps them: nothing of the record removes them
 	}

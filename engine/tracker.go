@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -128,7 +126,7 @@ func (t *Tracker) SetLimits(l Limits) {
 func (t *Tracker) SetCallbacksStallStreams() { t.stalls = true }
 
 // SetNodeKey makes each stream admitted as the node key(stream id, its node id) says, instead of
-// its node id: what the cache keeps by node (the current session, its snapshot, its insight,
+// its node id (which may then be empty; Limits.MaxNodeIDLength bounds the key): what the cache keeps by node (the current session, its snapshot, its insight,
 // its re-request budget) is then kept by key. A key per stream lets a node's streams be served
 // side by side, none replacing another (SotW stream ids are negated). Call it before serving.
 func (t *Tracker) SetNodeKey(key func(streamID int64, node string) string) { t.nodeKey = key }
@@ -217,10 +215,11 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 	}
 	opened := false
 	if node == "" {
-		n, err := t.admissible(s, in.node)
-		if err == nil && t.nodeKey != nil {
-			n = t.nodeKey(id, n)
+		nodeID := in.node
+		if t.nodeKey != nil {
+			nodeID = t.nodeKey(id, nodeID) // a key of its own, whatever the node id (none included)
 		}
+		n, err := t.admissible(s, nodeID)
 		if err == nil {
 			var replaced *Session
 			replaced, err = t.cache.admit(s, n, t.limits.MaxNodes)
@@ -271,8 +270,14 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 	default:
 		nack = nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
 		s.answerLocked(answered, &nack)
-		if t.cache.withholder != nil && len(nack.Accepted) > 0 {
-			s.acceptedLocked(answered.kind, slices.Collect(maps.Keys(nack.Accepted)))
+		if t.cache.withholder != nil {
+			// What it accepted, and what it refused: what waits for either is looked at again.
+			s.acceptedLocked(answered.kind, answered.names())
+		}
+		if s.sotw && fullState(answered.kind) {
+			// The client is told its whole state again, what it refused left out: a client
+			// that refuses a response whole then holds what it accepts of it too.
+			answered.ks.full, answered.ks.sotwWhole = true, true
 		}
 	}
 	s.mu.Unlock()

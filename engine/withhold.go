@@ -90,6 +90,14 @@ func (v sessionView) Asks(typeURL, name string) bool {
 	return ok
 }
 
+// Asks reports whether the client asks for the resource (type URL, name), as of its last request
+// of the type; known with a Withholder or views (Cache.UseViews) only, else false.
+func (s *Session) Asks(typeURL, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sessionView{s: s}.Asks(typeURL, name)
+}
+
 func (v sessionView) AsksType(typeURL string) bool {
 	ks := v.s.kinds.get(v.s.cache, typeURL)
 	return ks != nil && ks.requested
@@ -142,24 +150,6 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 		})
 	})
 	return found
-}
-
-// dependents is what references r in the snapshot, made on first use.
-func (s *Snapshot) dependents(r Ref) []*Entry {
-	if s == nil {
-		return nil
-	}
-	s.depsOnce.Do(func() {
-		s.deps = map[Ref][]*Entry{}
-		for _, byName := range s.kinds {
-			for _, e := range byName {
-				for _, ref := range e.Refs {
-					s.deps[ref] = append(s.deps[ref], e)
-				}
-			}
-		}
-	})
-	return s.deps[r]
 }
 
 // acceptedLocked marks dirty, after the client accepted names of typeURL, the entries that

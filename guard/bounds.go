@@ -8,7 +8,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"log/slog"
 
 	"github.com/kds-host/kds-host/engine/nack"
 )
@@ -42,14 +41,20 @@ func (o Options) bounds() bounds {
 	return b
 }
 
-// askedType is what a stream's requests asked of one type, as admit counted it: the names it
-// subscribes to, and those of its initial_resource_versions not among them (delta; counted for
-// the stream's life).
-type askedType struct {
-	subscribed, initial int
+// asked is what a stream's requests asked for, by type URL, as admitNames counted it.
+type asked struct {
+	types map[string]*askedType
 }
 
-// request is what admit reads of a SotW or delta request.
+// askedType is what a stream's requests asked of one type: the names it subscribes to, and
+// those of its initial_resource_versions not among them (delta; counted for the stream's life).
+type askedType struct {
+	subscribed int
+	live       map[string]struct{} // the names: as the server's subscription holds them (delta), as the last request listed them (SotW)
+	initial    int
+}
+
+// request is what admitNames reads of a SotW or delta request.
 type request struct {
 	node        *core.Node
 	typeURL     string
@@ -59,84 +64,45 @@ type request struct {
 	sotw        bool
 }
 
-// admit checks a request against its stream's bounds: the streams of its node (on the stream's
-// first request), the types the stream asks for, and the names, across its types. It refuses the
-// request with ResourceExhausted, counted and logged, before the server stores any of it, and
-// records what it admits.
-func (s *session) admit(r request) error {
-	err := s.admitNode(r.node)
-	if err == nil {
-		err = s.admitNames(r)
+// admitNode counts a stream against its node's streams, on its first request. Call with g.mu.
+func (g *Guard) admitNode(node string) error {
+	n := 0
+	for _, st := range g.streams {
+		if st.feed != nil && st.node == node {
+			n++
+		}
 	}
-	if err != nil {
-		s.g.refused("limit", s.nodeID(r.node), err)
+	if g.bounds.perNode > 0 && n >= g.bounds.perNode {
+		return status.Errorf(codes.ResourceExhausted, "node %q has %d streams open, its bound (guard.Options.MaxStreamsPerNode)", truncate(node), n)
 	}
-	return err
-}
-
-// admitNode counts the stream against its node's streams, on its first request.
-func (s *session) admitNode(node *core.Node) error {
-	s.mu.Lock()
-	counted := s.counted
-	s.mu.Unlock()
-	if counted {
-		return nil
-	}
-	id := node.GetId()
-	g := s.g
-	g.mu.Lock()
-	if g.bounds.perNode > 0 && g.nodes[id] >= g.bounds.perNode {
-		n := g.nodes[id]
-		g.mu.Unlock()
-		return status.Errorf(codes.ResourceExhausted, "node %q has %d streams open, its bound (guard.Options.MaxStreamsPerNode)", nack.Truncate(id, 128), n)
-	}
-	g.nodes[id]++
-	g.mu.Unlock()
-	s.mu.Lock()
-	s.counted, s.countedAs = true, id
-	s.mu.Unlock()
 	return nil
 }
 
-// uncount takes a closed stream out of its node's streams.
-func (g *Guard) uncount(s *session) {
-	s.mu.Lock()
-	counted, id := s.counted, s.countedAs
-	s.counted = false
-	s.mu.Unlock()
-	if !counted {
-		return
+// admitNames checks the types and names a request asks for, and records what it admits.
+func (a *asked) admitNames(b bounds, r request) error {
+	prev := a.types[r.typeURL]
+	if prev == nil && len(a.types) >= b.types {
+		return status.Errorf(codes.ResourceExhausted, "a stream may ask for %d types at most; %q is one more (guard.Options.MaxTypesPerStream)", b.types, truncate(r.typeURL))
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.nodes[id]--; g.nodes[id] <= 0 {
-		delete(g.nodes, id)
+	if prev != nil && !r.sotw && len(r.subscribe) == 0 && len(r.unsubscribe) == 0 {
+		return nil // an ACK or a NACK: nothing changes
 	}
-}
-
-// admitNames checks the types and names a request asks for.
-func (s *session) admitNames(r request) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.g.bounds
-	prev, asked := s.asked[r.typeURL]
-	if !asked && len(s.asked) >= b.types {
-		return status.Errorf(codes.ResourceExhausted, "a stream may ask for %d types at most; %q is one more (guard.Options.MaxTypesPerStream)", b.types, nack.Truncate(r.typeURL, 128))
+	if prev != nil && r.sotw && sameNames(prev.live, r.subscribe) {
+		return nil // most often an ACK or a NACK, the same names asked for again
 	}
 	others := 0
-	for t, a := range s.asked {
+	for t, at := range a.types {
 		if t != r.typeURL {
-			others += a.subscribed + a.initial
+			others += at.subscribed + at.initial
 		}
 	}
-	// live is what the server's subscription holds of the type now: a delta request changes it.
-	var live map[string]struct{}
-	if ts := s.types[r.typeURL]; ts != nil && ts.sub != nil && !r.sotw {
-		live = ts.sub.SubscribedResources()
+	next := askedType{}
+	var live map[string]struct{} // what the server's subscription holds of the type now (delta)
+	if prev != nil && !r.sotw {
+		next.initial, live = prev.initial, prev.live
 	}
-	next := askedType{initial: prev.initial}
+	gone := map[string]struct{}{} // of live, what the request unsubscribes from
 	if !r.sotw {
-		gone := map[string]struct{}{} // of live, what the request unsubscribes from
 		for _, n := range r.unsubscribe {
 			if _, ok := live[n]; ok {
 				gone[n] = struct{}{}
@@ -153,7 +119,7 @@ func (s *session) admitNames(r request) error {
 	// seen holds at most the bound's names: the request is refused at the first name past it.
 	seen := map[string]struct{}{}
 	for _, n := range r.subscribe {
-		if _, ok := live[n]; ok || n == "*" {
+		if _, ok := live[n]; (ok && !isIn(gone, n)) || n == "*" {
 			continue
 		}
 		if _, ok := seen[n]; ok {
@@ -165,11 +131,8 @@ func (s *session) admitNames(r request) error {
 			return err
 		}
 	}
-	if !asked {
+	if prev == nil {
 		for n := range r.initial {
-			if _, ok := live[n]; ok {
-				continue
-			}
 			if _, ok := seen[n]; ok {
 				continue
 			}
@@ -180,28 +143,49 @@ func (s *session) admitNames(r request) error {
 			}
 		}
 	}
-	if s.asked == nil {
-		s.asked = map[string]askedType{}
+	if r.sotw { // admitted: the names the stream asks for now
+		next.live = make(map[string]struct{}, len(r.subscribe))
+		for _, n := range r.subscribe {
+			next.live[n] = struct{}{}
+		}
+	} else { // admitted: the subscription changes as the server will change it
+		if live == nil {
+			live = map[string]struct{}{}
+		}
+		for n := range gone {
+			delete(live, n)
+		}
+		for _, n := range r.subscribe {
+			if n != "*" {
+				live[n] = struct{}{}
+			}
+		}
+		next.live = live
 	}
-	s.asked[r.typeURL] = next
+	if a.types == nil {
+		a.types = map[string]*askedType{}
+	}
+	a.types[r.typeURL] = &next
 	return nil
 }
 
-// nodeID is the node id a refusal names: the stream's, else its request's.
-func (s *session) nodeID(node *core.Node) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.node != "" {
-		return s.node
+// sameNames reports whether names are set's, each once.
+func sameNames(set map[string]struct{}, names []string) bool {
+	if len(names) != len(set) {
+		return false
 	}
-	return nack.Truncate(node.GetId(), 128)
+	for _, n := range names {
+		if _, ok := set[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
-// refused counts a refused stream by reason, and logs it (refusalLines a second per reason).
-func (g *Guard) refused(reason, node string, err error) {
-	g.totals.add(&g.totals.refusals, reason)
-	g.refusals.Log(reason, slog.LevelWarn, "xDS stream refused", "reason", reason, "node", node, "detail", status.Convert(err).Message())
+func isIn(set map[string]struct{}, n string) bool {
+	_, ok := set[n]
+	return ok
 }
 
-// refusalLines bounds the log lines of refused streams of one reason a second.
-const refusalLines = 5
+// truncate is a node id or type URL as an error message names it.
+func truncate(s string) string { return nack.Truncate(s, 128) }

@@ -6,26 +6,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	"google.golang.org/grpc/encoding"
 
 	"github.com/kds-host/kds-host/engine"
-	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/internal/lograte"
-	"github.com/kds-host/kds-host/internal/stack"
-	"github.com/kds-host/kds-host/policy"
-	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
 // Cache is kds-host's own cache with the guard's NACK handling, retry and owner checks: for a
@@ -45,17 +37,11 @@ import (
 //	srv := server.NewServer(ctx, c, c.Callbacks(myCallbacks))
 //	c.SetResources(map[string][]types.Resource{resource.ClusterType: {cluster}})
 type Cache struct {
-	s      *stack.Stack
-	rt     *policy.Runtime // Options.Plugins'; nil without
-	descs  descs
+	*serving
 	owners func(typeURL string, r Resource) []Ref
 	types  []string
-	totals totals
 	setMu  sync.Mutex                          // one SetResources at a time
 	built  map[string]map[string]*engine.Entry // SetResources' last entries, by type and name, reused while unchanged
-
-	refusals *lograte.Log // refused streams, a few lines a second per reason
-	closed   sync.Once
 }
 
 // NewCache returns kds-host's cache for types, in the order a client should get them when they
@@ -84,65 +70,20 @@ func NewCache(types []string, opts Options) (_ *Cache, err error) {
 		// once it has the cluster, so what a resource references cannot always come first.
 		opts.Owners = func(string, Resource) []Ref { return nil }
 	}
-	rt, err := opts.openPlugins()
+	v, err := newServing(types, &opts, engine.Limits{})
 	if err != nil {
-		return nil, err
-	}
-	c := &Cache{rt: rt, descs: opts.descs(), owners: opts.Owners, types: slices.Clone(types),
-		refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason")}
-	c.s, err = stack.New(stack.Config{Types: types, Logger: opts.Logger, RetryPolicy: opts.RetryPolicy, Fallback: opts.Fallback,
-		PolicyTimeout: opts.PolicyTimeout, OwnerCheck: opts.OwnerCheck, OwnerCheckTimeout: opts.OwnerCheckTimeout,
-		Observers: []event.Observer{c.counter()}})
-	if err != nil {
-		c.refusals.Close()
-		if rt != nil {
-			rt.Close()
-		}
 		return nil, fmt.Errorf("guard: NewCache: %w", err)
 	}
-	if !opts.NoHolds {
-		c.s.Cache.SetWithholder(newEnvoyHolds())
-	}
-	c.s.Cache.OnUnbound(func(err error) {
-		c.totals.add(&c.totals.refusals, "unbound")
-		c.refusals.Log("unbound", slog.LevelError, "xDS request refused: the server was made without the cache's Callbacks", "error", err)
-	})
-	return c, nil
+	return &Cache{serving: v, owners: opts.Owners, types: slices.Clone(types)}, nil
 }
 
 // typeURLPrefix starts every type URL an xDS server serves.
 const typeURLPrefix = "type.googleapis.com/"
 
-// Close stops the client expiry, the owner checks, the retry decisions in flight, every
-// stream's sender and the plugins. A second Close does nothing.
-func (c *Cache) Close() {
-	c.closed.Do(func() {
-		c.s.Close()
-		c.refusals.Close()
-		if c.rt != nil {
-			c.rt.Close()
-		}
-	})
-}
-
-// CreateWatch implements cache.ConfigWatcher for the state-of-the-world server.
-func (c *Cache) CreateWatch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
-	return c.s.Cache.CreateWatch(req, sub, out)
-}
-
-// CreateDeltaWatch implements cache.ConfigWatcher for the delta server.
-func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
-	return c.s.Cache.CreateDeltaWatch(req, sub, out)
-}
-
 // Fetch implements cache.ConfigFetcher (REST), which the cache does not serve.
 func (c *Cache) Fetch(ctx context.Context, req *discovery.DiscoveryRequest) (cache.Response, error) {
 	return c.s.Cache.Fetch(ctx, req)
 }
-
-// Codec is gRPC's "proto" codec, except that a resource version is encoded once for every
-// client: give it to the gRPC server, grpc.NewServer(grpc.ForceServerCodecV2(c.Codec())).
-func (c *Cache) Codec() encoding.CodecV2 { return c.s.Cache.Codec() }
 
 // Callbacks returns the server callbacks the cache follows each stream with: pass them to
 // server.NewServer. Each stream callback, SotW and delta, calls the cache's and then next's (may
@@ -187,63 +128,18 @@ func (c *Cache) entry(typeURL string, r types.Resource) (*engine.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := cache.GetResourceName(r)
-	if old := c.built[typeURL][name]; old != nil && old.Version == version {
+	if old := c.built[typeURL][cache.GetResourceName(r)]; old != nil && old.Version == version {
 		return old, nil
 	}
-	// The candidate the owner checks read (owner.Mapping's default): the kind is the type URL, the
-	// owners what Options.Owners says it references.
-	env := &kdsv1.Resource{Kind: typeURL, Name: name}
-	for _, ref := range c.owners(typeURL, r) {
-		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
-	}
-	return newEntry(typeURL, name, version, a, refsOf(EnvoyReferences(typeURL, r)), env)
-}
-
-// counter counts NACKs and responses by type, and refused streams by reason, for the collector,
-// and logs refused streams (a few lines a second per reason).
-func (c *Cache) counter() event.Observer {
-	return event.Observer{
-		NACK: func(n event.NACK) { c.totals.add(&c.totals.nacks, n.TypeURL) },
-		Sent: func(s event.Sent) { c.totals.add(&c.totals.responses, s.TypeURL) },
-		Refused: func(r event.Refusal) {
-			c.totals.add(&c.totals.refusals, r.Reason)
-			c.refusals.Log(r.Reason, slog.LevelWarn, "xDS stream refused", "reason", r.Reason, "node", r.Node, "detail", r.Detail)
-		},
-	}
+	return entryFor(typeURL, a, version, r, EnvoyReferences, c.owners)
 }
 
 // Clients returns every connected client's insight, by node id (one stream each: a client's
 // newer stream replaces its older one).
 func (c *Cache) Clients() []ClientInsight {
-	out := []ClientInsight{}
-	for _, z := range c.s.Nodes.Insights() {
-		if !z.Connected {
-			continue
-		}
-		ci := ClientInsight{Stream: z.Stream, Delta: true, Node: z.Node}
-		held := map[string][]Withheld{}
-		if c.s.Holds != nil {
-			for _, w := range c.s.Holds.Withheld(z.Node) {
-				reason := w.Verdict + ": " + w.Reason
-				if w.WaitingFor != (engine.Ref{}) {
-					reason = w.Verdict + ": waiting for " + w.WaitingFor.TypeURL + "/" + w.WaitingFor.Name
-				}
-				held[w.Key.TypeURL] = append(held[w.Key.TypeURL], Withheld{Name: w.Key.Name, Reason: reason})
-			}
-		}
-		for _, k := range z.Types {
-			ti := &TypeInsight{TypeURL: k.TypeURL, Responses: k.Responses, ACKs: k.ACKs, NACKs: k.NACKs, LastError: k.LastError, Withheld: held[k.TypeURL]}
-			for _, h := range k.Holds {
-				ti.Withheld = append(ti.Withheld, Withheld{Name: h.Name, Version: h.Version, Reason: h.Reason})
-			}
-			for _, r := range k.Rejected {
-				ti.Withheld = append(ti.Withheld, Withheld{Name: r.Name, Version: r.Version, Reason: "refused by the client: " + r.Reason})
-			}
-			ci.Types = append(ci.Types, ti)
-		}
-		out = append(out, ci)
-	}
+	out := c.clients(func(node string, stream int64) ClientInsight {
+		return ClientInsight{Stream: stream, Delta: true, Node: node}
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }

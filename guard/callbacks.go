@@ -8,110 +8,71 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 )
 
-// Callbacks returns the server callbacks that let the guard follow each stream: pass them to
-// server.NewServer. Each calls the guard's and then next's (may be nil), so the server's own
-// callbacks keep working; an error from next ends the stream, as it would without the guard.
-func (g *Guard) Callbacks(next server.Callbacks) server.Callbacks {
-	return &callbacks{g: g, next: next}
-}
-
+// callbacks are New's: each stream callback checks the stream's bounds and feeds its node's
+// snapshot (the Guard's), then calls the engine's and next's (server.Callbacks, the stack's
+// composed with next); the REST callbacks are next's.
 type callbacks struct {
-	g    *Guard
-	next server.Callbacks
-}
-
-func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	c.g.openStream(id, false)
-	if c.next != nil {
-		return c.next.OnStreamOpen(ctx, id, typeURL)
-	}
-	return nil
-}
-
-func (c *callbacks) OnStreamClosed(id int64, node *core.Node) {
-	c.g.closeStream(id)
-	if c.next != nil {
-		c.next.OnStreamClosed(id, node)
-	}
-}
-
-// OnStreamRequest refuses a request past the stream's bounds (bounds.go), else applies the
-// answer it carries (an ACK or NACK of the last response of its type) and binds the request to
-// its stream for CreateWatch. It returns at once.
-func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
-	if s := c.g.session(id); s != nil {
-		if err := s.admit(request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNames(), sotw: true}); err != nil {
-			return err
-		}
-		bind(c.g, c.g.requests, s, req.GetTypeUrl(), req)
-		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), false)
-	}
-	if c.next != nil {
-		return c.next.OnStreamRequest(id, req)
-	}
-	return nil
-}
-
-// OnStreamResponse records what went out, with its nonce, to pair it with the client's answer.
-func (c *callbacks) OnStreamResponse(ctx context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	if s := c.g.session(id); s != nil {
-		s.sent(resp.GetTypeUrl(), resp.GetNonce(), func(f *flight) bool { return f.resp == resp })
-	}
-	if c.next != nil {
-		c.next.OnStreamResponse(ctx, id, req, resp)
-	}
+	server.Callbacks
+	passFetch
+	g *Guard
 }
 
 func (c *callbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
-	if c.next != nil {
-		return c.next.OnFetchRequest(ctx, req)
-	}
-	return nil
+	return c.passFetch.OnFetchRequest(ctx, req)
 }
 
 func (c *callbacks) OnFetchResponse(req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	if c.next != nil {
-		c.next.OnFetchResponse(req, resp)
+	c.passFetch.OnFetchResponse(req, resp)
+}
+
+// The engine numbers a SotW stream -id, a delta stream id.
+
+func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.g.opened(-id)
+	return c.Callbacks.OnStreamOpen(ctx, id, typeURL)
+}
+
+func (c *callbacks) OnStreamClosed(id int64, node *core.Node) {
+	c.Callbacks.OnStreamClosed(id, node)
+	c.g.closed(-id)
+}
+
+// OnStreamRequest refuses a request past the stream's bounds (bounds.go) before the server
+// stores any of it.
+func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	followed, err := c.g.request(-id, request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNames(), sotw: true})
+	switch {
+	case err != nil:
+		return err
+	case !followed && c.next != nil: // a stream the guard was not told of: next's alone
+		return c.next.OnStreamRequest(id, req)
+	case !followed:
+		return nil
 	}
+	return c.Callbacks.OnStreamRequest(id, req)
 }
 
 func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	c.g.openStream(deltaID(id), true)
-	if c.next != nil {
-		return c.next.OnDeltaStreamOpen(ctx, id, typeURL)
-	}
-	return nil
+	c.g.opened(id)
+	return c.Callbacks.OnDeltaStreamOpen(ctx, id, typeURL)
 }
 
 func (c *callbacks) OnDeltaStreamClosed(id int64, node *core.Node) {
-	c.g.closeStream(deltaID(id))
-	if c.next != nil {
-		c.next.OnDeltaStreamClosed(id, node)
-	}
+	c.Callbacks.OnDeltaStreamClosed(id, node)
+	c.g.closed(id)
 }
 
 // OnStreamDeltaRequest is OnStreamRequest for a delta stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
-	if s := c.g.session(deltaID(id)); s != nil {
-		if err := s.admit(request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNamesSubscribe(),
-			unsubscribe: req.GetResourceNamesUnsubscribe(), initial: req.GetInitialResourceVersions()}); err != nil {
-			return err
-		}
-		bind(c.g, c.g.deltaRequests, s, req.GetTypeUrl(), req)
-		asks := len(req.GetResourceNamesSubscribe())+len(req.GetResourceNamesUnsubscribe()) > 0
-		s.request(req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), asks)
-	}
-	if c.next != nil {
+	followed, err := c.g.request(id, request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNamesSubscribe(),
+		unsubscribe: req.GetResourceNamesUnsubscribe(), initial: req.GetInitialResourceVersions()})
+	switch {
+	case err != nil:
+		return err
+	case !followed && c.next != nil:
 		return c.next.OnStreamDeltaRequest(id, req)
+	case !followed:
+		return nil
 	}
-	return nil
-}
-
-func (c *callbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	if s := c.g.session(deltaID(id)); s != nil {
-		s.deltaSent(resp)
-	}
-	if c.next != nil {
-		c.next.OnStreamDeltaResponse(id, req, resp)
-	}
+	return c.Callbacks.OnStreamDeltaRequest(id, req)
 }

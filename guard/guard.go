@@ -11,12 +11,13 @@
 //	defer g.Close()
 //	srv := server.NewServer(ctx, g, g.Callbacks(myCallbacks))
 //
-// How the wrapping works: the server asks the guard for watches, as it would ask its cache. For
-// each client stream and type, the guard keeps one watch of its own on the wrapped cache for
-// every resource of the type (a wildcard request, whatever names the client asked for; one for
-// every stream of the type when the cache answers every node alike, Options.NodeIndependent), and
-// answers the server's watch with what this client should see of it: the names it subscribed,
-// each at the version the cache serves, except
+// How the wrapping works: the guard serves the server's watches from kds-host's engine, the one
+// NewCache serves from, and fills the engine from the wrapped cache. For each node and type a
+// client asks for, the guard keeps one watch of its own on the wrapped cache for every resource
+// of the type (a wildcard request, whatever names the client asked for; one for every node when
+// the cache answers every node alike, Options.NodeIndependent), and the cache's answers make the
+// node's snapshot (or the one every node shares). Each stream is answered with what its client
+// should see of it: the names it subscribed, each at the version the cache serves, except
 //   - a version the client refused (NACKed): the client keeps the version it last accepted (sent
 //     again, or left out if it has none), until the retry policy resends it or its content
 //     changes;
@@ -60,59 +61,61 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
-	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/kds-host/kds-host/engine/event"
-	"github.com/kds-host/kds-host/engine/retry"
-	"github.com/kds-host/kds-host/internal/lograte"
-	"github.com/kds-host/kds-host/internal/stack"
-	"github.com/kds-host/kds-host/policy"
+	"github.com/kds-host/kds-host/engine"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
+	"github.com/kds-host/kds-host/shared"
 )
 
 // Guard is a cache.Cache that guards the wrapped one. Use Callbacks as the server's callbacks.
 type Guard struct {
-	inner cache.Cache
-	opts  Options
-	sched *retry.Scheduler
-	obs   event.Observer  // the scheduler's
-	rt    *policy.Runtime // Options.Plugins'; nil without
-	descs descs
-	log   *slog.Logger
-	items *itemCache
+	*serving
+	inner  cache.Cache
+	opts   Options
+	items  *itemCache
+	bounds bounds
 
-	nodeIndependent bool             // one watch of the wrapped cache per type (feeds), not one per stream and type
-	feedsMu         sync.Mutex       // guards feeds and feedsStopped
-	feeds           map[string]*feed // by type URL, while a stream asks for the type
-	feedsStopped    bool             // Close stopped them: no feed starts again
-	feedsRun        sync.WaitGroup   // the feeds' goroutines
+	// shared: one feed for every node (Options.NodeIndependent, or a LinearCache), its
+	// snapshot the engine's global one; else a feed per node, its snapshot the node's.
+	shared bool
 
-	badMu     sync.Mutex          // guards badLogged
-	badLogged map[string]struct{} // the bad resources logged (logBad)
-
-	// The policy calls given up at their deadline that still run, by policy (within.go).
-	retryAbandoned, fallbackAbandoned, ownerAbandoned policy.Abandoned
-
-	totals   totals
-	shares   shares       // the shared served's resources, for the codec
-	bounds   bounds       // Options' bounds (bounds.go)
-	refusals *lograte.Log // refused streams, a few lines a second per reason
-
-	mu            sync.Mutex                                    // guards nodes, streams, requests, deltaRequests, and each session's bound
-	nodes         map[string]int                                // open streams by node id, counted by admit
-	streams       map[int64]*session                            // by the guard's id (deltaID for delta streams)
-	requests      map[*discovery.DiscoveryRequest]*session      // bound by OnStreamRequest, taken by CreateWatch
-	deltaRequests map[*discovery.DeltaDiscoveryRequest]*session // bound by OnStreamDeltaRequest, taken by CreateDeltaWatch
+	mu      sync.Mutex          // guards streams, feeds and stopped; released before a feed's lock is taken
+	streams map[int64]*followed // by the engine's stream id (a SotW stream's negated)
+	feeds   map[string]*feed    // by node id ("" when shared), while a stream of it is open
+	stopped bool                // Close stopped the feeds: none starts again
+	running sync.WaitGroup      // the feeds' watches
 }
+
+// followed is what the guard knows of one stream: what its requests asked for (bounds) and the
+// feed of its node, once its first request named the node.
+type followed struct {
+	asked
+	node string
+	feed *feed
+	key  string // the engine's node of the stream (streamKey)
+}
+
+// wellKnown are the xDS types the engine is made for, in the order responses ready together go
+// (what others reference first); any other type URL is served after them.
+var wellKnown = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType,
+	resource.ScopedRouteType, resource.VirtualHostType, resource.SecretType, resource.RuntimeType,
+	resource.ExtensionConfigType, resource.RateLimitConfigType}
 
 // New wraps inner. Its errors name the option at fault.
 func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
@@ -128,71 +131,73 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	if opts.Owners == nil {
 		opts.Owners = EnvoyReferences
 	}
-	rt, err := opts.openPlugins()
+	b := opts.bounds()
+	var g *Guard
+	if check := opts.OwnerCheck; check != nil {
+		opts.OwnerCheck = func() shared.OwnerCheck { return askedOwners{check(), g} }
+	}
+	// Each stream is the engine's node of its own (streamKey): a node's streams are served side
+	// by side, bounded by MaxStreamsPerNode, not replaced.
+	v, err := newServing(wellKnown, &opts, engine.Limits{MaxNodes: 1 << 30, MaxNodeIDLength: maxNodeKey, MaxUnknownNames: b.names})
 	if err != nil {
 		return nil, err
 	}
 	_, linear := inner.(*cache.LinearCache)
-	g := &Guard{inner: inner, opts: opts, log: opts.Logger, items: newItemCache(), rt: rt, descs: opts.descs(),
-		nodeIndependent: opts.NodeIndependent || linear, feeds: map[string]*feed{}, badLogged: map[string]struct{}{},
-		bounds: opts.bounds(), nodes: map[string]int{}, refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
-		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
-		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
-	current, fallback := g.boundedPolicies(opts)
-	sched, err := stack.NewScheduler(current, fallback, retry.StandardConfig{Timeout: opts.PolicyTimeout}, stack.LoggingHooks(opts.Logger, retry.Hooks{}),
-		func(id int64) retry.Session {
-			if s := g.session(id); s != nil {
-				return s
-			}
-			return nil // not a typed nil
-		})
-	if err != nil {
-		if rt != nil {
-			rt.Close()
-		}
-		return nil, err
+	g = &Guard{serving: v, inner: inner, opts: opts, items: newItemCache(), bounds: b, shared: opts.NodeIndependent || linear,
+		streams: map[int64]*followed{}, feeds: map[string]*feed{}}
+	v.s.Cache.ServeAnyType()
+	v.s.Tracker.SetNodeKey(streamKey)
+	if g.shared {
+		v.s.SetSnapshot(engine.SnapshotOf(nil).Declare()) // no type answered yet
+	} else {
+		v.s.Cache.UseNodeSnapshots()
 	}
-	g.sched, g.obs = sched, sched.Observer()
+	v.before, v.checkWording = g.stopFeeds, true
 	return g, nil
 }
 
-// Close stops every stream's work and the retry decisions in flight.
-func (g *Guard) Close() {
-	g.sched.Close()
-	g.mu.Lock()
-	streams := make([]*session, 0, len(g.streams))
-	for _, s := range g.streams {
-		streams = append(streams, s)
-	}
-	g.mu.Unlock()
-	for _, s := range streams {
-		g.closeStream(s.id)
-	}
-	g.stopFeeds()
-	g.refusals.Close()
-	if g.rt != nil {
-		g.rt.Close()
-	}
+// askedOwners is an OwnerCheck whose candidates wait only for the owners their client asks for,
+// as the guard's own holds wait: a cluster does not wait for endpoints a client asks for only
+// once it has the cluster.
+type askedOwners struct {
+	shared.OwnerCheck
+	g *Guard
 }
 
-func (g *Guard) owners(typeURL string, r Resource) []Ref { return g.opts.Owners(typeURL, r) }
-
-// errWrongCount is an OwnerCheck answer without one prediction per candidate.
-var errWrongCount = errors.New("the owner check answered another number of predictions than it was asked")
-
-func (g *Guard) session(id int64) *session {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.streams[id]
+func (a askedOwners) Predict(ctx context.Context, req *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	st := a.g.s.Cache.Current(req.GetZone())
+	out := proto.CloneOf(req)
+	for _, c := range out.GetCandidates() {
+		c.Owners = slices.DeleteFunc(c.Owners, func(o *kdsv1.ResourceKey) bool {
+			return st == nil || !st.Asks(o.GetKind(), o.GetName())
+		})
+	}
+	return a.OwnerCheck.Predict(ctx, out)
 }
 
-// CreateWatch implements cache.ConfigWatcher for the state-of-the-world server.
-func (g *Guard) CreateWatch(req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) (func(), error) {
-	s, err := take(g, g.requests, req)
-	if err != nil {
-		return nil, err
-	}
-	return s.watch(&watch{req: req, out: out, sub: sub}, req.GetTypeUrl(), req.GetNode())
+// maxNodeKey bounds a node id and its stream id, as the engine's node (streamKey): the request's
+// size (gRPC's receive limit) bounds a node id.
+const maxNodeKey = 64 << 10
+
+// streamKey is the engine's node of a stream: its node id and the engine's stream id.
+func streamKey(id int64, node string) string { return node + "\x00" + strconv.FormatInt(id, 10) }
+
+// Clients returns every open client stream's insight, by stream (SotW streams first).
+func (g *Guard) Clients() []ClientInsight {
+	out := g.clients(func(key string, id int64) ClientInsight {
+		node, _, _ := strings.Cut(key, "\x00")
+		if id < 0 {
+			return ClientInsight{Stream: -id, Node: node}
+		}
+		return ClientInsight{Stream: id, Delta: true, Node: node}
+	})
+	slices.SortFunc(out, func(a, b ClientInsight) int {
+		if a.Delta != b.Delta {
+			return map[bool]int{false: -1, true: 1}[a.Delta]
+		}
+		return cmp.Compare(a.Stream, b.Stream)
+	})
+	return out
 }
 
 // Fetch implements cache.ConfigFetcher (REST): the wrapped cache's answer.
@@ -200,78 +205,97 @@ func (g *Guard) Fetch(ctx context.Context, req *discovery.DiscoveryRequest) (cac
 	return g.inner.Fetch(ctx, req)
 }
 
-// openStream starts a stream's session (id: the guard's, see deltaID).
-func (g *Guard) openStream(id int64, delta bool) {
-	s := newSession(g, id, delta)
-	g.mu.Lock()
-	g.streams[id] = s
-	g.mu.Unlock()
-	go s.run()
+// Callbacks returns the server callbacks that let the guard follow each stream: pass them to
+// server.NewServer. Each calls the guard's and then next's (may be nil), so the server's own
+// callbacks keep working; an error from next ends the stream, as it would without the guard.
+func (g *Guard) Callbacks(next server.Callbacks) server.Callbacks {
+	return &callbacks{Callbacks: g.s.Callbacks(next), passFetch: passFetch{next}, g: g}
 }
 
-// closeStream stops a stream's session and cancels its watches of the wrapped cache.
-func (g *Guard) closeStream(id int64) {
+// opened follows a new stream (id: the engine's).
+func (g *Guard) opened(id int64) {
 	g.mu.Lock()
-	s := g.streams[id]
+	defer g.mu.Unlock()
+	g.streams[id] = &followed{}
+}
+
+// closed stops following a stream, and stops its node's feed if it was the node's last stream.
+func (g *Guard) closed(id int64) {
+	g.mu.Lock()
+	st := g.streams[id]
 	delete(g.streams, id)
-	if s != nil {
-		for _, req := range s.bound {
-			unbind(g, req) // bound, but its watch never came
+	var last *feed
+	if st != nil && st.feed != nil {
+		if st.feed.streams--; st.feed.streams == 0 {
+			last = st.feed
+			if g.feeds[last.id] == last {
+				delete(g.feeds, last.id)
+			}
 		}
 	}
 	g.mu.Unlock()
-	if s != nil {
-		g.uncount(s)
-		s.close()
+	if st == nil || st.feed == nil {
+		return
+	}
+	st.feed.leave(st.key)
+	if last != nil {
+		last.stop()
 	}
 }
 
-// take finds the session a request was bound to by the callbacks, for its watch.
-func take[R any](g *Guard, bound map[*R]*session, req *R) (*session, error) {
+// request admits a request of stream id (the engine's) within the stream's bounds, and has its
+// node's feed watch the wrapped cache for its type.
+// It reports whether the stream is followed (open).
+func (g *Guard) request(id int64, r request) (bool, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	s, ok := bound[req]
-	delete(bound, req)
-	if !ok {
-		// A server that does not call the guard's callbacks: nothing to guard with.
-		err := status.Error(codes.FailedPrecondition, "the request was not seen by the guard's callbacks: the server must be made with them (server.NewServer(ctx, guard, guard.Callbacks(yours)))")
-		g.totals.add(&g.totals.refusals, "unbound")
-		g.refusals.Log("unbound", slog.LevelError, "xDS request refused: the server was made without the guard's Callbacks", "error", err)
-		return nil, err
+	st := g.streams[id]
+	if st == nil {
+		g.mu.Unlock()
+		return false, nil
 	}
-	return s, nil
-}
-
-// bind binds a request to its session, for take, and forgets the session's previous request of
-// the type (a stale one the server skipped: its watch never came).
-func bind[R any](g *Guard, bound map[*R]*session, s *session, typeURL string, req *R) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if old := s.bound[typeURL]; old != nil {
-		unbind(g, old)
+	if st.feed == nil {
+		nid := r.node.GetId()
+		if err := g.admitNode(nid); err != nil {
+			g.mu.Unlock()
+			g.refused("limit", truncate(nid), err)
+			return true, err
+		}
+		fid := nid
+		if g.shared {
+			fid = ""
+		}
+		f := g.feeds[fid]
+		if f == nil {
+			f = &feed{g: g, id: fid, node: r.node, done: make(chan struct{}), types: map[string]*fed{}, keys: map[string]bool{}}
+			f.snap = engine.SnapshotOf(nil).Declare() // no type answered yet
+			if g.shared {
+				f.snap = g.s.Cache.Snapshot()
+			}
+			g.feeds[fid] = f
+		}
+		f.streams++
+		st.node, st.feed, st.key = nid, f, streamKey(id, nid)
+		defer st.feed.join(st.key)
 	}
-	s.bound[typeURL] = req
-	bound[req] = s
-}
-
-// unbind forgets a request bound for its watch. Call with g.mu.
-func unbind(g *Guard, req any) {
-	switch r := req.(type) {
-	case *discovery.DiscoveryRequest:
-		delete(g.requests, r)
-	case *discovery.DeltaDiscoveryRequest:
-		delete(g.deltaRequests, r)
+	err := st.admitNames(g.bounds, r)
+	f := st.feed
+	g.mu.Unlock()
+	if err != nil {
+		g.refused("limit", truncate(st.node), err)
+		return true, err
 	}
+	f.watch(r.typeURL)
+	return true, nil
 }
 
 // wildcard is the request the guard makes of the wrapped cache for a type: every resource,
 // newer than version. returned is what the cache's last answer returned (its
 // ReturnedResources): a cache that compares it with what it serves (SnapshotCache does) would
 // otherwise answer again at once, forever.
-func wildcard(req *discovery.DiscoveryRequest, version string, returned map[string]string) (*discovery.DiscoveryRequest, cache.Subscription) {
+func wildcard(node *core.Node, typeURL, version string, returned map[string]string) (*discovery.DiscoveryRequest, cache.Subscription) {
 	sub := stream.NewSotwSubscription(nil, true)
 	if returned != nil {
 		sub.SetReturnedResources(returned)
 	}
-	return &discovery.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(), VersionInfo: version}, &sub
+	return &discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version}, &sub
 }

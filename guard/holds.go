@@ -126,7 +126,11 @@ func (h *envoyHolds) warmUp(from *engine.Entry, clusters []string) *engine.Entry
 	if rc == nil {
 		return nil
 	}
-	e, err := entryOf(resource.RouteType, rc, EnvoyReferences(resource.RouteType, rc), from.Source)
+	a, version, err := encode(resource.RouteType, rc)
+	if err != nil {
+		return nil
+	}
+	e, err := newEntry(resource.RouteType, from.Name, version, a, refsOf(EnvoyReferences(resource.RouteType, rc)), from.Source)
 	if err != nil {
 		return nil
 	}
@@ -135,15 +139,6 @@ func (h *envoyHolds) warmUp(from *engine.Entry, clusters []string) *engine.Entry
 	}
 	h.warm[key] = e
 	return e
-}
-
-// entryOf encodes r as the engine's entry of typeURL.
-func entryOf(typeURL string, r Resource, refs []Ref, source any) (*engine.Entry, error) {
-	a, version, err := encode(typeURL, r)
-	if err != nil {
-		return nil, err
-	}
-	return newEntry(typeURL, cache.GetResourceName(r), version, a, refsOf(refs), source)
 }
 
 // encode is r's encoding and its version, a digest of it, as the wrapped caches' items have
@@ -179,4 +174,12 @@ func refsOf(refs []Ref) []engine.Ref {
 		out[i] = engine.Ref{TypeURL: r.TypeURL, Name: r.Name}
 	}
 	return out
+}
+
+// shortType is a type URL's last part (Cluster), as messages name it.
+func shortType(typeURL string) string {
+	if i := strings.LastIndexByte(typeURL, '.'); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
 }

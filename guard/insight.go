@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,39 +54,6 @@ func (t *totals) add(m *map[string]int64, typeURL string) {
 		*m = map[string]int64{}
 	}
 	(*m)[typeURL]++
-}
-
-// Clients returns every open client stream's insight, by stream.
-func (g *Guard) Clients() []ClientInsight {
-	g.mu.Lock()
-	streams := make([]*session, 0, len(g.streams))
-	for _, s := range g.streams {
-		streams = append(streams, s)
-	}
-	g.mu.Unlock()
-	out := make([]ClientInsight, 0, len(streams))
-	for _, s := range streams {
-		s.mu.Lock()
-		ci := ClientInsight{Stream: s.id, Delta: s.delta, Node: s.node}
-		if s.delta {
-			ci.Stream = -s.id // deltaID
-		}
-		for _, ti := range s.insight {
-			c := *ti
-			c.Withheld = slices.Clone(ti.Withheld)
-			ci.Types = append(ci.Types, &c)
-		}
-		s.mu.Unlock()
-		slices.SortFunc(ci.Types, func(a, b *TypeInsight) int { return strings.Compare(a.TypeURL, b.TypeURL) })
-		out = append(out, ci)
-	}
-	slices.SortFunc(out, func(a, b ClientInsight) int {
-		if a.Delta != b.Delta {
-			return map[bool]int{false: -1, true: 1}[a.Delta]
-		}
-		return int(a.Stream - b.Stream)
-	})
-	return out
 }
 
 // Handler serves Clients as JSON ({"items": [...], "total": N}), to mount in the server's own

@@ -9,8 +9,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/kds-host/kds-host/engine"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
 // Resource is one xDS resource, decoded (an Envoy Listener, Cluster, ...).
@@ -22,32 +24,15 @@ type Ref struct {
 	Name    string `json:"name"`
 }
 
-// item is one resource version as the wrapped cache serves it: its name, a version that changes
-// exactly when its content does (a hash of its encoding), the encoding itself (shared by every
-// response that carries it) and what it references.
-type item struct {
-	name    string
-	version string
-	any     *anypb.Any
-	refs    []Ref
-	wire    *discovery.Resource // as a delta response carries it, shared by every one (nil: made for each)
-}
-
-// resource is the item as a delta response carries it.
-func (it *item) resource() *discovery.Resource {
-	if it.wire != nil {
-		return it.wire
-	}
-	return &discovery.Resource{Name: it.name, Version: it.version, Resource: it.any}
-}
-
-// itemCache decodes each resource content once, whatever the streams and responses that carry
-// it: by the hash of its encoding. It keeps the contents of the last two generations only, so
-// that what no response carries any more is freed.
+// itemCache makes the engine's entry of each resource content once, whatever the nodes and
+// responses that carry it: by the hash of its encoding, so one version's entry (and its one
+// encoding) is shared by every node's snapshot. It keeps the entries of the last two
+// generations only, so that what no snapshot holds any more is freed.
 type itemCache struct {
-	mu        sync.Mutex       // guards cur and prev
-	cur, prev map[string]*item // by type URL + hash
+	mu        sync.Mutex               // guards cur, prev and bad
+	cur, prev map[string]*engine.Entry // by type URL + hash
 	limit     int
+	bad       map[string]struct{} // the bad resources logged (logBad)
 }
 
 // versionOf is the version of an encoded resource: a digest of its encoding, so that equal
@@ -58,24 +43,24 @@ func versionOf(a *anypb.Any) string {
 }
 
 func newItemCache() *itemCache {
-	return &itemCache{cur: map[string]*item{}, prev: map[string]*item{}, limit: 1 << 16}
+	return &itemCache{cur: map[string]*engine.Entry{}, prev: map[string]*engine.Entry{}, limit: 1 << 16, bad: map[string]struct{}{}}
 }
 
-// of returns the item of a resource of typeURL encoded as a; m is the resource itself where the
+// of returns the entry of a resource of typeURL encoded as a; m is the resource itself where the
 // wrapped cache gave it (a RawResponse), else nil and it is decoded from a by a's type URL.
-func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(string, Resource) []Ref) (*item, error) {
+func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
 	version := versionOf(a)
 	key := typeURL + "/" + version
 	c.mu.Lock()
-	it := c.cur[key]
-	if it == nil {
-		if it = c.prev[key]; it != nil {
-			c.cur[key] = it
+	e := c.cur[key]
+	if e == nil {
+		if e = c.prev[key]; e != nil {
+			c.cur[key] = e
 		}
 	}
 	c.mu.Unlock()
-	if it != nil {
-		return it, nil
+	if e != nil {
+		return e, nil
 	}
 	if m == nil {
 		var err error
@@ -83,13 +68,28 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 			return nil, fmt.Errorf("decode %s as %q (a cache whose type URLs are not the resources' message names must answer with RawResponses): %w", typeURL, a.GetTypeUrl(), err)
 		}
 	}
-	it = &item{name: cache.GetResourceName(m), version: version, any: a, refs: owners(typeURL, m)}
-	it.wire = &discovery.Resource{Name: it.name, Version: version, Resource: a}
+	e, err := entryFor(typeURL, a, version, m, owners, owners)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	if len(c.cur) >= c.limit {
-		c.prev, c.cur = c.cur, map[string]*item{}
+		c.prev, c.cur = c.cur, map[string]*engine.Entry{}
 	}
-	c.cur[key] = it
+	c.cur[key] = e
 	c.mu.Unlock()
-	return it, nil
+	return e, nil
+}
+
+// entryFor is the engine's entry of r, encoded as a at version, encoded once for every client
+// (the codec): its Refs, for the holds, are what refs says it references; the candidate the owner
+// checks read (owner.Mapping's default) has the type URL as its kind and what owners says as its
+// owners.
+func entryFor(typeURL string, a *anypb.Any, version string, r Resource, refs, owners func(string, Resource) []Ref) (*engine.Entry, error) {
+	name := cache.GetResourceName(r)
+	env := &kdsv1.Resource{Kind: typeURL, Name: name}
+	for _, ref := range owners(typeURL, r) {
+		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
+	}
+	return newEntry(typeURL, name, version, a, refsOf(refs(typeURL, r)), env)
 }

@@ -124,6 +124,10 @@ func (failing) Predict(context.Context, *pluginv1.PredictRequest) (*pluginv1.Pre
 	return nil, errors.New("down")
 }
 
+func (failing) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	return nil, errors.New("down")
+}
+
 // An owner check that fails lets everything through (fail-open), as kds-host's does.
 func TestAFailingOwnerCheckFailsOpen(t *testing.T) {
 	g := NewWithT(t)

@@ -41,7 +41,7 @@ func run(t *testing.T, m mode, s func(context.Context, xdstest.Server, xdstest.O
 	t.Helper()
 	var g *guard.Guard
 	cfg := xdstest.Config{Linear: m == guardedLinear}
-	if m != stockServer {
+	if m == guarded || m == guardedLinear {
 		cfg.Wrap = func(inner cache.Cache, cb server.Callbacks) (cache.Cache, server.Callbacks, func()) {
 			var err error
 			// The MuxCache of LinearCaches chooses by type URL: it answers every node alike.

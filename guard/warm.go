@@ -1,12 +1,8 @@
 package guard
 
 import (
-	"slices"
-	"strings"
-
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -44,38 +40,4 @@ func warmedUp(a *anypb.Any, clusters []string) *route.RouteConfiguration {
 		}
 	}
 	return rc
-}
-
-// warmLocked is the route configuration the client holds (from), with a route to each of
-// clusters that matches no request (it needs WarmUpHeader), appended to every virtual host: the
-// client keeps routing as before, and asks for the clusters. Call with s.mu.
-func (s *session) warmLocked(ts *typeState, from *item, clusters []string) *item {
-	clusters = slices.DeleteFunc(slices.Clone(clusters), func(c string) bool {
-		return slices.Contains(from.refs, Ref{TypeURL: resource.ClusterType, Name: c})
-	})
-	if len(clusters) == 0 {
-		return from // it names them already
-	}
-	key := strings.Join(clusters, ",")
-	if w, ok := ts.warm[from.name]; ok && w.from == from && w.clusters == key {
-		return w.it
-	}
-	rc := warmedUp(from.any, clusters)
-	if rc == nil {
-		return from
-	}
-	a, err := anypb.New(rc)
-	if err != nil {
-		return from
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rc)
-	if err == nil {
-		a.Value = b
-	}
-	it, err := s.g.items.of(ts.typeURL, a, rc, s.g.owners)
-	if err != nil {
-		return from
-	}
-	ts.warm[from.name] = warmed{from: from, clusters: key, it: it}
-	return it
 }

@@ -45,7 +45,9 @@ func (h *Holds) check(ctx context.Context, node string) {
 	z.full, z.keys, z.shared = false, nil, false
 	z.checking, z.arrivals, z.moved = true, nil, false
 	h.mu.Unlock()
-	if snap == nil {
+	if own, ok := h.nodeSnapshot(node); ok {
+		snap, full = own, true
+	} else if snap == nil {
 		snap = h.cfg.Source.Snapshot()
 	}
 	if !full && 2*len(keys) >= snap.Len() {

@@ -47,9 +47,16 @@ import (
 	"github.com/kds-host/kds-host/shared"
 )
 
-// Source is what Holds reads: the snapshot being served.
+// Source is what Holds reads: the snapshot being served. A Source that also has
+// NodeSnapshot (engine.Cache) may serve each node a snapshot of its own: Holds then checks a node
+// against its own, in full whenever it changes (NodeChanged) or what the node holds does.
 type Source interface {
 	Snapshot() *engine.Snapshot
+}
+
+// nodeSource is a Source of per-node snapshots (engine.Cache.NodeSnapshot).
+type nodeSource interface {
+	NodeSnapshot(node string) (snap *engine.Snapshot, only bool)
 }
 
 // Inventory is what each node has ACKed.
@@ -176,6 +183,34 @@ func (h *Holds) View(node string) (visible func(*engine.Entry) bool, none bool, 
 	}, none, h.mu.RUnlock
 }
 
+// NodeChanged tells Holds that the node's own snapshot changed (a Source's NodeSnapshot): the
+// node is checked again, in full.
+func (h *Holds) NodeChanged(node string) {
+	h.mu.Lock()
+	z := h.nodes[node]
+	if z == nil || !z.open {
+		h.mu.Unlock()
+		return
+	}
+	z.full = true
+	h.mu.Unlock()
+	h.enqueue(node)
+}
+
+// nodeSnapshot is the node's own snapshot (empty until set), and whether it has one of its own
+// to be checked against instead of the one served to every node.
+func (h *Holds) nodeSnapshot(node string) (*engine.Snapshot, bool) {
+	ns, ok := h.cfg.Source.(nodeSource)
+	if !ok {
+		return nil, false
+	}
+	snap, only := ns.NodeSnapshot(node)
+	if snap == nil && only {
+		snap = engine.SnapshotOf(nil)
+	}
+	return snap, snap != nil
+}
+
 // Changed tells Holds the snapshot served now. When it was derived from the previous one, each
 // connected node checks the changed entries and what waits for them; otherwise everything.
 func (h *Holds) Changed(snap *engine.Snapshot) {
@@ -295,6 +330,13 @@ func (h *Holds) arrived(node, typeURL string, names event.Versions, removed []st
 		z.moved = true // its check's answer is not shared (shared.go)
 	}
 	found := false
+	if _, own := h.nodeSnapshot(node); own {
+		// Checked against its own snapshot: in full, after what it holds changed.
+		z.full = true
+		h.mu.Unlock()
+		h.enqueue(node)
+		return
+	}
 	weigh := func(a arrival) {
 		if h.reconsider(z, a) {
 			found = true

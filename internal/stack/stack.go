@@ -217,6 +217,15 @@ func (s *Stack) SetSnapshot(snap *engine.Snapshot) {
 	}
 }
 
+// SetNodeSnapshot replaces what one node is served (engine.Cache.SetNodeSnapshot), and has the
+// owner holds check the node again.
+func (s *Stack) SetNodeSnapshot(node string, snap *engine.Snapshot) {
+	s.Cache.SetNodeSnapshot(node, snap)
+	if s.Holds != nil {
+		s.Holds.NodeChanged(node)
+	}
+}
+
 // expire frees, every quarter of the grace, the state of the nodes whose last stream closed
 // more than the grace ago, until Close.
 func (s *Stack) expire() {

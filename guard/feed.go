@@ -1,0 +1,301 @@
+package guard
+
+// The guard's watches of the wrapped cache: for each node (or once, for a cache that answers
+// every node alike), one wildcard watch a type its clients ask for, whose answers make the
+// engine's snapshot of the node.
+
+import (
+	"maps"
+	"sync"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kds-host/kds-host/engine"
+)
+
+// feed is what the wrapped cache serves one node (every node, when shared), as the guard's
+// watches of it heard: the node's snapshot, published to the engine for each of the node's
+// streams (the engine's nodes in keys), or as the engine's global snapshot when shared. It
+// watches until its node's last stream closes (stop), or the guard closes.
+type feed struct {
+	g       *Guard
+	id      string     // the node id ("" when shared)
+	node    *core.Node // the first stream's: the node the watches are made for
+	streams int        // open streams of the node (under g.mu)
+
+	mu      sync.Mutex // guards the fields below; SetNodeSnapshot is called with it, so calls for a node are in order
+	snap    *engine.Snapshot
+	keys    map[string]bool // the engine's nodes of the node's streams
+	types   map[string]*fed
+	done    chan struct{} // closed by stop
+	stopped bool
+}
+
+// fed is what one type's watch last heard: the answer's version and what the cache says it
+// returned.
+type fed struct {
+	version  string
+	returned map[string]string
+}
+
+// join publishes the node's snapshot to a new stream's engine node, before the engine admits it.
+func (f *feed) join(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys[key] = true
+	if !f.g.shared && f.snap != nil {
+		f.g.s.SetNodeSnapshot(key, f.snap)
+	}
+}
+
+// leave forgets a closed stream's engine node.
+func (f *feed) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+	if !f.g.shared {
+		f.g.s.Cache.SetNodeSnapshot(key, nil)
+	}
+}
+
+// watch starts the type's watch of the wrapped cache, unless it runs already.
+func (f *feed) watch(typeURL string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped || f.types[typeURL] != nil {
+		return
+	}
+	f.types[typeURL] = &fed{}
+	g := f.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	g.running.Go(func() { f.run(typeURL) })
+}
+
+// stop stops the feed's watches.
+func (f *feed) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.stopped {
+		f.stopped = true
+		close(f.done)
+	}
+}
+
+// stopFeeds stops every feed and waits for their watches (Close).
+func (g *Guard) stopFeeds() {
+	g.mu.Lock()
+	g.stopped = true
+	feeds := make([]*feed, 0, len(g.feeds))
+	for _, f := range g.feeds {
+		feeds = append(feeds, f)
+	}
+	g.mu.Unlock()
+	for _, f := range feeds {
+		f.stop()
+	}
+	g.running.Wait()
+}
+
+// run watches the wrapped cache for every resource of the type, one version after another, and
+// applies each answer, until stop.
+func (f *feed) run(typeURL string) {
+	g := f.g
+	out := make(chan cache.Response, 1)
+	version, returned := "", map[string]string(nil)
+	for {
+		req, sub := wildcard(f.node, typeURL, version, returned)
+		cancel, err := g.inner.CreateWatch(req, sub, out)
+		if err != nil {
+			g.opts.Logger.Error("the wrapped cache refused a watch", "type", typeURL, "error", err)
+			<-f.done
+			return
+		}
+		var r cache.Response
+		select {
+		case <-f.done:
+			if cancel != nil {
+				cancel()
+			}
+			return
+		case r = <-out:
+		}
+		if cancel != nil {
+			cancel()
+		}
+		resp, entries, err := g.answer(r)
+		if err != nil {
+			g.opts.Logger.Error("the wrapped cache's response cannot be encoded", "error", err)
+			<-f.done
+			return
+		}
+		version, returned = resp.GetVersionInfo(), r.GetReturnedResources()
+		f.apply(typeURL, entries, returned)
+	}
+}
+
+// apply makes the node's snapshot hold what the wrapped cache answered of typeURL (entries, and
+// the names it says it returned), and publishes it.
+//
+// A SotW answer of a type other than Listeners and Clusters may be what changed only:
+// go-control-plane's caches send what changed since what the watch was returned. What is served
+// is then what was, changed by this answer, less what the cache no longer returns.
+func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ft := f.types[typeURL]
+	cur := f.snap.Type(typeURL)
+	next := make(map[string]*engine.Entry, len(entries))
+	if !fullState(typeURL) && ft.returned != nil && returned != nil {
+		maps.Copy(next, cur)
+		for n := range ft.returned {
+			if _, ok := returned[n]; !ok {
+				delete(next, n)
+			}
+		}
+	}
+	ft.returned = returned
+	for _, e := range entries {
+		next[e.Name] = e
+	}
+	var put []*engine.Entry
+	var removed []string
+	for n, e := range next {
+		if cur[n] != e {
+			put = append(put, e)
+		}
+	}
+	for n := range cur {
+		if next[n] == nil {
+			removed = append(removed, n)
+		}
+	}
+	if len(put)+len(removed) == 0 && f.snap.Has(typeURL) {
+		return
+	}
+	snap := f.snap.Update(put, map[string][]string{typeURL: removed})
+	if !snap.Has(typeURL) {
+		snap = snap.Declare(typeURL)
+	}
+	f.snap = snap
+	if f.g.shared {
+		f.g.s.SetSnapshot(snap)
+		return
+	}
+	for key := range f.keys {
+		f.g.s.SetNodeSnapshot(key, snap)
+	}
+}
+
+// fullState reports whether a SotW response of typeURL is the client's whole state of it, a name
+// left out removed (Listeners and Clusters).
+func fullState(typeURL string) bool {
+	return typeURL == resource.ListenerType || typeURL == resource.ClusterType
+}
+
+// answer reads an answer of the wrapped cache: its encoded response, and its resources as the
+// engine's entries, each made once whatever the nodes that get it (a resource that cannot be
+// encoded or read is logged and left out).
+func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*engine.Entry, error) {
+	resp, err := r.GetDiscoveryResponse()
+	var raw []types.ResourceWithTTL
+	if err == nil {
+		raw = rawResources(r, len(resp.GetResources()))
+	} else if resp, raw, err = g.encodeEach(r, err); err != nil {
+		return nil, nil, err
+	}
+	typeURL := r.GetRequest().GetTypeUrl()
+	answered := make([]*engine.Entry, 0, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		var m Resource
+		if raw != nil {
+			m = raw[i].Resource
+		}
+		e, err := g.items.of(typeURL, a, m, g.opts.Owners)
+		if err != nil {
+			g.logBad(typeURL+"@"+resp.GetVersionInfo()+": "+err.Error(), "a resource of the wrapped cache cannot be decoded; left out",
+				"type", typeURL, "error", err)
+			continue
+		}
+		answered = append(answered, e)
+	}
+	return resp, answered, nil
+}
+
+// rawResources are the resources of a RawResponse of n resources, in its order, or nil.
+func rawResources(r cache.Response, n int) []types.ResourceWithTTL {
+	rr, ok := r.(*cache.RawResponse)
+	if !ok || rr.Heartbeat {
+		return nil
+	}
+	raw := rr.GetRawResources()
+	if len(raw) != n {
+		return nil
+	}
+	for _, x := range raw {
+		if x.TTL != nil || x.Resource == nil {
+			return nil
+		}
+	}
+	return raw
+}
+
+// logBad logs an error about what the wrapped cache serves, once for each key (a bad resource
+// at a version): every node that reads the same answer meets the same bad resources. It
+// remembers maxBadLogged keys, then starts afresh.
+func (g *Guard) logBad(key, msg string, args ...any) {
+	g.items.mu.Lock()
+	_, again := g.items.bad[key]
+	if !again {
+		if len(g.items.bad) >= maxBadLogged {
+			clear(g.items.bad)
+		}
+		g.items.bad[key] = struct{}{}
+	}
+	g.items.mu.Unlock()
+	if !again {
+		g.opts.Logger.Error(msg, args...)
+	}
+}
+
+// maxBadLogged bounds the bad resources logBad remembers.
+const maxBadLogged = 256
+
+// encodeEach encodes the resources of a RawResponse that go-control-plane could not encode as a
+// whole (whole: why), one by one, and leaves out, logged, those that cannot be: one resource
+// with a bad field (a string that is not UTF-8) must not stop every other resource of its type
+// from reaching the clients. It returns the encoded response and the resources it carries, in
+// its order; another response, or one with TTLs (their wrappers are the cache's to make), fails
+// with whole.
+func (g *Guard) encodeEach(r cache.Response, whole error) (*discovery.DiscoveryResponse, []types.ResourceWithTTL, error) {
+	rr, ok := r.(*cache.RawResponse)
+	if !ok || rr.Heartbeat {
+		return nil, nil, whole
+	}
+	typeURL := r.GetRequest().GetTypeUrl()
+	resp := &discovery.DiscoveryResponse{VersionInfo: rr.Version, TypeUrl: typeURL}
+	var kept []types.ResourceWithTTL
+	for _, x := range rr.GetRawResources() {
+		if x.TTL != nil || x.Resource == nil {
+			return nil, nil, whole
+		}
+		b, err := cache.MarshalResource(x.Resource)
+		if err != nil {
+			name := cache.GetResourceName(x.Resource)
+			g.logBad(typeURL+"/"+name+"@"+rr.Version, "a resource of the wrapped cache cannot be encoded; left out until it changes",
+				"type", typeURL, "name", name, "error", err)
+			continue
+		}
+		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: b})
+		kept = append(kept, x)
+	}
+	return resp, kept, nil
+}
