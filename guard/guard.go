@@ -99,8 +99,7 @@ type Guard struct {
 	badMu     sync.Mutex          // guards badLogged
 	badLogged map[string]struct{} // the bad resources logged (logBad)
 
-	// The policy calls given up at their deadline that still run, by policy (within.go).
-	retryAbandoned, fallbackAbandoned, ownerAbandoned policy.Abandoned
+	ownerAbandoned policy.Abandoned // the owner check's calls given up at their deadline that still run
 
 	totals   totals
 	shares   shares       // the shared served's resources, for the codec
@@ -138,8 +137,7 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 		bounds: opts.bounds(), nodes: map[string]int{}, refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason"),
 		streams: map[int64]*session{}, requests: map[*discovery.DiscoveryRequest]*session{},
 		deltaRequests: map[*discovery.DeltaDiscoveryRequest]*session{}}
-	current, fallback := g.boundedPolicies(opts)
-	sched, err := stack.NewScheduler(current, fallback, retry.StandardConfig{Timeout: opts.PolicyTimeout}, stack.LoggingHooks(opts.Logger, retry.Hooks{}),
+	sched, err := stack.NewScheduler(opts.RetryPolicy, opts.Fallback, retry.StandardConfig{Timeout: opts.PolicyTimeout}, stack.LoggingHooks(opts.Logger, retry.Hooks{}),
 		func(id int64) retry.Session {
 			if s := g.session(id); s != nil {
 				return s
