@@ -42,8 +42,8 @@ type cluster struct {
 	admin  *api.Client
 }
 
-// startCluster starts a global with args and its zones (name -> extra arguments), each with a
-// token of its own.
+// startCluster starts a global with args, applies a Mesh and a MeshTimeout, and starts the
+// zones named, each with a token of its own.
 func startCluster(t *testing.T, name, bin string, args []string, zones ...string) *cluster {
 	t.Helper()
 	c := &cluster{name: name, bin: bin, args: args, zones: map[string]*host{}, dir: t.TempDir()}
@@ -472,6 +472,7 @@ func clusterB(t *testing.T, srv *pgtest.Server, kdsHost, retryForcer, ownerCheck
 	return c, []track{{
 		{name: "a MeshTimeout zone b-1 refuses as INVALID, given up by the retry policy", cluster: "b", zones: []string{"b-1"},
 			want:  []matcher{gaveUp, behind},
+			alone: []string{"KDSRetryGaveUp"},
 			cause: func() error { return c.apply(refused + "labels:\n  kds-host.test/deny: \"yes\"\n") },
 			// KDSRetryGaveUp resolves on its own once the give-up has left its window; the name
 			// is still missing, and KDSZoneBehind keeps firing (3 minutes of the rules' time more).
@@ -547,9 +548,7 @@ func clusterS(t *testing.T, srv *pgtest.Server, kdsHost string, plugins []string
 	})
 	// start starts a late zone, stopping it first when it runs; it cannot connect when unready.
 	start := func(h **host, unready bool, args ...string) error {
-		if (*h).cmd != nil {
-			(*h).stop()
-		}
+		(*h).stop()
 		run := startAgain
 		if unready {
 			run = startUnready

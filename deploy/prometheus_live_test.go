@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -157,6 +158,7 @@ func startProcess(t *testing.T, bin string, old *host, args ...string) (*host, e
 	h.cmd = exec.Command(bin, append([]string{"--data-dir", h.dataDir, "--api-addr", h.api, "--diag-addr", h.diag}, args...)...)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
+		h.cmd = nil
 		return h, err
 	}
 	go func() {
@@ -165,13 +167,21 @@ func startProcess(t *testing.T, bin string, old *host, args ...string) (*host, e
 	}()
 	t.Cleanup(func() {
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
-		<-h.exited
+		select {
+		case <-h.exited:
+		case <-time.After(15 * time.Second):
+			_ = h.cmd.Process.Kill()
+			<-h.exited
+		}
 	})
 	return h, nil
 }
 
-// stop stops a host and waits for it.
+// stop stops a host, if it was started, and waits for it.
 func (h *host) stop() {
+	if h.cmd == nil {
+		return
+	}
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	<-h.exited
 }
@@ -293,6 +303,7 @@ type fault struct {
 	global    bool
 	want      []matcher
 	allow     []string // alert names
+	alone     []string // alert names of want that resolve on their own before heal
 	atMost    int      // alerts besides want at most (0: any number of those allowed)
 	cause     func() error
 	// hold waits, after every want fired, before heal (default: 4 minutes of the rules' time,
@@ -375,6 +386,14 @@ func (f *fault) run(l *alertLog, zoneInstances map[string]bool) ([]row, error) {
 	} else {
 		time.Sleep(4 * minute)
 	}
+	// Until healed, each alert of want fires (but those that resolve on their own).
+	for _, m := range f.want {
+		firingNow := len(l.firingNow(func(ls map[string]string) bool { return inScope(ls) && m.match(ls) })) > 0
+		if firingNow == slices.Contains(f.alone, m.name) {
+			_ = f.heal()
+			return nil, fmt.Errorf("%s: before heal, %v firing: %v (firing: %v)", f.name, m, firingNow, l.firingNow(inScope))
+		}
+	}
 	healed := time.Now()
 	if err := f.heal(); err != nil {
 		return nil, fmt.Errorf("%s: heal: %w", f.name, err)
@@ -424,12 +443,12 @@ func (f *fault) run(l *alertLog, zoneInstances map[string]bool) ([]row, error) {
 	return rows, nil
 }
 
-// waitFor polls cond every 250ms for patience.
+// waitFor polls cond every 250ms for 3 minutes at most (the longest fault takes 1.5 to fire).
 func waitFor(cond func() bool) error {
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s", patience)
+			return errors.New("not within 3 minutes")
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
