@@ -165,7 +165,7 @@ func (c *cluster) reload() error {
 	return c.admin.PostJSON(context.Background(), "/api/plugins/reload", struct{}{}, nil)
 }
 
-// sql runs statements on the server's admin connection.
+// sql runs statements on a connection to dsn.
 func sql(dsn string, stmts ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
