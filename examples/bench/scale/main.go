@@ -33,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/procstat"
 )
 
 // scenario is Zones zones, each syncing Mesh "default" and Resources MeshTimeouts.
@@ -279,7 +281,7 @@ func run(ctx context.Context, o options) (int, error) {
 		var jobs []job
 		for _, sv := range o.servers {
 			need := uint64(sc.Zones) * uint64(sc.Resources) * bytesPerZoneResource[sv]
-			if avail := memAvailable(); !o.noMemCheck && avail > 0 && need > avail*8/10 {
+			if avail := procstat.MemAvailable(); !o.noMemCheck && avail > 0 && need > avail*8/10 {
 				rep.skip(sc, sv, fmt.Sprintf("estimated peak RSS %.1f GiB is over 80%% of MemAvailable (%.1f GiB); -no-mem-check runs it anyway",
 					float64(need)/(1<<30), float64(avail)/(1<<30)))
 				continue

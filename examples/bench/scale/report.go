@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/procstat"
 )
 
 // report gathers every run's figures, their medians, the ratios between servers and the
@@ -95,8 +97,8 @@ func newReport(o options) *report {
 		order:   o.scenarios,
 		byKey:   map[key]*result{},
 	}
-	r.Machine = machine{CPUs: runtime.NumCPU(), MemTotal: meminfo("MemTotal:"), Go: runtime.Version(),
-		Started: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg()}
+	r.Machine = machine{CPUs: runtime.NumCPU(), MemTotal: procstat.Meminfo("MemTotal:"), Go: runtime.Version(),
+		Started: time.Now().UTC().Format(time.RFC3339), LoadStart: procstat.LoadAvg()}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		r.Machine.Kernel = strings.TrimSpace(string(b))
 	}
@@ -126,7 +128,7 @@ func (r *report) add(sc scenario, sv server, f figures) {
 // finish notes the end of the runs, and derives.
 func (r *report) finish() {
 	r.Machine.Finished = time.Now().UTC().Format(time.RFC3339)
-	r.Machine.LoadEnd = loadAvg()
+	r.Machine.LoadEnd = procstat.LoadAvg()
 	r.Machine.Description = fmt.Sprintf("%d CPUs, %.1f GiB, Linux %s, %s; load average %s at the start, %s at the end",
 		r.Machine.CPUs, float64(r.Machine.MemTotal)/(1<<30), r.Machine.Kernel, r.Machine.Go, r.Machine.LoadStart, r.Machine.LoadEnd)
 	r.derive()
@@ -226,7 +228,7 @@ func medianOf(runs []figures) figures {
 			v[i] = get(f)
 		}
 		slices.Sort(v)
-		return median(v)
+		return procstat.Median(v)
 	}
 	return figures{
 		Ready:      m(func(f figures) float64 { return f.Ready }),
