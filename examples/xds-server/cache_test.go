@@ -16,14 +16,22 @@ import (
 )
 
 // --cache kds serves the file from kds-host's own cache: a SotW and a delta client get its
-// clusters, and a change of the file reaches the SotW client.
+// clusters, and a change of the file reaches both.
 func TestTheKDSCacheServesTheFileToSotWAndDeltaClients(t *testing.T) {
+	servesTheFileAndItsChange(t, "kds", "--cache", "kds")
+}
+
+// servesTheFileAndItsChange starts a server with extra flags: a SotW and a delta client get the
+// file's clusters, and a change of the file reaches both. It returns the server and when the
+// file was changed.
+func servesTheFileAndItsChange(t *testing.T, kind string, extra ...string) (*started, time.Time) {
+	t.Helper()
 	g := NewWithT(t)
 	file := t.TempDir() + "/resources.yaml"
 	example := mustRead(t, "testdata/resources.yaml")
 	writeFile(t, file, example)
-	s := start(t, file, "--cache", "kds")
-	g.Expect(s.logs.String()).To(ContainSubstring("cache=kds"))
+	s := start(t, file, extra...)
+	g.Expect(s.logs.String()).To(ContainSubstring("cache=" + kind))
 
 	a := dial(t, s.xds)
 	a.send(t, &discovery.DiscoveryRequest{})
@@ -34,11 +42,15 @@ func TestTheKDSCacheServesTheFileToSotWAndDeltaClients(t *testing.T) {
 	var dr *discovery.DeltaDiscoveryResponse
 	g.Eventually(d.resps, 10*time.Second).Should(Receive(&dr))
 	g.Expect(deltaNamesOf(dr)).To(ConsistOf("greeter-cluster"))
+	changed := time.Now()
 
 	replaceFile(t, file, strings.Replace(example, "connect_timeout: 1s", "connect_timeout: 2s", 1))
 	var r2 *discovery.DiscoveryResponse
 	g.Eventually(a.resps, 10*time.Second).Should(Receive(&r2))
 	g.Expect(clusters(t, r2)["greeter-cluster"].GetConnectTimeout().AsDuration()).To(Equal(2 * time.Second))
+	g.Eventually(d.resps, 10*time.Second).Should(Receive(&dr))
+	g.Expect(deltaNamesOf(dr)).To(ConsistOf("greeter-cluster"))
+	return s, changed
 }
 
 // --cache linear and mux serve the file from a LinearCache per type behind a MuxCache, through
@@ -50,30 +62,7 @@ func TestTheLinearAndMuxCachesServeTheFileToSotWAndDeltaClients(t *testing.T) {
 		for _, guarded := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/guard=%t", kind, guarded), func(t *testing.T) {
 				g := NewWithT(t)
-				file := t.TempDir() + "/resources.yaml"
-				example := mustRead(t, "testdata/resources.yaml")
-				writeFile(t, file, example)
-				s := start(t, file, "--cache", kind, fmt.Sprintf("--guard=%t", guarded))
-				g.Expect(s.logs.String()).To(ContainSubstring("cache=" + kind))
-
-				a := dial(t, s.xds)
-				a.send(t, &discovery.DiscoveryRequest{})
-				r1 := a.recv(t)
-				g.Expect(clusters(t, r1)).To(HaveKey("greeter-cluster"))
-				a.send(t, &discovery.DiscoveryRequest{VersionInfo: r1.GetVersionInfo(), ResponseNonce: r1.GetNonce()})
-				d := dialDelta(t, s.xds, "greeter-cluster")
-				var dr *discovery.DeltaDiscoveryResponse
-				g.Eventually(d.resps, 10*time.Second).Should(Receive(&dr))
-				g.Expect(deltaNamesOf(dr)).To(ConsistOf("greeter-cluster"))
-				before := time.Now()
-
-				replaceFile(t, file, strings.Replace(example, "connect_timeout: 1s", "connect_timeout: 2s", 1))
-				var r2 *discovery.DiscoveryResponse
-				g.Eventually(a.resps, 10*time.Second).Should(Receive(&r2))
-				g.Expect(clusters(t, r2)["greeter-cluster"].GetConnectTimeout().AsDuration()).To(Equal(2 * time.Second))
-				g.Eventually(d.resps, 10*time.Second).Should(Receive(&dr))
-				g.Expect(deltaNamesOf(dr)).To(ConsistOf("greeter-cluster"))
-
+				s, before := servesTheFileAndItsChange(t, kind, "--cache", kind, fmt.Sprintf("--guard=%t", guarded))
 				_, body := s.get(t, "/metrics")
 				g.Expect(body).To(ContainSubstring("go_gc_heap_live_bytes "))
 				m := regexp.MustCompile(`(?m)^kds_xds_resources_file_loaded_timestamp_seconds (\S+)$`).FindStringSubmatch(body)

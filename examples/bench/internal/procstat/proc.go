@@ -1,6 +1,7 @@
-// Package procstat is what the bench drivers under examples/bench read of the processes they
-// start: a child process's lines and stop, its CPU time, page faults, system calls and memory
-// (/proc), and the machine's memory and load.
+// Package procstat is what the bench drivers under examples/bench share: what they read of the
+// processes they start (a child process's lines and stop, its CPU time, page faults, system
+// calls and memory, from /proc), the machine (memory, load, what a report says of it), and the
+// order of interleaved runs.
 package procstat
 
 import (
@@ -62,6 +63,10 @@ func StartChild(name, path string, args ...string) (*Child, error) {
 }
 
 func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Signal sends sig to the child (a server that stops on SIGTERM rather than on its standard
+// input closing); Stop then waits for it.
+func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
 
 // Expect returns the next line of the child that starts with prefix (other lines are skipped),
 // or an error when the child exits, timeout passes or ctx ends first.
