@@ -45,18 +45,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-
+	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
 	"github.com/kds-host/kds-host/host/api"
 	"github.com/kds-host/kds-host/host/auth"
@@ -74,6 +68,16 @@ func main() {
 	zones := flag.Int("zones", 300, "zones per replica in the fan-out")
 	fanoutWrites := flag.Int("fanout-writes", 100, "writes timed in each fan-out")
 	fanoutRuns := flag.Int("fanout-runs", 3, "runs of the fan-out's configurations (interleaved); the figures are their medians")
+	sections := flag.String("sections", "1,2,3,4", "the sections to run, comma-separated")
+	var sc stormConfig
+	flag.IntVar(&sc.zones, "storm-zones", 1000, "4: zones of the reconnect storm, spread evenly over the three replicas")
+	flag.IntVar(&sc.runs, "storm-runs", 1, "4: runs of the storm's configurations (interleaved); each run kills another replica (C, B, A, C...)")
+	flag.StringVar(&sc.rateList, "storm-arrival-rate", "0,200", "4: the survivors' --kds-arrival-rate in each configuration, comma-separated (0: no bound)")
+	flag.IntVar(&sc.burst, "storm-arrival-burst", 100, "4: the replicas' --kds-arrival-burst")
+	flag.DurationVar(&sc.wait, "storm-arrival-wait", engine.DefaultArrivalWait, "4: the replicas' --kds-arrival-wait")
+	flag.IntVar(&sc.changes, "storm-changes", 5, "4: resources changed right after the kill in the second variant of each rate (0: no such variant)")
+	flag.Float64Var(&sc.writeRate, "storm-write-rate", 5, "4: writes a second through a survivor's API, timed to the zones on the survivors")
+	flag.DurationVar(&sc.baseline, "storm-baseline", 10*time.Second, "4: how long the writes are timed before the kill (the baseline without a storm)")
 	// Internal: the replica and fleet processes.
 	replica := flag.String("replica", "", "internal: run a replica with this id")
 	dsn := flag.String("dsn", "", "internal: the replica's store")
@@ -82,15 +86,24 @@ func main() {
 	relay := flag.Bool("store-relay", true, "internal: the replica shares one LISTEN with the others (GlobalConfig.StoreRelay)")
 	procs := flag.Int("replica-procs", 0, "GOMAXPROCS of each replica process (0: Go's default, the machine's cores); 1 stands for a replica on a core of its own, without the Go scheduler's spinning for work against the other processes")
 	fleet := flag.String("fleet", "", "internal: be the zones' process; a file of ADDRESS TOKEN NAME lines")
+	var arrivals engine.RateLimit
+	flag.Float64Var(&arrivals.Rate, "arrival-rate", 0, "internal: the replica's --kds-arrival-rate")
+	flag.IntVar(&arrivals.Burst, "arrival-burst", 100, "internal: the replica's --kds-arrival-burst")
+	arrivalWait := flag.Duration("arrival-wait", engine.DefaultArrivalWait, "internal: the replica's --kds-arrival-wait")
+	stormFleet := flag.String("storm-fleet", "", "internal: be the storm's zones' process; a file of NAME TOKEN ADDRESSES lines")
+	victim := flag.String("storm-victim", "", "internal: the KDS address of the replica the storm kills")
 	flag.Parse()
 	var err error
 	switch {
 	case *replica != "":
-		err = runReplica(*replica, *dsn, *key, *kdsAddr, *relay)
+		err = runReplica(*replica, *dsn, *key, *kdsAddr, *relay, arrivals, *arrivalWait)
 	case *fleet != "":
 		err = runFleet(*fleet)
+	case *stormFleet != "":
+		err = runStormFleet(*stormFleet, *victim)
 	default:
-		err = run(*writes, *rounds, *zones, *fanoutWrites, *fanoutRuns, *procs)
+		err = run(options{writes: *writes, rounds: *rounds, zones: *zones, fanoutWrites: *fanoutWrites, fanoutRuns: *fanoutRuns,
+			procs: *procs, sections: strings.Split(*sections, ","), storm: sc})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replicas:", err)
@@ -119,14 +132,33 @@ type bench struct {
 	seq      int
 	noRelay  bool // the replicas started now listen each for itself (GlobalConfig.StoreRelay off)
 	procs    int  // GOMAXPROCS of the replica processes, 0: the default
+	// arrivals and arrivalWait are the --kds-arrival-rate, -burst and -wait of the replicas
+	// started now.
+	arrivals    engine.RateLimit
+	arrivalWait time.Duration
 	// noStatements says why PostgreSQL's statements a write are not counted ("": they are,
 	// from pg_stat_statements).
 	noStatements string
 }
 
-func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
-	if writes < 1 || rounds < 0 || zones < 1 || fanoutWrites < 1 || fanoutRuns < 1 {
+// options are the parent's flags.
+type options struct {
+	writes, rounds, zones, fanoutWrites, fanoutRuns, procs int
+	sections                                               []string // "1" to "4"
+	storm                                                  stormConfig
+}
+
+func run(o options) error {
+	if o.writes < 1 || o.rounds < 0 || o.zones < 1 || o.fanoutWrites < 1 || o.fanoutRuns < 1 {
 		return fmt.Errorf("-writes, -zones, -fanout-writes and -fanout-runs must be at least 1, -rounds at least 0")
+	}
+	for _, s := range o.sections {
+		if !slices.Contains([]string{"1", "2", "3", "4"}, s) {
+			return fmt.Errorf("-sections %s: want sections among 1,2,3,4", strings.Join(o.sections, ","))
+		}
+	}
+	if err := o.storm.parse(); err != nil {
+		return err
 	}
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "kds-bench-replicas-")
@@ -152,7 +184,7 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin, procs: procs,
+	b := &bench{tmp: tmp, dsn: dsn, keyFile: filepath.Join(tmp, auth.SigningKeyFile), keys: keys, admin: admin, procs: o.procs,
 		replicas: map[string]*replicaProc{}, kdsAddrs: map[string]string{}}
 	defer b.stopAll()
 	if err := b.withDB(func(ctx context.Context, db *sql.DB) error {
@@ -176,19 +208,30 @@ func run(writes, rounds, zones, fanoutWrites, fanoutRuns, procs int) error {
 		}
 	}
 	gomaxprocs := "Go's default"
-	if procs > 0 {
-		gomaxprocs = strconv.Itoa(procs)
+	if o.procs > 0 {
+		gomaxprocs = strconv.Itoa(o.procs)
 	}
 	fmt.Printf("PostgreSQL 15, 3 replicas (processes) on one database, %d resources; %d cores; each replica's GOMAXPROCS: %s\n\n", len(seed()), runtime.NumCPU(), gomaxprocs)
 
-	if err := b.crossReplica(writes); err != nil {
-		return fmt.Errorf("cross-replica write: %w", err)
+	if slices.Contains(o.sections, "1") {
+		if err := b.crossReplica(o.writes); err != nil {
+			return fmt.Errorf("cross-replica write: %w", err)
+		}
 	}
-	if err := b.failOver(ctx, rounds); err != nil {
-		return fmt.Errorf("fail-over: %w", err)
+	if slices.Contains(o.sections, "2") {
+		if err := b.failOver(ctx, o.rounds); err != nil {
+			return fmt.Errorf("fail-over: %w", err)
+		}
 	}
-	if err := b.fanOut(srv.Pid(), zones, fanoutWrites, fanoutRuns); err != nil {
-		return fmt.Errorf("fan-out: %w", err)
+	if slices.Contains(o.sections, "3") {
+		if err := b.fanOut(srv.Pid(), o.zones, o.fanoutWrites, o.fanoutRuns); err != nil {
+			return fmt.Errorf("fan-out: %w", err)
+		}
+	}
+	if slices.Contains(o.sections, "4") {
+		if err := b.storm(srv.Pid(), o.storm); err != nil {
+			return fmt.Errorf("reconnect storm: %w", err)
+		}
 	}
 	return nil
 }
@@ -342,8 +385,10 @@ func (b *bench) timeWrites(f *fleetProc, via, prefix string, writes int) ([]time
 	return lat, nil
 }
 
-func (b *bench) put(via, name, d string) error {
-	p := b.replicas[via]
+func (b *bench) put(via, name, d string) error { return b.putTo(b.replicas[via], name, d) }
+
+// putTo puts a MeshTimeout name of connection timeout d through replica p's API.
+func (b *bench) putTo(p *replicaProc, name, d string) error {
 	c := &api.Client{BaseURL: "http://" + p.api, HTTPClient: &http.Client{Timeout: 10 * time.Second}, Token: b.admin}
 	mt, _ := resource.Default().Get("MeshTimeout")
 	r := benchcp.Timeout("default", name, mustDuration(d))
@@ -352,7 +397,7 @@ func (b *bench) put(via, name, d string) error {
 		return err
 	}
 	if _, _, err := c.Put(context.Background(), mt, "default", name, doc); err != nil {
-		return fmt.Errorf("put %s through %s: %w", name, via, err)
+		return fmt.Errorf("put %s through %s: %w", name, p.api, err)
 	}
 	return nil
 }
@@ -418,7 +463,8 @@ func (b *bench) start(id string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "-replica", id, "-dsn", b.dsn, "-key", b.keyFile, "-kds-addr", addr, fmt.Sprintf("-store-relay=%t", !b.noRelay))
+	cmd := exec.Command(self, "-replica", id, "-dsn", b.dsn, "-key", b.keyFile, "-kds-addr", addr, fmt.Sprintf("-store-relay=%t", !b.noRelay),
+		fmt.Sprintf("-arrival-rate=%g", b.arrivals.Rate), fmt.Sprintf("-arrival-burst=%d", max(b.arrivals.Burst, 1)), "-arrival-wait="+cmp.Or(b.arrivalWait, engine.DefaultArrivalWait).String())
 	cmd.Stderr = os.Stderr
 	if b.procs > 0 {
 		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", b.procs))
@@ -471,7 +517,7 @@ func (b *bench) stopAll() {
 
 // runReplica is a replica's process: it prints "ready KDS API DIAG" and runs until its
 // standard input closes.
-func runReplica(id, dsn, keyFile, kdsAddr string, relay bool) error {
+func runReplica(id, dsn, keyFile, kdsAddr string, relay bool, arrivals engine.RateLimit, arrivalWait time.Duration) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := store.Open(ctx, dsn, "")
@@ -484,201 +530,14 @@ func runReplica(id, dsn, keyFile, kdsAddr string, relay bool) error {
 		return err
 	}
 	gl, err := benchcp.StartGlobal(ctx, controlplane.GlobalConfig{Store: st, Registry: resource.Default(), Builtin: retrypolicy.New(),
-		OwnerHolds: true, Keys: keys, KDSAuth: true, KDSAddr: kdsAddr, ReplicaID: id, StoreRelay: relay, Logger: benchcp.Logger(os.Getenv("KDS_BENCH_LOG"), "replica-"+id)})
+		OwnerHolds: true, Keys: keys, KDSAuth: true, KDSAddr: kdsAddr, ReplicaID: id, StoreRelay: relay,
+		Arrivals: arrivals, ArrivalWait: arrivalWait, Logger: benchcp.Logger(os.Getenv("KDS_BENCH_LOG"), "replica-"+id)})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("ready %s %s %s\n", gl.KDSAddr(), gl.APIAddr(), gl.DiagAddr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return gl.Stop()
-}
-
-// fleetProc is the zones' process. It prints "synced" once every stream holds the seed, then
-// "got NAME UNIXNANO" when every stream holds a resource named NAME.
-type fleetProc struct {
-	*benchcp.Fleet
-	mu   sync.Mutex
-	got  map[string]time.Time
-	cond chan struct{} // closed and replaced at every line
-	err  error
-}
-
-func (b *bench) startFleet(perReplica map[string]int, prefix string) (*fleetProc, error) {
-	var lines []string
-	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range perReplica {
-			if !yield(id) {
-				return
-			}
-		}
-	}) {
-		for i := range perReplica[id] {
-			name := fmt.Sprintf("%s-%s-%04d", prefix, strings.ToLower(id), i)
-			tok, err := b.keys.Issue(auth.Claims{Kind: auth.KindZone, Name: name}, time.Hour, time.Now())
-			if err != nil {
-				return nil, err
-			}
-			lines = append(lines, b.replicas[id].kds+" "+tok+" "+name)
-		}
-	}
-	b.seq++
-	file := filepath.Join(b.tmp, fmt.Sprintf("fleet-%d", b.seq))
-	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
-		return nil, err
-	}
-	fl, err := benchcp.StartFleet("-fleet", file)
-	if err != nil {
-		return nil, err
-	}
-	f := &fleetProc{Fleet: fl, got: map[string]time.Time{}, cond: make(chan struct{})}
-	go func() {
-		for {
-			line, err := fl.Out.ReadString('\n')
-			f.mu.Lock()
-			if err != nil {
-				f.err = fmt.Errorf("the zones' process: %w", err)
-			} else if fs := strings.Fields(line); len(fs) == 3 && fs[0] == "got" {
-				ns, _ := strconv.ParseInt(fs[2], 10, 64)
-				f.got[fs[1]] = time.Unix(0, ns)
-			}
-			close(f.cond)
-			f.cond = make(chan struct{})
-			f.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return f, nil
-}
-
-// wait returns when every stream has ACKed the resource named name.
-func (f *fleetProc) wait(name string, timeout time.Duration) (time.Time, error) {
-	deadline := time.After(timeout)
-	for {
-		f.mu.Lock()
-		at, ok := f.got[name]
-		cond, err := f.cond, f.err
-		f.mu.Unlock()
-		switch {
-		case ok:
-			return at, nil
-		case err != nil:
-			return time.Time{}, err
-		}
-		select {
-		case <-cond:
-		case <-deadline:
-			return time.Time{}, fmt.Errorf("not every stream got %s within %s", name, timeout)
-		}
-	}
-}
-
-func (f *fleetProc) close() { f.Close() }
-
-// perConn is how many zone streams share one connection (a global allows 16).
-const perConn = 8
-
-// runFleet is the zones' process: one raw delta xDS stream per line of file, every kind
-// subscribed, everything ACKed.
-func runFleet(file string) error {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	type zoneLine struct{ addr, token, name string }
-	var zs []zoneLine
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 3 {
-			zs = append(zs, zoneLine{f[0], f[1], f[2]})
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	want := len(seed())
-	var mu sync.Mutex
-	acked := map[string]int{} // resource name -> streams that ACKed it
-	synced := 0
-	out := bufio.NewWriter(os.Stdout)
-	errs := make(chan error, len(zs))
-	var wg sync.WaitGroup
-	conns := map[string]*grpc.ClientConn{}
-	count := map[string]int{}
-	kinds := resource.Default().Names()
-	for _, z := range zs {
-		if count[z.addr]%perConn == 0 {
-			c, err := grpc.NewClient(z.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			conns[z.addr] = c
-		}
-		count[z.addr]++
-		cc := conns[z.addr]
-		wg.Go(func() {
-			sctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+z.token)
-			s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(sctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			node := &core.Node{Id: z.name}
-			for _, k := range kinds {
-				if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: k}); err != nil {
-					errs <- err
-					return
-				}
-				node = nil
-			}
-			n := 0
-			for {
-				resp, err := s.Recv()
-				if err != nil {
-					if ctx.Err() == nil {
-						errs <- fmt.Errorf("%s: %w", z.name, err)
-					}
-					return
-				}
-				now := time.Now()
-				mu.Lock()
-				before := n
-				n += len(resp.GetResources())
-				if before < want && n >= want {
-					if synced++; synced == len(zs) {
-						fmt.Fprintln(out, "synced")
-						out.Flush()
-					}
-				}
-				if before >= want {
-					for _, r := range resp.GetResources() {
-						_, name, _ := strings.Cut(r.GetName(), "/")
-						if acked[name]++; acked[name] == len(zs) {
-							fmt.Fprintf(out, "got %s %d\n", name, now.UnixNano())
-							out.Flush()
-						}
-					}
-				}
-				mu.Unlock()
-				if s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}) != nil {
-					return
-				}
-			}
-		})
-	}
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
-	select {
-	case err := <-errs:
-		cancel()
-		wg.Wait()
-		return err
-	case <-ctx.Done():
-	}
-	wg.Wait()
-	return nil
 }
 
 func waitFor(timeout time.Duration, what string, cond func() bool) error {
