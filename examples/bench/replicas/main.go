@@ -19,12 +19,29 @@
 //     which the throwaway server preloads), net of idle: the same count with one replica and
 //     three says any difference in its CPU a write is the same work on busier cores.
 //
-//     go run ./examples/bench/replicas [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 100] [-fanout-runs 3] [-replica-procs N]
+//  4. reconnect storm: -storm-zones zones spread evenly over the three replicas, each a raw delta
+//     xDS client (a child process, -storm-fleet) that remembers what it holds and resumes as a
+//     kds-host zone does (initial_resource_versions per type, the next address, host/zone's
+//     jittered backoff); one replica is killed (kill -9) and its zones move to the two others.
+//     For each rate of -storm-arrival-rate (the replicas' --kds-arrival-rate), with nothing
+//     changed and with -storm-changes resources changed right after the kill, -storm-runs times
+//     (interleaved; each run kills another replica): (a) from the kill until each moved zone is
+//     served by a survivor and until it holds (ACKed) what the zones on the survivors hold, p50,
+//     p99, max; (b) the bytes sent to the moved zones after they moved against a full sync of
+//     what they hold, and of them the resources they held already (the limit: 5 % of a full
+//     sync when nothing changed, nothing they held); (c) writes through a survivor at
+//     -storm-write-rate a second timed until every zone on the survivors holds them, before the
+//     kill (the baseline) and during the storm (the limit: p99 under 1 s); (d) the survivors'
+//     and PostgreSQL's CPU over both windows.
+//
+//     go run ./examples/bench/replicas [-sections 1,2,3,4] [-writes 20] [-rounds 3] [-zones 300] [-fanout-writes 100] [-fanout-runs 3] [-replica-procs N]
+//     [-storm-zones 1000] [-storm-runs 1] [-storm-arrival-rate 0,200] [-storm-changes 5] [-storm-write-rate 5] [-storm-baseline 10s]
 //
 // The replicas run as kds-host does by default (zone tokens required, owner holds on, the
 // built-in retry policy, the changes relay on), with plaintext KDS on loopback, sharing one token signing key file.
-// The zones of 1 and 3 are raw delta xDS clients with zone tokens, in a child process (-fleet);
-// the zone of 2 is a real zone control plane (SQLite) in this process.
+// The zones of 1 and 3 are raw delta xDS clients with zone tokens, in a child process (-fleet),
+// those of 4 too (-storm-fleet); the zone of 2 is a real zone control plane (SQLite) in this
+// process.
 package main
 
 import (

@@ -75,7 +75,7 @@ type stormFigures struct {
 	// from the kill until every moved zone was in sync (window); after, those over as long as
 	// the baseline from the kill (a storm over sooner has few writes of its own).
 	base, during, after []time.Duration
-	window       time.Duration
+	window              time.Duration
 	// cpuBase and cpuStorm are the cores each survivor ("A"...) and "PostgreSQL" used over the
 	// baseline and over the storm's window.
 	cpuBase, cpuStorm map[string]float64
