@@ -264,10 +264,12 @@ func unixNano(t time.Time) int64 {
 
 // keep keeps zone i connected until ctx ends, as host/zone's Client.Run does: each address in
 // turn, a jittered backoff between streams that starts short after a healthy stream and doubles
-// with every round of addresses that all failed.
+// with every round of addresses that all failed. Only its first stream keeps to its home
+// address until served, so that the fleet starts spread evenly however it was admitted.
 func (f *stormFleet) keep(ctx context.Context, i int, z *stormZone) {
 	backoff := backoffMin
 	next, failed := 0, 0
+	placed := false // a stream to its home served it: until then it tries its home only
 	for {
 		addr := z.addrs[next]
 		next = (next + 1) % len(z.addrs)
@@ -278,9 +280,15 @@ func (f *stormFleet) keep(ctx context.Context, i int, z *stormZone) {
 		}
 		f.mu.Lock()
 		z.last = err
-		if !z.moved {
+		switch {
+		case !placed && !served:
+			// Refused before the storm (the fleet arriving under the arrival bound): the
+			// zones stay spread evenly, each on its home.
+			next = 0
+		case !placed:
+			placed = true
 			z.moved, z.ended = true, time.Now()
-		} else if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "arriving at once") {
+		case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "arriving at once"):
 			z.refused++
 		}
 		f.mu.Unlock()
