@@ -123,7 +123,10 @@ func runStormFleet(file, victim string) error {
 		wg.Go(func() { f.keep(ctx, i, z) })
 	}
 	commands := make(chan string)
-	wg.Go(func() {
+	// The reader of standard input is not waited for: a read of it cannot be interrupted, and it
+	// ends when the parent closes it or with this process, which exits once this returns (an
+	// error returned here must not wait for the parent, which waits for this process's output).
+	go func() {
 		defer cancel() // standard input closed: stop
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
@@ -133,7 +136,7 @@ func runStormFleet(file, victim string) error {
 				return
 			}
 		}
-	})
+	}()
 	syncBy := time.NewTimer(syncTimeout)
 	defer syncBy.Stop()
 	for err == nil {

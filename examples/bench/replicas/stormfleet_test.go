@@ -63,3 +63,27 @@ func TestTheStormFleetCountsWhatAMovedZoneIsSent(t *testing.T) {
 		t.Errorf("report %q, want it to begin %q", out.String(), want)
 	}
 }
+
+func TestRankIsTheNearestRank(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		var ds []time.Duration
+		for _, v := range vs {
+			ds = append(ds, time.Duration(v)*time.Millisecond)
+		}
+		return ds
+	}
+	for _, c := range []struct {
+		ds   []time.Duration
+		p    int
+		want time.Duration
+	}{
+		{ms(5), 99, 5 * time.Millisecond},
+		{ms(36, 204), 99, 204 * time.Millisecond},
+		{ms(36, 204), 50, 36 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 90, 9 * time.Millisecond},
+	} {
+		if got := rank(c.ds, c.p); got != c.want {
+			t.Errorf("rank(%v, %d) = %v, want %v", c.ds, c.p, got, c.want)
+		}
+	}
+}
