@@ -11,7 +11,7 @@ FUZZTIME ?= 20s
 
 NODE_RETRY := examples/plugins/node-retry
 
-.PHONY: all build tools proto lint test-deps test bench fuzz run repro repro-compare replicas chaos clean example-plugins
+.PHONY: all build tools proto lint test-deps test bench bench-guard fuzz run repro repro-compare replicas chaos clean example-plugins
 
 all: build
 
@@ -64,6 +64,7 @@ BENCH_ARGS ?=
 bench: ## examples/bench/scale (kds-host, holds on and off, against stock go-control-plane; figures under bench-results/), then every go test benchmark; see docs/benchmarks.md
 	$(GO) build -o $(BIN)/bench/ ./examples/bench/scale ./examples/bench/benchserver ./examples/bench/stock
 	$(BIN)/bench/scale -bin $(BIN)/bench -runs $(BENCH_RUNS) -out bench-results $(BENCH_ARGS)
+	$(MAKE) --no-print-directory bench-guard
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 run: build ## a global and a zone on this machine, SQLite under .data/; Ctrl-C stops both
@@ -71,6 +72,11 @@ run: build ## a global and a zone on this machine, SQLite under .data/; Ctrl-C s
 
 repro: build ## the Kuma retry stall and its fix, with two control planes on loopback (examples/repro)
 	./examples/repro/two-cp.sh --no-build $(REPRO_ARGS)
+
+GUARD_BENCH_ARGS ?=
+bench-guard: ## examples/bench/guardfleet: examples/xds-server with the guard on and off beside a stock go-control-plane server, over a SnapshotCache, LinearCaches and a MuxCache, to 1,000 and 10,000 SotW and 10,000 delta clients (figures under bench-results/guardfleet/); see docs/benchmarks.md
+	$(GO) build -o $(BIN)/bench/ ./examples/bench/guardfleet ./examples/xds-server
+	$(BIN)/bench/guardfleet -bin $(BIN)/bench -runs $(BENCH_RUNS) -out bench-results/guardfleet $(GUARD_BENCH_ARGS)
 
 repro-compare: build ## every retry mode side by side: convergence time, NACKs, rounds; a timeline SVG per scenario under bench-results/repro/
 	./examples/repro/compare.sh $(REPRO_ARGS)

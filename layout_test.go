@@ -29,7 +29,7 @@ var allowed = []struct {
 	{"plugins/retry-forcer/...", []string{"plugins/retry-forcer/...", "shared/...", "proto/..."}},
 	{"plugins/owner-check/...", []string{"plugins/owner-check/...", "shared/...", "proto/..."}},
 	// The host's global serves its zones through the guard package, as an outside server would.
-	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "internal/hclogslog", "internal/stack", "shared/...", "proto/...", "plugins/..."}},
+	{"host/...", []string{"host/...", "guard", "engine/...", "policy/...", "internal/serial", "internal/shrink", "internal/lograte", "internal/hclogslog", "internal/stack", "internal/within", "shared/...", "proto/...", "plugins/..."}},
 	// The guard is what any go-control-plane server adopts, kds-host's global included: kds-host's
 	// retry (the Machine, its scheduler, the session work queue and the events they hear), its NACK
 	// reading, its cache and owner holds, the plugin runtime (Options.Plugins) and the built-in
@@ -45,6 +45,7 @@ var allowed = []struct {
 	{"internal/shrink", nil},
 	{"internal/lograte", nil},
 	{"internal/hclogslog", nil},
+	{"internal/within", nil},
 	// The engine's parts assembled, for the guard's Cache and kds-host's global.
 	{"internal/stack", []string{"engine/...", "internal/...", "shared/...", "proto/...", "plugins/retry-forcer/..."}},
 	// The xDS test harness drives a real client against any server: it needs nothing of ours but

@@ -1,26 +1,23 @@
 package deploy
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/kds-host/kds-host/host/store/pgtest"
-	"github.com/kds-host/kds-host/internal/testbin"
 )
 
 // minute is what a minute of the rules (their for: and range windows) becomes for the real
@@ -105,11 +102,10 @@ func (a promAlert) String() string {
 }
 
 // firing asks Prometheus for the alerts firing now.
-func firing(t *testing.T, prom string) []promAlert {
-	t.Helper()
+func firing(prom string) ([]promAlert, error) {
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + prom + "/api/v1/alerts")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var body struct {
@@ -118,7 +114,7 @@ func firing(t *testing.T, prom string) []promAlert {
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var out []promAlert
 	for _, a := range body.Data.Alerts {
@@ -126,25 +122,43 @@ func firing(t *testing.T, prom string) []promAlert {
 			out = append(out, a)
 		}
 	}
-	return out
+	return out, nil
 }
 
-// relaunch starts a stopped host again on its ports and data directory.
-func relaunch(t *testing.T, name, bin string, old *host, args ...string) *host {
-	t.Helper()
-	h, err := startAgain(t, bin, old, args...)
-	if err != nil {
-		t.Fatalf("%s did not become ready again: %v\n%s", name, err, h.out)
-	}
-	return h
-}
-
-// startAgain is relaunch for any goroutine: it returns the host and why it is not ready.
+// startAgain starts a stopped (or reserved) host again on its ports and data directory, from
+// any goroutine: it returns the host and why it is not ready.
 func startAgain(t *testing.T, bin string, old *host, args ...string) (*host, error) {
+	h, err := startProcess(t, bin, old, args...)
+	if err != nil {
+		return h, err
+	}
+	return h, h.waitReady(patience)
+}
+
+// startUnready is startAgain for a zone that cannot connect: it waits for /healthz only (a
+// zone's /readyz waits for its global).
+func startUnready(t *testing.T, bin string, old *host, args ...string) (*host, error) {
+	h, err := startProcess(t, bin, old, args...)
+	if err != nil {
+		return h, err
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	return h, waitFor(func() bool {
+		resp, err := client.Get("http://" + h.diag + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func startProcess(t *testing.T, bin string, old *host, args ...string) (*host, error) {
 	h := &host{kds: old.kds, api: old.api, diag: old.diag, dataDir: old.dataDir, out: &syncBuffer{}, exited: make(chan struct{})}
 	h.cmd = exec.Command(bin, append([]string{"--data-dir", h.dataDir, "--api-addr", h.api, "--diag-addr", h.diag}, args...)...)
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	if err := h.cmd.Start(); err != nil {
+		h.cmd = nil
 		return h, err
 	}
 	go func() {
@@ -153,219 +167,293 @@ func startAgain(t *testing.T, bin string, old *host, args ...string) (*host, err
 	}()
 	t.Cleanup(func() {
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
-		<-h.exited
+		select {
+		case <-h.exited:
+		case <-time.After(15 * time.Second):
+			_ = h.cmd.Process.Kill()
+			<-h.exited
+		}
 	})
-	return h, h.waitReady(patience)
+	return h, nil
 }
 
-// stop stops a host and waits for it.
+// stop stops a host, if it was started, and waits for it.
 func (h *host) stop() {
+	if h.cmd == nil {
+		return
+	}
 	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	<-h.exited
 }
 
-// A real Prometheus, loading the mixin's rules on a clock 20 times faster (a minute of for: or
-// range is 3 s; scrapes every second with a 1 s timeout), scrapes a global on PostgreSQL with
-// both reference plugins and two zones. A healthy fleet fires nothing; a hung PostgreSQL fires
-// KDSStoreNotReady and no zone alert, at most two alerts in all; a zone that stops fires
-// KDSHostDown for its process alone; a name the zone parks fires KDSZoneBehind alone, until it
-// is fixed; the global stopped fires KDSHostDown alone; the global on an empty database fires
-// KDSZoneBlocked, at most two alerts in all; a crash-looping zone fires KDSZoneDisconnected (and
-// at most KDSZoneFlapping besides). Each resolves once the fault is gone. The table of times is
-// logged.
-func TestARealPrometheusFiresOneAlertPerFault(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the real Prometheus test takes a minute or two")
-	}
-	prometheus := prometheusBinary(t)
-	if pgtest.Skipped() {
-		t.Skipf("%s=1: skipping PostgreSQL test", pgtest.EnvSkip)
-	}
-	g := NewWithT(t)
-	srv, err := pgtest.StartServer(context.Background())
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { g.Expect(srv.Stop()).To(Succeed()) })
-	dsn := srv.Database(t)
+// span is a time an alert was firing; to is zero while it still fires.
+type span struct{ from, to time.Time }
 
-	kdsHost := testbin.Build(t, "./host/cmd/kds-host")
-	plugins := []string{"--plugin", testbin.Build(t, "./plugins/retry-forcer"), "--plugin", testbin.Build(t, "./plugins/owner-check")}
-	global := startHost(t, "global", kdsHost, append([]string{"--store", dsn}, plugins...)...)
-	t.Cleanup(func() { _ = srv.Thaw() }) // before the global stops
-	globalArgs := func(dsn string) []string {
-		return append([]string{"--kds-plaintext", "--kds-addr", global.kds, "--store", dsn}, plugins...)
-	}
-	zoneArgs := func(name, token string) []string {
-		return []string{"--mode", "zone", "--zone-name", name, "--global-address", "grpc://" + global.kds, "--zone-token-file", token}
-	}
-	token2 := global.zoneToken(t, "zone-2")
-	// zone-1's admission refuses, as INVALID, what carries the deny label: the global parks it.
-	zone1 := startHost(t, "zone-1", kdsHost, append(zoneArgs("zone-1", global.zoneToken(t, "zone-1")),
-		"--admission-deny-label", "kds-host.test/deny=yes")...)
-	zone2 := startHost(t, "zone-2", kdsHost, zoneArgs("zone-2", token2)...)
+// alertLog is every alert Prometheus reported firing, polled by the test's goroutine (poll), and
+// read by the faults' goroutines.
+type alertLog struct {
+	mu     sync.Mutex
+	spans  map[string][]span // promAlert.String() -> its spans, in order
+	labels map[string]map[string]string
+}
 
-	dir := t.TempDir()
-	g.Expect(os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(shortenedRules(t)), 0o644)).To(Succeed())
-	config := fmt.Sprintf(`global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}
-rule_files: [rules.yaml]
-scrape_configs:
-  - job_name: kds-host-global
-    static_configs: [{targets: [%q]}]
-  - job_name: kds-host-zone
-    static_configs: [{targets: [%q, %q]}]
-`, global.diag, zone1.diag, zone2.diag)
-	g.Expect(os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644)).To(Succeed())
-	prom := freePorts(t, 1)[0]
-	cmd := exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+prom, "--log.level=warn")
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	g.Expect(cmd.Start()).To(Succeed())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", out)
+func newAlertLog() *alertLog {
+	return &alertLog{spans: map[string][]span{}, labels: map[string]map[string]string{}}
+}
+
+// poll records what fires now.
+func (l *alertLog) poll(prom string) error {
+	as, err := firing(prom)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]bool{}
+	for _, a := range as {
+		k := a.String()
+		seen[k] = true
+		l.labels[k] = a.Labels
+		ss := l.spans[k]
+		if len(ss) == 0 || !ss[len(ss)-1].to.IsZero() {
+			l.spans[k] = append(ss, span{from: now})
 		}
-	})
-	g.Eventually(func() error {
-		resp, err := http.Get("http://" + prom + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("%s", resp.Status)
+	}
+	for k, ss := range l.spans {
+		if last := &ss[len(ss)-1]; last.to.IsZero() && !seen[k] {
+			last.to = now
+		}
+	}
+	return nil
+}
+
+// matcher names an alert: its alertname and the labels it must have.
+type matcher struct {
+	name   string
+	labels map[string]string
+}
+
+func alert(name string, kv ...string) matcher {
+	m := matcher{name: name, labels: map[string]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m.labels[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+func (m matcher) match(labels map[string]string) bool {
+	if labels["alertname"] != m.name {
+		return false
+	}
+	for k, v := range m.labels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (m matcher) String() string {
+	ls := maps.Clone(m.labels)
+	ls["alertname"] = m.name
+	return promAlert{Labels: ls}.String()
+}
+
+// since returns the alerts matching pred with their spans that lasted past from.
+func (l *alertLog) since(from time.Time, pred func(map[string]string) bool) map[string][]span {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]span{}
+	for k, ss := range l.spans {
+		if !pred(l.labels[k]) {
+			continue
+		}
+		for _, s := range ss {
+			if s.to.IsZero() || s.to.After(from) {
+				out[k] = append(out[k], s)
 			}
 		}
-		return err
-	}, patience, 100*time.Millisecond).Should(Succeed())
-
-	// Healthy: every rule's window filled (the longest, an hour, is 3 minutes here: a fifth of it),
-	// nothing fires.
-	healthy := 12 * minute
-	t.Logf("healthy fleet for %s (%s of the rules' time)", healthy, healthy/minute*time.Minute)
-	g.Consistently(func() []promAlert { return firing(t, prom) }, healthy, 500*time.Millisecond).Should(BeEmpty())
-
-	var table []string
-	// fault causes a fault, waits for want to fire and, once heal ran, to resolve; it returns
-	// every other alert that fired meanwhile.
-	fault := func(name, want string, cause, heal func()) []string {
-		t.Helper()
-		others := map[string]bool{}
-		began := time.Now()
-		cause()
-		var fired, resolved time.Duration
-		watch := func(done func([]promAlert) bool) {
-			g.Eventually(func() bool {
-				as := firing(t, prom)
-				for _, a := range as {
-					if a.String() != want {
-						others[a.String()] = true
-					}
-				}
-				return done(as)
-			}, patience, 250*time.Millisecond).Should(BeTrue(), "%s: %s", name, want)
-		}
-		has := func(as []promAlert) bool {
-			return slices.ContainsFunc(as, func(a promAlert) bool { return a.String() == want })
-		}
-		watch(has)
-		fired = time.Since(began)
-		// A little longer, for the consequences that would page too.
-		deadline := time.Now().Add(4 * minute)
-		watch(func([]promAlert) bool { return time.Now().After(deadline) })
-		healed := time.Now()
-		heal()
-		watch(func(as []promAlert) bool { return !has(as) })
-		resolved = time.Since(healed)
-		var list []string
-		for a := range others {
-			list = append(list, a)
-		}
-		slices.Sort(list)
-		table = append(table, fmt.Sprintf("| %s | %s | %s | %s | %s |", name, want, fired.Round(100*time.Millisecond),
-			resolved.Round(100*time.Millisecond), strings.Join(list, ", ")))
-		return list
 	}
-
-	others := fault("PostgreSQL hung (SIGSTOP)", "KDSStoreNotReady{instance="+global.diag+",job=kds-host-global}",
-		func() { g.Expect(srv.Freeze()).To(Succeed()) },
-		func() { g.Expect(srv.Thaw()).To(Succeed()) })
-	g.Expect(len(others)).To(BeNumerically("<=", 1), "at most two alerts for a hung store: %v", others)
-	for _, a := range others {
-		g.Expect(a).NotTo(HavePrefix("KDSZone"), "no per-zone alert for a hung store")
-	}
-
-	others = fault("zone-2 stopped", "KDSHostDown{instance="+zone2.diag+",job=kds-host-zone}",
-		func() { zone2.stop() },
-		func() { zone2 = relaunch(t, "zone-2", kdsHost, zone2, zoneArgs("zone-2", token2)...) })
-	g.Expect(others).To(BeEmpty(), "a stopped zone pages once, as its process down")
-
-	apply := func(doc string) {
-		t.Helper()
-		out, err := exec.Command(kdsHost, "apply", "-f", writeFile(t, "resources.yaml", doc), "--cp", "http://"+global.api, "--data-dir", global.dataDir).CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), "kds-host apply:\n%s", out)
-	}
-	const timeout = "type: MeshTimeout\nmesh: default\nname: parked\nspec:\n  targetRef: {kind: Mesh}\n  default: {connectionTimeout: 2s}\n"
-	others = fault("a MeshTimeout zone-1 refuses as INVALID (parked)", "KDSZoneBehind{kind=MeshTimeout,reason=parked,zone=zone-1}",
-		func() {
-			apply("type: Mesh\nname: default\n---\n" + timeout + "labels:\n  kds-host.test/deny: \"yes\"\n")
-		},
-		func() { apply(timeout) })
-	g.Expect(others).To(BeEmpty(), "a parked name pages once")
-
-	others = fault("the global stopped", "KDSHostDown{instance="+global.diag+",job=kds-host-global}",
-		func() { global.stop() },
-		func() { global = relaunch(t, "global", kdsHost, global, globalArgs(dsn)...) })
-	g.Expect(others).To(BeEmpty(), "a global down pages once")
-
-	// The global refuses to start on an empty store it did not serve; --accept-new-store is the
-	// operator who accepts the wrong one (or a replica started without its data directory).
-	others = fault("the global restarted on an empty database (accepted)", "KDSZoneBlocked{}",
-		func() {
-			global.stop()
-			global = relaunch(t, "global", kdsHost, global, append(globalArgs(srv.Database(t)), "--accept-new-store")...)
-		},
-		func() {
-			global.stop()
-			global = relaunch(t, "global", kdsHost, global, append(globalArgs(dsn), "--accept-new-store")...)
-		})
-	g.Expect(len(others)).To(BeNumerically("<=", 1), "at most two alerts for a wrong store: %v", others)
-
-	// zone-2 crash-loops: down 3.5 s, up 1.5 s (70 s and 30 s of the rules' time), until healed.
-	var loop struct {
-		stop, done chan struct{}
-		err        error
-	}
-	others = fault("zone-2 crash-looping", "KDSZoneDisconnected{zone=zone-2}",
-		func() {
-			loop.stop, loop.done = make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(loop.done)
-				for {
-					zone2.stop()
-					select {
-					case <-loop.stop:
-					case <-time.After(minute * 70 / 60):
-					}
-					if zone2, loop.err = startAgain(t, kdsHost, zone2, zoneArgs("zone-2", token2)...); loop.err != nil {
-						return
-					}
-					select {
-					case <-loop.stop:
-						return
-					case <-time.After(minute / 2):
-					}
-				}
-			}()
-		},
-		func() {
-			close(loop.stop)
-			<-loop.done
-			g.Expect(loop.err).NotTo(HaveOccurred(), "zone-2 did not start again")
-		})
-	for _, a := range others {
-		g.Expect(a).To(Equal("KDSZoneFlapping{zone=zone-2}"), "a crash-looping zone pages once, and may warn that it flaps")
-	}
-
-	t.Logf("the real Prometheus's table (a minute of the rules is %s):\n| fault | alert | to firing | to resolved | other alerts firing |\n|---|---|---|---|---|\n%s",
-		minute, strings.Join(table, "\n"))
+	return out
 }
+
+// firingNow returns the alerts matching pred firing at the last poll.
+func (l *alertLog) firingNow(pred func(map[string]string) bool) []string {
+	var out []string
+	for k, ss := range l.since(time.Now(), pred) {
+		if ss[len(ss)-1].to.IsZero() {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fault is one fault a track causes: it must make each of want fire, and each resolve once heal
+// has run (or on its own before, for an alert on an increase over a window). Meanwhile only the
+// alerts named in allow may fire among those of its scope: its cluster's alerts of its zones
+// (a zone label among zones, or the instance of one of its zone processes) and, when global,
+// those of no zone (the global's, the cluster's).
+type fault struct {
+	name      string
+	cluster   string
+	zones     []string
+	instances []string
+	global    bool
+	want      []matcher
+	allow     []string // alert names
+	alone     []string // alert names of want that resolve on their own before heal
+	atMost    int      // alerts besides want at most (0: any number of those allowed)
+	cause     func() error
+	// hold waits, after every want fired, before heal (default: 4 minutes of the rules' time,
+	// for the consequences that would page too).
+	hold func(l *alertLog) error
+	heal func() error
+}
+
+// scope reports whether an alert belongs to the fault; zoneInstances are the instances of every
+// zone process the test runs.
+func (f *fault) scope(zoneInstances map[string]bool) func(map[string]string) bool {
+	return func(ls map[string]string) bool {
+		if ls["cluster"] != f.cluster {
+			return false
+		}
+		if z, ok := ls["zone"]; ok {
+			return slices.Contains(f.zones, z)
+		}
+		if i := ls["instance"]; zoneInstances[i] {
+			return slices.Contains(f.instances, i)
+		}
+		return f.global
+	}
+}
+
+// row is one line of the table: a fault, an alert it fired, and when.
+type row struct {
+	fault, alert    string
+	fired, resolved time.Duration
+	resolvedAlone   bool // before heal, this long after firing
+	others          []string
+}
+
+func (r row) String() string {
+	resolved := r.resolved.Round(100 * time.Millisecond).String()
+	if r.resolvedAlone {
+		resolved = "on its own, " + resolved + " after firing"
+	}
+	others := "none"
+	if len(r.others) > 0 {
+		others = strings.Join(r.others, ", ")
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s | %s |", r.fault, r.alert, r.fired.Round(100*time.Millisecond), resolved, others)
+}
+
+// run causes f, waits for its alerts to fire and, once healed, to resolve, and checks what else
+// fired. It returns the table's rows.
+func (f *fault) run(l *alertLog, zoneInstances map[string]bool) ([]row, error) {
+	inScope := f.scope(zoneInstances)
+	began := time.Now()
+	if err := f.cause(); err != nil {
+		return nil, fmt.Errorf("%s: cause: %w", f.name, err)
+	}
+	first := func(m matcher) (string, span, bool) {
+		var key string
+		var sp span
+		for k, ss := range l.since(began, func(ls map[string]string) bool { return inScope(ls) && m.match(ls) }) {
+			if s := ss[0]; key == "" || s.from.Before(sp.from) {
+				key, sp = k, s
+			}
+		}
+		return key, sp, key != ""
+	}
+	if err := waitFor(func() bool {
+		for _, m := range f.want {
+			if _, _, ok := first(m); !ok {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		_ = f.heal() // what the cause started ends with the fault
+		return nil, fmt.Errorf("%s: %v did not fire (firing: %v)", f.name, f.want, l.firingNow(inScope))
+	}
+	if f.hold != nil {
+		if err := f.hold(l); err != nil {
+			_ = f.heal()
+			return nil, fmt.Errorf("%s: %w", f.name, err)
+		}
+	} else {
+		time.Sleep(4 * minute)
+	}
+	// Until healed, each alert of want fires (but those that resolve on their own).
+	for _, m := range f.want {
+		firingNow := len(l.firingNow(func(ls map[string]string) bool { return inScope(ls) && m.match(ls) })) > 0
+		if firingNow == slices.Contains(f.alone, m.name) {
+			_ = f.heal()
+			return nil, fmt.Errorf("%s: before heal, %v firing: %v (firing: %v)", f.name, m, firingNow, l.firingNow(inScope))
+		}
+	}
+	healed := time.Now()
+	if err := f.heal(); err != nil {
+		return nil, fmt.Errorf("%s: heal: %w", f.name, err)
+	}
+	wanted := func(ls map[string]string) bool {
+		return slices.ContainsFunc(f.want, func(m matcher) bool { return m.match(ls) })
+	}
+	if err := waitFor(func() bool {
+		return len(l.firingNow(func(ls map[string]string) bool { return inScope(ls) && wanted(ls) })) == 0
+	}); err != nil {
+		return nil, fmt.Errorf("%s: still firing after heal: %v", f.name, l.firingNow(inScope))
+	}
+	var others []string
+	for k := range l.since(began, func(ls map[string]string) bool { return inScope(ls) && !wanted(ls) }) {
+		others = append(others, k)
+	}
+	slices.Sort(others)
+	var rows []row
+	for _, m := range f.want {
+		key, sp, _ := first(m)
+		r := row{fault: f.name, alert: key, fired: sp.from.Sub(began), others: others}
+		ss := l.since(began, func(ls map[string]string) bool { return promAlert{Labels: ls}.String() == key })[key]
+		end := ss[len(ss)-1].to
+		if end.Before(healed) {
+			r.resolved, r.resolvedAlone = end.Sub(sp.from), true
+		} else {
+			r.resolved = end.Sub(healed)
+		}
+		rows = append(rows, r)
+	}
+	var unexpected []string
+	for _, o := range others {
+		if !slices.Contains(f.allow, strings.SplitN(o, "{", 2)[0]) {
+			unexpected = append(unexpected, o)
+		}
+	}
+	if len(unexpected) > 0 {
+		return rows, fmt.Errorf("%s: fired besides %v: %v (allowed: %v)", f.name, f.want, unexpected, f.allow)
+	}
+	if f.atMost > 0 && len(others) > f.atMost {
+		return rows, fmt.Errorf("%s: %d alerts fired besides %v, at most %d allowed: %v", f.name, len(others), f.want, f.atMost, others)
+	}
+	// Settle: nothing of the fault's scope fires before the track's next fault.
+	if err := waitFor(func() bool { return len(l.firingNow(inScope)) == 0 }); err != nil {
+		return rows, fmt.Errorf("%s: still firing once healed: %v", f.name, l.firingNow(inScope))
+	}
+	return rows, nil
+}
+
+// waitFor polls cond every 250ms for 3 minutes at most (the longest fault takes 1.5 to fire).
+func waitFor(cond func() bool) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("not within 3 minutes")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return nil
+}
+
+// track is faults caused one after another; tracks run at once.
+type track []*fault

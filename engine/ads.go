@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -25,13 +27,59 @@ type ADSConfig struct {
 	// the response timeout closes has its connection dropped, which ends it for the client and
 	// frees what gRPC holds for it. Nil: the stream is closed only.
 	Conns *Conns
+	// Arrivals bounds how fast new streams are served, after they authenticate (a zero Rate: no
+	// bound): a stream beyond the rate waits its turn, unless its turn is more than ArrivalWait
+	// (default 10s) away, when it is refused at once with Unavailable, counted as a refusal
+	// ("arrivals"), and its client comes back after its backoff. The streams already served are
+	// not slowed by a fleet that arrives at once (the clients of a replica that died).
+	Arrivals    RateLimit
+	ArrivalWait time.Duration
 }
 
 // DeltaADS is the delta half of the Aggregated Discovery Service served from c by the engine's
 // own stream loop, with t as its callbacks, until ctx ends. Register it on a gRPC server that
 // uses c.Codec().
 func (c *Cache) DeltaADS(ctx context.Context, t *Tracker, cfg ADSConfig) discovery.AggregatedDiscoveryServiceServer {
-	return &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg}
+	a := &ads{ctx: ctx, cache: c, tracker: t, cfg: cfg}
+	if cfg.Arrivals.Rate > 0 {
+		a.arrivals = rate.NewLimiter(rate.Limit(cfg.Arrivals.Rate), max(cfg.Arrivals.Burst, 1))
+		if a.cfg.ArrivalWait <= 0 {
+			a.cfg.ArrivalWait = DefaultArrivalWait
+		}
+	}
+	return a
+}
+
+// DefaultArrivalWait is how long a new stream waits for its turn under ADSConfig.Arrivals
+// unless configured.
+const DefaultArrivalWait = 10 * time.Second
+
+// arrive waits for the stream's turn under ADSConfig.Arrivals, or refuses it when its turn is
+// more than ArrivalWait away (or the stream ends first).
+func (a *ads) arrive(ctx context.Context, node string) error {
+	if a.arrivals == nil {
+		return nil
+	}
+	r := a.arrivals.Reserve()
+	wait := r.Delay()
+	if wait == 0 {
+		return nil
+	}
+	err := status.Errorf(codes.Unavailable, "too many streams are arriving at once (more than %g a second): connect again after a backoff", a.cfg.Arrivals.Rate)
+	if wait > a.cfg.ArrivalWait {
+		r.Cancel()
+		a.tracker.refuse("arrivals", node, err)
+		return err
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // StreamAggregatedResources refuses a SotW stream: this loop serves delta xDS only.
@@ -47,6 +95,8 @@ type ads struct {
 	streams atomic.Int64 // the last stream id given
 	tracker *Tracker
 	cfg     ADSConfig
+
+	arrivals *rate.Limiter // ADSConfig.Arrivals' (nil: no bound)
 }
 
 // DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
@@ -61,6 +111,9 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 			return err
 		}
 		zone = z
+	}
+	if err := a.arrive(s.Context(), zone); err != nil {
+		return err
 	}
 	if len(a.cfg.Header) > 0 {
 		if err := s.SendHeader(a.cfg.Header); err != nil {

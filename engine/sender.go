@@ -110,7 +110,7 @@ func (s *Session) next() *watch {
 	w.sending = true
 	ks := w.ks
 	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
-	w.flight.sotw = w.sotwResp.resp
+	w.flight.sotw, w.flight.again = w.sotwResp.resp, w.sotwResp.again
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}

@@ -165,6 +165,7 @@ type inflight struct {
 	edits  uint64                       // the type's delivered edits once this response was counted in it
 	cost   int64                        // the room it holds in the cache's budget, until it leaves inflight
 	sotw   *discovery.DiscoveryResponse // the SotW response sent, of which resp is the delta; nil for delta
+	again  []namedVersion               // SotW: what sotw carries beyond resp, by name (holdsAfter)
 	since  time.Time                    // when it got its room, to be sent (the response timeout runs from here)
 }
 

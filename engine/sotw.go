@@ -247,11 +247,12 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 		return false
 	}
 	var anys []*anypb.Any
+	var again []namedVersion
 	switch {
 	case all:
 		anys = snap.order(w.kind).anys // every stream's, shared
 	case full:
-		anys = holdsAfter(ks, snap.Type(w.kind), resources, removed)
+		anys, again = holdsAfter(ks, snap.Type(w.kind), resources, removed)
 	default:
 		anys = make([]*anypb.Any, len(resources))
 		for i, r := range resources {
@@ -267,20 +268,27 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 	w.answer.pass = cache.DeltaPassthroughResponse{DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
 		TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(), Resources: resources, RemovedResources: removed}}
 	w.resp = &w.answer.pass
-	w.sotwResp = sotwResponse{req: w.sotwReq, resp: &discovery.DiscoveryResponse{
+	w.sotwResp = sotwResponse{req: w.sotwReq, again: again, resp: &discovery.DiscoveryResponse{
 		VersionInfo: fmt.Sprintf("%s.%d", c.versionInfo(), ks.sotwSeq), TypeUrl: w.kind, Resources: anys}}
 	return true
 }
 
 // holdsAfter is what the client of ks holds of its type once it takes a response of resources
-// and removed: the Anys in name order. A name it refused is what it holds instead (nothing, or
-// the version it accepted, read from served when it is still served there), not what it was
-// sent.
-func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.Resource, removed []string) []*anypb.Any {
-	byName := make(map[string]*anypb.Any, ks.delivered.len()+len(resources))
+// and removed: the Anys in name order, and (again) the names and versions of those it carries
+// that are not of resources, carried again as the client was sent them before. A name it refused
+// is what it holds instead (nothing, or the version it accepted, read from served when it is
+// still served there), not what it was sent; a refusal on its way is not known yet, so the name
+// it refuses is carried again, and its NACK of this response may name it again (nackOf).
+func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.Resource, removed []string) ([]*anypb.Any, []namedVersion) {
+	type held struct {
+		any     *anypb.Any
+		version string
+		sent    bool // one of resources
+	}
+	byName := make(map[string]held, ks.delivered.len()+len(resources))
 	ks.delivered.each(func(n string, r *discovery.Resource) {
 		if a := r.GetResource(); a != nil {
-			byName[n] = a
+			byName[n] = held{any: a, version: r.Version}
 		}
 	})
 	for n, h := range ks.refused {
@@ -288,11 +296,11 @@ func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.
 		case !h.ok:
 			delete(byName, n)
 		case e != nil && e.Version == h.version:
-			byName[n] = e.Any
+			byName[n] = held{any: e.Any, version: e.Version}
 		}
 	}
 	for _, r := range resources {
-		byName[r.GetName()] = r.GetResource()
+		byName[r.GetName()] = held{any: r.GetResource(), version: r.GetVersion(), sent: true}
 	}
 	for _, n := range removed {
 		delete(byName, n)
@@ -303,16 +311,23 @@ func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.
 	}
 	slices.Sort(names)
 	out := make([]*anypb.Any, len(names))
+	var again []namedVersion
 	for i, n := range names {
-		out[i] = byName[n]
+		h := byName[n]
+		out[i] = h.any
+		if !h.sent {
+			again = append(again, namedVersion{n, h.version})
+		}
 	}
-	return out
+	return out, again
 }
 
-// sotwResponse is a SotW response the cache made: the server sends it as it is.
+// sotwResponse is a SotW response the cache made: the server sends it as it is. again is what a
+// full state carries beyond the delta it makes (holdsAfter).
 type sotwResponse struct {
-	req  *discovery.DiscoveryRequest
-	resp *discovery.DiscoveryResponse
+	req   *discovery.DiscoveryRequest
+	resp  *discovery.DiscoveryResponse
+	again []namedVersion
 }
 
 func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {

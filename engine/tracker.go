@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -335,12 +337,20 @@ func sentOf(id int64, node string, r *inflight) event.Sent {
 
 // nackOf reads a NACK of the response answered (nack.Read): the node's structured rejection
 // list when error_detail carries one, or else what its message names, or else what the response
-// brought new.
+// brought new. A SotW full state is read whole: a name it carried again (a refusal of it on its
+// way when it was made) is refused when the NACK names it, and is never blamed for a NACK that
+// names nothing it carried; it is not counted accepted either (the client holds it as before).
 func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status, maxText int, plain event.Cause) event.NACK {
-	carried := make([]nack.Carried, len(answered.resp.Resources))
+	carried := make([]nack.Carried, len(answered.resp.Resources), len(answered.resp.Resources)+len(answered.again))
 	for i, res := range answered.resp.Resources { // sorted by name
 		prior := answered.prior(res.Name)
 		carried[i] = nack.Carried{Name: res.Name, Version: res.Version, New: !prior.ok || prior.version != res.Version}
+	}
+	if len(answered.again) > 0 {
+		for _, nv := range answered.again {
+			carried = append(carried, nack.Carried{Name: nv.name, Version: nv.version, Again: true})
+		}
+		slices.SortFunc(carried, func(a, b nack.Carried) int { return strings.Compare(a.Name, b.Name) })
 	}
 	n := event.NACK{StreamID: id, Node: zone, TypeURL: answered.kind, Accepted: map[string]string{}}
 	n.Rejected, n.Detail = nack.Read(detail, carried, maxText, plain)

@@ -2,7 +2,6 @@ package guard_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -116,19 +115,15 @@ func withheld(insight []guard.ClientInsight, typeURL string) []guard.Withheld {
 // (a NACK storm); guarded, it is sent the policy's attempts (3, the built-in policy's
 // invalidAttempts), then withheld with the client's reason. RPCs keep flowing either way, and
 // another cluster's endpoint move reaches the client. Each guarded outcome holds with the guard
-// over a SnapshotCache (a watch of it per stream) and over LinearCaches with its codec.
+// over a SnapshotCache (a watch of it per stream), over LinearCaches with its codec, and with the
+// engine's own cache.
 func TestScenario1ARefusedCluster(t *testing.T) {
 	t.Parallel()
 	stocked, _ := run(t, stockServer, xdstest.Scenario1RefusedCluster)
 	if n := stocked.NACKs[xdstest.ClusterType]; n <= 100 {
 		t.Errorf("stock: CDS NACKs = %d, want a storm (> 100)", n)
 	}
-	// Not yet the engine's own cache: when a SotW response of Clusters is sent while the client's
-	// NACK of the one before is on its way, the full state carries the refused cluster again, and
-	// the second NACK, naming it, is read as a refusal of what that response brought new (the
-	// good cluster). Issue 48's next step (one engine for both modes) reads a SotW NACK against
-	// the whole state sent; scenarios 2 to 4 run against it already.
-	for _, m := range slices.DeleteFunc(slices.Clone(guards), func(m mode) bool { return m == engineCache }) {
+	for _, m := range guards {
 		res, g := run(t, m, xdstest.Scenario1RefusedCluster)
 		if n := res.NACKs[xdstest.ClusterType]; n < 1 || n > 3 {
 			t.Errorf("%s: CDS NACKs = %d, want 1 to 3 (the policy's attempts)", m, n)

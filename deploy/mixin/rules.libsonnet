@@ -75,6 +75,7 @@
         kds_zone_client_connected == 0
           unless on (%(clusterLabel)s, zone) kds:zone_blocked:max15m == 1
           unless on (%(clusterLabel)s) kds:global_up:max == 0
+          unless on (%(clusterLabel)s, zone) avg_over_time(kds:zone_connected:max[5m]) < 0.5
       |||,
       "for": "5m",
       labels: {
@@ -82,7 +83,7 @@
       },
       annotations: {
         summary: "Zone {{ $labels.zone }} cannot keep a KDS stream to its global",
-        description: "The zone control plane {{ $labels.zone }} ({{ $labels.instance }}) has had no stream to a global for 5 minutes: it keeps what it holds and gets nothing new. Its GET /api/zone shows the global it last tried and the last error (connection refused, TLS, unauthenticated).",
+        description: "The zone control plane {{ $labels.zone }} ({{ $labels.instance }}) has had no stream to a global for 5 minutes: it keeps what it holds and gets nothing new. Its GET /api/zone shows the global it last tried and the last error (connection refused, TLS, unauthenticated). A zone the global knows pages as KDSZoneDisconnected instead.",
       },
     },
     {

@@ -7,7 +7,7 @@
 //  2. the message, where the client names what it refused: grpc-go quotes each name
 //     (`resource "NAME": ...`), Envoy ends each with a colon (`... cluster(s) NAME: ...`);
 //  3. neither: every resource the response brought new (a version the client did not hold),
-//     else every resource it carried.
+//     else every resource it carried but those it carried again (Carried.Again).
 package nack
 
 import (
@@ -28,6 +28,10 @@ type Carried struct {
 	Name, Version string
 	// New: the client did not hold this version before the response.
 	New bool
+	// Again: a SotW full state carried it again, as the client held it (or had refused it) when
+	// the response was made, not as something the response brings: refused only when the NACK
+	// names it.
+	Again bool
 }
 
 // Read is what a NACK refused of the resources its response carried, each name once, in the
@@ -78,13 +82,15 @@ func Read(detail *rpcstatus.Status, carried []Carried, maxText int, plain event.
 	}
 	reason := Truncate(msg, min(maxReason, maxText/4))
 	for _, c := range carried {
-		if c.New {
+		if c.New && !c.Again {
 			refuse(c, reason)
 		}
 	}
 	if len(rejected) == 0 {
 		for _, c := range carried {
-			refuse(c, reason)
+			if !c.Again {
+				refuse(c, reason)
+			}
 		}
 	}
 	return rejected, message

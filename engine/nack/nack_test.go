@@ -68,6 +68,26 @@ func TestReadNamesNone(t *testing.T) {
 	g.Expect(names(rs)).To(Equal([]string{"a", "b"}))
 }
 
+// What a SotW full state carried again is refused when the NACK names it (the message or the
+// structured list), and never when it names nothing carried: then what the response brought new,
+// else what it brought.
+func TestReadCarriedAgain(t *testing.T) {
+	g := NewWithT(t)
+	carried := []Carried{{Name: "bad", Version: "1", Again: true}, {Name: "good", Version: "2", New: true}, {Name: "same", Version: "3"}}
+	rs, _ := Read(&rpcstatus.Status{Message: `resource "bad": unexpected lbPolicy MAGLEV`}, carried, 4096, event.CauseInvalid)
+	g.Expect(names(rs)).To(Equal([]string{"bad"}))
+	g.Expect(rs[0].Version).To(Equal("1"))
+	d, err := Detail(&kdsv1.RejectionList{Rejections: []*kdsv1.Rejection{{Name: "bad"}}}, "no")
+	g.Expect(err).NotTo(HaveOccurred())
+	rs, _ = Read(d, carried, 4096, event.CauseInvalid)
+	g.Expect(names(rs)).To(Equal([]string{"bad"}))
+	rs, _ = Read(&rpcstatus.Status{Message: "something went wrong"}, carried, 4096, event.CauseInvalid)
+	g.Expect(names(rs)).To(Equal([]string{"good"}))
+	carried[1].New = false
+	rs, _ = Read(&rpcstatus.Status{Message: "something went wrong"}, carried, 4096, event.CauseInvalid)
+	g.Expect(names(rs)).To(Equal([]string{"good", "same"}))
+}
+
 // kds-host's structured detail wins over the message: its causes and missing owners are read;
 // a name not carried, or named again, is left out; the order is the response's.
 func TestReadStructured(t *testing.T) {

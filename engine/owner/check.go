@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/engine"
+	"github.com/kds-host/kds-host/internal/within"
+	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 )
 
 // inFlight is what a node's check in flight has to weigh once its verdicts are in.
@@ -178,9 +180,9 @@ func (h *Holds) decide(ctx context.Context, node string, snap *engine.Snapshot, 
 			plan.Request.Inventory = append(plan.Request.Inventory, h.cfg.wireKey(r))
 		}
 		start := time.Now()
-		pctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
-		resp, err := h.cfg.Policy().Predict(pctx, plan.Request)
-		cancel()
+		resp, err := within.Do(ctx, &h.abandoned, h.cfg.Timeout, func(ctx context.Context) (*pluginv1.PredictResponse, error) {
+			return h.cfg.Policy().Predict(ctx, plan.Request)
+		})
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -44,6 +44,7 @@ import (
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/internal/shrink"
+	"github.com/kds-host/kds-host/internal/within"
 	"github.com/kds-host/kds-host/shared"
 )
 
@@ -120,6 +121,7 @@ type Holds struct {
 	queue     nodeQueue       // nodes with work, in order
 	scheduled map[string]bool // nodes queued or being checked
 	wake      chan struct{}
+	abandoned within.Abandoned // the Predict calls given up at their deadline that still run
 
 	views      uint64 // views published so far (Published.Seq)
 	described  described

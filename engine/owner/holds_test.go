@@ -2,12 +2,14 @@ package owner_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	. "github.com/onsi/gomega"
@@ -18,6 +20,7 @@ import (
 	"github.com/kds-host/kds-host/engine/owner"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
+	"github.com/kds-host/kds-host/internal/within"
 	"github.com/kds-host/kds-host/plugins/owner-check/ownerpredict"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
@@ -454,5 +457,53 @@ func TestZonesThatHoldTheSameShareOneAnswer(t *testing.T) {
 		ackMesh(w, h, 3, "zone-4")
 		g.Eventually(func() []owner.Withheld { return h.Withheld("zone-4") }).Should(BeEmpty())
 		g.Expect(rec.count()).To(Equal(5))
+	})
+}
+
+// deafCheck is an owner check that ignores its context: each call waits until release is closed.
+type deafCheck struct {
+	shared.OwnerCheck // Configure: not called
+	release           chan struct{}
+	made, returned    atomic.Int64
+}
+
+func (d *deafCheck) Describe(context.Context) (*pluginv1.DescribeResponse, error) {
+	return &pluginv1.DescribeResponse{Name: "deaf"}, nil
+}
+
+func (d *deafCheck) Predict(context.Context, *pluginv1.PredictRequest) (*pluginv1.PredictResponse, error) {
+	d.made.Add(1)
+	<-d.release
+	d.returned.Add(1)
+	return nil, errors.New("too late")
+}
+
+// An owner check that ignores its context is given up on at its deadline (the zone's
+// candidates fail open), at most MaxAbandoned of its calls run on (with one worker: each worker
+// may make one call as the count reaches it), and Close does not wait for them.
+func TestAnOwnerCheckThatIgnoresItsContextIsAbandonedAtItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		d := &deafCheck{release: make(chan struct{})}
+		zones := map[string]map[string]map[string]string{}
+		for i := range 10 {
+			zones[fmt.Sprintf("zone-%d", i)] = map[string]map[string]string{}
+		}
+		w := &world{snap: snapshot(t, meshKey, timeoutKey), inventory: zones, refreshed: map[string][]string{}}
+		var failedOpen atomic.Int64
+		h, err := owner.New(owner.Config{Mapping: owner.KDSMapping, Policy: func() shared.OwnerCheck { return d }, Timeout: 100 * time.Millisecond, Workers: 1,
+			Source: w, Inventory: w, Refresher: w, Hooks: owner.Hooks{FailOpen: func(string, error) { failedOpen.Add(1) }}})
+		g.Expect(err).NotTo(HaveOccurred())
+		for i := range 10 {
+			h.Observer().StreamOpened(int64(i+1), fmt.Sprintf("zone-%d", i))
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		g.Expect(failedOpen.Load()).To(BeNumerically(">=", 10), "every zone's check failed open")
+		g.Expect(d.made.Load()).To(BeEquivalentTo(within.MaxAbandoned), "not asked while MaxAbandoned of its calls ran on")
+		h.Close() // does not wait for the calls that run on
+		close(d.release)
+		synctest.Wait()
+		g.Expect(d.returned.Load()).To(BeEquivalentTo(within.MaxAbandoned))
 	})
 }

@@ -504,30 +504,41 @@ func sortedTypes(m map[string]*failingType) []string {
 
 // TypeState is the retry state of one failing type of a stream.
 type TypeState struct {
-	TypeURL   string       `json:"typeUrl"`
-	Rejected  []string     `json:"rejected"`
-	Parked    []ParkedName `json:"parked,omitempty"`
-	NACKs     uint32       `json:"nacks"`
-	FirstNACK time.Time    `json:"firstNack"`
+	TypeURL string       `json:"typeUrl"`
+	Parked  []ParkedName `json:"parked,omitempty"`
+	Failures
+}
+
+// Failures are the names of a type a stream's client refused and has not accepted since, and
+// its NACKs since the first.
+type Failures struct {
+	Rejected  []string  `json:"rejected"`
+	NACKs     uint32    `json:"nacks"`
+	FirstNACK time.Time `json:"firstNack"`
 }
 
 // StreamState is the retry state of one stream, for insights.
 type StreamState struct {
-	Stream    int64      `json:"stream"`
-	Node      string     `json:"node"`
+	Stream int64  `json:"stream"`
+	Node   string `json:"node"`
+	RoundState
+	Failing []TypeState `json:"failing,omitempty"`
+}
+
+// RoundState is the retry decision in force on a stream: the round armed, or the give-up.
+type RoundState struct {
 	Round     uint32     `json:"round"`
 	LastDelay string     `json:"lastDelay,omitempty"`
 	NextRetry *time.Time `json:"nextRetry,omitempty"`
 	GivenUp   string     `json:"givenUp,omitempty"`
 	// Reason is the reason the policy gave for the decision in force (the armed round or the
 	// give-up); a decision of the built-in fallback says so, and why.
-	Reason  string      `json:"reason,omitempty"`
-	Failing []TypeState `json:"failing,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // State is the stream's retry state as insights show it.
 func (m *Machine) State() StreamState {
-	ss := StreamState{Stream: m.stream, Node: m.node, Round: m.round, GivenUp: m.givenUp, Reason: m.reason}
+	ss := StreamState{Stream: m.stream, Node: m.node, RoundState: RoundState{Round: m.round, GivenUp: m.givenUp, Reason: m.reason}}
 	if m.last > 0 {
 		ss.LastDelay = m.last.String()
 	}
@@ -537,7 +548,7 @@ func (m *Machine) State() StreamState {
 	}
 	for _, typeURL := range sortedTypes(m.failing) {
 		ft := m.failing[typeURL]
-		ts := TypeState{TypeURL: typeURL, Rejected: ft.names(), NACKs: ft.nacks, FirstNACK: ft.firstNACK}
+		ts := TypeState{TypeURL: typeURL, Failures: Failures{Rejected: ft.names(), NACKs: ft.nacks, FirstNACK: ft.firstNACK}}
 		for _, n := range slices.Sorted(maps.Keys(ft.parked)) {
 			ts.Parked = append(ts.Parked, ParkedName{TypeURL: typeURL, Name: n, Reason: ft.parked[n].reason})
 		}

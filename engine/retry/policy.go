@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/kds-host/kds-host/internal/within"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -80,35 +82,40 @@ func (c currentPolicy) Schedule(ctx context.Context, req *pluginv1.ScheduleReque
 
 // WithDeadline bounds every Schedule call of p by timeout. It returns by the deadline even when
 // p ignores its context: the call then goes on in its own goroutine, whose context is canceled,
-// until p returns, and its answer is dropped. Nothing waits for such a call.
+// until p returns, and its answer is dropped. Nothing waits for such a call, and while
+// within.MaxAbandoned of them run on, a call fails at once (the fallback decides).
 func WithDeadline(p shared.RetryForcer, timeout time.Duration) shared.RetryForcer {
-	return &deadline{decorator{p}, timeout}
+	return &deadline{decorator: decorator{p}, timeout: timeout}
 }
 
 type deadline struct {
 	decorator
-	timeout time.Duration
+	timeout   time.Duration
+	abandoned within.Abandoned
 }
 
 func (d *deadline) Schedule(ctx context.Context, req *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	type result struct {
-		resp *pluginv1.ScheduleResponse
-		err  error
-	}
-	done := make(chan result, 1) // the call never blocks on it, answered or abandoned
-	go func() {
+	resp, err := within.Do(ctx, &d.abandoned, d.timeout, func(ctx context.Context) (*pluginv1.ScheduleResponse, error) {
 		resp, err := d.RetryForcer.Schedule(ctx, req)
-		done <- result{resp, err}
-	}()
-	select {
-	case r := <-done:
-		return r.resp, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("retry policy: %w", ctx.Err())
+		if err != nil {
+			return nil, policyError{err}
+		}
+		return resp, nil
+	})
+	var own policyError
+	switch {
+	case errors.As(err, &own):
+		return nil, own.error // the policy's own error, as it gave it
+	case err != nil:
+		return nil, fmt.Errorf("retry policy: %w", err) // not answered by the deadline
 	}
+	return resp, nil
 }
+
+// policyError is an error the policy itself answered with.
+type policyError struct{ error }
+
+func (e policyError) Unwrap() error { return e.error }
 
 // Checked turns an answer the host must not act on into an error: none, or one outside bounds
 // (shared.Bounds.CheckSchedule: a delay that is not positive or over MaxDelay, a reason too

@@ -3,7 +3,9 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	. "github.com/onsi/gomega"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kds-host/kds-host/engine/event"
 	"github.com/kds-host/kds-host/engine/retry"
+	"github.com/kds-host/kds-host/internal/within"
 	pluginv1 "github.com/kds-host/kds-host/proto/plugin/v1"
 	"github.com/kds-host/kds-host/shared"
 )
@@ -127,4 +130,40 @@ func TestStandardTellsThePolicyTheHostsMaximum(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got).To(Equal([]time.Duration{tc.want, tc.want}), "the policy, then the fallback")
 	}
+}
+
+// deaf is a retry policy that ignores its context: each call waits until release is closed.
+type deaf struct {
+	shared.RetryForcer // Configure: not called
+	release            chan struct{}
+	made, returned     atomic.Int64
+}
+
+func (d *deaf) Schedule(context.Context, *pluginv1.ScheduleRequest) (*pluginv1.ScheduleResponse, error) {
+	d.made.Add(1)
+	<-d.release
+	d.returned.Add(1)
+	return nil, errors.New("too late")
+}
+
+// A policy that ignores its context is given up on at its deadline; at most MaxAbandoned of its
+// calls run on, and a call while that many do is not made at all: a slow policy cannot grow the
+// host's goroutines with every decision.
+func TestWithDeadlineLeavesAtMostMaxAbandonedCallsRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		d := &deaf{release: make(chan struct{})}
+		p := retry.WithDeadline(d, 200*time.Millisecond)
+		for i := range 10 {
+			_, err := p.Schedule(context.Background(), oneType)
+			g.Expect(err).To(HaveOccurred(), "call %d", i)
+			g.Expect(d.made.Load() - d.returned.Load()).To(BeNumerically("<=", within.MaxAbandoned))
+		}
+		g.Expect(d.made.Load()).To(BeEquivalentTo(within.MaxAbandoned))
+		_, err := p.Schedule(context.Background(), oneType)
+		g.Expect(err).To(MatchError(within.ErrTooManyAbandoned))
+		close(d.release)
+		synctest.Wait()
+		g.Expect(d.returned.Load()).To(BeEquivalentTo(within.MaxAbandoned))
+	})
 }

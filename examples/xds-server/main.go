@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +36,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -124,8 +127,12 @@ func newFlags(cfg *config) *pflag.FlagSet {
 		"or NAME=FILE for plugin NAME (its Describe name, its binary's file name, or builtin), as kds-host (repeatable)")
 	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references, and ask the owner check (the --plugin runtime's) before a version goes out (false: neither)")
 	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
-	f.StringVar(&cfg.cacheKind, "cache", cacheSnapshot, "what the guard serves from: snapshot (a go-control-plane SnapshotCache, wrapped by guard.New) "+
-		"or kds (kds-host's own cache, guard.NewCache: the same holds, a write costing only what changed)")
+	f.StringVar(&cfg.cacheKind, "cache", cacheSnapshot, "what the server serves from: snapshot (a go-control-plane SnapshotCache, one snapshot for every node, "+
+		"wrapped by guard.New: a watch of it per stream); linear (a LinearCache per type, each given what changed of the file, behind a MuxCache "+
+		"that routes by type URL; guard.New over it with NodeIndependent, one watch per type shared by every stream, and the guard's codec); "+
+		"mux (the same MuxCache given to guard.New as it is, with its defaults: a watch per stream; and the codec); "+
+		"or kds (kds-host's own cache, guard.NewCache: the same holds, a write costing only what changed; guard only). "+
+		"With --guard=false, snapshot serves the SnapshotCache and linear and mux the MuxCache, through the stock server")
 	f.Int64Var(&cfg.maxStreams, "max-streams", 10000, "xDS streams open at once, all connections together; one more is refused with RESOURCE_EXHAUSTED (0: no bound)")
 	f.Uint32Var(&cfg.maxStreamsPerConn, "max-streams-per-connection", 16, "xDS streams one connection may have open (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	f.IntVar(&cfg.maxReceiveMessage, "max-receive-message", 4<<20, "bytes of one xDS request at most; a larger one ends its stream with RESOURCE_EXHAUSTED")
@@ -234,16 +241,27 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "xds-server", Level: level, Output: out})
 
-	if cfg.cacheKind != cacheSnapshot && cfg.cacheKind != cacheKDS {
-		return fmt.Errorf("--cache %q: want %s or %s", cfg.cacheKind, cacheSnapshot, cacheKDS)
+	if !slices.Contains(cacheKinds, cfg.cacheKind) {
+		return fmt.Errorf("--cache %q: want %s", cfg.cacheKind, strings.Join(cacheKinds, ", "))
 	}
 	if cfg.cacheKind == cacheKDS && !cfg.guard {
 		return fmt.Errorf("--cache %s serves through the guard: it cannot be used with --guard=false", cacheKDS)
 	}
 	// The resources, before anything listens: a bad file at start is an error. The file's watch
 	// is in place first, so a change after the first read is seen.
-	snapshots := cache.NewSnapshotCache(true, allNodes{}, cacheLogger(log.Named("cache")))
-	set := snapshotSetter(snapshots)
+	var (
+		snapshots cache.SnapshotCache // --cache snapshot
+		linear    *linearCaches       // --cache linear and mux
+		set       func(context.Context, string, map[string][]types.Resource) error
+	)
+	switch cfg.cacheKind {
+	case cacheSnapshot:
+		snapshots = cache.NewSnapshotCache(true, allNodes{}, cacheLogger(log.Named("cache")))
+		set = snapshotSetter(snapshots)
+	case cacheLinear, cacheMux:
+		linear = newLinearCaches(log.Named("cache"))
+		set = linear.set
+	}
 	var (
 		opts guard.Options
 		rt   *policy.Runtime // --plugin's
@@ -281,12 +299,15 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(src, streams)
+	reg.MustRegister(src, streams, goCollector())
 	var (
 		xdsCache  cache.Cache = snapshots
 		callbacks server.Callbacks
 		clients   http.Handler
 	)
+	if linear != nil {
+		xdsCache = linear.mux
+	}
 	if rt != nil {
 		reg.MustRegister(rt.Collectors()...)
 	}
@@ -295,13 +316,18 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		xdsCache, callbacks, clients = own, own.Callbacks(nil), own.Handler()
 		reg.MustRegister(own.Collector())
 	case cfg.guard:
-		g, err := guard.New(snapshots, opts)
+		// --cache linear: the MuxCache answers every node alike, and the guard is told so.
+		opts.NodeIndependent = cfg.cacheKind == cacheLinear
+		g, err := guard.New(xdsCache, opts)
 		if err != nil {
 			return err
 		}
 		defer g.Close()
 		xdsCache, callbacks, clients = g, g.Callbacks(nil), g.Handler()
 		reg.MustRegister(g.Collector())
+		if linear != nil { // what every stream is served of a type, encoded once
+			grpcOpts = append(grpcOpts, grpc.ForceServerCodecV2(g.Codec()))
+		}
 	default:
 		if len(cfg.plugins) > 0 || len(cfg.pluginConfigs) > 0 {
 			log.Warn("--guard=false: --plugin and --plugin-config are not used (the stock path has no retry policy)")
@@ -403,12 +429,6 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 	log.Info("stopped")
 	return runErr // the deferred g.Close and rt.Close close the guard and the plugins
 }
-
-// The values of --cache.
-const (
-	cacheSnapshot = "snapshot"
-	cacheKDS      = "kds"
-)
 
 // kdsCacheTypes are what --cache kds serves: every type the resources file may hold, what others
 // reference first.
@@ -598,4 +618,11 @@ func (c *stockCounters) Collect(ch chan<- prometheus.Metric) {
 	for t, n := range c.responses {
 		ch <- prometheus.MustNewConstMetric(responsesDesc, prometheus.CounterValue, float64(n), t)
 	}
+}
+
+// goCollector exports the Go runtime's figures: go_memstats_* and go_gc_heap_live_bytes, the
+// heap the last garbage collection found live (what the server holds, without its garbage).
+func goCollector() prometheus.Collector {
+	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}))
 }

@@ -348,18 +348,19 @@ func TestEnvironmentTwins(t *testing.T) {
 		"KDS_XDS_SERVER_MAX_RESOURCES_BYTES=1024",
 		"KDS_XDS_SERVER_RESOURCES_REREAD=0",
 		"KDS_XDS_SERVER_TLS_CLIENT_CA=ca.pem",
+		"KDS_XDS_SERVER_CACHE=mux",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.xdsAddr != "127.0.0.1:1" || cfg.resources != "r.yaml" || cfg.guard || cfg.ownerHolds || len(cfg.plugins) != 2 ||
-		!cfg.allowEmpty || cfg.maxResourcesBytes != 1024 || cfg.resourcesReread != 0 || cfg.tlsClientCA != "ca.pem" {
+		!cfg.allowEmpty || cfg.maxResourcesBytes != 1024 || cfg.resourcesReread != 0 || cfg.tlsClientCA != "ca.pem" || cfg.cacheKind != cacheMux {
 		t.Fatalf("%+v", cfg)
 	}
 	_, f, _ := parse(nil, nil)
 	var sb strings.Builder
 	usage(&sb, f)
-	for _, want := range []string{"KDS_XDS_SERVER_ADMIN_ADDR", "KDS_XDS_SERVER_PLUGIN_CONFIG", "KDS_XDS_SERVER_TLS_CERT", "plaintext", "network policy", "rename it into place"} {
+	for _, want := range []string{"KDS_XDS_SERVER_ADMIN_ADDR", "KDS_XDS_SERVER_PLUGIN_CONFIG", "KDS_XDS_SERVER_TLS_CERT", "KDS_XDS_SERVER_CACHE", "linear (a LinearCache per type", "mux (the same MuxCache", "plaintext", "network policy", "rename it into place"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}

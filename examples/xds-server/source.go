@@ -44,7 +44,7 @@ type source struct {
 type fileStatus struct {
 	version   string    // of the snapshot served
 	sum       string    // sha256 of the content served
-	loadedAt  time.Time // when it was read
+	loadedAt  time.Time // when it was read, parsed and given to the cache
 	resources int       // how many it holds
 	refusal   error     // why the last read was refused; nil when it was served or matched
 	refusedAt time.Time
@@ -131,13 +131,14 @@ func (s *source) serve(ctx context.Context, data []byte, sum string) error {
 		return err
 	}
 	version := fmt.Sprintf("%d-%s", s.version+1, sum[:8])
+	at := time.Now() // the moment the cache is given the change: its clients' update latency counts from here
 	if err := s.set(ctx, version, res); err != nil {
 		return &refusal{reason: refusedResource, err: err}
 	}
 	s.version++
 	s.servedSum = sum
 	s.mu.Lock()
-	s.status = fileStatus{version: version, sum: sum, loadedAt: time.Now(), resources: n}
+	s.status = fileStatus{version: version, sum: sum, loadedAt: at, resources: n}
 	s.mu.Unlock()
 	counts := make([]string, 0, len(res))
 	for t, rs := range res {
@@ -204,7 +205,7 @@ var (
 	fileRefusingDesc = prometheus.NewDesc("kds_xds_resources_file_refusing",
 		"1 while the last read of the resources file was refused, else 0.", nil, nil)
 	fileLoadedDesc = prometheus.NewDesc("kds_xds_resources_file_loaded_timestamp_seconds",
-		"When the content served was read from the resources file (Unix time).", nil, nil)
+		"When the content served was read from the resources file and given to the cache (Unix time; what the cache does with it, its answers to the clients included, comes after).", nil, nil)
 	fileInfoDesc = prometheus.NewDesc("kds_xds_resources_file_loaded_info",
 		"Always 1: the snapshot version served and the sha256 of the file content it was read from.", []string{"version", "sha256"}, nil)
 	fileResourcesDesc = prometheus.NewDesc("kds_xds_resources_file_loaded_resources",

@@ -80,6 +80,10 @@ type GlobalConfig struct {
 	// MaxRequestBytes bounds one message a zone sends on KDS (default engine.DefaultMaxRequestBytes);
 	// a larger one ends its stream with ResourceExhausted.
 	MaxRequestBytes int
+	// Arrivals bounds how fast new zone streams are served, and ArrivalWait how long one waits
+	// for its turn (engine.ADSConfig's; a zero Rate: no bound).
+	Arrivals    engine.RateLimit
+	ArrivalWait time.Duration
 	// ZoneGrace is how long a zone's state (its table entry, owner verdicts, metrics series)
 	// outlives its last stream, so a flapping zone is not checked again from scratch (default 1m).
 	ZoneGrace time.Duration
@@ -300,7 +304,7 @@ func (g *Global) Run(ctx context.Context) error {
 	defer g.kds.Close()
 
 	scfg := kds.ServerConfig{TLS: g.cfg.TLS, MaxStreamsPerConnection: g.cfg.MaxStreamsPerConnection, MaxRequestBytes: g.cfg.MaxRequestBytes,
-		Conns: engine.NewConns(), Options: g.grpcCodes.options()}
+		Arrivals: g.cfg.Arrivals, ArrivalWait: g.cfg.ArrivalWait, Conns: engine.NewConns(), Options: g.grpcCodes.options()}
 	if g.cfg.KDSAuth && g.cfg.Keys != nil {
 		scfg.Authenticate = auth.ZoneAuth{Keys: g.cfg.Keys, Certs: g.cfg.ClientCerts}.Authenticate
 	}

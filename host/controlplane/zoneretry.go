@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"time"
-
 	"github.com/kds-host/kds-host/engine/retry"
 )
 
@@ -10,26 +8,18 @@ import (
 // show it: retry.StreamState in kds-host's words (a node is a zone, a type URL a kind), under the
 // JSON keys the API has always answered.
 type ZoneRetry struct {
-	Stream    int64      `json:"stream"`
-	Zone      string     `json:"zone"`
-	Round     uint32     `json:"round"`
-	LastDelay string     `json:"lastDelay,omitempty"`
-	NextRetry *time.Time `json:"nextRetry,omitempty"`
-	GivenUp   string     `json:"givenUp,omitempty"`
-	// Reason is the reason the policy gave for the decision in force (the armed round or the
-	// give-up); a decision of the built-in fallback says so, and why.
-	Reason  string        `json:"reason,omitempty"`
+	Stream int64  `json:"stream"`
+	Zone   string `json:"zone"`
+	retry.RoundState
 	Failing []FailingKind `json:"failing,omitempty"`
 }
 
 // FailingKind is one kind of a zone's stream with names the zone refused and has not accepted
 // since.
 type FailingKind struct {
-	Kind      string       `json:"kind"`
-	Rejected  []string     `json:"rejected"`
-	Parked    []ParkedName `json:"parked,omitempty"`
-	NACKs     uint32       `json:"nacks"`
-	FirstNACK time.Time    `json:"firstNack"`
+	Kind   string       `json:"kind"`
+	Parked []ParkedName `json:"parked,omitempty"`
+	retry.Failures
 	// Held is Parked under its old JSON name, for the clients that read "held".
 	//
 	// Deprecated: use Parked (JSON "parked"); "held" is emitted for one more release only.
@@ -48,10 +38,9 @@ func zoneRetryOf(rs *retry.StreamState) *ZoneRetry {
 	if rs == nil {
 		return nil
 	}
-	zr := &ZoneRetry{Stream: rs.Stream, Zone: rs.Node, Round: rs.Round, LastDelay: rs.LastDelay,
-		NextRetry: rs.NextRetry, GivenUp: rs.GivenUp, Reason: rs.Reason}
+	zr := &ZoneRetry{Stream: rs.Stream, Zone: rs.Node, RoundState: rs.RoundState}
 	for _, ts := range rs.Failing {
-		fk := FailingKind{Kind: ts.TypeURL, Rejected: ts.Rejected, NACKs: ts.NACKs, FirstNACK: ts.FirstNACK}
+		fk := FailingKind{Kind: ts.TypeURL, Failures: ts.Failures}
 		for _, p := range ts.Parked {
 			fk.Parked = append(fk.Parked, ParkedName{Kind: p.TypeURL, Name: p.Name, Reason: p.Reason})
 		}

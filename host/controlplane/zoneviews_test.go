@@ -10,6 +10,7 @@ import (
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -35,7 +36,7 @@ func TestZoneViewsReadEachRetryStateOnce(t *testing.T) {
 	for i := range n {
 		zone := fmt.Sprintf("zone-%04d", i)
 		insights[i] = engine.NodeInsight{Node: zone, Connected: true, Stream: int64(i + 1)}
-		states[i] = ZoneRetry{Stream: int64(n - i), Zone: fmt.Sprintf("zone-%04d", n-1-i), Round: uint32(n - i)}
+		states[i] = ZoneRetry{Stream: int64(n - i), Zone: fmt.Sprintf("zone-%04d", n-1-i), RoundState: retry.RoundState{Round: uint32(n - i)}}
 	}
 	reads := 0
 	views := zoneViews(insights, lookup(states, &reads), nil)
@@ -59,10 +60,10 @@ func TestZoneViewsAttachARetryStateToTheZonesCurrentStreamOnly(t *testing.T) {
 		{Node: "withheld", Connected: true, Stream: 6, Types: nil}, // owner holds only
 	}
 	states := []ZoneRetry{
-		{Stream: 1, Zone: "connected", Round: 1},
-		{Stream: 2, Zone: "gone", Round: 2},
-		{Stream: 3, Zone: "reconnected", Round: 3},
-		{Stream: 7, Zone: "elsewhere", Round: 7},
+		{Stream: 1, Zone: "connected", RoundState: retry.RoundState{Round: 1}},
+		{Stream: 2, Zone: "gone", RoundState: retry.RoundState{Round: 2}},
+		{Stream: 3, Zone: "reconnected", RoundState: retry.RoundState{Round: 3}},
+		{Stream: 7, Zone: "elsewhere", RoundState: retry.RoundState{Round: 7}},
 	}
 	withheld := func(zone string) []Withheld {
 		if zone != "withheld" {
@@ -108,11 +109,11 @@ func TestZoneViewsNameTheRejectedNamesOwnerHoldsWithhold(t *testing.T) {
 	g := NewWithT(t)
 	insights := []engine.NodeInsight{{Node: "zone-1", Connected: true, Stream: 1}, {Node: "zone-2", Connected: true, Stream: 2}}
 	states := []ZoneRetry{
-		{Stream: 1, Zone: "zone-1", Round: 4, Failing: []FailingKind{
-			{Kind: "Mesh", Rejected: []string{"default"}},
-			{Kind: "MeshTimeout", Rejected: []string{"default/a", "default/b", "other/a"}},
+		{Stream: 1, Zone: "zone-1", RoundState: retry.RoundState{Round: 4}, Failing: []FailingKind{
+			{Kind: "Mesh", Failures: retry.Failures{Rejected: []string{"default"}}},
+			{Kind: "MeshTimeout", Failures: retry.Failures{Rejected: []string{"default/a", "default/b", "other/a"}}},
 		}},
-		{Stream: 2, Zone: "zone-2", Round: 1, Failing: []FailingKind{{Kind: "MeshTimeout", Rejected: []string{"default/b"}}}},
+		{Stream: 2, Zone: "zone-2", RoundState: retry.RoundState{Round: 1}, Failing: []FailingKind{{Kind: "MeshTimeout", Failures: retry.Failures{Rejected: []string{"default/b"}}}}},
 	}
 	withheld := func(zone string) []Withheld {
 		return []Withheld{

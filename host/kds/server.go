@@ -47,6 +47,10 @@ type ServerConfig struct {
 	// refuses a larger one as its bytes arrive, before it is decoded, and the stream ends with
 	// ResourceExhausted, counted as a refusal.
 	MaxRequestBytes int
+	// Arrivals bounds how fast new streams are served, and ArrivalWait how long one waits for
+	// its turn (engine.ADSConfig's).
+	Arrivals    engine.RateLimit
+	ArrivalWait time.Duration
 	// Options are more gRPC server options, after the server's own (the caller's interceptors).
 	Options []grpc.ServerOption
 }
@@ -90,7 +94,8 @@ func NewGRPCServer(ctx context.Context, c *engine.Cache, t *engine.Tracker, cfg 
 		opts = append(opts, grpc.Creds(creds))
 	}
 	s := grpc.NewServer(append(opts, cfg.Options...)...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(s, c.DeltaADS(ctx, t, engine.ADSConfig{Authenticate: cfg.Authenticate, Header: cfg.Header, Conns: cfg.Conns}))
+	discovery.RegisterAggregatedDiscoveryServiceServer(s, c.DeltaADS(ctx, t, engine.ADSConfig{Authenticate: cfg.Authenticate, Header: cfg.Header, Conns: cfg.Conns,
+		Arrivals: cfg.Arrivals, ArrivalWait: cfg.ArrivalWait}))
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING) // until the caller says so
 	healthpb.RegisterHealthServer(s, h)

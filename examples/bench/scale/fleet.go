@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+	"github.com/kds-host/kds-host/examples/bench/internal/fleetproc"
 	"github.com/kds-host/kds-host/host/kds"
 	"github.com/kds-host/kds-host/host/resource"
 	"github.com/kds-host/kds-host/host/zone"
@@ -68,90 +67,40 @@ func runFleet(cfg fleetConfig) error {
 			return fmt.Errorf("%s holds %d tokens for %d zones", cfg.tokensFile, len(tokens), cfg.zones)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // the driver closed our standard input, or died
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
-
-	f := &fleet{cfg: cfg, codec: newFrameCodec(), reached: make([]atomic.Int64, cfg.updates), failed: make(chan error, 1)}
+	f := &fleet{cfg: cfg, codec: newFrameCodec(), reached: make([]atomic.Int64, cfg.updates)}
 	f.remaining.Store(int64(cfg.zones))
-	start := time.Now()
-	f.start = start
-	var conns []*grpc.ClientConn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	var conn *grpc.ClientConn
-	for i := range cfg.zones {
-		if i%cfg.streamsPerConn == 0 {
-			// Windows fixed as a kds-host zone's (and Envoy's): no bandwidth-delay PINGs after
-			// each response, which every server would have to read and answer.
-			c, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
-				grpc.WithStaticStreamWindowSize(zone.Window), grpc.WithStaticConnWindowSize(int32(min(int64(cfg.streamsPerConn)*zone.Window, math.MaxInt32))))
-			if err != nil {
-				return err
-			}
-			conn = c
-			conns = append(conns, c)
-		}
+	f.start = time.Now()
+	dial := func() (*grpc.ClientConn, error) {
+		// Windows fixed as a kds-host zone's (and Envoy's): no bandwidth-delay PINGs after
+		// each response, which every server would have to read and answer.
+		return grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
+			grpc.WithStaticStreamWindowSize(zone.Window), grpc.WithStaticConnWindowSize(int32(min(int64(cfg.streamsPerConn)*zone.Window, math.MaxInt32))))
+	}
+	stream := func(ctx context.Context, cc *grpc.ClientConn, i int) error {
 		token := ""
 		if tokens != nil {
 			token = tokens[i]
 		}
-		cc := conn
-		zone := f.zone
-		if cfg.sotw {
-			zone = f.zoneSotW
-		}
-		wg.Go(func() {
-			if err := zone(ctx, cc, benchproc.ZoneName(i), token); err != nil && ctx.Err() == nil {
-				select {
-				case f.failed <- err:
-				default:
-				}
-			}
-		})
+		return f.stream(ctx, cc, benchproc.ZoneName(i), token, cfg.sotw)
 	}
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-f.failed:
-			return err
-		case <-tick.C:
-			if left := f.remaining.Load(); left > 0 {
-				f.print("progress %d %d", int64(cfg.zones)-left, f.acked.Load())
-			}
+	return f.Run(cfg.zones, cfg.streamsPerConn, dial, stream, 2*time.Second, func() string {
+		if left := f.remaining.Load(); left > 0 {
+			return fmt.Sprintf("progress %d %d", int64(cfg.zones)-left, f.acked.Load())
 		}
-	}
+		return ""
+	})
 }
 
 // fleet is the zones' shared progress.
 type fleet struct {
+	fleetproc.Fleet
 	cfg       fleetConfig
 	start     time.Time
 	remaining atomic.Int64   // zones not yet holding everything
 	acked     atomic.Int64   // resources ACKed, over every zone
 	reached   []atomic.Int64 // per update, the zones holding it
-	failed    chan error
-	codec     frameCodec // reads responses as frames
-	out       sync.Mutex // one line at a time on stdout
-}
-
-func (f *fleet) print(format string, args ...any) {
-	f.out.Lock()
-	defer f.out.Unlock()
-	fmt.Printf(format+"\n", args...)
+	codec     frameCodec     // reads responses as frames
 }
 
 // holding is what one zone holds: a bitset (one bit per resource, so a resource sent twice
@@ -178,33 +127,22 @@ func (h *holding) got(i int, update func() int) {
 		h.have[i/64] |= 1 << (i % 64)
 		f.acked.Add(1)
 		if h.acked++; h.acked == f.cfg.resources+1 && f.remaining.Add(-1) == 0 {
-			f.print("synced %d", time.Since(f.start).Nanoseconds())
+			f.Print("synced %d", time.Since(f.start).Nanoseconds())
 		}
 	}
 	if i == benchproc.Target {
 		seq := update()
 		for ; h.next <= seq && h.next < len(f.reached); h.next++ { // update seq, and any it folded in
 			if f.reached[h.next].Add(1) == int64(f.cfg.zones) {
-				f.print("reached %d %d", h.next, time.Now().UnixNano())
+				f.Print("reached %d %d", h.next, time.Now().UnixNano())
 			}
 		}
 	}
 }
 
-// zone is one zone's delta stream: it subscribes Mesh and MeshTimeout (wildcard) and ACKs every
-// response.
-func (f *fleet) zone(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
-	return f.stream(ctx, cc, name, token, false)
-}
-
-// zoneSotW is one zone's state-of-the-world stream: it subscribes Mesh and MeshTimeout (no
-// names: every resource of the type) and ACKs every response. Every response carries every
-// resource of its type.
-func (f *fleet) zoneSotW(ctx context.Context, cc *grpc.ClientConn, name, token string) error {
-	return f.stream(ctx, cc, name, token, true)
-}
-
-// stream is one zone's stream, delta or SotW, read as frames.
+// stream is one zone's stream: it subscribes Mesh and MeshTimeout (wildcard: no names over
+// SotW, where every response carries every resource of its type) and ACKs every response,
+// read as frames.
 func (f *fleet) stream(ctx context.Context, cc *grpc.ClientConn, name, token string, sotw bool) error {
 	if token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)

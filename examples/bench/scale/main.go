@@ -28,11 +28,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/procstat"
 )
 
 // scenario is Zones zones, each syncing Mesh "default" and Resources MeshTimeouts.
@@ -218,15 +219,7 @@ func parseServers(s string) ([]server, error) {
 	if s == "all" {
 		return allServers, nil
 	}
-	var out []server
-	for _, part := range strings.Split(s, ",") {
-		sv := server(strings.TrimSpace(part))
-		if !slices.Contains(knownServers, sv) {
-			return nil, fmt.Errorf("%q: want holds-on, holds-off, stock, guard, stock-sotw, guard-sotw, floor or holds-on-noauth", part)
-		}
-		out = append(out, sv)
-	}
-	return out, nil
+	return procstat.ParseList(s, knownServers)
 }
 
 // job is one server in one scenario.
@@ -235,22 +228,9 @@ type job struct {
 	sv server
 }
 
-// runOrder is run r's jobs (r from 1): the scenarios in their order, each one's servers rotated
-// by r-1. What a server's run leaves on the machine (memory to give back, a busy spell) weighs
-// on the next one: rotated, it weighs on each server in turn.
-func runOrder(blocks [][]job, r int) []job {
-	var out []job
-	for _, b := range blocks {
-		for i := range b {
-			out = append(out, b[(i+r-1)%len(b)])
-		}
-	}
-	return out
-}
-
 // run measures every scenario and server, o.runs times, interleaved (run 1 of everything, then
 // run 2, ...), so a noisy spell of a shared machine spreads over every figure; each run starts a
-// scenario's servers one further along (runOrder), so no server always follows the same one.
+// scenario's servers one further along (procstat.RunOrder), so no server always follows the same one.
 func run(ctx context.Context, o options) (int, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -279,7 +259,7 @@ func run(ctx context.Context, o options) (int, error) {
 		var jobs []job
 		for _, sv := range o.servers {
 			need := uint64(sc.Zones) * uint64(sc.Resources) * bytesPerZoneResource[sv]
-			if avail := memAvailable(); !o.noMemCheck && avail > 0 && need > avail*8/10 {
+			if avail := procstat.MemAvailable(); !o.noMemCheck && avail > 0 && need > avail*8/10 {
 				rep.skip(sc, sv, fmt.Sprintf("estimated peak RSS %.1f GiB is over 80%% of MemAvailable (%.1f GiB); -no-mem-check runs it anyway",
 					float64(need)/(1<<30), float64(avail)/(1<<30)))
 				continue
@@ -290,7 +270,7 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	failed := map[job]bool{}
 	for r := 1; r <= o.runs; r++ {
-		for _, j := range runOrder(blocks, r) {
+		for _, j := range procstat.RunOrder(blocks, r) {
 			if failed[j] {
 				continue
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+	"github.com/kds-host/kds-host/examples/bench/internal/procstat"
 )
 
 // figures is what one run of one server in one scenario measured.
@@ -84,16 +85,16 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		fig.CPUProfile = prof
 	}
 	started := time.Now()
-	srv, err := startChild(string(sv), path, args...)
+	srv, err := procstat.StartChild(string(sv), path, args...)
 	if err != nil {
 		return fig, err
 	}
 	defer func() {
-		if serr := srv.stop(time.Minute); serr != nil && err == nil {
+		if serr := srv.Stop(time.Minute); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	line, err := srv.expect(ctx, "ready ", 10*time.Minute)
+	line, err := srv.Expect(ctx, "ready ", 10*time.Minute)
 	if err != nil {
 		return fig, err
 	}
@@ -102,7 +103,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	if err != nil {
 		return fig, err
 	}
-	pid := srv.pid()
+	pid := srv.Pid()
 	var cpuErr error // the first failure to read the server's CPU time
 	defer func() {
 		if cpuErr != nil && err == nil {
@@ -110,13 +111,13 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		}
 	}()
 	cpu := func() time.Duration {
-		d, err := cpuOf(pid)
+		d, err := procstat.CPUOf(pid)
 		if err != nil && cpuErr == nil {
 			cpuErr = err
 		}
 		return d
 	}
-	quiet(ctx, pid, 10*time.Second)
+	procstat.Quiet(ctx, pid, 10*time.Second)
 	if fig.BaseHeap, err = liveHeap(control); err != nil {
 		return fig, err
 	}
@@ -132,20 +133,20 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	if prof != "" {
 		fargs = append(fargs, "-fleet-cpuprofile", strings.TrimSuffix(prof, ".pprof")+".zones.pprof")
 	}
-	faults0, faultsErr := minorFaultsOf(pid)
+	faults0, faultsErr := procstat.MinorFaultsOf(pid)
 	cpu0 := cpu()
-	zones, err := startChild("zones", self, fargs...)
+	zones, err := procstat.StartChild("zones", self, fargs...)
 	if err != nil {
 		return fig, err
 	}
 	defer func() {
-		if zerr := zones.stop(time.Minute); zerr != nil && err == nil {
+		if zerr := zones.Stop(time.Minute); zerr != nil && err == nil {
 			err = zerr
 		}
 	}()
-	line, err = zones.expect(ctx, "synced ", o.syncTimeout)
+	line, err = zones.Expect(ctx, "synced ", o.syncTimeout)
 	if err != nil {
-		if p := zones.lastLine("progress "); p != "" {
+		if p := zones.LastLine("progress "); p != "" {
 			var z, acked int64
 			fmt.Sscanf(p, "progress %d %d", &z, &acked)
 			err = fmt.Errorf("%w (%d of %d zones had ACKed everything, %d of %d resources delivered)", err, z, sc.Zones, acked, int64(sc.Zones)*int64(sc.Resources+1))
@@ -153,10 +154,10 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		return fig, fmt.Errorf("full sync: %w", err)
 	}
 	cpu1 := cpu()
-	if faults1, err := minorFaultsOf(pid); err == nil && faultsErr == nil {
+	if faults1, err := procstat.MinorFaultsOf(pid); err == nil && faultsErr == nil {
 		fig.SyncFaults = float64(faults1 - faults0)
 	}
-	if zcpu, err := cpuOf(zones.pid()); err == nil {
+	if zcpu, err := procstat.CPUOf(zones.Pid()); err == nil {
 		fig.ZonesCPU = zcpu.Seconds()
 	}
 	ns, err := strconv.ParseInt(strings.TrimPrefix(line, "synced "), 10, 64)
@@ -171,7 +172,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 			return fig, fmt.Errorf("POST /synced: %w", err)
 		}
 	}
-	quiet(ctx, pid, 30*time.Second) // the last ACKs, and whatever the server does after a sync
+	procstat.Quiet(ctx, pid, 30*time.Second) // the last ACKs, and whatever the server does after a sync
 
 	// Updates: each from just before the control request until the zones' process saw the last
 	// zone hold it (both read the same wall clock).
@@ -181,15 +182,15 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	ioErr := errors.New("not read")
 	for seq := range total {
 		if seq == o.warmup {
-			quiet(ctx, pid, 10*time.Second)
+			procstat.Quiet(ctx, pid, 10*time.Second)
 			cpuA = cpu()
-			ioA, ioErr = syscallsOf(pid)
+			ioA, ioErr = procstat.SyscallsOf(pid)
 		}
 		t0 := time.Now()
 		if err := post(client, fmt.Sprintf("http://%s/update?seq=%d", control, seq)); err != nil {
 			return fig, fmt.Errorf("update %d: %w", seq, err)
 		}
-		line, err := zones.expect(ctx, fmt.Sprintf("reached %d ", seq), o.updateTimeout)
+		line, err := zones.Expect(ctx, fmt.Sprintf("reached %d ", seq), o.updateTimeout)
 		if err != nil {
 			return fig, fmt.Errorf("update %d: %w", seq, err)
 		}
@@ -200,19 +201,19 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 		if seq >= o.warmup {
 			fig.Updates = append(fig.Updates, float64(at-t0.UnixNano())/1e6)
 		}
-		sleep(ctx, o.gap)
+		procstat.Sleep(ctx, o.gap)
 	}
-	quiet(ctx, pid, 30*time.Second) // the last update's ACKs
+	procstat.Quiet(ctx, pid, 30*time.Second) // the last update's ACKs
 	fig.UpdateCPU = (cpu() - cpuA).Seconds() / float64(o.updates)
-	if ioB, err := syscallsOf(pid); err == nil && ioErr == nil {
+	if ioB, err := procstat.SyscallsOf(pid); err == nil && ioErr == nil {
 		fig.UpdateIO = float64(ioB-ioA) / float64(o.updates)
 	}
 	sorted := slices.Sorted(slices.Values(fig.Updates))
-	fig.UpdateP50, fig.UpdateMax = median(sorted), sorted[len(sorted)-1]
+	fig.UpdateP50, fig.UpdateMax = procstat.Median(sorted), sorted[len(sorted)-1]
 
 	// Idle, every zone connected.
 	i0, t0 := cpu(), time.Now()
-	sleep(ctx, o.idle)
+	procstat.Sleep(ctx, o.idle)
 	fig.IdleCPU = 100 * (cpu() - i0).Seconds() / time.Since(t0).Seconds()
 	if ctx.Err() != nil {
 		return fig, ctx.Err()
@@ -222,7 +223,7 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	if fig.LiveHeap, err = liveHeap(control); err != nil {
 		return fig, err
 	}
-	if _, fig.PeakRSS, err = memOf(pid); err != nil {
+	if _, fig.PeakRSS, err = procstat.MemOf(pid); err != nil {
 		return fig, err
 	}
 	return fig, nil
@@ -270,40 +271,4 @@ func (f figures) cpuPerStreamWrite(zones int) float64 {
 		return 0
 	}
 	return f.UpdateCPU * 1e6 / float64(zones)
-}
-
-// quiet waits until the process has used less than 3 ms of CPU over 300 ms (1 %), at most max:
-// what a step started has finished before the next is measured.
-func quiet(ctx context.Context, pid int, max time.Duration) {
-	deadline := time.Now().Add(max)
-	last, _ := cpuOf(pid)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		sleep(ctx, 300*time.Millisecond)
-		now, err := cpuOf(pid)
-		if err != nil || now-last < 3*time.Millisecond {
-			return
-		}
-		last = now
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// median of sorted values (the mean of the middle two for an even count).
-func median(sorted []float64) float64 {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return sorted[n/2]
-	}
-	return (sorted[n/2-1] + sorted[n/2]) / 2
 }

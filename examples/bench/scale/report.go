@@ -5,46 +5,31 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/kds-host/kds-host/examples/bench/internal/procstat"
 )
 
 // report gathers every run's figures, their medians, the ratios between servers and the
 // verdicts of the "Must hold" lines (issue 24's against stock, issue 14's holds-on against
 // holds-off).
 type report struct {
-	Machine  machine         `json:"machine"`
-	Command  string          `json:"command"`
-	Options  reportOptions   `json:"options"`
-	Results  []*result       `json:"results"`
-	Ratios   []ratio         `json:"ratios"`
-	Verdicts []verdict       `json:"verdicts"`
-	Skipped  []skipped       `json:"skipped,omitempty"`
-	order    []scenario      // scenarios in the order asked
-	byKey    map[key]*result // the same results
+	Machine  procstat.Machine `json:"machine"`
+	Command  string           `json:"command"`
+	Options  reportOptions    `json:"options"`
+	Results  []*result        `json:"results"`
+	Ratios   []ratio          `json:"ratios"`
+	Verdicts []verdict        `json:"verdicts"`
+	Skipped  []skipped        `json:"skipped,omitempty"`
+	order    []scenario       // scenarios in the order asked
+	byKey    map[key]*result  // the same results
 }
 
 type key struct {
 	sc scenario
 	sv server
-}
-
-type machine struct {
-	CPUs        int    `json:"cpus"`
-	MemTotal    uint64 `json:"mem_total_bytes"`
-	Kernel      string `json:"kernel"`
-	Go          string `json:"go"`
-	Commit      string `json:"commit"`
-	Started     string `json:"started"`
-	Finished    string `json:"finished"`
-	LoadStart   string `json:"load_average_start"`
-	LoadEnd     string `json:"load_average_end"`
-	Description string `json:"description"`
 }
 
 type reportOptions struct {
@@ -95,14 +80,7 @@ func newReport(o options) *report {
 		order:   o.scenarios,
 		byKey:   map[key]*result{},
 	}
-	r.Machine = machine{CPUs: runtime.NumCPU(), MemTotal: meminfo("MemTotal:"), Go: runtime.Version(),
-		Started: time.Now().UTC().Format(time.RFC3339), LoadStart: loadAvg()}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		r.Machine.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
-		r.Machine.Commit = strings.TrimSpace(string(b))
-	}
+	r.Machine = procstat.NewMachine()
 	return r
 }
 
@@ -125,10 +103,7 @@ func (r *report) add(sc scenario, sv server, f figures) {
 
 // finish notes the end of the runs, and derives.
 func (r *report) finish() {
-	r.Machine.Finished = time.Now().UTC().Format(time.RFC3339)
-	r.Machine.LoadEnd = loadAvg()
-	r.Machine.Description = fmt.Sprintf("%d CPUs, %.1f GiB, Linux %s, %s; load average %s at the start, %s at the end",
-		r.Machine.CPUs, float64(r.Machine.MemTotal)/(1<<30), r.Machine.Kernel, r.Machine.Go, r.Machine.LoadStart, r.Machine.LoadEnd)
+	r.Machine.Finish()
 	r.derive()
 }
 
@@ -226,7 +201,7 @@ func medianOf(runs []figures) figures {
 			v[i] = get(f)
 		}
 		slices.Sort(v)
-		return median(v)
+		return procstat.Median(v)
 	}
 	return figures{
 		Ready:      m(func(f figures) float64 { return f.Ready }),

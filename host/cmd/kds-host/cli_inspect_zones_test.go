@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kds-host/kds-host/engine/event"
+	"github.com/kds-host/kds-host/engine/retry"
 	"github.com/kds-host/kds-host/host/controlplane"
 )
 
@@ -22,8 +23,8 @@ func TestInspectZonesShowsCausesAndWhatIsWithheldAndParked(t *testing.T) {
 			{Kind: "Mesh", NACKs: 2, Rejected: []event.Rejection{{Name: "default", Cause: event.CauseTransient}}},
 			{Kind: "MeshTimeout", NACKs: 3, Rejected: []event.Rejection{{Name: "default/bad", Cause: event.CauseInvalid}}},
 		},
-		Retry: &controlplane.ZoneRetry{Zone: "zone-1", Round: 2, Reason: "fixed 250ms", Failing: []controlplane.FailingKind{
-			{Kind: "Mesh", Rejected: []string{"default"}},
+		Retry: &controlplane.ZoneRetry{Zone: "zone-1", RoundState: retry.RoundState{Round: 2, Reason: "fixed 250ms"}, Failing: []controlplane.FailingKind{
+			{Kind: "Mesh", Failures: retry.Failures{Rejected: []string{"default"}}},
 			{Kind: "MeshTimeout", Parked: []controlplane.ParkedName{{Kind: "MeshTimeout", Name: "default/bad", Reason: "the zone refused this content as invalid 3 times; parked until it changes"}}},
 		}},
 	}}}

@@ -76,3 +76,16 @@ func TestTheREADMEListsEveryVariable(t *testing.T) {
 	g.Expect(missing).To(BeEmpty(), "README.md does not list these variables")
 	g.Expect(string(readme)).To(And(ContainSubstring("`KDS_CLI_"), ContainSubstring("`KDS_TOKEN`"), ContainSubstring("`KDS_CP`")))
 }
+
+// The arrival bound's flags are checked before anything starts, each error naming its flag.
+func TestTheArrivalFlagsAreChecked(t *testing.T) {
+	g := NewWithT(t)
+	for flag, want := range map[string]string{
+		"--kds-arrival-rate=-1": "--kds-arrival-rate -1: want 0 (no bound) or more",
+		"--kds-arrival-burst=0": "--kds-arrival-burst 0: want 1 or more",
+		"--kds-arrival-wait=0s": "--kds-arrival-wait 0s: want more than 0",
+	} {
+		r := runCLI(t, "", "--mode", "global", "--data-dir", t.TempDir(), flag)
+		g.Expect(r.err).To(MatchError(want), flag)
+	}
+}

@@ -61,6 +61,8 @@ type runFlags struct {
 	maxReceive        int
 	maxStreamsPerConn uint32
 	maxRequest        int
+	arrivals          engine.RateLimit
+	arrivalWait       time.Duration
 	apiTLSCert        string
 	apiTLSKey         string
 	zoneTokenFile     string
@@ -120,6 +122,9 @@ func addRunFlags(cmd *cobra.Command) *runFlags {
 	f.IntVar(&flags.maxReceive, "kds-max-receive-message", 64<<20, "zone: bytes of one KDS response the zone accepts (the global's --kds-max-message must stay under it)")
 	f.Uint32Var(&flags.maxStreamsPerConn, "max-streams-per-connection", 16, "global: KDS streams one connection may have open (HTTP/2's limit: a client waits to open more, or its stream is reset)")
 	f.IntVar(&flags.maxRequest, "kds-max-request", engine.DefaultMaxRequestBytes, "global: bytes of one message a zone sends on KDS (its ACKs, NACKs and, on a new stream, the names and versions it holds); a larger one is refused as it arrives (ResourceExhausted) and counted in kds_stream_refusals_total{reason=\"limit\"}")
+	f.Float64Var(&flags.arrivals.Rate, "kds-arrival-rate", 0, "global: new zone streams served per second at most, after they authenticate (0: no bound); the streams already served keep their pace when a fleet arrives at once (the zones of a replica that died). A stream beyond the rate waits its turn, or, if that is more than --kds-arrival-wait away, is refused (Unavailable) and counted in kds_stream_refusals_total{reason=\"arrivals\"}; its zone connects again after its backoff")
+	f.IntVar(&flags.arrivals.Burst, "kds-arrival-burst", 100, "global: new zone streams served at once above --kds-arrival-rate")
+	f.DurationVar(&flags.arrivalWait, "kds-arrival-wait", engine.DefaultArrivalWait, "global: how long a new zone stream may wait for its turn under --kds-arrival-rate before it is refused")
 	f.StringVar(&flags.apiTLSCert, "api-tls-cert", "", "global: serve the HTTP API over TLS with this certificate (with --api-tls-key)")
 	f.StringVar(&flags.apiTLSKey, "api-tls-key", "", "global: the HTTP API's TLS key")
 	f.StringVar(&flags.zoneTokenFile, "zone-token-file", "", "zone: file holding this zone's token (from `kds-host token zone --name NAME` on the global)")
@@ -227,12 +232,21 @@ func (flags *runFlags) runGlobal(ctx context.Context, log hclog.Logger, reg *res
 		limits.ResponseTimeout = -1 // never
 	}
 	limits.ReRequests = engine.RateLimit{Rate: flags.reRequestRate, Burst: flags.reRequestBurst}
+	switch {
+	case flags.arrivals.Rate < 0:
+		return fmt.Errorf("--kds-arrival-rate %g: want 0 (no bound) or more", flags.arrivals.Rate)
+	case flags.arrivals.Burst < 1:
+		return fmt.Errorf("--kds-arrival-burst %d: want 1 or more", flags.arrivals.Burst)
+	case flags.arrivalWait <= 0:
+		return fmt.Errorf("--kds-arrival-wait %s: want more than 0", flags.arrivalWait)
+	}
 	cfg := controlplane.GlobalConfig{
 		Registry: reg, Logger: log, Version: version,
 		Builtin: retrypolicy.New(), PolicyTimeout: flags.policyTimeout,
 		Emulate: flags.emulate, NACKBackoff: flags.nackBackoff,
 		OwnerHolds: flags.ownerHolds, OwnerCheckTimeout: flags.ownerTimeout,
 		Limits: limits, ZoneGrace: flags.zoneGrace, ProbeInterval: flags.probeInterval, MaxStreamsPerConnection: flags.maxStreamsPerConn, MaxRequestBytes: flags.maxRequest,
+		Arrivals: flags.arrivals, ArrivalWait: flags.arrivalWait,
 		Profiles:  flags.profiles,
 		KDSAddr:   flags.kdsAddr,
 		ReplicaID: flags.replicaID, ReplicaAddress: flags.replicaAddress, StoreRelay: flags.storeRelay,

@@ -54,3 +54,9 @@ func (f *Fleet) Close() error {
 	f.stdin.Close()
 	return f.Cmd.Wait()
 }
+
+// Send writes a line to the process's standard input.
+func (f *Fleet) Send(line string) error {
+	_, err := io.WriteString(f.stdin, line+"\n")
+	return err
+}

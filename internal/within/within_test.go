@@ -1,4 +1,4 @@
-package policy_test
+package within_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/kds-host/kds-host/policy"
+	"github.com/kds-host/kds-host/internal/within"
 )
 
 // stubborn is an in-process policy that ignores its context: each call returns when released.
@@ -30,11 +30,11 @@ func (s *stubborn) call(context.Context) (string, error) {
 func TestACallThatAnswersInTimeGivesItsAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a policy.Abandoned
+		var a within.Abandoned
 		boom := errors.New("boom")
 		for _, want := range []error{nil, boom} {
 			start := time.Now()
-			v, err := policy.Within(context.Background(), &a, time.Second, func(ctx context.Context) (int, error) {
+			v, err := within.Do(context.Background(), &a, time.Second, func(ctx context.Context) (int, error) {
 				time.Sleep(100 * time.Millisecond)
 				_, ok := ctx.Deadline()
 				g.Expect(ok).To(BeTrue(), "the call has a deadline")
@@ -51,10 +51,10 @@ func TestACallThatAnswersInTimeGivesItsAnswer(t *testing.T) {
 func TestACallThatIgnoresItsContextIsAbandonedAtItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a policy.Abandoned
+		var a within.Abandoned
 		p := newStubborn()
 		start := time.Now()
-		v, err := policy.Within(context.Background(), &a, 200*time.Millisecond, p.call)
+		v, err := within.Do(context.Background(), &a, 200*time.Millisecond, p.call)
 		g.Expect(time.Since(start)).To(Equal(200*time.Millisecond), "the caller waits for the deadline, no longer")
 		g.Expect(v).To(BeEmpty())
 		g.Expect(err).To(MatchError(context.DeadlineExceeded))
@@ -70,8 +70,8 @@ func TestACallThatIgnoresItsContextIsAbandonedAtItsDeadline(t *testing.T) {
 func TestACallThatHonoursItsContextIsNotCountedOnceItReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a policy.Abandoned
-		_, err := policy.Within(context.Background(), &a, time.Second, func(ctx context.Context) (int, error) {
+		var a within.Abandoned
+		_, err := within.Do(context.Background(), &a, time.Second, func(ctx context.Context) (int, error) {
 			<-ctx.Done()
 			return 0, ctx.Err()
 		})
@@ -84,32 +84,32 @@ func TestACallThatHonoursItsContextIsNotCountedOnceItReturns(t *testing.T) {
 func TestAPolicyWithMaxAbandonedCallsRunningFailsAtOnceUntilOneReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a, other policy.Abandoned
+		var a, other within.Abandoned
 		p := newStubborn()
-		for range policy.MaxAbandoned {
-			_, err := policy.Within(context.Background(), &a, 100*time.Millisecond, p.call)
+		for range within.MaxAbandoned {
+			_, err := within.Do(context.Background(), &a, 100*time.Millisecond, p.call)
 			g.Expect(err).To(MatchError(context.DeadlineExceeded))
 		}
-		g.Expect(a.Running()).To(Equal(policy.MaxAbandoned))
+		g.Expect(a.Running()).To(Equal(within.MaxAbandoned))
 
 		start := time.Now()
-		_, err := policy.Within(context.Background(), &a, 100*time.Millisecond, p.call)
-		g.Expect(err).To(MatchError(policy.ErrTooManyAbandoned))
-		g.Expect(err).To(MatchError("policy call not made: 4 calls abandoned at their deadline still run: " + policy.ErrTooManyAbandoned.Error()))
+		_, err := within.Do(context.Background(), &a, 100*time.Millisecond, p.call)
+		g.Expect(err).To(MatchError(within.ErrTooManyAbandoned))
+		g.Expect(err).To(MatchError("policy call not made: 4 calls abandoned at their deadline still run: " + within.ErrTooManyAbandoned.Error()))
 		g.Expect(time.Since(start)).To(BeZero(), "at once, so the caller falls back")
-		g.Expect(p.calls.Load()).To(BeEquivalentTo(policy.MaxAbandoned), "the policy is not called")
+		g.Expect(p.calls.Load()).To(BeEquivalentTo(within.MaxAbandoned), "the policy is not called")
 
 		// Another policy's abandoned calls are its own.
-		v, err := policy.Within(context.Background(), &other, 100*time.Millisecond, func(context.Context) (string, error) { return "ok", nil })
+		v, err := within.Do(context.Background(), &other, 100*time.Millisecond, func(context.Context) (string, error) { return "ok", nil })
 		g.Expect(v, err).To(Equal("ok"))
 
 		// One abandoned call returns: the policy is called again.
 		p.release <- struct{}{}
 		synctest.Wait()
-		g.Expect(a.Running()).To(Equal(policy.MaxAbandoned - 1))
-		_, err = policy.Within(context.Background(), &a, 100*time.Millisecond, p.call)
+		g.Expect(a.Running()).To(Equal(within.MaxAbandoned - 1))
+		_, err = within.Do(context.Background(), &a, 100*time.Millisecond, p.call)
 		g.Expect(err).To(MatchError(context.DeadlineExceeded))
-		g.Expect(p.calls.Load()).To(BeEquivalentTo(policy.MaxAbandoned + 1))
+		g.Expect(p.calls.Load()).To(BeEquivalentTo(within.MaxAbandoned + 1))
 
 		close(p.release)
 		synctest.Wait()
@@ -120,17 +120,17 @@ func TestAPolicyWithMaxAbandonedCallsRunningFailsAtOnceUntilOneReturns(t *testin
 func TestACallIsAbandonedWhenItsCallersContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a policy.Abandoned
+		var a within.Abandoned
 		p := newStubborn()
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := policy.Within(ctx, &a, time.Second, p.call)
+		_, err := within.Do(ctx, &a, time.Second, p.call)
 		g.Expect(time.Since(start)).To(Equal(50 * time.Millisecond))
 		g.Expect(err).To(MatchError(context.Canceled))
 		g.Expect(err).To(MatchError("policy call abandoned: context canceled"))
 
-		_, err = policy.Within(ctx, &a, time.Second, p.call)
+		_, err = within.Do(ctx, &a, time.Second, p.call)
 		g.Expect(err).To(MatchError("policy call not made: context canceled"), "an ended context makes no call")
 		g.Expect(p.calls.Load()).To(BeEquivalentTo(1))
 
@@ -143,12 +143,12 @@ func TestACallIsAbandonedWhenItsCallersContextEnds(t *testing.T) {
 func TestACallWithoutADeadlineOfItsOwnEndsWithItsCallersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a policy.Abandoned
+		var a within.Abandoned
 		p := newStubborn()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err := policy.Within(ctx, &a, 0, p.call)
+		_, err := within.Do(ctx, &a, 0, p.call)
 		g.Expect(time.Since(start)).To(Equal(3 * time.Second))
 		g.Expect(err).To(MatchError(context.DeadlineExceeded))
 		close(p.release)
@@ -159,8 +159,8 @@ func TestACallWithoutADeadlineOfItsOwnEndsWithItsCallersContext(t *testing.T) {
 func TestACallThatPanicsFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		var a policy.Abandoned
-		_, err := policy.Within(context.Background(), &a, time.Second, func(context.Context) (int, error) { panic("nil map") })
+		var a within.Abandoned
+		_, err := within.Do(context.Background(), &a, time.Second, func(context.Context) (int, error) { panic("nil map") })
 		g.Expect(err).To(MatchError("policy call panicked: nil map"))
 		g.Expect(a.Running()).To(BeZero())
 	})

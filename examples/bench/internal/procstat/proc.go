@@ -1,4 +1,8 @@
-package main
+// Package procstat is what the bench drivers under examples/bench share: what they read of the
+// processes they start (a child process's lines and stop, its CPU time, page faults, system
+// calls and memory, from /proc), the machine (memory, load, what a report says of it), and the
+// order of interleaved runs.
+package procstat
 
 import (
 	"bufio"
@@ -16,9 +20,9 @@ import (
 	"github.com/kds-host/kds-host/examples/bench/internal/benchcp"
 )
 
-// child is a process this program started: its standard output arrives line by line on lines,
+// Child is a process this program started: its standard output arrives line by line on lines,
 // and closing its standard input tells it to stop.
-type child struct {
+type Child struct {
 	name  string
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
@@ -29,9 +33,9 @@ type child struct {
 	err   error
 }
 
-// startChild starts path with args; its standard error goes to ours. On Linux it is killed if
+// StartChild starts path with args; its standard error goes to ours. On Linux it is killed if
 // this program dies (Pdeathsig), and closing its standard input asks it to stop.
-func startChild(name, path string, args ...string) (*child, error) {
+func StartChild(name, path string, args ...string) (*Child, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Stderr = os.Stderr
 	setDeathSignal(cmd)
@@ -46,7 +50,7 @@ func startChild(name, path string, args ...string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 1024), done: make(chan struct{})}
+	c := &Child{name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 1024), done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -58,11 +62,15 @@ func startChild(name, path string, args ...string) (*child, error) {
 	return c, nil
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
 
-// expect returns the next line of the child that starts with prefix (other lines are skipped),
+// Signal sends sig to the child (a server that stops on SIGTERM rather than on its standard
+// input closing); Stop then waits for it.
+func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+
+// Expect returns the next line of the child that starts with prefix (other lines are skipped),
 // or an error when the child exits, timeout passes or ctx ends first.
-func (c *child) expect(ctx context.Context, prefix string, timeout time.Duration) (string, error) {
+func (c *Child) Expect(ctx context.Context, prefix string, timeout time.Duration) (string, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -90,7 +98,7 @@ func (c *child) expect(ctx context.Context, prefix string, timeout time.Duration
 	}
 }
 
-func (c *child) skipped(line string) {
+func (c *Child) skipped(line string) {
 	word, _, _ := strings.Cut(line, " ")
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -100,16 +108,16 @@ func (c *child) skipped(line string) {
 	c.last[word+" "] = line
 }
 
-// lastLine is the last line expect skipped that starts with prefix, a first word and a space.
-func (c *child) lastLine(prefix string) string {
+// LastLine is the last line Expect skipped that starts with prefix, a first word and a space.
+func (c *Child) LastLine(prefix string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last[prefix]
 }
 
-// stop closes the child's standard input and waits for it to exit, at most timeout, then kills
+// Stop closes the child's standard input and waits for it to exit, at most timeout, then kills
 // it. A second call returns at once.
-func (c *child) stop(timeout time.Duration) error {
+func (c *Child) Stop(timeout time.Duration) error {
 	if c == nil {
 		return nil
 	}
@@ -131,11 +139,11 @@ func (c *child) stop(timeout time.Duration) error {
 // clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// cpuOf is the CPU time (user and system) a process has used: the sum of its threads' time on
+// CPUOf is the CPU time (user and system) a process has used: the sum of its threads' time on
 // a CPU from /proc/PID/task/*/schedstat (nanoseconds), or, when that is off by more than two
 // clock ticks from /proc/PID/stat's utime+stime (a thread exited, or schedstat is missing),
 // the latter, at a resolution of one clock tick.
-func cpuOf(pid int) (time.Duration, error) {
+func CPUOf(pid int) (time.Duration, error) {
 	coarse, err := statCPU(pid)
 	if err != nil {
 		return 0, err
@@ -164,9 +172,9 @@ func statCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * clockTick, nil
 }
 
-// minorFaultsOf is the page faults a process has taken that read nothing from disk (minflt): its
+// MinorFaultsOf is the page faults a process has taken that read nothing from disk (minflt): its
 // first touches of memory, each priced by the machine (examples/bench/machine's first touch).
-func minorFaultsOf(pid int) (int64, error) {
+func MinorFaultsOf(pid int) (int64, error) {
 	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
@@ -178,10 +186,10 @@ func minorFaultsOf(pid int) (int64, error) {
 	return n, nil
 }
 
-// syscallsOf is the read and write system calls a process has made (syscr and syscw of
+// SyscallsOf is the read and write system calls a process has made (syscr and syscw of
 // /proc/PID/io: read(2), write(2) and their vector and socket kin): a server's sends and
 // receives, whose frames grpc-go batches into as few as it can.
-func syscallsOf(pid int) (int64, error) {
+func SyscallsOf(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
 		return 0, err
@@ -249,13 +257,14 @@ func schedstatCPU(pid int) (time.Duration, error) {
 	return sum, nil
 }
 
-// memOf reads a process's resident set now (VmRSS) and at its peak (VmHWM), in bytes.
-func memOf(pid int) (rss, hwm uint64, err error) { return benchcp.ProcStatusOf(strconv.Itoa(pid)) }
+// MemOf reads a process's resident set now (VmRSS) and at its peak (VmHWM), in bytes.
+func MemOf(pid int) (rss, hwm uint64, err error) { return benchcp.ProcStatusOf(strconv.Itoa(pid)) }
 
-// memAvailable is MemAvailable from /proc/meminfo, in bytes (0 when unknown).
-func memAvailable() uint64 { return meminfo("MemAvailable:") }
+// MemAvailable is MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+func MemAvailable() uint64 { return Meminfo("MemAvailable:") }
 
-func meminfo(field string) uint64 {
+// Meminfo is a field of /proc/meminfo (such as "MemTotal:"), in bytes (0 when unknown).
+func Meminfo(field string) uint64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0
@@ -270,7 +279,8 @@ func meminfo(field string) uint64 {
 	return 0
 }
 
-func loadAvg() string {
+// LoadAvg is the machine's load averages over 1, 5 and 15 minutes ("" when unknown).
+func LoadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return ""
@@ -280,4 +290,41 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// Quiet waits until the process has used less than 3 ms of CPU over 300 ms (1 %), at most max:
+// what a step started has finished before the next is measured.
+func Quiet(ctx context.Context, pid int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	last, _ := CPUOf(pid)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		Sleep(ctx, 300*time.Millisecond)
+		now, err := CPUOf(pid)
+		if err != nil || now-last < 3*time.Millisecond {
+			return
+		}
+		last = now
+	}
+}
+
+// Sleep waits d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// Median of sorted values (the mean of the middle two for an even count).
+func Median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }

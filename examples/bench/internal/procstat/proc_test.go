@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package procstat
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// minorFaultsOf counts a process's first touches of memory: writing a page of each of 2,048
+// MinorFaultsOf counts a process's first touches of memory: writing a page of each of 2,048
 // pages mapped fresh takes a fault each.
 func TestMinorFaultsCountFirstTouches(t *testing.T) {
 	const pages = 2048
@@ -21,14 +21,14 @@ func TestMinorFaultsCountFirstTouches(t *testing.T) {
 	if err := syscall.Madvise(b, syscall.MADV_NOHUGEPAGE); err != nil { // a fault a 4 KiB page, whatever the machine's THP
 		t.Fatal(err)
 	}
-	before, err := minorFaultsOf(os.Getpid())
+	before, err := MinorFaultsOf(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < size; i += os.Getpagesize() {
 		b[i] = 1
 	}
-	after, err := minorFaultsOf(os.Getpid())
+	after, err := MinorFaultsOf(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestMinorFaultsCountFirstTouches(t *testing.T) {
 	}
 }
 
-// syscallsOf counts a process's reads and writes: 1,000 one-byte writes to a pipe and 1,000
+// SyscallsOf counts a process's reads and writes: 1,000 one-byte writes to a pipe and 1,000
 // reads of them are at least 2,000 more (other goroutines of the test binary may add a few).
 func TestSyscallsCountReadsAndWrites(t *testing.T) {
 	var p [2]int
@@ -46,7 +46,7 @@ func TestSyscallsCountReadsAndWrites(t *testing.T) {
 	}
 	defer syscall.Close(p[0])
 	defer syscall.Close(p[1])
-	before, err := syscallsOf(os.Getpid())
+	before, err := SyscallsOf(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestSyscallsCountReadsAndWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	after, err := syscallsOf(os.Getpid())
+	after, err := SyscallsOf(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package procstat
 
 import (
 	"os/exec"
