@@ -117,7 +117,7 @@ type kindState struct {
 	acceptedRefs map[string][]Ref
 	sotwSub      string // SotW: what the client asked for when answered last (subscriptionKey)
 	// sotwWhole: the type's next SotW watch is answered with the client's whole state of it,
-	// though nothing changed: its subscription changed, or it refused a full-state response.
+	// though nothing changed: its first, or one after its subscription changed.
 	sotwWhole bool
 
 	// What happened to the type on this stream, for the insight.

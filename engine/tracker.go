@@ -276,11 +276,6 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 			// What it accepted, and what it refused: what waits for either is looked at again.
 			s.acceptedLocked(answered.kind, answered.names())
 		}
-		if s.sotw && fullState(answered.kind) {
-			// The client is told its whole state again, what it refused left out: a client
-			// that refuses a response whole then holds what it accepts of it too.
-			answered.ks.full, answered.ks.sotwWhole = true, true
-		}
 	}
 	s.mu.Unlock()
 
