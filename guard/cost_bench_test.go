@@ -234,7 +234,7 @@ func ackAllocs(t *testing.T, c *ackingClient, n int) float64 {
 		if nonce == "" {
 			t.Fatal("want one response, of the update")
 		}
-		runtime.GC() // the feed's work on the update done
+		runtime.GC()                   // the feed's work on the update done
 		procs := runtime.GOMAXPROCS(1) // the ACK's allocations, not another goroutine's meanwhile
 		runtime.ReadMemStats(&ms)
 		before := ms.Mallocs
