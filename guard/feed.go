@@ -36,10 +36,8 @@ type feed struct {
 	stopped bool
 }
 
-// fed is what one type's watch last heard: the answer's version and what the cache says it
-// returned.
+// fed is what one type's watch last heard: what the cache says it returned.
 type fed struct {
-	version  string
 	returned map[string]string
 }
 
