@@ -20,7 +20,7 @@ import (
 // repeated field's elements may be spread over the message, so a decoder reads the same
 // message a plain encoding gives.
 
-// resourcesField is DeltaDiscoveryResponse.resources' field number.
+// resourcesField is DeltaDiscoveryResponse.resources' field number, and DiscoveryResponse's.
 const resourcesField = 2
 
 // encodeFrame is r as one element of a response's resources: its tag, its length, its bytes.
@@ -60,6 +60,12 @@ func (rc responseCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if sotw, ok := v.(*discovery.DiscoveryResponse); ok {
+		if b := rc.cache.encodeSotwAll(sotw); b != nil {
+			return b, nil
+		}
+		return rc.proto.Marshal(v)
+	}
 	resp, ok := v.(*discovery.DeltaDiscoveryResponse)
 	if ok {
 		if sa := rc.cache.answers.Load(); sa != nil {
@@ -84,6 +90,41 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 	}
 	return encodeDelta(resp, snap.Type(resp.TypeUrl))
+}
+
+// encodeSotwAll is the encoding of a SotW response of every entry of its type in the snapshot
+// served (its resources the snapshot's own list of them: a first answer, or a full state, of a
+// client that asks for the whole type), written from the snapshot's one encoding of them; nil
+// for any other response.
+func (c *Cache) encodeSotwAll(resp *discovery.DiscoveryResponse) mem.BufferSlice {
+	if len(resp.Resources) < runMin || len(resp.ProtoReflect().GetUnknown()) > 0 {
+		return nil
+	}
+	ko := c.snap.Load().order(resp.TypeUrl)
+	if len(ko.anys) != len(resp.Resources) || &ko.anys[0] != &resp.Resources[0] {
+		return nil
+	}
+	ko.anysOnce.Do(func() {
+		var b []byte
+		for _, a := range ko.anys {
+			n := proto.Size(a)
+			b = protowire.AppendVarint(protowire.AppendTag(b, resourcesField, protowire.BytesType), uint64(n))
+			var err error
+			if b, err = (proto.MarshalOptions{}).MarshalAppend(b, a); err != nil {
+				return // encoded per response
+			}
+		}
+		ko.anysRun = b
+	})
+	if ko.anysRun == nil {
+		return nil
+	}
+	head, err := proto.Marshal(&discovery.DiscoveryResponse{VersionInfo: resp.VersionInfo, Canary: resp.Canary, TypeUrl: resp.TypeUrl,
+		Nonce: resp.Nonce, ControlPlane: resp.ControlPlane, ResourceErrors: resp.ResourceErrors})
+	if err != nil {
+		return nil
+	}
+	return mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(ko.anysRun)}
 }
 
 // encodeDelta is resp's encoding: its head, then each resource from its entry's frame when it

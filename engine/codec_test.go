@@ -143,3 +143,45 @@ func TestTheCodecWritesARunOfEntriesAsOneSlice(t *testing.T) {
 		g.Expect(proto.Equal(got, resp)).To(BeTrue(), tc.name)
 	}
 }
+
+// A SotW response of every entry of a type of the snapshot served (its resources the snapshot's
+// own list) is written from one encoding of them, made once, and decodes as the plain encoding
+// does; a response of a copy of the list, or of a snapshot no longer served, is encoded as any.
+// The head copies every field of a DiscoveryResponse but its resources.
+func TestTheCodecWritesASotwResponseOfAWholeTypeFromOneEncoding(t *testing.T) {
+	g := NewWithT(t)
+	have := (&discovery.DiscoveryResponse{}).ProtoReflect().Descriptor().Fields()
+	g.Expect(have.Len()).To(Equal(7), "DiscoveryResponse's fields: encodeSotwAll's head copies them")
+	var b testSnapshots
+	var rs []resource.Resource
+	for i := range 2 * runMin {
+		rs = append(rs, resource.Resource{Kind: resource.MeshKind, Name: fmt.Sprintf("m%03d", i), Generation: 1})
+	}
+	snap, err := b.Build(rs)
+	g.Expect(err).NotTo(HaveOccurred())
+	c := NewCache([]string{resource.MeshKind})
+	c.SetSnapshot(snap)
+	codec := c.Codec()
+	all := snap.order(resource.MeshKind).anys
+	resp := &discovery.DiscoveryResponse{VersionInfo: "1.1", TypeUrl: resource.MeshKind, Nonce: "7", Resources: all}
+	enc, err := codec.Marshal(resp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(enc).To(HaveLen(2), "the head and the shared run")
+	var got discovery.DiscoveryResponse
+	g.Expect(proto.Unmarshal(enc.Materialize(), &got)).To(Succeed())
+	g.Expect(proto.Equal(&got, resp)).To(BeTrue())
+	again, err := codec.Marshal(&discovery.DiscoveryResponse{TypeUrl: resource.MeshKind, Nonce: "8", Resources: all})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(&again[1].ReadOnlyData()[0]).To(BeIdenticalTo(&enc[1].ReadOnlyData()[0]), "one encoding, shared")
+
+	copied, err := codec.Marshal(&discovery.DiscoveryResponse{TypeUrl: resource.MeshKind, Resources: slices.Clone(all)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(copied).NotTo(HaveLen(2))
+	next, err := b.Update([]resource.Resource{{Kind: resource.MeshKind, Name: "m000", Generation: 2}}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	c.SetSnapshot(next)
+	old, err := codec.Marshal(resp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(proto.Unmarshal(old.Materialize(), &got)).To(Succeed())
+	g.Expect(proto.Equal(&got, resp)).To(BeTrue(), "a snapshot no longer served: encoded as any")
+}

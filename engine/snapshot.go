@@ -84,6 +84,10 @@ type kindOrder struct {
 	wires []*discovery.Resource
 	anys  []*anypb.Any // each entry's Any, in name order: a SotW response of all of the type
 	size  int
+	// anysRun is anys encoded end to end as a SotW response's resources, made the first time
+	// the codec writes such a response (nil: it could not be).
+	anysOnce sync.Once
+	anysRun  []byte
 }
 
 // perKind is m's value for a type URL, a zero one added if there is none, under s.kindsMu: what

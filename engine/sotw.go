@@ -253,6 +253,9 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 		anys = snap.order(w.kind).anys // every stream's, shared
 	case full:
 		anys, again = holdsAfter(ks, snap.Type(w.kind), resources, removed)
+		if ko := snap.order(w.kind); slices.Equal(anys, ko.anys) {
+			anys = ko.anys // every entry of the type: the snapshot's list, which the codec writes from one encoding
+		}
 	default:
 		anys = make([]*anypb.Any, len(resources))
 		for i, r := range resources {

@@ -280,7 +280,8 @@ func TestAResourceTheCacheCannotEncodeIsLeftOut(t *testing.T) {
 
 // Served through the guard's codec, every SotW client of the whole type gets every cluster as
 // it was set, version after version, and a delta client too (its responses are encoded as
-// gRPC's codec does). TestTheCodecWritesWhatEveryStreamIsServedOnce shows the sharing itself.
+// gRPC's codec does). The engine's TestTheCodecWritesASotwResponseOfAWholeTypeFromOneEncoding
+// shows the sharing itself.
 func TestClientsServedThroughTheCodecGetWhatWasSet(t *testing.T) {
 	g := NewWithT(t)
 	clusters := cache.NewLinearCache(resource.ClusterType)
