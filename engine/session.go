@@ -115,7 +115,7 @@ type kindState struct {
 	holds        map[string]Hold
 	kept         map[string]string
 	acceptedRefs map[string][]Ref
-	sotwSub      string // SotW: what the client asked for when answered last (subscriptionKey)
+	sotwSub      subKey // SotW: what the client asked for when answered last (subscriptionKey)
 	// sotwWhole: the type's next SotW watch is answered with the client's whole state of it,
 	// though nothing changed: its first, or one after its subscription changed.
 	sotwWhole bool

@@ -9,6 +9,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 
@@ -217,18 +218,27 @@ func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub 
 	return w
 }
 
-// subscriptionKey names what a SotW client asks for: "*" for every resource of the type, else its
-// names, sorted.
-func subscriptionKey(sub cache.Subscription) string {
+// subscriptionKey identifies what a SotW client asks for: every resource of the type, or its
+// names (an order-independent digest of them, made without a copy: a client of 10,000 names asks
+// for them all again with every ACK).
+func subscriptionKey(sub cache.Subscription) subKey {
 	if sub.IsWildcard() {
-		return "*"
+		return subKey{all: true}
 	}
-	names := make([]string, 0, len(sub.SubscribedResources()))
+	var k subKey
 	for n := range sub.SubscribedResources() {
-		names = append(names, n)
+		k.sum ^= maphash.String(digestSeed, n)
+		k.n++
 	}
-	slices.Sort(names)
-	return strings.Join(names, ",")
+	return k
+}
+
+// subKey is a subscriptionKey: two different subscriptions have equal keys but for a 2^-64
+// chance.
+type subKey struct {
+	all bool
+	sum uint64
+	n   int
 }
 
 // answerSotwLocked answers the SotW watch w of ks with the response the delta evaluation found
