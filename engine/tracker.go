@@ -128,9 +128,12 @@ func (t *Tracker) SetLimits(l Limits) {
 func (t *Tracker) SetCallbacksStallStreams() { t.stalls = true }
 
 // SetNodeKey makes each stream admitted as the node key(stream id, its node id) says, instead of
-// its node id (which may then be empty; Limits.MaxNodeIDLength bounds the key): what the cache keeps by node (the current session, its snapshot, its insight,
-// its re-request budget) is then kept by key. A key per stream lets a node's streams be served
-// side by side, none replacing another (SotW stream ids are negated). Call it before serving.
+// its node id (which may then be empty; Limits.MaxNodeIDLength bounds the key): what the cache
+// keeps by node (the current session, its snapshot, its insight, its re-request budget) is then
+// kept by key. A key per stream lets a node's streams be served side by side, none replacing
+// another (SotW stream ids are negated). It is for streams go-control-plane's server serves: a
+// stream whose credentials name its node (the engine's own DeltaADS) is admitted only when the
+// key is that node. Call it before serving.
 func (t *Tracker) SetNodeKey(key func(streamID int64, node string) string) { t.nodeKey = key }
 
 // SetPlainCause sets the cause of the refusals of a NACK without a structured rejection list
