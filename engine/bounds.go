@@ -203,7 +203,11 @@ func (s *Session) release() {
 	defer s.mu.Unlock()
 	s.unknown = nil
 	s.queue = nil
-	s.sendNow, s.kick = nil, nil
+	if s.kick != nil {
+		// A session go-control-plane's server serves never has them, and is signalled without
+		// its lock (signal reads kick): no write here then.
+		s.sendNow, s.kick = nil, nil
+	}
 	for i, r := range s.inflight {
 		// A response's record, and the array of its one resource, live in the watch it answered
 		// (watch.record, watch.answer); copies hold what the node was sent and had before, and
