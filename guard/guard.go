@@ -193,7 +193,10 @@ func (g *Guard) Clients() []ClientInsight {
 	})
 	slices.SortFunc(out, func(a, b ClientInsight) int {
 		if a.Delta != b.Delta {
-			return map[bool]int{false: -1, true: 1}[a.Delta]
+			if a.Delta {
+				return 1 // SotW streams first
+			}
+			return -1
 		}
 		return cmp.Compare(a.Stream, b.Stream)
 	})
