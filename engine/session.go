@@ -114,8 +114,8 @@ type kindState struct {
 	// longer served and why, and what the versions the client accepted reference.
 	holds        map[string]Hold
 	kept         map[string]string
-	acceptedRefs map[string][]Ref
-	sotwSub      subKey // SotW: what the client asked for when answered last (subscriptionKey)
+	acceptedRefs map[string][]Ref // of accepted versions that reference something
+	sotwSub      subKey           // SotW: what the client asked for when answered last (subscriptionKey)
 	// sotwWhole: the type's next SotW watch is answered with the client's whole state of it,
 	// though nothing changed: its first, or one after its subscription changed.
 	sotwWhole bool

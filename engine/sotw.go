@@ -298,6 +298,13 @@ func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.
 		version string
 		sent    bool // one of resources
 	}
+	if ks.delivered.len() == 0 && len(ks.refused) == 0 && len(removed) == 0 && slices.IsSortedFunc(resources, byName) {
+		out := make([]*anypb.Any, len(resources)) // it holds nothing yet: what it is sent, in order (most often a stream's first)
+		for i, r := range resources {
+			out[i] = r.GetResource()
+		}
+		return out, nil
+	}
 	byName := make(map[string]held, ks.delivered.len()+len(resources))
 	ks.delivered.each(func(n string, r *discovery.Resource) {
 		if a := r.GetResource(); a != nil {

@@ -158,16 +158,22 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 func (s *Session) acceptedLocked(typeURL string, names []string) {
 	snap := s.snapshot()
 	if ks := s.kinds.get(s.cache, typeURL); ks != nil {
+		entries := snap.Type(typeURL)
 		for _, n := range names {
-			if h := s.ackedLocked(typeURL, n); h.ok {
-				if e := snap.Type(typeURL)[n]; e != nil && e.Version == h.version {
-					if ks.acceptedRefs == nil {
-						ks.acceptedRefs = map[string][]Ref{}
-					}
-					ks.acceptedRefs[n] = e.Refs
-				}
-			} else {
+			e := entries[n]
+			if _, had := ks.acceptedRefs[n]; !had && (e == nil || len(e.Refs) == 0) {
+				continue // it references nothing, as far as the session knows: nothing to record
+			}
+			switch h := s.ackedLocked(typeURL, n); {
+			case !h.ok:
 				delete(ks.acceptedRefs, n)
+			case e != nil && e.Version == h.version && len(e.Refs) == 0:
+				delete(ks.acceptedRefs, n)
+			case e != nil && e.Version == h.version:
+				if ks.acceptedRefs == nil {
+					ks.acceptedRefs = map[string][]Ref{}
+				}
+				ks.acceptedRefs[n] = e.Refs
 			}
 		}
 	}

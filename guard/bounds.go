@@ -66,12 +66,7 @@ type request struct {
 
 // admitNode counts a stream against its node's streams, on its first request. Call with g.mu.
 func (g *Guard) admitNode(node string) error {
-	n := 0
-	for _, st := range g.streams {
-		if st.feed != nil && st.node == node {
-			n++
-		}
-	}
+	n := g.perNode[node]
 	if g.bounds.perNode > 0 && n >= g.bounds.perNode {
 		return status.Errorf(codes.ResourceExhausted, "node %q has %d streams open, its bound (guard.Options.MaxStreamsPerNode)", truncate(node), n)
 	}

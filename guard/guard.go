@@ -98,6 +98,7 @@ type Guard struct {
 	mu      sync.Mutex          // guards streams, feeds and stopped; released before a feed's lock is taken
 	streams map[int64]*followed // by the engine's stream id (a SotW stream's negated)
 	feeds   map[string]*feed    // by node id ("" when shared), while a stream of it is open
+	perNode map[string]int      // open streams of each node, once their first request named it
 	stopped bool                // Close stopped the feeds: none starts again
 	running sync.WaitGroup      // the feeds' watches
 }
@@ -144,7 +145,7 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	}
 	_, linear := inner.(*cache.LinearCache)
 	g = &Guard{serving: v, inner: inner, opts: opts, items: newItemCache(), bounds: b, shared: opts.NodeIndependent || linear,
-		streams: map[int64]*followed{}, feeds: map[string]*feed{}}
+		streams: map[int64]*followed{}, feeds: map[string]*feed{}, perNode: map[string]int{}}
 	v.s.Cache.ServeAnyType()
 	v.s.Tracker.SetNodeKey(streamKey)
 	if g.shared {
@@ -229,6 +230,9 @@ func (g *Guard) closed(id int64) {
 	delete(g.streams, id)
 	var last *feed
 	if st != nil && st.feed != nil {
+		if g.perNode[st.node]--; g.perNode[st.node] == 0 {
+			delete(g.perNode, st.node)
+		}
 		if st.feed.streams--; st.feed.streams == 0 {
 			last = st.feed
 			if g.feeds[last.id] == last {
@@ -277,6 +281,7 @@ func (g *Guard) request(id int64, r request) (bool, error) {
 			g.feeds[fid] = f
 		}
 		f.streams++
+		g.perNode[nid]++
 		st.node, st.feed, st.key = nid, f, streamKey(id, nid)
 		defer st.feed.join(st.key)
 	}
