@@ -267,7 +267,7 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 	case in.detail == nil:
 		// The event reads the response in place: the ACK is told before the watch that may
 		// reuse its record is opened again (the stream loop's request), or the observers copy.
-		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources}
+		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources, Sent: answered.since}
 		s.answerLocked(answered, nil)
 		if t.cache.withholder != nil {
 			s.acceptedLocked(answered.kind, answered.names())

@@ -2,6 +2,8 @@
 // closed) for the parts of a control plane that react to it, without the xDS stack.
 package event
 
+import "time"
+
 import "iter"
 
 // Cause is why a client refused a resource, as its structured rejection list says it (the Cause
@@ -71,6 +73,7 @@ type ACK struct {
 	Versions Versions
 	Removed  []string
 	Initial  bool
+	Sent     time.Time // when the answered response was handed to the stream (zero when Initial)
 }
 
 // Sent is one response that went out: resources (versions by name) and removals of one type.

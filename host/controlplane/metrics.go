@@ -50,7 +50,6 @@ type zoneMetrics struct {
 type zoneCounts struct {
 	mu             sync.Mutex // guards the counters: every stream event counts here, so zones do not share a lock
 	kinds          map[string]*kindCounts
-	stream         int64      // the stream whose responses kindCounts.sentAt times
 	reRequests     [2]float64 // answered, limited
 	rounds         float64
 	fallbacks      float64
@@ -63,36 +62,6 @@ type zoneCounts struct {
 type kindCounts struct {
 	rejected                 map[event.Cause]float64
 	resent, parked, released float64
-	// sentAt is when each response of the kind not yet answered on the stream went out, oldest
-	// first: a zone answers a kind's responses in order (at most engine.MaxInFlight kept).
-	sentAt []time.Time
-}
-
-// sent records that a response of kind went out on stream at t.
-func (z *zoneCounts) sent(stream int64, kind string, t time.Time) {
-	if z.stream != stream {
-		z.stream = stream
-		for _, k := range z.kinds {
-			k.sentAt = k.sentAt[:0]
-		}
-	}
-	k := z.kind(kind)
-	if len(k.sentAt) == engine.MaxInFlight {
-		k.sentAt = append(k.sentAt[:0], k.sentAt[1:]...)
-	}
-	k.sentAt = append(k.sentAt, t)
-}
-
-// answered is when the oldest response of kind not yet answered on stream went out, and takes
-// it off the list.
-func (z *zoneCounts) answered(stream int64, kind string) (time.Time, bool) {
-	k := z.kinds[kind]
-	if z.stream != stream || k == nil || len(k.sentAt) == 0 {
-		return time.Time{}, false
-	}
-	t := k.sentAt[0]
-	k.sentAt = append(k.sentAt[:0], k.sentAt[1:]...)
-	return t, true
 }
 
 func newZoneMetrics() *zoneMetrics {
@@ -289,25 +258,13 @@ func (m *kdsMetrics) observer() event.Observer {
 		StreamClosed: func(int64, string) { m.streams.Dec() },
 		// Responses, resources, ACKs and NACKs are the sessions' counters (zoneMetrics.insights);
 		// here each response is timed from its send to its ACK.
-		Sent: func(s event.Sent) {
-			now := time.Now()
-			m.zones.count(s.Node, func(z *zoneCounts) { z.sent(s.StreamID, s.TypeURL, now) })
-		},
 		ACK: func(a event.ACK) {
-			if a.Initial {
-				return
-			}
-			now := time.Now()
-			var sent time.Time
-			var ok bool
-			m.zones.count(a.Node, func(z *zoneCounts) { sent, ok = z.answered(a.StreamID, a.TypeURL) })
-			if ok {
-				m.ackDelay.WithLabelValues(a.TypeURL).Observe(now.Sub(sent).Seconds())
+			if !a.Initial && !a.Sent.IsZero() {
+				m.ackDelay.WithLabelValues(a.TypeURL).Observe(time.Since(a.Sent).Seconds())
 			}
 		},
 		NACK: func(n event.NACK) {
 			m.zones.count(n.Node, func(z *zoneCounts) {
-				z.answered(n.StreamID, n.TypeURL)
 				k := z.kind(n.TypeURL)
 				if k.rejected == nil {
 					k.rejected = map[event.Cause]float64{}
