@@ -5,6 +5,7 @@ import (
 	"testing/synctest"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	. "github.com/onsi/gomega"
 
 	"github.com/kds-host/kds-host/host/resource"
@@ -103,5 +104,97 @@ func TestANodeSnapshotOverridesTheGlobalOne(t *testing.T) {
 		g.Expect(a.str.sent).To(Receive(&r))
 		g.Expect(r.Resources).To(HaveLen(2))
 		g.Expect(r.RemovedResources).To(HaveLen(1))
+	})
+}
+
+// With UseNodeSnapshots, a SotW client of a node without a snapshot of its own is sent nothing,
+// not even an empty state (a client takes an empty CDS as no clusters), whatever the global
+// snapshot and another node's say; its node's snapshot, once set, is its whole state, an empty
+// one included.
+func TestWithNodeSnapshotsASotWClientIsSentNothingUntilItsNodeHasOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		const kind = resourcev3.ClusterType
+		c := NewCache([]string{kind})
+		c.UseNodeSnapshots()
+		defer c.Close()
+		tr := NewTracker(c)
+		c.SetSnapshot(SnapshotOf([]*Entry{clusterEntry(t, "global", "1")}).Declare(kind))
+		a, b := openClient(t, c, tr, 1, "a", true), openClient(t, c, tr, 2, "b", true)
+		for _, cl := range []*testClient{a, b} {
+			g.Expect(cl.ask(kind, nil, "")).To(Succeed())
+			g.Expect(cl.take(kind)).To(BeNil(), "no snapshot of its node")
+		}
+
+		c.SetNodeSnapshot("a", SnapshotOf(nil).Declare(kind))
+		expectSent(t, a.ackAll(kind, nil), []string{}, "its node's empty snapshot")
+		g.Expect(b.take(kind)).To(BeNil(), "another node's snapshot")
+
+		bs := SnapshotOf([]*Entry{clusterEntry(t, "b1", "1"), clusterEntry(t, "b2", "1")})
+		c.SetNodeSnapshot("b", bs)
+		expectSent(t, b.ackAll(kind, nil), []string{"b1", "b2"}, "its node's snapshot")
+		g.Expect(a.take(kind)).To(BeNil())
+		snap, only := c.NodeSnapshot("b")
+		g.Expect(snap).To(BeIdenticalTo(bs))
+		g.Expect(only).To(BeTrue())
+	})
+}
+
+// With UseNodeSnapshots, a node's snapshot set before its stream is admitted (the guard sets it
+// as a stream joins) is read when the stream is admitted, and by the node's every stream after,
+// until it is cleared: then a new stream of the node is sent nothing.
+func TestANodesSnapshotIsReadByEachOfItsStreamsUntilCleared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		const kind = resourcev3.ClusterType
+		c := NewCache([]string{kind})
+		c.UseNodeSnapshots()
+		defer c.Close()
+		tr := NewTracker(c)
+		c.SetNodeSnapshot("a", SnapshotOf([]*Entry{clusterEntry(t, "p", "1")}))
+		for id := range int64(2) {
+			cl := openClient(t, c, tr, id+1, "a", false)
+			g.Expect(cl.ask(kind, nil, "")).To(Succeed())
+			expectSent(t, cl.ackAll(kind, nil), []string{"p"}, "stream %d", id+1)
+			cl.close()
+		}
+		c.SetNodeSnapshot("a", nil)
+		snap, only := c.NodeSnapshot("a")
+		g.Expect(snap).To(BeNil())
+		g.Expect(only).To(BeTrue())
+		cl := openClient(t, c, tr, 3, "a", false)
+		g.Expect(cl.ask(kind, nil, "")).To(Succeed())
+		g.Expect(cl.take(kind)).To(BeNil(), "cleared: nothing")
+	})
+}
+
+// With UseNodeSnapshots, clearing a node's snapshot (SetNodeSnapshot nil) sends its stream
+// nothing, no removal either: it keeps what it holds, and a global snapshot still does not reach
+// it. A snapshot set again is compared with what it holds.
+func TestClearingANodesSnapshotLeavesItWhatItHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		const kind = resourcev3.ClusterType
+		c := NewCache([]string{kind})
+		c.UseNodeSnapshots()
+		defer c.Close()
+		tr := NewTracker(c)
+		cl := openClient(t, c, tr, 1, "a", false)
+		g.Expect(cl.ask(kind, nil, "")).To(Succeed())
+		c.SetNodeSnapshot("a", SnapshotOf([]*Entry{clusterEntry(t, "p", "1"), clusterEntry(t, "q", "1")}))
+		expectSent(t, cl.ackAll(kind, nil), []string{"p", "q"}, "its node's snapshot")
+
+		c.SetNodeSnapshot("a", nil)
+		g.Expect(cl.take(kind)).To(BeNil(), "cleared: nothing removed")
+		c.SetSnapshot(SnapshotOf([]*Entry{clusterEntry(t, "global", "1")}))
+		g.Expect(cl.take(kind)).To(BeNil(), "the global snapshot")
+		v, ok := cl.session().AckedVersion(kind, "p")
+		g.Expect([]any{v, ok}).To(Equal([]any{"1", true}), "it still holds p")
+
+		c.SetNodeSnapshot("a", SnapshotOf([]*Entry{clusterEntry(t, "q", "2")}))
+		r := cl.take(kind)
+		g.Expect(r).NotTo(BeNil())
+		g.Expect(r.names).To(Equal([]string{"q"}))
+		g.Expect(r.removed).To(Equal([]string{"p"}))
 	})
 }
