@@ -121,14 +121,14 @@ func (s *Session) admitSotwNames(typeURL string, names []string, max int) error 
 			return status.Errorf(codes.ResourceExhausted, "this stream would ask for more than %d names the server does not hold (kds-host: --kds-max-unknown-names)", max)
 		}
 	}
-	if len(unknown) == 0 {
+	switch {
+	case len(unknown) == 0:
 		delete(s.unknown, typeURL)
-		return nil
+	case s.unknown == nil:
+		s.unknown = map[string]map[string]struct{}{typeURL: unknown}
+	default:
+		s.unknown[typeURL] = unknown
 	}
-	if s.unknown == nil {
-		s.unknown = map[string]map[string]struct{}{}
-	}
-	s.unknown[typeURL] = unknown
 	return nil
 }
 

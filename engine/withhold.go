@@ -109,7 +109,8 @@ func (v sessionView) Refused(typeURL, name string) (string, bool) {
 func (v sessionView) Served(typeURL, name string) *Entry { return v.snap.Type(typeURL)[name] }
 
 func (v sessionView) ReferencedBy(typeURL, name string) string {
-	for _, by := range v.snap.dependents(Ref{TypeURL: typeURL, Name: name}) {
+	ref := Ref{TypeURL: typeURL, Name: name}
+	for _, by := range v.snap.dependents(ref) {
 		if ver, ok := v.Holds(by.TypeURL, by.Name); ok && ver == by.Version {
 			return fmt.Sprintf("%s %q", shortType(by.TypeURL), by.Name)
 		}
@@ -121,11 +122,8 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 			return
 		}
 		v.s.eachAckedLocked(ks.name, func(n, ver string) {
-			if found != "" {
-				return
-			}
-			if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != ver {
-				if held := ks.acceptedRefs[n]; slices.Contains(held, Ref{TypeURL: typeURL, Name: name}) {
+			if found == "" && slices.Contains(ks.acceptedRefs[n], ref) {
+				if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != ver {
 					found = fmt.Sprintf("%s %q", shortType(ks.name), n)
 				}
 			}
