@@ -115,8 +115,7 @@ func (c *Cache) encodeSotwAll(resp *discovery.DiscoveryResponse) mem.BufferSlice
 	return mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(ko.anysRun)}
 }
 
-// encodeDelta is resp's encoding: its head, then each resource from its entry's frame when it
-// is the entry of entries, else encoded here.
+// encodeDelta encodes resp, each resource from its entry's frame when it is the entry of entries.
 func encodeDelta(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Entry) (mem.BufferSlice, error) {
 	hb, err := encodeHead(resp)
 	if err != nil {
@@ -137,9 +136,8 @@ func encodeDelta(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Ent
 	return out, nil
 }
 
-// encodeHead encodes every field of resp but its resources, in proto.Marshal's field order
-// (TestTheCodecKnowsEveryFieldOfADeltaResponse lists them): the strings the cache sets written
-// directly, a response with a message field through proto.Marshal.
+// encodeHead encodes every field of resp but its resources, as proto.Marshal does
+// (TestTheCodecKnowsEveryFieldOfADeltaResponse lists them).
 func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 	if resp.ControlPlane != nil || len(resp.RemovedResourceNames) > 0 || len(resp.ResourceErrors) > 0 {
 		hb, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: resp.SystemVersionInfo, TypeUrl: resp.TypeUrl,
@@ -177,8 +175,7 @@ func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 	return b, nil
 }
 
-// runMin is the fewest resources a response has for the codec to look for them in its type's
-// encoding end to end.
+// runMin is the fewest resources a response has for the codec to look for them in a run (runOf).
 const runMin = 32
 
 // runOf is the encoding of rs when they are consecutive entries of ko in name order, else nil:
@@ -225,8 +222,7 @@ type sharedAnswer struct {
 	wire mem.BufferSlice
 }
 
-// shareAnswers makes the shared response of each type that changed (type URL -> names), as
-// version of snap.
+// shareAnswers makes the shared response of each type changed (type URL -> names) in snap.
 func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[string][]string) *sharedAnswers {
 	sa := &sharedAnswers{snap: snap, kinds: make(map[string]*sharedAnswer, len(changed))}
 	for i, kind := range kinds {

@@ -131,8 +131,7 @@ func (n *Nodes) session(zone string) *Session {
 	return nil
 }
 
-// Expire frees the state of every node whose last stream closed before the given time, and
-// returns their ids, sorted.
+// Expire frees every node whose last stream closed before the given time; it returns their ids, sorted.
 func (n *Nodes) Expire(before time.Time) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -170,8 +169,7 @@ func (n *Nodes) Insights() []NodeInsight {
 	return out
 }
 
-// List returns every node's state without its types, sorted by node id, at the cost of the node
-// table alone.
+// List returns every node's state without its types, sorted by node id, from the node table alone.
 func (n *Nodes) List() []NodeInsight {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -235,12 +233,10 @@ func (p nodeParts) kinds() []*TypeInsight {
 	return out
 }
 
-// StreamsGeneration changes whenever a stream opens or closes: two equal readings mean Streams
-// would list the same.
+// StreamsGeneration changes whenever a stream opens or closes (Streams may list something else).
 func (n *Nodes) StreamsGeneration() uint64 { return n.streamsGen.Load() }
 
-// Streams returns the connected nodes with their stream and since when, sorted by node id,
-// without their types, at the cost of the node table alone.
+// Streams returns List's connected nodes.
 func (n *Nodes) Streams() []NodeInsight {
 	return slices.DeleteFunc(n.List(), func(zi NodeInsight) bool { return !zi.Connected })
 }
@@ -281,8 +277,7 @@ func (n *Nodes) InventoryKeys(node string, types []string, extra []Ref) []Ref {
 	return out
 }
 
-// InventoryDigest identifies what the node holds now (the zero Digest for nothing, or an
-// unknown node).
+// InventoryDigest identifies what the node holds now (zero: nothing, or an unknown node).
 func (n *Nodes) InventoryDigest(node string) Digest {
 	if s := n.session(node); s != nil {
 		return s.Digest()
@@ -290,8 +285,7 @@ func (n *Nodes) InventoryDigest(node string) Digest {
 	return Digest{}
 }
 
-// Versions returns what the node holds: type URL -> xDS name -> version. The caller owns the
-// copy.
+// Versions returns a copy of what the node holds: type URL -> xDS name -> version.
 func (n *Nodes) Versions(node string) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	if s := n.session(node); s != nil {

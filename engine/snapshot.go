@@ -62,8 +62,7 @@ type Snapshot struct {
 	orders  map[string]*kindOrder // type URL -> its entries in name order and their encodings; made on first use
 }
 
-// kindOrder is a type's entries in name order, made once per snapshot and type; the slices are
-// shared by every response that sends all of the type and never modified.
+// kindOrder is a type's entries in name order, made once per snapshot and type; read-only once made.
 type kindOrder struct {
 	once     sync.Once
 	names    []string

@@ -99,8 +99,7 @@ func (t *Tracker) boundSotw(s *Session, req *discovery.DiscoveryRequest) error {
 }
 
 // admitSotwNames records the names of typeURL a SotW request asks for that the snapshot does not
-// hold (they replace the type's), or refuses the request, changing nothing, when the stream would
-// then ask for more than max such names.
+// hold, or refuses the request, changing nothing, when the stream would then ask for over max.
 func (s *Session) admitSotwNames(typeURL string, names []string, max int) error {
 	entries := s.snapshot().Type(typeURL)
 	s.mu.Lock()
@@ -193,8 +192,7 @@ func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
 	return nil, status.Error(codes.Unimplemented, "this server serves xDS over ADS streams (SotW or delta), not REST fetches")
 }
 
-// subscriptionKey identifies what a SotW client asks for: every resource of the type, or an
-// order-independent digest of its names, made without a copy.
+// subscriptionKey identifies a SotW subscription: wildcard, or an order-independent digest of its names.
 func subscriptionKey(sub cache.Subscription) subKey {
 	if sub.IsWildcard() {
 		return subKey{all: true}

@@ -148,8 +148,7 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	return err
 }
 
-// request is OnStreamDeltaRequest for the stream's session s; it returns tell, which tells the
-// observers what the request did and which the caller calls with no lock held.
+// request is OnStreamDeltaRequest for session s; the caller calls tell with no lock held.
 func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) (tell func(), err error) {
 	return t.handle(s, id, incoming{
 		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(),
@@ -206,10 +205,9 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 		}
 		node, opened = n, true
 	}
-	typeURL := in.typeURL
 
 	s.mu.Lock()
-	ks := s.kind(typeURL)
+	ks := s.kind(in.typeURL)
 	first := !ks.requested
 	ks.requested = true
 	var answered *inflight
@@ -245,13 +243,13 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 	return func() {
 		tellRefusals()
 		if reRequest {
-			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: node, TypeURL: typeURL, Names: in.subscribe, Answered: answer})
+			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: node, TypeURL: in.typeURL, Names: in.subscribe, Answered: answer})
 		}
 		if opened {
 			t.observers.StreamOpened(id, node)
 		}
 		if first && len(in.initial) > 0 { // what the client already holds counts as ACKed
-			t.observers.ACK(event.ACK{StreamID: id, Node: node, TypeURL: typeURL, Versions: event.VersionsOf(in.initial), Initial: true})
+			t.observers.ACK(event.ACK{StreamID: id, Node: node, TypeURL: in.typeURL, Versions: event.VersionsOf(in.initial), Initial: true})
 		}
 		switch {
 		case answered == nil:
@@ -270,8 +268,7 @@ func (t *Tracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryReq
 	}
 }
 
-// sentFlight records resp sent on the stream's session s, with its record in the session
-// (flight; nil when unknown), and tells the observers.
+// sentFlight records resp sent on session s (flight: its record, nil when unknown) and tells the observers.
 func (t *Tracker) sentFlight(s *Session, id int64, resp *discovery.DeltaDiscoveryResponse, flight *inflight) {
 	s.mu.Lock()
 	r := s.sentLocked(resp, flight)
@@ -312,8 +309,7 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 	return n
 }
 
-// admissible checks the node id of a stream's first request, which must be the node its
-// credentials prove; it returns the node id, or a gRPC status error.
+// admissible checks the node id of a stream's first request against its credentials.
 func (t *Tracker) admissible(s *Session, node string) (string, error) {
 	switch {
 	case node == "":
@@ -361,9 +357,8 @@ func (b *tokenBucket) allow(now time.Time, l RateLimit, n int) bool {
 	return true
 }
 
-// growStack grows the calling goroutine's stack to 8 KiB while it is still shallow, so that a
-// stream's goroutine copies one frame instead of many on its first request (as CockroachDB's
-// growstack does).
+// growStack grows the calling goroutine's stack to 8 KiB while it is shallow, so that it copies
+// one frame instead of many on its first request (as CockroachDB's growstack does).
 //
 //go:noinline
 func growStack() {
