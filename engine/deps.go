@@ -50,11 +50,8 @@ func (s *Snapshot) dependents(r Ref) []*Entry {
 		return nil
 	}
 	d := &s.deps
-	if full := d.full.Load(); full != nil || d.anc == nil {
-		if full == nil {
-			full = s.index()
-		}
-		return (*full)[r]
+	if d.full.Load() != nil || d.anc == nil {
+		return (*s.index())[r]
 	}
 	d.sinceOnce.Do(func() {
 		d.sinceDeps, d.sinceSet = map[Ref][]*Entry{}, make(map[Ref]bool, len(d.since))

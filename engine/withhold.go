@@ -53,12 +53,10 @@ func (v sessionView) HeldEntry(typeURL, name string) *Entry {
 		return e
 	}
 	// A version no longer served: what was delivered, if the client took it.
-	ks := v.s.kinds.get(v.s.cache, typeURL)
-	if ks == nil {
-		return nil
-	}
-	if d, ok := ks.delivered.get(name); ok && d.Version == h.version && d.Resource != nil {
-		return &Entry{TypeURL: typeURL, Name: name, Version: d.Version, Any: d.Resource, Wire: d, Refs: ks.acceptedRefs[name]}
+	if ks := v.s.kinds.get(v.s.cache, typeURL); ks != nil {
+		if d, ok := ks.delivered.get(name); ok && d.Version == h.version && d.Resource != nil {
+			return &Entry{TypeURL: typeURL, Name: name, Version: d.Version, Any: d.Resource, Wire: d, Refs: ks.acceptedRefs[name]}
+		}
 	}
 	return nil
 }
