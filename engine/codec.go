@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
@@ -14,36 +13,31 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// One encoding of a version for every stream that sends it: a delta response is its own small
-// fields (nonce, type, version info, removals), encoded per stream, followed by its resources,
-// each the bytes its snapshot entry encoded once. Protobuf fields may come in any order, and a
-// repeated field's elements may be spread over the message, so a decoder reads the same
-// message a plain encoding gives.
-
 // resourcesField is DeltaDiscoveryResponse.resources' field number, and DiscoveryResponse's.
 const resourcesField = 2
 
 // encodeFrame is r as one element of a response's resources: its tag, its length, its bytes.
 func encodeFrame(r *discovery.Resource) ([]byte, error) {
 	n := proto.Size(r)
-	b := make([]byte, 0, protowire.SizeTag(resourcesField)+protowire.SizeVarint(uint64(n))+n)
-	b = protowire.AppendVarint(protowire.AppendTag(b, resourcesField, protowire.BytesType), uint64(n))
-	return proto.MarshalOptions{}.MarshalAppend(b, r)
+	return appendFrame(make([]byte, 0, protowire.SizeTag(resourcesField)+protowire.SizeVarint(uint64(n))+n), r, n)
 }
 
-// responseCodec is the server's "proto" codec: a DeltaDiscoveryResponse's resources that are the
-// current snapshot's entries are written from their entries' encoding; everything else is encoded
-// as gRPC's own codec encodes it. A DeltaDiscoveryRequest's names are counted before they are
-// decoded (Cache.unmarshalRequest).
+// appendFrame appends m, of encoded size n, to b as one element of a response's resources.
+func appendFrame(b []byte, m proto.Message, n int) ([]byte, error) {
+	b = protowire.AppendVarint(protowire.AppendTag(b, resourcesField, protowire.BytesType), uint64(n))
+	return proto.MarshalOptions{}.MarshalAppend(b, m)
+}
+
+// responseCodec is the server's "proto" codec (Cache.Codec).
 type responseCodec struct {
 	cache *Cache
 	proto encoding.CodecV2
 }
 
-// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, except that a delta
+// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, except that a
 // response's resources of the current snapshot are written from the snapshot's one encoding of
-// them, shared by every stream. A gRPC server that serves c installs it with
-// grpc.ForceServerCodecV2 (kds-host's NewGRPCServer does).
+// them, shared by every stream, and a delta request's names are counted before they are decoded.
+// Install it with grpc.ForceServerCodecV2 (kds-host's NewGRPCServer does).
 func (c *Cache) Codec() encoding.CodecV2 { return newResponseCodec(c) }
 
 func newResponseCodec(c *Cache) responseCodec {
@@ -79,9 +73,7 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	snap := rc.cache.snap.Load()
 	if len(resp.Resources) >= runMin {
-		if run := snap.wire(resp.TypeUrl).run(resp.Resources); run != nil {
-			// A run of the type's entries in name order (a full sync's response, or a part of one
-			// cut at the message limit): one buffer, no copy.
+		if run := snap.order(resp.TypeUrl).runOf(resp.Resources); run != nil { // a full sync, or a part of one
 			hb, err := encodeHead(resp)
 			if err != nil {
 				return nil, err
@@ -92,10 +84,8 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return encodeDelta(resp, snap.Type(resp.TypeUrl))
 }
 
-// encodeSotwAll is the encoding of a SotW response of every entry of its type in the snapshot
-// served (its resources the snapshot's own list of them: a first answer, or a full state, of a
-// client that asks for the whole type), written from the snapshot's one encoding of them; nil
-// for any other response.
+// encodeSotwAll encodes a SotW response whose resources are the served snapshot's list of every
+// entry of its type (kindOrder.anys) from one encoding of them; nil for any other response.
 func (c *Cache) encodeSotwAll(resp *discovery.DiscoveryResponse) mem.BufferSlice {
 	if len(resp.Resources) < runMin || len(resp.ProtoReflect().GetUnknown()) > 0 {
 		return nil
@@ -107,10 +97,8 @@ func (c *Cache) encodeSotwAll(resp *discovery.DiscoveryResponse) mem.BufferSlice
 	ko.anysOnce.Do(func() {
 		var b []byte
 		for _, a := range ko.anys {
-			n := proto.Size(a)
-			b = protowire.AppendVarint(protowire.AppendTag(b, resourcesField, protowire.BytesType), uint64(n))
 			var err error
-			if b, err = (proto.MarshalOptions{}).MarshalAppend(b, a); err != nil {
+			if b, err = appendFrame(b, a, proto.Size(a)); err != nil {
 				return // encoded per response
 			}
 		}
@@ -127,16 +115,13 @@ func (c *Cache) encodeSotwAll(resp *discovery.DiscoveryResponse) mem.BufferSlice
 	return mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(ko.anysRun)}
 }
 
-// encodeDelta is resp's encoding: its head, then each resource from its entry's frame when it
-// is the entry of entries, else encoded here (a version the snapshot has moved past, a
-// version-only resource).
+// encodeDelta encodes resp, each resource from its entry's frame when it is the entry of entries.
 func encodeDelta(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Entry) (mem.BufferSlice, error) {
 	hb, err := encodeHead(resp)
 	if err != nil {
 		return nil, err
 	}
-	out := make(mem.BufferSlice, 0, 1+len(resp.Resources))
-	out = append(out, mem.SliceBuffer(hb))
+	out := append(make(mem.BufferSlice, 0, 1+len(resp.Resources)), mem.SliceBuffer(hb))
 	for _, r := range resp.Resources {
 		if e := entries[r.GetName()]; e != nil && e.Wire == r && e.frame != nil {
 			out = append(out, e.frame)
@@ -151,21 +136,13 @@ func encodeDelta(resp *discovery.DeltaDiscoveryResponse, entries map[string]*Ent
 	return out, nil
 }
 
-// encodeHead encodes every field of resp but its resources (TestTheCodecKnowsEveryFieldOfADelta
-// Response lists them): the strings the cache sets written directly, in field order as
-// proto.Marshal writes them, into one buffer of their size; a response with any of the message
-// fields the cache never sets goes through proto.Marshal.
+// encodeHead encodes every field of resp but its resources, as proto.Marshal does
+// (TestTheCodecKnowsEveryFieldOfADeltaResponse lists them).
 func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 	if resp.ControlPlane != nil || len(resp.RemovedResourceNames) > 0 || len(resp.ResourceErrors) > 0 {
-		hb, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{
-			SystemVersionInfo:    resp.SystemVersionInfo,
-			TypeUrl:              resp.TypeUrl,
-			RemovedResources:     resp.RemovedResources,
-			RemovedResourceNames: resp.RemovedResourceNames,
-			Nonce:                resp.Nonce,
-			ControlPlane:         resp.ControlPlane,
-			ResourceErrors:       resp.ResourceErrors,
-		})
+		hb, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: resp.SystemVersionInfo, TypeUrl: resp.TypeUrl,
+			RemovedResources: resp.RemovedResources, RemovedResourceNames: resp.RemovedResourceNames, Nonce: resp.Nonce,
+			ControlPlane: resp.ControlPlane, ResourceErrors: resp.ResourceErrors})
 		if err != nil {
 			return nil, fmt.Errorf("encode delta response: %w", err)
 		}
@@ -198,84 +175,54 @@ func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 	return b, nil
 }
 
-// runMin is the fewest resources a response has for the codec to look for them in its type's
-// encoding end to end: an update's response carries one or a few.
+// runMin is the fewest resources a response has for the codec to look for them in a run (runOf).
 const runMin = 32
 
-// kindWire is a type's entries encoded end to end in name order, made once per snapshot and
-// type, the first time a response of many of them is sent: every stream's full sync of the type
-// is then one slice of it.
-type kindWire struct {
-	once    sync.Once
-	entries []*Entry       // in name order (Snapshot.order's)
-	index   map[string]int // name -> its place in entries
-	buf     []byte         // the entries' frames, end to end
-	off     []int          // where each entry's frame starts in buf, and len(buf) last
-}
-
-// wire is the type's kindWire, made on first use.
-func (s *Snapshot) wire(kind string) *kindWire {
-	kw := perKind(s, &s.wires, kind)
-	kw.once.Do(func() {
-		entries := s.order(kind).entries
+// runOf is the encoding of rs when they are consecutive entries of ko in name order, else nil:
+// every stream's full sync of the type is one slice of ko.run, made on first use.
+func (ko *kindOrder) runOf(rs []*discovery.Resource) []byte {
+	ko.runOnce.Do(func() {
 		size := 0
-		for _, e := range entries {
+		for _, e := range ko.entries {
 			if e.frame == nil {
-				return // an entry made elsewhere, with no encoding of its own: no run
+				return // an entry not encoded (EncodeWire): no run
 			}
 			size += e.frame.Len()
 		}
-		kw.entries, kw.index = entries, make(map[string]int, len(entries))
-		kw.buf, kw.off = make([]byte, 0, size), make([]int, 0, len(entries)+1)
-		for i, e := range entries {
-			kw.index[e.Name] = i
-			kw.off = append(kw.off, len(kw.buf))
-			kw.buf = append(kw.buf, e.frame.ReadOnlyData()...)
+		ko.index, ko.run, ko.off = make(map[string]int, len(ko.entries)), make([]byte, 0, size), make([]int, 0, len(ko.entries)+1)
+		for i, e := range ko.entries {
+			ko.index[e.Name] = i
+			ko.off = append(ko.off, len(ko.run))
+			ko.run = append(ko.run, e.frame.ReadOnlyData()...)
 		}
-		kw.off = append(kw.off, len(kw.buf))
+		ko.off = append(ko.off, len(ko.run))
 	})
-	return kw
-}
-
-// run is the encoding of rs when they are consecutive entries of the type in name order, else
-// nil.
-func (kw *kindWire) run(rs []*discovery.Resource) []byte {
-	i, ok := kw.index[rs[0].GetName()]
-	if !ok || i+len(rs) > len(kw.entries) {
+	i, ok := ko.index[rs[0].GetName()]
+	if !ok || i+len(rs) > len(ko.entries) {
 		return nil
 	}
 	for k, r := range rs {
-		if kw.entries[i+k].Wire != r {
+		if ko.entries[i+k].Wire != r {
 			return nil
 		}
 	}
-	return kw.buf[kw.off[i]:kw.off[i+len(rs)]]
+	return ko.run[ko.off[i]:ko.off[i+len(rs)]]
 }
 
-// One message for every stream: a write that changes a few names is most often answered to
-// every stream of its type with the same response (the changed entries, the removed names).
-// SetSnapshot makes that response once per changed type, encoded whole, nonce included; a
-// stream of the engine's own loop whose answer is exactly it sends it as it is, and the codec
-// writes its one encoding. Its nonce names the snapshot and the type ("<version>.<type's
-// place>"), so it is unique on a stream as long as the stream does not have it in flight already
-// (the cache then makes the stream its own response); a stream's own responses are numbered "1",
-// "2", ...
-
-// sharedAnswers are the shared responses of one snapshot, by type URL.
+// sharedAnswers are one snapshot's responses to every stream in step, by type URL, made and
+// encoded once; their nonce, "<version>.<type's place>", differs from a stream's own ("1", ...).
 type sharedAnswers struct {
 	snap  *Snapshot
 	kinds map[string]*sharedAnswer
 }
 
-// sharedAnswer is one type's shared response and its encoding (nil: the codec encodes it per
-// send, as any response).
+// sharedAnswer is one type's shared response and its encoding (nil: encoded per send).
 type sharedAnswer struct {
 	resp discovery.DeltaDiscoveryResponse
 	wire mem.BufferSlice
 }
 
-// shareAnswers makes the shared response of each type that changed from the last snapshot
-// (changed: type URL -> names), as version of snap.
+// shareAnswers makes the shared response of each type changed (type URL -> names) in snap.
 func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[string][]string) *sharedAnswers {
 	sa := &sharedAnswers{snap: snap, kinds: make(map[string]*sharedAnswer, len(changed))}
 	for i, kind := range kinds {
@@ -283,19 +230,16 @@ func shareAnswers(snap *Snapshot, version string, kinds []string, changed map[st
 		if len(names) == 0 {
 			continue
 		}
-		names = slices.Sorted(slices.Values(names))
 		entries := snap.Type(kind)
-		sh := &sharedAnswer{resp: discovery.DeltaDiscoveryResponse{
-			TypeUrl: kind, SystemVersionInfo: version, Nonce: version + "." + strconv.Itoa(i)}}
-		for _, n := range names {
+		sh := &sharedAnswer{resp: discovery.DeltaDiscoveryResponse{TypeUrl: kind, SystemVersionInfo: version, Nonce: version + "." + strconv.Itoa(i)}}
+		for _, n := range slices.Sorted(slices.Values(names)) {
 			if e := entries[n]; e != nil {
 				sh.resp.Resources = append(sh.resp.Resources, e.Wire)
 			} else {
 				sh.resp.RemovedResources = append(sh.resp.RemovedResources, n)
 			}
 		}
-		// Not encoded (nil): the codec encodes it per send, and says why.
-		sh.wire, _ = encodeDelta(&sh.resp, entries)
+		sh.wire, _ = encodeDelta(&sh.resp, entries) // on error nil: encoded per send
 		sa.kinds[kind] = sh
 	}
 	return sa
@@ -306,7 +250,6 @@ func (sh *sharedAnswer) is(resources []*discovery.Resource, removed []string) bo
 	return slices.Equal(resources, sh.resp.Resources) && slices.Equal(removed, sh.resp.RemovedResources)
 }
 
-// shared is the shared response of the type for snap, if the cache made one.
 func (c *Cache) shared(snap *Snapshot, kind string) *sharedAnswer {
 	if sa := c.answers.Load(); sa != nil && sa.snap == snap {
 		return sa.kinds[kind]

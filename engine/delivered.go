@@ -7,22 +7,15 @@ import (
 )
 
 // delivered is what a node was sent of one type, name -> the response's Resource: a snapshot's
-// entries of the type (base), shared by every stream that was sent exactly those, under the names
-// that differ from them (over; a nil value: a name of base the node does not hold). A stream that
-// holds what is served costs no map of its own, whatever the type's size.
-//
-// Invariants:
-//   - The names delivered holds are base's names without over's nil ones, and over's non-nil
-//     ones; n counts them. base is read-only (a snapshot's), over is the stream's.
-//   - over never holds a name at the value base gives it.
+// entries of the type (base, read-only, shared by every stream sent exactly those) under the
+// stream's own names that differ from them (over; a nil value: a name of base the node does not
+// hold). Invariants: n counts the names held; over never holds a name at base's value.
 type delivered struct {
-	snap *Snapshot         // the snapshot base is the type of, for rebase
-	base map[string]*Entry // nil: none
-	over map[string]*discovery.Resource
-	n    int
-	// compared is how big over was when rebase last compared every name (no lineage to follow):
-	// it compares again once over has doubled, so the walks cost O(1) a change.
-	compared int
+	snap     *Snapshot         // the snapshot base is the type of, for rebase
+	base     map[string]*Entry // nil: none
+	over     map[string]*discovery.Resource
+	n        int
+	compared int // len(over) when rebase last compared every name; it compares again once over doubles
 }
 
 func (d *delivered) get(name string) (*discovery.Resource, bool) {
@@ -69,25 +62,19 @@ func (d *delivered) drop(name string) {
 // each calls f with every name delivered holds; f must not change d.
 func (d *delivered) each(f func(name string, r *discovery.Resource)) {
 	for n, e := range d.base {
-		if r, ok := d.over[n]; ok {
-			if r != nil {
-				f(n, r)
-			}
-			continue
+		if _, ok := d.over[n]; !ok {
+			f(n, e.Wire)
 		}
-		f(n, e.Wire)
 	}
 	for n, r := range d.over {
-		if r != nil && d.base[n] == nil {
+		if r != nil {
 			f(n, r)
 		}
 	}
 }
 
-// rebase makes the type's entries of cur the base when d holds exactly them: then over is emptied,
-// and the stream shares cur's entries again. It tells by the names that changed when cur is
-// derived from d's base snapshot (Snapshot.Update), or by every name when d has no base,
-// or, without lineage, once over has grown to twice its size at the last such comparison.
+// rebase makes the type's entries of cur the base, over emptied, when d holds exactly them. It
+// compares the names that changed when cur derives from d's base snapshot, else every name.
 func (d *delivered) rebase(cur *Snapshot, kind string) {
 	if cur == nil || cur == d.snap {
 		return
@@ -100,10 +87,8 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 				return // a name changed since base that d still holds at base's value, or lacks
 			}
 		}
-	case d.base == nil && d.n == len(entries):
-		// No base: d holds cur's entries if each of its names (all in over) is cur's.
-	case len(d.over) >= 8 && len(d.over) >= 2*d.compared && d.n == len(entries):
-		// No lineage (the snapshot moved on more than once since base): compare every name.
+	case d.base == nil && d.n == len(entries): // no base: every name is in over
+	case len(d.over) >= 8 && len(d.over) >= 2*d.compared && d.n == len(entries): // no lineage
 		d.compared = len(d.over)
 		for n, e := range entries {
 			if r, ok := d.get(n); !ok || r != e.Wire {
@@ -123,10 +108,8 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 }
 
 // advance makes d hold cur's entries of the type when d holds its base's exactly and a response
-// carries exactly what changed of the type from that base to cur (resources at cur's entries,
-// removed names that cur no longer has): a write, sent to a stream in step. It reports whether
-// it did; d is unchanged when it did not. It spares the map that set would make only for rebase
-// to drop it.
+// carries exactly what changed of the type from base to cur; it reports whether it did (if not,
+// d is unchanged).
 func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.Resource, removed []string) bool {
 	if len(d.over) > 0 || d.base == nil || cur == d.snap {
 		return false
@@ -157,8 +140,8 @@ func (d *delivered) share(cur *Snapshot, entries map[string]*Entry) {
 	d.over = nil // not cleared: its buckets would stay
 }
 
-// sentAll makes an empty d hold rs when rs are exactly the type's entries of cur in name order
-// (a stream's first response of a type, most often), without a map: it reports whether it did.
+// sentAll makes an empty d hold rs when rs are exactly the type's entries of cur in name order,
+// and reports whether it did.
 func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource) bool {
 	if d.n != 0 || len(rs) == 0 || len(rs) != len(cur.Type(kind)) {
 		return false
@@ -174,12 +157,11 @@ func (d *delivered) sentAll(cur *Snapshot, kind string, rs []*discovery.Resource
 	return true
 }
 
-// priorSet is name -> version: a few pairs in a slice (a response to an update carries one or two
-// names), a map once there are more.
+// priorSet is name -> version: a few pairs in a slice, a map once there are more.
 type priorSet struct {
 	few  []namedVersion
 	many map[string]string
-	one  [1]namedVersion // few's first room: an update's one name costs no allocation (never copied once set)
+	one  [1]namedVersion // few's first room, so one name costs no allocation (never copied once set)
 }
 
 type namedVersion struct{ name, version string }

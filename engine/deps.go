@@ -7,10 +7,8 @@ import (
 )
 
 // deps is a snapshot's index of what references each Ref (Snapshot.dependents), made on first
-// use. A snapshot derived by Update from one whose index is made (or from one that derives its
-// own from such an index, by few changes) answers from that ancestor's index and the names that
-// changed since, without making one of its own: a snapshot a write, each node's own snapshot
-// with it, costs what changed, not the size of the snapshot.
+// use. A snapshot derived by Update from one with an index, by few changes, answers from that
+// ancestor's index and the names changed since instead of making its own.
 type deps struct {
 	once sync.Once
 	full atomic.Pointer[map[Ref][]*Entry] // this snapshot's own index, once made
@@ -26,27 +24,20 @@ type deps struct {
 // maxSince bounds the names changed since an ancestor's index that a snapshot reads it with.
 const maxSince = 64
 
-// derive sets d, a snapshot's derived from the one whose index is from, by changed (type URL ->
-// names).
+// derive sets d, of a snapshot derived by changed (type URL -> names) from the one of from.
 func (d *deps) derive(from *deps, changed map[string][]string) {
-	n := 0
-	for _, names := range changed {
-		n += len(names)
-	}
 	var since []Ref
 	if full := from.full.Load(); full != nil {
 		d.anc = *full
-	} else if from.anc != nil && len(from.since)+n <= maxSince {
-		d.anc, since = from.anc, slices.Clone(from.since)
-	} else {
-		return
-	}
-	if len(since)+n > maxSince {
-		d.anc = nil
+	} else if d.anc, since = from.anc, slices.Clip(from.since); d.anc == nil {
 		return
 	}
 	for typeURL, names := range changed {
 		for _, name := range names {
+			if len(since) == maxSince {
+				d.anc = nil
+				return
+			}
 			since = append(since, Ref{TypeURL: typeURL, Name: name})
 		}
 	}
@@ -59,11 +50,8 @@ func (s *Snapshot) dependents(r Ref) []*Entry {
 		return nil
 	}
 	d := &s.deps
-	if full := d.full.Load(); full != nil || d.anc == nil {
-		if full == nil {
-			full = s.index()
-		}
-		return (*full)[r]
+	if d.full.Load() != nil || d.anc == nil {
+		return (*s.index())[r]
 	}
 	d.sinceOnce.Do(func() {
 		d.sinceDeps, d.sinceSet = map[Ref][]*Entry{}, make(map[Ref]bool, len(d.since))
@@ -84,7 +72,7 @@ func (s *Snapshot) dependents(r Ref) []*Entry {
 	var out []*Entry
 	for _, e := range d.anc[r] {
 		if !d.sinceSet[Ref{TypeURL: e.TypeURL, Name: e.Name}] {
-			out = append(out, e) // unchanged since the ancestor: still the snapshot's
+			out = append(out, e) // unchanged since the ancestor
 		}
 	}
 	return append(out, d.sinceDeps[r]...)

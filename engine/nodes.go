@@ -1,8 +1,9 @@
 package engine
 
 import (
+	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,18 +13,16 @@ import (
 )
 
 // Nodes is the node table: per node, whether it is connected and since when, and its session
-// (its current stream's, or its last one's while the node is within its grace), which says what
-// the node holds and what happened to each type on the stream: Nodes keeps no copy of either. It
-// keeps only the counters of the node's earlier streams, so that they add up across reconnects.
+// (its current stream's, or its last one's within its grace), which says what the node holds and
+// counts what happened on the stream. Nodes adds the counters of the node's earlier streams.
 type Nodes struct {
 	cache *Cache
 
-	mu    sync.Mutex // guards zones, peak, order and orderOK; released before a session's lock is taken
-	nodes map[string]*nodeState
-	peak  shrink.Peak
-	order []string // the node ids, sorted, while orderOK (List)
-	// orderOK: order holds every node's id; a node added or freed clears it.
-	orderOK bool
+	mu      sync.Mutex // guards nodes, peak, order and orderOK; released before a session's lock is taken
+	nodes   map[string]*nodeState
+	peak    shrink.Peak
+	order   []string // the node ids, sorted, while orderOK (List)
+	orderOK bool     // cleared when a node is added or freed
 
 	streamsGen atomic.Uint64 // StreamsGeneration
 }
@@ -48,9 +47,21 @@ type TypeInsight struct {
 	// ACK of a response that carries a rejected name clears it, and LastError with the last one.
 	LastError string            `json:"lastError,omitempty"`
 	Rejected  []event.Rejection `json:"rejected,omitempty"`
-	Known     int               `json:"known"` // resources the node has ACKed, and holds now
-	// Holds are what a Withholder keeps from the node now (Cache.SetWithholder), by name.
-	Holds []Hold `json:"holds,omitempty"`
+	Known     int               `json:"known"`           // resources the node has ACKed, and holds now
+	Holds     []Hold            `json:"holds,omitempty"` // what a Withholder keeps from the node now, by name
+}
+
+func addCounts(m map[string]*TypeInsight, ki *TypeInsight) {
+	e := m[ki.TypeURL]
+	if e == nil {
+		e = &TypeInsight{TypeURL: ki.TypeURL}
+		m[ki.TypeURL] = e
+	}
+	e.Sent += ki.Sent
+	e.Responses += ki.Responses
+	e.ACKs += ki.ACKs
+	e.NACKs += ki.NACKs
+	e.Resent += ki.Resent
 }
 
 // NodeInsight is one node's state: whether a stream of it is open (Stream) or since when it is
@@ -63,17 +74,19 @@ type NodeInsight struct {
 	Types     []*TypeInsight `json:"types"`
 }
 
+func (s *nodeState) insight(name string) NodeInsight {
+	return NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since}
+}
+
 // NewNodes returns an empty node table over the sessions of c.
 func NewNodes(c *Cache) *Nodes { return &Nodes{cache: c, nodes: map[string]*nodeState{}} }
 
-// Observer is how the node table hears of streams opening and closing. What happens on a stream
-// is counted by its session.
+// Observer is how the node table hears of streams opening and closing.
 func (n *Nodes) Observer() event.Observer {
 	return event.Observer{StreamOpened: n.streamOpened, StreamClosed: n.streamClosed}
 }
 
-// streamOpened: a node's new stream starts from what the node reports; the counters of its last
-// stream are added to its earlier ones.
+// streamOpened records a node's new stream, and adds the counters of its last one to its earlier ones.
 func (n *Nodes) streamOpened(id int64, zone string) {
 	defer n.streamsGen.Add(1)
 	session := n.cache.Session(id)
@@ -90,20 +103,11 @@ func (n *Nodes) streamOpened(id int64, zone string) {
 	if last == nil || last == session {
 		return
 	}
-	counts := last.Insight() // never under z.mu
+	counts := last.Insight() // never under n.mu
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, ki := range counts {
-		e := s.earlier[ki.TypeURL]
-		if e == nil {
-			e = &TypeInsight{TypeURL: ki.TypeURL}
-			s.earlier[ki.TypeURL] = e
-		}
-		e.Sent += ki.Sent
-		e.Responses += ki.Responses
-		e.ACKs += ki.ACKs
-		e.NACKs += ki.NACKs
-		e.Resent += ki.Resent
+		addCounts(s.earlier, ki)
 	}
 }
 
@@ -127,8 +131,7 @@ func (n *Nodes) session(zone string) *Session {
 	return nil
 }
 
-// Expire frees the state of every node whose last stream closed before the given time, and
-// returns their ids.
+// Expire frees every node whose last stream closed before the given time; it returns their ids, sorted.
 func (n *Nodes) Expire(before time.Time) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -141,7 +144,7 @@ func (n *Nodes) Expire(before time.Time) []string {
 		}
 	}
 	n.nodes = shrink.Map(n.nodes, &n.peak)
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 
@@ -155,19 +158,18 @@ func (n *Nodes) Insights() []NodeInsight {
 	out := make([]NodeInsight, 0, len(n.nodes))
 	parts := make([]nodeParts, 0, len(n.nodes))
 	for name, s := range n.nodes {
-		out = append(out, NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since})
+		out = append(out, s.insight(name))
 		parts = append(parts, s.parts())
 	}
 	n.mu.Unlock()
-	for i := range out { // never under z.mu: a session's lock
+	for i := range out { // never under n.mu: a session's lock
 		out[i].Types = parts[i].kinds()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	slices.SortFunc(out, func(a, b NodeInsight) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
-// List returns every node's state without its types, sorted by node id: what a summary of many
-// nodes needs, at the cost of the node table alone (the order is kept until a node comes or goes).
+// List returns every node's state without its types, sorted by node id, from the node table alone.
 func (n *Nodes) List() []NodeInsight {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -181,8 +183,7 @@ func (n *Nodes) List() []NodeInsight {
 	}
 	out := make([]NodeInsight, len(n.order))
 	for i, name := range n.order {
-		s := n.nodes[name]
-		out[i] = NodeInsight{Node: name, Connected: s.connected, Stream: s.stream, Since: s.since}
+		out[i] = n.nodes[name].insight(name)
 	}
 	return out
 }
@@ -195,15 +196,13 @@ func (n *Nodes) Insight(node string) (NodeInsight, bool) {
 		n.mu.Unlock()
 		return NodeInsight{}, false
 	}
-	zi := NodeInsight{Node: node, Connected: s.connected, Stream: s.stream, Since: s.since}
-	p := s.parts()
+	zi, p := s.insight(node), s.parts()
 	n.mu.Unlock()
 	zi.Types = p.kinds()
 	return zi, true
 }
 
-// nodeParts is what a node's types are made of: its session and its earlier streams' counters,
-// copied under the table's lock.
+// nodeParts is a node's session and a copy of its earlier streams' counters, taken under n.mu.
 type nodeParts struct {
 	session *Session
 	earlier []TypeInsight
@@ -218,7 +217,7 @@ func (s *nodeState) parts() nodeParts {
 }
 
 // kinds is the node's types, sorted: its session's counters with its earlier streams' added.
-// Call without the table's lock (it takes the session's).
+// Call without n.mu (it takes the session's lock).
 func (p nodeParts) kinds() []*TypeInsight {
 	byKind := map[string]*TypeInsight{}
 	if p.session != nil {
@@ -226,42 +225,20 @@ func (p nodeParts) kinds() []*TypeInsight {
 			byKind[ki.TypeURL] = ki
 		}
 	}
-	for _, e := range p.earlier {
-		ki := byKind[e.TypeURL]
-		if ki == nil {
-			ki = &TypeInsight{TypeURL: e.TypeURL}
-			byKind[e.TypeURL] = ki
-		}
-		ki.Sent += e.Sent
-		ki.Responses += e.Responses
-		ki.ACKs += e.ACKs
-		ki.NACKs += e.NACKs
-		ki.Resent += e.Resent
+	for i := range p.earlier {
+		addCounts(byKind, &p.earlier[i])
 	}
-	out := make([]*TypeInsight, 0, len(byKind))
-	for _, ki := range byKind {
-		out = append(out, ki)
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].TypeURL < out[b].TypeURL })
+	out := slices.AppendSeq(make([]*TypeInsight, 0, len(byKind)), maps.Values(byKind))
+	slices.SortFunc(out, func(a, b *TypeInsight) int { return strings.Compare(a.TypeURL, b.TypeURL) })
 	return out
 }
 
-// StreamsGeneration changes whenever a stream opens or closes: two equal readings mean the same
-// nodes are connected on the same streams (Streams would list the same).
+// StreamsGeneration changes whenever a stream opens or closes (Streams may list something else).
 func (n *Nodes) StreamsGeneration() uint64 { return n.streamsGen.Load() }
 
-// Streams returns the connected nodes with their stream and since when, sorted by node id,
-// without their types, at the cost of the node table alone (kds-host: what a replica's heartbeat
-// records).
+// Streams returns List's connected nodes.
 func (n *Nodes) Streams() []NodeInsight {
-	all := n.List()
-	out := all[:0]
-	for _, zi := range all {
-		if zi.Connected {
-			out = append(out, zi)
-		}
-	}
-	return out
+	return slices.DeleteFunc(n.List(), func(zi NodeInsight) bool { return !zi.Connected })
 }
 
 // Known reports whether the node is in the table: connected, or left within its grace.
@@ -300,8 +277,7 @@ func (n *Nodes) InventoryKeys(node string, types []string, extra []Ref) []Ref {
 	return out
 }
 
-// InventoryDigest identifies what the node holds now (the zero Digest for nothing, or an
-// unknown node).
+// InventoryDigest identifies what the node holds now (zero: nothing, or an unknown node).
 func (n *Nodes) InventoryDigest(node string) Digest {
 	if s := n.session(node); s != nil {
 		return s.Digest()
@@ -309,8 +285,7 @@ func (n *Nodes) InventoryDigest(node string) Digest {
 	return Digest{}
 }
 
-// Versions returns what the node holds: type URL -> xDS name -> version. The caller owns the
-// copy.
+// Versions returns a copy of what the node holds: type URL -> xDS name -> version.
 func (n *Nodes) Versions(node string) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	if s := n.session(node); s != nil {
@@ -326,14 +301,9 @@ func (n *Nodes) Versions(node string) map[string]map[string]string {
 
 // Connected returns the ids of the nodes with an open stream, sorted.
 func (n *Nodes) Connected() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	var out []string
-	for name, s := range n.nodes {
-		if s.connected {
-			out = append(out, name)
-		}
+	for _, zi := range n.Streams() {
+		out = append(out, zi.Node)
 	}
-	sort.Strings(out)
 	return out
 }

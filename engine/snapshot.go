@@ -1,9 +1,13 @@
+// Package engine serves xDS resources to clients and keeps, for each client stream, what the
+// client holds: what it was sent, what it acknowledged and refused, the responses in flight, and
+// what must be sent again. A Snapshot goes in; responses and stream events come out. It serves
+// go-control-plane's delta server (Cache is its cache.Cache, Tracker its callbacks) or its own
+// delta ADS loop (DeltaADS), and knows nothing of stores or plugins.
 package engine
 
 import (
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"weak"
 
@@ -21,25 +25,17 @@ type Entry struct {
 	Name    string // its name within the type
 	Version string
 	Any     *anypb.Any
-	// Wire is the entry as a delta response carries it, shared by every response that sends
-	// this version: read-only.
-	Wire *discovery.Resource
-	// Size is Wire's encoded size in a response (0: measured when needed).
-	Size int
-	// Source is the builder's own value of the resource (kds-host: its Source), read-only.
-	Source any
-	// Refs is what the resource references, for a Withholder (Cache.SetWithholder).
-	Refs []Ref
-	// frame is Wire encoded as one of a delta response's resources (nil: encoded per response),
-	// written by every stream's response (codec.go).
-	frame mem.Buffer
+	Wire    *discovery.Resource // as a delta response carries it; shared, read-only
+	Size    int                 // Wire's encoded size in a response (0: measured when needed)
+	Source  any                 // the builder's own value of the resource (kds-host: its Source), read-only
+	Refs    []Ref               // what the resource references, for a Withholder (Cache.SetWithholder)
+	frame   mem.Buffer          // Wire encoded as a response's resource (nil: encoded per response; codec.go)
 }
 
 // Ref names a resource: its type and its name within the type.
 type Ref struct{ TypeURL, Name string }
 
-// WireOverhead is what one resource or removed name adds to a response beyond its own bytes
-// (its field tag and length), at most.
+// WireOverhead is the most one resource or removed name adds to a response beyond its own bytes.
 const WireOverhead = 16
 
 // wireSize is the bytes e adds to a delta response.
@@ -52,63 +48,48 @@ func (e *Entry) wireSize() int {
 
 // Snapshot is an immutable view of every resource to serve, by type URL and xDS name.
 type Snapshot struct {
-	kinds map[string]map[string]*Entry
-	size  int
-	// declared: a type without entries stays in kinds (Declare), and Has reports it.
-	declared bool
+	kinds    map[string]map[string]*Entry
+	size     int
+	declared bool // a type without entries stays in kinds (Declare)
 
-	// A snapshot made by Update knows the one it was derived from (weakly: it does not keep it
-	// alive) and the xDS names, by type URL, whose entries differ from it (added,
-	// changed or removed; each name once), so a Cache serving base looks at those names only.
+	// Set by Update: the snapshot derived from (weakly held), and the names by type URL that differ from it.
 	base    weak.Pointer[Snapshot]
 	changed map[string][]string
 
 	deps deps // what references each Ref (deps.go)
 
-	kindsMu sync.Mutex            // guards wires and orders
-	wires   map[string]*kindWire  // type URL -> its entries' encoding end to end; made on first use (codec.go)
-	orders  map[string]*kindOrder // type URL -> its names and entries in name order; made on first use
+	kindsMu sync.Mutex            // guards orders
+	orders  map[string]*kindOrder // type URL -> its entries in name order and their encodings; made on first use
 }
 
-// kindOrder is a type's names and entries in name order, and what a node that ACKed exactly them
-// adds to its digest, made once per snapshot and type: every stream's full sync of the type walks
-// it, and the ACK of a response that carried all of it is one XOR (Session.answerLocked).
+// kindOrder is a type's entries in name order, made once per snapshot and type; read-only once made.
 type kindOrder struct {
-	once    sync.Once
-	names   []string
-	entries []*Entry
-	acked   uint64 // XOR of ackedHash of every entry, as sent
-	// wires is each entry's Wire, in name order: the resources of a response that sends a node
-	// all of the type (its full sync), shared by every such response and never modified; size
-	// is their wireSize summed.
-	wires []*discovery.Resource
-	anys  []*anypb.Any // each entry's Any, in name order: a SotW response of all of the type
-	size  int
-	// anysRun is anys encoded end to end as a SotW response's resources, made the first time
-	// the codec writes such a response (nil: it could not be).
+	once     sync.Once
+	names    []string
+	entries  []*Entry
+	acked    uint64                // XOR of ackedHash of every entry (Session.answerLocked)
+	wires    []*discovery.Resource // each entry's Wire: a delta full sync's resources
+	anys     []*anypb.Any          // each entry's Any: a SotW response of all of the type
+	size     int                   // wires' wireSize, summed
 	anysOnce sync.Once
-	anysRun  []byte
+	anysRun  []byte // anys encoded end to end (nil: could not be); made by the codec
+	runOnce  sync.Once
+	index    map[string]int // name -> its place in entries (nil: an entry not encoded, so no run)
+	run      []byte         // the entries' frames end to end (codec.go)
+	off      []int          // where each entry's frame starts in run, and len(run) last
 }
 
-// perKind is m's value for a type URL, a zero one added if there is none, under s.kindsMu: what
-// a snapshot derives per type on first use (its once then makes it).
-func perKind[T any](s *Snapshot, m *map[string]*T, kind string) *T {
-	s.kindsMu.Lock()
-	defer s.kindsMu.Unlock()
-	v := (*m)[kind]
-	if v == nil {
-		v = new(T)
-		if *m == nil {
-			*m = map[string]*T{}
-		}
-		(*m)[kind] = v
-	}
-	return v
-}
-
-// order is the type's kindOrder, made on first use.
 func (s *Snapshot) order(kind string) *kindOrder {
-	ko := perKind(s, &s.orders, kind)
+	s.kindsMu.Lock()
+	ko := s.orders[kind]
+	if ko == nil {
+		ko = new(kindOrder)
+		if s.orders == nil {
+			s.orders = map[string]*kindOrder{}
+		}
+		s.orders[kind] = ko
+	}
+	s.kindsMu.Unlock()
 	ko.once.Do(func() {
 		byName := s.Type(kind)
 		ko.names = slices.Sorted(maps.Keys(byName))
@@ -163,11 +144,9 @@ func (s *Snapshot) Type(typeURL string) map[string]*Entry {
 	return s.kinds[typeURL]
 }
 
-// Update returns s with put in (each replacing the entry of its type and name, if any) and
-// removed (type URL -> names) taken out, derived from s: ChangesFrom(s) names, by type, each name
-// that differs, once. Only the types it touches get new maps; the others are shared with s, so
-// its cost follows the size of the change, not of the snapshot. A name both put and removed is
-// removed.
+// Update returns a snapshot derived from s with put in and removed (type URL -> names) taken out
+// (a name in both is removed); its ChangesFrom(s) names each name that differs, once. It costs
+// the size of the change: untouched types share s's maps.
 func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 	if s == nil {
 		s = &Snapshot{kinds: map[string]map[string]*Entry{}}
@@ -185,11 +164,10 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 		}
 		return d.kinds[typeURL]
 	}
-	type ref struct{ typeURL, name string }
-	seen := make(map[ref]bool, len(put)) // a name put twice, or put and removed
+	seen := make(map[Ref]bool, len(put)) // a name put twice, or put and removed
 	changedName := func(typeURL, name string) {
-		if !seen[ref{typeURL, name}] {
-			seen[ref{typeURL, name}] = true
+		if !seen[Ref{typeURL, name}] {
+			seen[Ref{typeURL, name}] = true
 			d.changed[typeURL] = append(d.changed[typeURL], name)
 		}
 	}
@@ -205,7 +183,7 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 		for _, name := range names {
 			byName := own(typeURL)
 			if _, ok := byName[name]; !ok {
-				continue // not there, or named twice: gone already
+				continue // not there, or named twice
 			}
 			delete(byName, name)
 			d.size--
@@ -217,17 +195,15 @@ func (s *Snapshot) Update(put []*Entry, removed map[string][]string) *Snapshot {
 			delete(d.changed, typeURL) // touched, nothing changed
 		}
 		if len(d.kinds[typeURL]) == 0 && !d.declared {
-			delete(d.kinds, typeURL) // as SnapshotOf: a snapshot has no empty type
+			delete(d.kinds, typeURL) // as SnapshotOf: no empty type
 		}
 	}
 	return d
 }
 
-// Declare returns s with typeURLs in it even when they have no entries (Has reports them),
-// derived from s as Update's are: the snapshot of a cache that tells a type with no resources
-// from a type it has not answered yet. A type emptied by Update stays in a snapshot derived from
-// a declared one. A Cache does not answer a watch of a type a declared snapshot lacks (the watch
-// stays open) until the snapshot has it.
+// Declare returns s, derived as by Update, with typeURLs in it even when they have no entries
+// (Has reports them); a type emptied by a later Update stays. A Cache does not answer a watch of
+// a type a declared snapshot lacks until the snapshot has it.
 func (s *Snapshot) Declare(typeURLs ...string) *Snapshot {
 	d := s.Update(nil, nil)
 	d.declared = true
@@ -248,8 +224,7 @@ func (s *Snapshot) Has(typeURL string) bool {
 	return ok
 }
 
-// SnapshotOf is a snapshot of entries, by type and name. An entry whose type and name were given
-// before replaces it.
+// SnapshotOf is a snapshot of entries; a later entry of the same type and name replaces an earlier one.
 func SnapshotOf(entries []*Entry) *Snapshot {
 	s := &Snapshot{kinds: map[string]map[string]*Entry{}}
 	for _, e := range entries {
@@ -266,10 +241,9 @@ func SnapshotOf(entries []*Entry) *Snapshot {
 	return s
 }
 
-// EncodeWire encodes e's Wire once, as the Cache's codec writes it in every response that
-// carries this version (without it, it is encoded for each), and sets Size to match. Whoever
-// builds an Entry calls it once its Wire is set, before a snapshot holds it (kds-host's NewEntry
-// does).
+// EncodeWire encodes e's Wire once for every response that carries it, and sets Size. Call it
+// once Wire is set, before a snapshot holds e (kds-host's NewEntry does); without it, e is
+// encoded per response.
 func (e *Entry) EncodeWire() error {
 	f, err := encodeFrame(e.Wire)
 	if err != nil {
@@ -285,10 +259,7 @@ func (s *Snapshot) Types() []string {
 	if s == nil {
 		return nil
 	}
-	out := make([]string, 0, len(s.kinds))
-	for k := range s.kinds {
-		out = append(out, k)
-	}
-	sort.Strings(out)
+	out := slices.AppendSeq(make([]string, 0, len(s.kinds)), maps.Keys(s.kinds))
+	slices.Sort(out)
 	return out
 }

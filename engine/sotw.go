@@ -1,15 +1,13 @@
 package engine
 
 // The state-of-the-world protocol: go-control-plane's SotW server drives a Session as its delta
-// server does (callbacks, then a watch per request); a response carries, for Listeners and
-// Clusters and for a type's first answer or a changed subscription, everything the client holds
-// of the type, and otherwise what changed. What the client holds is kept as for delta: a SotW
-// response is recorded as the delta it makes (what it sends new, what it leaves out).
+// server does; a SotW response is recorded as the delta it makes.
 
 import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"strings"
 
@@ -24,8 +22,7 @@ import (
 	"github.com/kds-host/kds-host/engine/nack"
 )
 
-// sotwID is the Cache's id of a SotW stream: go-control-plane numbers its SotW streams apart
-// from its delta ones, so a SotW stream's id is negated.
+// sotwID is the Cache's id of a SotW stream: negated, apart from go-control-plane's delta ids.
 func sotwID(id int64) int64 { return -id }
 
 // fullState reports whether a SotW response of typeURL is the client's whole state of it, a name
@@ -67,13 +64,8 @@ func (t *Tracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.Dis
 	}
 	s.mu.Lock()
 	var r *inflight
-	for _, f := range s.inflight {
-		if f.sotw == resp && f.nonce == "" {
-			r = f
-			break
-		}
-	}
-	if r != nil {
+	if i := slices.IndexFunc(s.inflight, func(f *inflight) bool { return f.sotw == resp && f.nonce == "" }); i >= 0 {
+		r = s.inflight[i]
 		r.nonce = resp.GetNonce()
 		r.ks.responses++
 		r.ks.sent += int64(len(r.resp.GetResources()) + len(r.resp.GetRemovedResources()))
@@ -93,31 +85,21 @@ func (t *Tracker) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) e
 // OnFetchResponse implements rest.Callbacks.
 func (t *Tracker) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
 
-// boundSotw checks a SotW request against the stream's bounds before anything of it is stored:
-// its type URL must be one the cache serves, and the names it asks for that the snapshot does not
-// hold keep the stream within MaxUnknownNames.
+// boundSotw checks a SotW request before anything of it is stored: its type URL must be one the
+// cache serves, and its names the snapshot does not hold must stay within MaxUnknownNames.
 func (t *Tracker) boundSotw(s *Session, req *discovery.DiscoveryRequest) error {
-	if err := t.served(req.GetTypeUrl()); err != nil {
-		return err
+	switch typeURL := req.GetTypeUrl(); {
+	case typeURL == "":
+		return status.Error(codes.InvalidArgument, "type_url is required: one type per request, as ADS has it")
+	case !t.cache.serves(typeURL):
+		return status.Errorf(codes.InvalidArgument, "type_url %q is not a type this server serves (it serves %s)",
+			nack.Truncate(typeURL, 128), nack.Truncate(strings.Join(t.cache.kinds, ", "), 512))
 	}
 	return s.admitSotwNames(req.GetTypeUrl(), req.GetResourceNames(), t.limits.MaxUnknownNames)
 }
 
-// served checks that typeURL is a type the cache serves.
-func (t *Tracker) served(typeURL string) error {
-	if typeURL == "" {
-		return status.Error(codes.InvalidArgument, "type_url is required: one type per request, as ADS has it")
-	}
-	if !t.cache.serves(typeURL) {
-		return status.Errorf(codes.InvalidArgument, "type_url %q is not a type this server serves (it serves %s)",
-			nack.Truncate(typeURL, 128), nack.Truncate(strings.Join(t.cache.kinds, ", "), 512))
-	}
-	return nil
-}
-
-// admitSotwNames counts the names a SotW request asks for of typeURL that the snapshot does not
-// hold (its names are the whole subscription: they replace the type's), and refuses the request,
-// changing nothing, when the stream would then ask for more than max such names.
+// admitSotwNames records the names of typeURL a SotW request asks for that the snapshot does not
+// hold, or refuses the request, changing nothing, when the stream would then ask for over max.
 func (s *Session) admitSotwNames(typeURL string, names []string, max int) error {
 	entries := s.snapshot().Type(typeURL)
 	s.mu.Lock()
@@ -138,19 +120,18 @@ func (s *Session) admitSotwNames(typeURL string, names []string, max int) error 
 			return status.Errorf(codes.ResourceExhausted, "this stream would ask for more than %d names the server does not hold (kds-host: --kds-max-unknown-names)", max)
 		}
 	}
-	if len(unknown) == 0 {
+	switch {
+	case len(unknown) == 0:
 		delete(s.unknown, typeURL)
-		return nil
+	case s.unknown == nil:
+		s.unknown = map[string]map[string]struct{}{typeURL: unknown}
+	default:
+		s.unknown[typeURL] = unknown
 	}
-	if s.unknown == nil {
-		s.unknown = map[string]map[string]struct{}{}
-	}
-	s.unknown[typeURL] = unknown
 	return nil
 }
 
-// bindSotw tells the cache which session a SotW request belongs to (the server calls the request
-// callback and then CreateWatch with the same request, on the stream's goroutine).
+// bindSotw tells the cache which session a SotW request belongs to, for CreateWatch.
 func (c *Cache) bindSotw(st *Session, req *discovery.DiscoveryRequest) {
 	c.mu.Lock()
 	c.sotwRequests[req] = st
@@ -167,12 +148,33 @@ func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan
 	if !ok {
 		return nil, c.unbound()
 	}
-	w := c.openSotwWatch(st, req, sub, out)
+	w := &watch{kind: req.GetTypeUrl(), sotwReq: req, sub: sub, sotwOut: out, canceled: make(chan struct{}), finished: make(chan struct{})}
+	st.mu.Lock()
+	ks := st.kind(w.kind)
+	w.ks = ks
+	if key := subscriptionKey(sub); ks.sotwSeq == 0 || key != ks.sotwSub {
+		// A changed subscription: the client drops the names no longer asked for; every name is looked at.
+		ks.full, ks.sotwWhole = true, true
+		var gone []string
+		ks.delivered.each(func(n string, _ *discovery.Resource) {
+			if !w.subscribes(n) {
+				gone = append(gone, n)
+			}
+		})
+		for _, n := range gone {
+			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
+		}
+	}
+	ks.watch = w
+	if c.withholder != nil || c.views.Load() {
+		ks.sub = sub
+	}
+	c.evaluateLocked(st, ks, nil)
+	st.mu.Unlock()
 	return func() { c.cancel(st, w) }, nil
 }
 
-// unbound is the error of a watch asked for a request the callbacks never saw, told to the
-// OnUnbound function.
+// unbound is the error of a watch of a request the callbacks never saw, told to OnUnbound's function.
 func (c *Cache) unbound() error {
 	err := status.Error(codes.FailedPrecondition, "the request was not seen by the cache's callbacks: the server must be made with them (server.NewServer(ctx, cache, callbacks), the callbacks composed with yours)")
 	if f := c.onUnbound.Load(); f != nil {
@@ -190,37 +192,7 @@ func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
 	return nil, status.Error(codes.Unimplemented, "this server serves xDS over ADS streams (SotW or delta), not REST fetches")
 }
 
-// openSotwWatch opens the SotW watch of CreateWatch: a changed subscription forgets the names no
-// longer asked for (the client drops them) and looks at every name.
-func (c *Cache) openSotwWatch(st *Session, req *discovery.DiscoveryRequest, sub cache.Subscription, out chan cache.Response) *watch {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	w := &watch{kind: req.GetTypeUrl(), sotwReq: req, sub: sub, sotwOut: out, canceled: make(chan struct{}), finished: make(chan struct{})}
-	ks := st.kind(w.kind)
-	w.ks = ks
-	if key := subscriptionKey(sub); ks.sotwSeq == 0 || key != ks.sotwSub {
-		ks.full, ks.sotwWhole = true, true
-		var gone []string
-		ks.delivered.each(func(n string, _ *discovery.Resource) {
-			if !w.subscribes(n) {
-				gone = append(gone, n)
-			}
-		})
-		for _, n := range gone {
-			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
-		}
-	}
-	ks.watch = w
-	if c.withholder != nil || c.views.Load() {
-		ks.sub = sub
-	}
-	c.evaluateLocked(st, ks, nil)
-	return w
-}
-
-// subscriptionKey identifies what a SotW client asks for: every resource of the type, or its
-// names (an order-independent digest of them, made without a copy: a client of 10,000 names asks
-// for them all again with every ACK).
+// subscriptionKey identifies a SotW subscription: wildcard, or an order-independent digest of its names.
 func subscriptionKey(sub cache.Subscription) subKey {
 	if sub.IsWildcard() {
 		return subKey{all: true}
@@ -233,20 +205,16 @@ func subscriptionKey(sub cache.Subscription) subKey {
 	return k
 }
 
-// subKey is a subscriptionKey: two different subscriptions have equal keys but for a 2^-64
-// chance.
+// subKey is a subscriptionKey: two different subscriptions have equal keys but for a 2^-64 chance.
 type subKey struct {
 	all bool
 	sum uint64
 	n   int
 }
 
-// answerSotwLocked answers the SotW watch w of ks with the response the delta evaluation found
-// (resources sent new or again, removed names; all: resources is snap's whole type, in name
-// order). A full-state response carries what the client holds once it has this one; a
-// partial one what it sends new, and nothing when it would only remove (SotW cannot say it: the
-// client keeps the names, and the session forgets them). It reports whether it answered. Call
-// with st.mu.
+// answerSotwLocked answers w with the delta evaluation's response (all: snap's whole type) as a
+// full state, or what it sends new; one that would only remove is not sent, and the session
+// forgets the names. It reports whether it answered. Call with st.mu.
 func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Snapshot, resources []*discovery.Resource, removed []string, all bool) bool {
 	key := subscriptionKey(w.sub)
 	full := fullState(w.kind) || ks.sotwSeq == 0 || key != ks.sotwSub || ks.sotwWhole
@@ -264,7 +232,7 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 	case full:
 		anys, again = holdsAfter(ks, snap.Type(w.kind), resources, removed)
 		if ko := snap.order(w.kind); slices.Equal(anys, ko.anys) {
-			anys = ko.anys // every entry of the type: the snapshot's list, which the codec writes from one encoding
+			anys = ko.anys // the snapshot's list, which the codec writes from one encoding
 		}
 	default:
 		anys = make([]*anypb.Any, len(resources))
@@ -275,7 +243,7 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 	ks.sotwSeq++
 	ks.sotwSub, ks.sotwWhole = key, false
 	if !full {
-		removed = nil // the client keeps them: nothing of the record removes them
+		removed = nil // the client keeps them
 	}
 	w.answered = true
 	w.answer.pass = cache.DeltaPassthroughResponse{DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
@@ -286,12 +254,9 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 	return true
 }
 
-// holdsAfter is what the client of ks holds of its type once it takes a response of resources
-// and removed: the Anys in name order, and (again) the names and versions of those it carries
-// that are not of resources, carried again as the client was sent them before. A name it refused
-// is what it holds instead (nothing, or the version it accepted, read from served when it is
-// still served there), not what it was sent; a refusal on its way is not known yet, so the name
-// it refuses is carried again, and its NACK of this response may name it again (nackOf).
+// holdsAfter is what the client of ks holds once it takes resources and removed: the Anys in
+// name order (for a name it refused, what it holds instead), and the names and versions beyond
+// resources (again). A refusal on its way is not known yet (nackOf).
 func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.Resource, removed []string) ([]*anypb.Any, []namedVersion) {
 	type held struct {
 		any     *anypb.Any
@@ -325,10 +290,7 @@ func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.
 	for _, n := range removed {
 		delete(byName, n)
 	}
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
+	names := slices.AppendSeq(make([]string, 0, len(byName)), maps.Keys(byName))
 	slices.Sort(names)
 	out := make([]*anypb.Any, len(names))
 	var again []namedVersion
@@ -342,8 +304,8 @@ func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.
 	return out, again
 }
 
-// sotwResponse is a SotW response the cache made: the server sends it as it is. again is what a
-// full state carries beyond the delta it makes (holdsAfter).
+// sotwResponse is a SotW response the cache made, sent as it is; again is what a full state
+// carries beyond its delta (holdsAfter).
 type sotwResponse struct {
 	req   *discovery.DiscoveryRequest
 	resp  *discovery.DiscoveryResponse

@@ -1,48 +1,33 @@
 package engine
 
-// Reference holds: a Withholder keeps a version from a client while what it references is not
-// with the client (make-before-break), and keeps a name no longer served while what the client
-// holds still references it. The cache asks it under the stream's lock, of the names an
-// evaluation looks at; an answer that may change when the client accepts something is looked at
-// again when it does (the entries that reference what it accepted, two levels up).
-
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
-// Withholder decides what a client must not get yet. Its methods are called with the stream's
-// lock held: they read the client through c and must not block.
+// Withholder decides what a client must not get yet: a version whose references the client lacks,
+// a name no longer served that what the client holds references. Its methods are called under the
+// stream's lock, of the names an evaluation looks at; they read the client through c and must not
+// block. What waits is looked at again when the client accepts what it references.
 type Withholder interface {
-	// Withhold says why the client must not get e now ("": it may), and may give instead an
-	// entry to send in e's place (a version of what the client holds that makes it ask for
-	// what e waits for).
+	// Withhold says why the client must not get e now ("": it may), and may give an entry to send
+	// instead (one that makes the client ask for what e waits for).
 	Withhold(c ClientView, e *Entry) (why string, instead *Entry)
-	// Keep says why the client keeps name of typeURL, which is no longer served ("": it is
-	// removed).
+	// Keep says why the client keeps name of typeURL, no longer served ("": it is removed).
 	Keep(c ClientView, typeURL, name string) string
 }
 
 // ClientView is what a Withholder reads of one client stream.
 type ClientView interface {
-	// Holds is the version of typeURL/name the client has accepted, if any.
-	Holds(typeURL, name string) (version string, ok bool)
-	// HeldEntry is the entry of what the client holds of typeURL/name: the one served now, or
-	// the one it was delivered (nil when neither is the version it holds).
-	HeldEntry(typeURL, name string) *Entry
-	// Asks reports whether the client asks for typeURL/name (false for a type it never asked
-	// for).
-	Asks(typeURL, name string) bool
-	// AsksType reports whether the client asked for typeURL at all; AsksAll whether it asks for
-	// every resource of it (a wildcard subscription).
-	AsksType(typeURL string) bool
-	AsksAll(typeURL string) bool
-	// Refused is the reason the client gave when it last refused typeURL/name, if it did.
-	Refused(typeURL, name string) (reason string, ok bool)
-	// Served is the entry served now of typeURL/name (nil: none).
-	Served(typeURL, name string) *Entry
-	// ReferencedBy names an entry the client holds that references typeURL/name, or "".
-	ReferencedBy(typeURL, name string) string
+	Holds(typeURL, name string) (version string, ok bool)  // the version the client accepted, if any
+	HeldEntry(typeURL, name string) *Entry                 // the entry of the version it holds: served, or delivered (nil: neither)
+	Asks(typeURL, name string) bool                        // the client asks for it (false for a type never asked for)
+	AsksType(typeURL string) bool                          // the client asked for typeURL at all
+	AsksAll(typeURL string) bool                           // the client asks for every resource of typeURL (wildcard)
+	Refused(typeURL, name string) (reason string, ok bool) // the reason of the client's last refusal of it, if any
+	Served(typeURL, name string) *Entry                    // the entry served now (nil: none)
+	ReferencedBy(typeURL, name string) string              // an entry the client holds that references it, or ""
 }
 
 // SetWithholder installs w (nil: none); call it before serving.
@@ -67,13 +52,11 @@ func (v sessionView) HeldEntry(typeURL, name string) *Entry {
 	if e := v.snap.Type(typeURL)[name]; e != nil && e.Version == h.version {
 		return e
 	}
-	// A version no longer served: what was delivered, when the client took it.
-	ks := v.s.kinds.get(v.s.cache, typeURL)
-	if ks == nil {
-		return nil
-	}
-	if d, ok := ks.delivered.get(name); ok && d.Version == h.version && d.Resource != nil {
-		return &Entry{TypeURL: typeURL, Name: name, Version: d.Version, Any: d.Resource, Wire: d, Refs: ks.acceptedRefs[name]}
+	// A version no longer served: what was delivered, if the client took it.
+	if ks := v.s.kinds.get(v.s.cache, typeURL); ks != nil {
+		if d, ok := ks.delivered.get(name); ok && d.Version == h.version && d.Resource != nil {
+			return &Entry{TypeURL: typeURL, Name: name, Version: d.Version, Any: d.Resource, Wire: d, Refs: ks.acceptedRefs[name]}
+		}
 	}
 	return nil
 }
@@ -83,11 +66,8 @@ func (v sessionView) Asks(typeURL, name string) bool {
 	if ks == nil || ks.sub == nil {
 		return false
 	}
-	if ks.sub.IsWildcard() {
-		return true
-	}
 	_, ok := ks.sub.SubscribedResources()[name]
-	return ok
+	return ok || ks.sub.IsWildcard()
 }
 
 // Asks reports whether the client asks for the resource (type URL, name), as of its last request
@@ -127,7 +107,8 @@ func (v sessionView) Refused(typeURL, name string) (string, bool) {
 func (v sessionView) Served(typeURL, name string) *Entry { return v.snap.Type(typeURL)[name] }
 
 func (v sessionView) ReferencedBy(typeURL, name string) string {
-	for _, by := range v.snap.dependents(Ref{TypeURL: typeURL, Name: name}) {
+	ref := Ref{TypeURL: typeURL, Name: name}
+	for _, by := range v.snap.dependents(ref) {
 		if ver, ok := v.Holds(by.TypeURL, by.Name); ok && ver == by.Version {
 			return fmt.Sprintf("%s %q", shortType(by.TypeURL), by.Name)
 		}
@@ -139,11 +120,8 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 			return
 		}
 		v.s.eachAckedLocked(ks.name, func(n, ver string) {
-			if found != "" {
-				return
-			}
-			if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != ver {
-				if held := ks.acceptedRefs[n]; slices.Contains(held, Ref{TypeURL: typeURL, Name: name}) {
+			if found == "" && slices.Contains(ks.acceptedRefs[n], ref) {
+				if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != ver {
 					found = fmt.Sprintf("%s %q", shortType(ks.name), n)
 				}
 			}
@@ -152,9 +130,9 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 	return found
 }
 
-// acceptedLocked marks dirty, after the client accepted names of typeURL, the entries that
-// reference them and those that reference those, and evaluates their types: a version held
-// back for them may go now. Call with s.mu, with a Withholder installed.
+// acceptedLocked, after the client answered a response of names of typeURL, marks dirty the
+// entries that reference them, two levels up, and the names kept, and evaluates their types.
+// Call with s.mu, with a Withholder installed.
 func (s *Session) acceptedLocked(typeURL string, names []string) {
 	snap := s.snapshot()
 	if ks := s.kinds.get(s.cache, typeURL); ks != nil {
@@ -195,8 +173,6 @@ func (s *Session) acceptedLocked(typeURL string, names []string) {
 	for _, n := range names {
 		mark(Ref{TypeURL: typeURL, Name: n}, 1)
 	}
-	// A name kept because something referenced it may go once the client holds what no longer
-	// does.
 	s.kinds.each(func(ks *kindState) {
 		for n := range ks.kept {
 			ks.markDirty(n)
@@ -208,14 +184,7 @@ func (s *Session) acceptedLocked(typeURL string, names []string) {
 	}
 }
 
-func shortType(typeURL string) string {
-	for i := len(typeURL) - 1; i >= 0; i-- {
-		if typeURL[i] == '.' || typeURL[i] == '/' {
-			return typeURL[i+1:]
-		}
-	}
-	return typeURL
-}
+func shortType(typeURL string) string { return typeURL[strings.LastIndexAny(typeURL, "./")+1:] }
 
 // Hold is a version a client does not get now, and why.
 type Hold struct {
@@ -224,7 +193,6 @@ type Hold struct {
 	Reason  string `json:"reason"`
 }
 
-// hold records that name's version is held back, and why.
 func (ks *kindState) hold(name, version, why string) {
 	if ks.holds == nil {
 		ks.holds = map[string]Hold{}
@@ -232,13 +200,9 @@ func (ks *kindState) hold(name, version, why string) {
 	ks.holds[name] = Hold{Name: name, Version: version, Reason: why}
 }
 
-func (ks *kindState) unhold(name string) {
-	if len(ks.holds) > 0 {
-		delete(ks.holds, name)
-	}
-}
+func (ks *kindState) unhold(name string) { delete(ks.holds, name) }
 
-// keep records that name, no longer served, is kept, and why.
+// keep records that name, no longer served, is kept.
 func (ks *kindState) keep(name, why string) {
 	if ks.kept == nil {
 		ks.kept = map[string]string{}
