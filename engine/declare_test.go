@@ -59,12 +59,14 @@ func TestADeclaredTypeWithoutResourcesIsServedEmpty(t *testing.T) {
 		name     string
 		sotw     bool
 		declared bool // the first snapshot declares the type
+		onServed bool // the type is declared on the served snapshot itself (Declare, no Update)
 		// what the client is sent: first, once the type is declared empty (nil: nothing; empty:
 		// an empty response)
 		first, declaredEmpty []string
 	}{
 		{name: "sotw, declared", sotw: true, declared: true, first: []string{}},
 		{name: "sotw, lacked", sotw: true, declaredEmpty: []string{}},
+		{name: "sotw, lacked, declared on the served snapshot", sotw: true, onServed: true, declaredEmpty: []string{}},
 		{name: "delta, declared", declared: true},
 		{name: "delta, lacked"},
 	} {
@@ -85,6 +87,9 @@ func TestADeclaredTypeWithoutResourcesIsServedEmpty(t *testing.T) {
 
 				// The type answered with nothing, as the guard's feed writes it.
 				snap = c.Snapshot().Update(nil, map[string][]string{kind: nil})
+				if tc.onServed {
+					snap = c.Snapshot()
+				}
 				if !snap.Has(kind) {
 					snap = snap.Declare(kind)
 				}

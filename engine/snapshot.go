@@ -210,6 +210,7 @@ func (s *Snapshot) Declare(typeURLs ...string) *Snapshot {
 	for _, t := range typeURLs {
 		if _, ok := d.kinds[t]; !ok {
 			d.kinds[t] = map[string]*Entry{}
+			d.changed = nil // a type added: every watch is looked at (ChangesFrom has no answer)
 		}
 	}
 	return d

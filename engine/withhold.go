@@ -113,21 +113,62 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 			return fmt.Sprintf("%s %q", shortType(by.TypeURL), by.Name)
 		}
 	}
-	// What the client holds of a version no longer served may reference it too.
+	// What the client holds of a version no longer served may reference it too: of the versions
+	// it accepted, only those that reference something are recorded (acceptedRefs), and only
+	// names that may differ from the snapshot are looked at (eachMaybeUnserved).
 	var found string
 	v.s.kinds.each(func(ks *kindState) {
-		if found != "" {
+		if found != "" || len(ks.acceptedRefs) == 0 {
 			return
 		}
-		v.s.eachAckedLocked(ks.name, func(n, ver string) {
-			if found == "" && slices.Contains(ks.acceptedRefs[n], ref) {
-				if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != ver {
+		look := func(n string) {
+			if found != "" || !slices.Contains(ks.acceptedRefs[n], ref) {
+				return
+			}
+			if h := v.s.ackedLocked(ks.name, n); h.ok {
+				if e := v.snap.Type(ks.name)[n]; e == nil || e.Version != h.version {
 					found = fmt.Sprintf("%s %q", shortType(ks.name), n)
 				}
 			}
-		})
+		}
+		if !v.s.eachMaybeUnserved(ks, v.snap, look) {
+			for n := range ks.acceptedRefs {
+				look(n)
+			}
+		}
 	})
 	return found
+}
+
+// eachMaybeUnserved calls f (perhaps more than once a name) with every name of ks whose ACKed
+// version may differ from snap's: what the node was sent that differs from its delivered base,
+// the base's names changed since, and what responses in flight or refusals cover. It reports
+// false, calling nothing, when it cannot tell which base names changed. Call with s.mu.
+func (s *Session) eachMaybeUnserved(ks *kindState, snap *Snapshot, f func(string)) bool {
+	d := &ks.delivered
+	var changed []string
+	if d.base != nil && d.snap != snap {
+		byType, ok := snap.ChangesFrom(d.snap)
+		if !ok {
+			return false
+		}
+		changed = byType[ks.name]
+	}
+	for n := range d.over {
+		f(n)
+	}
+	for _, n := range changed {
+		f(n)
+	}
+	for n := range ks.refused {
+		f(n)
+	}
+	for _, r := range s.inflight {
+		if r.kind == ks.name {
+			r.eachName(f)
+		}
+	}
+	return true
 }
 
 // acceptedLocked, after the client answered a response of names of typeURL, marks dirty the
