@@ -5,6 +5,7 @@ package guard
 
 import (
 	"cmp"
+	"slices"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/codes"
@@ -144,15 +145,10 @@ func (a *asked) admitNames(b bounds, r request) error {
 
 // sameNames reports whether names are set's, each once.
 func sameNames(set map[string]struct{}, names []string) bool {
-	if len(names) != len(set) {
-		return false
-	}
-	for _, n := range names {
-		if _, ok := set[n]; !ok {
-			return false
-		}
-	}
-	return true
+	return len(names) == len(set) && !slices.ContainsFunc(names, func(n string) bool {
+		_, ok := set[n]
+		return !ok
+	})
 }
 
 // truncate is a node id or type URL as an error message names it.

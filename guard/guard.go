@@ -1,6 +1,7 @@
-// Package guard puts kds-host's NACK handling in front of any go-control-plane v0.14 xDS server
-// (docs/go-control-plane.md). New wraps the server's own cache (SnapshotCache, LinearCache,
-// MuxCache, any cache.Cache) and composes with its callbacks:
+// Package guard puts kds-host's NACK handling in front of any go-control-plane v0.14 xDS server,
+// SotW and delta (docs/go-control-plane.md). New wraps the server's own cache (any cache.Cache)
+// and composes with its callbacks; NewCache is kds-host's own cache, for a server that sets its
+// resources itself.
 //
 //	g, err := guard.New(snapshotCache, guard.Options{})
 //	defer g.Close()
@@ -14,12 +15,8 @@
 //   - a removed resource that something the client holds still references: kept until then;
 //   - with Options.OwnerCheck, a version the OwnerCheck policy has not accepted for the client.
 //
-// A NACK refuses the resources its message names (grpc-go's and Envoy's wordings), else every
-// resource the response brought new; refusals count as INVALID for the retry policy, asked off
-// the stream's goroutine. NewCache serves from kds-host's own cache instead, for a server that
-// sets its resources itself. A stream's requests are bounded (Options.MaxTypesPerStream,
-// MaxNamesPerStream, MaxStreamsPerNode): past a bound, refused with ResourceExhausted.
-// Both the SotW and the delta server are supported, ADS and the per-type services.
+// A stream's requests are bounded (Options.MaxTypesPerStream, MaxNamesPerStream,
+// MaxStreamsPerNode): past a bound, refused with ResourceExhausted.
 package guard
 
 import (

@@ -31,8 +31,7 @@ type Options struct {
 	Fallback    shared.RetryForcer
 	// PolicyTimeout is the deadline of one policy call (default 200ms).
 	PolicyTimeout time.Duration
-	// NoHolds turns the guard's own holds off (Owners, the warm-up routes, kept removals); the
-	// OwnerCheck still applies.
+	// NoHolds turns the guard's own holds off (Owners, warm-up routes, kept removals), not OwnerCheck.
 	NoHolds bool
 	// OwnerCheck, if set, returns the OwnerCheck policy in force, asked before a resource version
 	// goes to a client: ACCEPT sends it, WAIT and REJECT keep the version the client has. A
@@ -44,17 +43,15 @@ type Options struct {
 	Owners func(typeURL string, r Resource) []Ref
 	// Logger logs refusals and decisions (default: none).
 	Logger *slog.Logger
-	// Metrics name what Collector exports, <Namespace>_nacks_total and so on (default namespace
-	// "xds_guard"), each with its ConstLabels.
+	// Metrics name what Collector exports: <Namespace>_nacks_total ... (default "xds_guard").
 	Metrics policy.Metrics
 	// NodeIndependent says the wrapped cache answers every node alike (a MuxCache of
 	// LinearCaches by type URL): one watch of it per type serves every stream. A LinearCache
 	// needs no telling; New refuses it over a SnapshotCache.
 	NodeIndependent bool
 
-	// Bounds of one client stream's requests (New only), checked before the server stores any of
-	// a request: past one, it is refused with ResourceExhausted, counted in
-	// <namespace>_refusals_total{reason="limit"} and logged.
+	// Bounds of one client stream's requests (New only): a request past one is refused with
+	// ResourceExhausted before the server stores it, counted in <namespace>_refusals_total.
 	//
 	// MaxTypesPerStream bounds the type URLs one stream asks for (default 32).
 	MaxTypesPerStream int
@@ -66,8 +63,8 @@ type Options struct {
 	MaxStreamsPerNode int
 }
 
-// check refuses what no default makes sense of, naming the option, and sets the defaults of
-// Metrics and Logger.
+// check refuses what no default makes sense of, naming the option, and sets Metrics' and
+// Logger's defaults.
 func (o *Options) check() error {
 	negative := func(name string, v any, what string) error {
 		return fmt.Errorf("guard: Options.%s %v: want a positive %s, or 0 for the default", name, v, what)
