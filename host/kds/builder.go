@@ -93,10 +93,8 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable
 			keep(u.Key, be) // served before: stays
 		}
 	}
-	s := engine.SnapshotOf(entries)
-	b.prev = next
-	b.last = s
-	return s, nil
+	b.prev, b.last = next, engine.SnapshotOf(entries)
+	return b.last, nil
 }
 
 // Update returns the last snapshot built with changed put in and deleted taken out; its cost
@@ -104,15 +102,11 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable
 // itself. A resource that cannot be encoded, and one of unreadable, is not applied (its earlier
 // version, if any, stays) and is listed by Unservable; the rest is.
 func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key, unreadable ...Unservable) (*engine.Snapshot, error) {
-	prev := b.last
-	if prev == nil {
-		prev = engine.SnapshotOf(nil)
+	if b.last == nil {
+		b.last = engine.SnapshotOf(nil)
 	}
-	type put struct {
-		key resource.Key
-		be  builtEntry
-	}
-	var puts []put
+	var entries []*engine.Entry
+	puts := map[resource.Key]builtEntry{}
 	for i := range changed {
 		r := &changed[i]
 		key := r.Key()
@@ -126,38 +120,33 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 			continue
 		}
 		delete(b.bad, key)
-		puts = append(puts, put{key: key, be: builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}})
+		puts[key] = builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}
+		entries = append(entries, e)
 	}
 	var dels []resource.Key
+	removed := map[string][]string{}
 	for _, k := range deleted {
 		delete(b.bad, k)
 		if _, ok := b.prev[k]; ok {
 			dels = append(dels, k)
+			removed[k.Kind] = append(removed[k.Kind], k.XDSName())
 		}
 	}
 	for _, u := range unreadable {
 		b.unreadable(u) // the version served before, if any, stays
 	}
-	if len(puts) == 0 && len(dels) == 0 {
-		b.last = prev
-		return prev, nil
+	if len(entries) == 0 && len(dels) == 0 {
+		return b.last, nil
 	}
 	if b.prev == nil {
 		b.prev = map[resource.Key]builtEntry{}
 	}
-	entries := make([]*engine.Entry, len(puts))
-	removed := map[string][]string{}
-	for i, p := range puts {
-		entries[i] = p.be.entry
-		b.prev[p.key] = p.be
-	}
+	maps.Copy(b.prev, puts)
 	for _, k := range dels {
-		removed[k.Kind] = append(removed[k.Kind], k.XDSName())
 		delete(b.prev, k)
 	}
-	s := prev.Update(entries, removed)
-	b.last = s
-	return s, nil
+	b.last = b.last.Update(entries, removed)
+	return b.last, nil
 }
 
 // NewEntry encodes one resource for the wire.
