@@ -55,12 +55,14 @@ type request struct {
 	sotw        bool
 }
 
-// admitNode counts a stream against its node's streams, on its first request. Call with g.mu.
+// admitNode counts a stream among its node's streams (perNode), on its first request, within
+// the bound. Call with g.mu.
 func (g *Guard) admitNode(node string) error {
 	n := g.perNode[node]
 	if g.bounds.perNode > 0 && n >= g.bounds.perNode {
 		return status.Errorf(codes.ResourceExhausted, "node %q has %d streams open, its bound (guard.Options.MaxStreamsPerNode)", truncate(node), n)
 	}
+	g.perNode[node] = n + 1
 	return nil
 }
 

@@ -246,7 +246,6 @@ func (g *Guard) feedOf(node *core.Node) *feed {
 		g.feeds[id] = f
 	}
 	f.streams++
-	g.perNode[node.GetId()]++
 	return f
 }
 
