@@ -1,10 +1,12 @@
 package guard
 
 // The bounds of what one client stream's requests may make the guard, and the server it wraps,
-// hold: checked in the request callbacks, which go-control-plane calls before it stores a
-// request's names in the stream's subscription.
+// hold: checked in the request callbacks, before go-control-plane stores a request's names.
 
 import (
+	"cmp"
+	"slices"
+
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,21 +26,10 @@ type bounds struct {
 	types, names, perNode int
 }
 
+// bounds reads the bounds of checked Options.
 func (o Options) bounds() bounds {
-	b := bounds{types: o.MaxTypesPerStream, names: o.MaxNamesPerStream, perNode: o.MaxStreamsPerNode}
-	if b.types <= 0 {
-		b.types = DefaultMaxTypesPerStream
-	}
-	if b.names <= 0 {
-		b.names = DefaultMaxNamesPerStream
-	}
-	switch {
-	case b.perNode == 0:
-		b.perNode = DefaultMaxStreamsPerNode
-	case b.perNode < 0:
-		b.perNode = 0
-	}
-	return b
+	return bounds{types: cmp.Or(o.MaxTypesPerStream, DefaultMaxTypesPerStream), names: cmp.Or(o.MaxNamesPerStream, DefaultMaxNamesPerStream),
+		perNode: max(cmp.Or(o.MaxStreamsPerNode, DefaultMaxStreamsPerNode), 0)}
 }
 
 // asked is what a stream's requests asked for, by type URL, as admitNames counted it.
@@ -64,25 +55,26 @@ type request struct {
 	sotw        bool
 }
 
-// admitNode counts a stream against its node's streams, on its first request. Call with g.mu.
+// admitNode counts a stream among its node's streams (perNode), on its first request, within
+// the bound. Call with g.mu.
 func (g *Guard) admitNode(node string) error {
 	n := g.perNode[node]
 	if g.bounds.perNode > 0 && n >= g.bounds.perNode {
 		return status.Errorf(codes.ResourceExhausted, "node %q has %d streams open, its bound (guard.Options.MaxStreamsPerNode)", truncate(node), n)
 	}
+	g.perNode[node] = n + 1
 	return nil
 }
 
 // admitNames checks the types and names a request asks for, and records what it admits.
 func (a *asked) admitNames(b bounds, r request) error {
 	prev := a.types[r.typeURL]
-	if prev == nil && len(a.types) >= b.types {
+	switch {
+	case prev == nil && len(a.types) >= b.types:
 		return status.Errorf(codes.ResourceExhausted, "a stream may ask for %d types at most; %q is one more (guard.Options.MaxTypesPerStream)", b.types, truncate(r.typeURL))
-	}
-	if prev != nil && !r.sotw && len(r.subscribe) == 0 && len(r.unsubscribe) == 0 {
+	case prev != nil && !r.sotw && len(r.subscribe) == 0 && len(r.unsubscribe) == 0:
 		return nil // an ACK or a NACK: nothing changes
-	}
-	if prev != nil && r.sotw && sameNames(prev.live, r.subscribe) {
+	case prev != nil && r.sotw && sameNames(prev.live, r.subscribe):
 		return nil // most often an ACK or a NACK, the same names asked for again
 	}
 	others := 0
@@ -97,66 +89,55 @@ func (a *asked) admitNames(b bounds, r request) error {
 		next.initial, live = prev.initial, prev.live
 	}
 	gone := map[string]struct{}{} // of live, what the request unsubscribes from
-	if !r.sotw {
-		for _, n := range r.unsubscribe {
-			if _, ok := live[n]; ok {
-				gone[n] = struct{}{}
-			}
+	for _, n := range r.unsubscribe {
+		if _, ok := live[n]; ok {
+			gone[n] = struct{}{}
 		}
-		next.subscribed = len(live) - len(gone)
 	}
-	over := func() error {
+	next.subscribed = len(live) - len(gone)
+	// seen holds at most the bound's names: the request is refused at the first name past it.
+	seen := map[string]struct{}{}
+	count := func(n string, c *int) error {
+		if _, ok := seen[n]; ok {
+			return nil
+		}
+		seen[n] = struct{}{}
+		*c++
 		if others+next.subscribed+next.initial > b.names {
 			return status.Errorf(codes.ResourceExhausted, "a stream may ask for %d resource names at most, across its types (guard.Options.MaxNamesPerStream)", b.names)
 		}
 		return nil
 	}
-	// seen holds at most the bound's names: the request is refused at the first name past it.
-	seen := map[string]struct{}{}
 	for _, n := range r.subscribe {
-		if _, ok := live[n]; (ok && !isIn(gone, n)) || n == "*" {
+		_, held := live[n]
+		_, going := gone[n]
+		if (held && !going) || n == "*" {
 			continue
 		}
-		if _, ok := seen[n]; ok {
-			continue
-		}
-		seen[n] = struct{}{}
-		next.subscribed++
-		if err := over(); err != nil {
+		if err := count(n, &next.subscribed); err != nil {
 			return err
 		}
 	}
 	if prev == nil {
 		for n := range r.initial {
-			if _, ok := seen[n]; ok {
-				continue
-			}
-			seen[n] = struct{}{}
-			next.initial++
-			if err := over(); err != nil {
+			if err := count(n, &next.initial); err != nil {
 				return err
 			}
 		}
 	}
-	if r.sotw { // admitted: the names the stream asks for now
-		next.live = make(map[string]struct{}, len(r.subscribe))
-		for _, n := range r.subscribe {
-			next.live[n] = struct{}{}
-		}
-	} else { // admitted: the subscription changes as the server will change it
-		if live == nil {
-			live = map[string]struct{}{}
-		}
-		for n := range gone {
-			delete(live, n)
-		}
-		for _, n := range r.subscribe {
-			if n != "*" {
-				live[n] = struct{}{}
-			}
-		}
-		next.live = live
+	// Admitted: SotW's names are the request's; a delta subscription changes as the server's will.
+	if live == nil {
+		live = make(map[string]struct{}, len(r.subscribe))
 	}
+	for n := range gone {
+		delete(live, n)
+	}
+	for _, n := range r.subscribe {
+		if n != "*" || r.sotw {
+			live[n] = struct{}{}
+		}
+	}
+	next.live = live
 	if a.types == nil {
 		a.types = map[string]*askedType{}
 	}
@@ -166,20 +147,10 @@ func (a *asked) admitNames(b bounds, r request) error {
 
 // sameNames reports whether names are set's, each once.
 func sameNames(set map[string]struct{}, names []string) bool {
-	if len(names) != len(set) {
-		return false
-	}
-	for _, n := range names {
-		if _, ok := set[n]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func isIn(set map[string]struct{}, n string) bool {
-	_, ok := set[n]
-	return ok
+	return len(names) == len(set) && !slices.ContainsFunc(names, func(n string) bool {
+		_, ok := set[n]
+		return !ok
+	})
 }
 
 // truncate is a node id or type URL as an error message names it.

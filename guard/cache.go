@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -20,17 +19,9 @@ import (
 	"github.com/kds-host/kds-host/engine"
 )
 
-// Cache is kds-host's own cache with the guard's NACK handling, retry and owner checks: for a
-// server that sets its resources itself (SetResources) instead of keeping them in a
-// go-control-plane cache that the guard wraps. kds-host's global serves its zones from the same
-// engine. It serves go-control-plane's delta and state-of-the-world servers.
-//
-// What it adds to a wrapped cache: each stream's work follows only the names that changed (a
-// write costs the streams that hold the changed names, not every stream every resource), one
-// encoding of a version is shared by every stream, responses are handed to the server by one
-// sender per stream that never holds a lock (so a stream of many types never blocks on the
-// server's channel, go-control-plane issue 875), and the bytes of responses in flight are
-// bounded across streams.
+// Cache is kds-host's own cache with the guard's NACK handling, retry and owner checks, for a
+// server that sets its resources itself (SetResources). It serves go-control-plane's delta and
+// state-of-the-world servers; a write costs only the streams that hold what changed.
 //
 //	c, err := guard.NewCache([]string{resource.ClusterType, resource.EndpointType}, guard.Options{})
 //	defer c.Close()
@@ -45,14 +36,10 @@ type Cache struct {
 }
 
 // NewCache returns kds-host's cache for types, in the order a client should get them when they
-// are ready together (what others reference first: clusters before their endpoints, listeners
-// before their routes). Each is a type URL, given once. Its errors name the option at fault.
-//
-// Of Options, it reads the plugins and the retry policy's (Plugins, RetryPolicy, Fallback,
-// PolicyTimeout), the owner check's (OwnerCheck, OwnerCheckTimeout, with Owners as the owners,
-// none by default), Logger, Metrics and NoHolds: the reference holds (EnvoyReferences,
-// whatever Owners says), warm-up routes and kept removals are on unless NoHolds. The per-stream
-// bounds are New's: NewCache serves one stream per node id.
+// are ready together (what others reference first). Each is a type URL, given once. Its errors
+// name the option at fault. Of Options, it reads all but NodeIndependent and the per-stream
+// bounds (it serves one stream per node id); Owners defaults to none, and the reference holds
+// (EnvoyReferences) are on unless NoHolds.
 func NewCache(types []string, opts Options) (_ *Cache, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -65,16 +52,16 @@ func NewCache(types []string, opts Options) (_ *Cache, err error) {
 			return nil, fmt.Errorf("guard: NewCache types[%d] %q: want a type URL (%s...), each given once", i, t, typeURLPrefix)
 		}
 	}
-	if opts.Owners == nil {
-		// No owners by default: an Envoy or grpc-go client asks for a cluster's endpoints only
-		// once it has the cluster, so what a resource references cannot always come first.
+	if opts.Owners == nil { // a client asks for a cluster's endpoints only once it has the cluster
 		opts.Owners = func(string, Resource) []Ref { return nil }
 	}
 	v, err := newServing(types, &opts, engine.Limits{})
 	if err != nil {
 		return nil, fmt.Errorf("guard: NewCache: %w", err)
 	}
-	return &Cache{serving: v, owners: opts.Owners, types: slices.Clone(types)}, nil
+	c := &Cache{serving: v, owners: opts.Owners, types: slices.Clone(types)}
+	v.list = c.Clients
+	return c, nil
 }
 
 // typeURLPrefix starts every type URL an xDS server serves.
@@ -121,8 +108,7 @@ func (c *Cache) SetResources(resources map[string][]types.Resource) error {
 	return nil
 }
 
-// entry encodes one resource, or reuses the entry of its last version when its content is the
-// same: its version is a digest of its encoding, as the wrapped caches' items are.
+// entry encodes one resource, or reuses its last entry when its content (version) is the same.
 func (c *Cache) entry(typeURL string, r types.Resource) (*engine.Entry, error) {
 	a, version, err := encode(typeURL, r)
 	if err != nil {
@@ -140,6 +126,6 @@ func (c *Cache) Clients() []ClientInsight {
 	out := c.clients(func(node string, stream int64) ClientInsight {
 		return ClientInsight{Stream: stream, Delta: true, Node: node}
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	slices.SortFunc(out, func(a, b ClientInsight) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }

@@ -1,11 +1,11 @@
 package guard
 
-// The guard's watches of the wrapped cache: for each node (or once, for a cache that answers
-// every node alike), one wildcard watch a type its clients ask for, whose answers make the
-// engine's snapshot of the node.
+// The guard's watches of the wrapped cache: for each node (or once, when shared), one wildcard
+// watch a type its clients ask for, whose answers make the engine's snapshot of the node.
 
 import (
 	"maps"
+	"slices"
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,15 +13,15 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/engine"
 )
 
-// feed is what the wrapped cache serves one node (every node, when shared), as the guard's
-// watches of it heard: the node's snapshot, published to the engine for each of the node's
-// streams (the engine's nodes in keys), or as the engine's global snapshot when shared. It
-// watches until its node's last stream closes (stop), or the guard closes.
+// feed is what the wrapped cache serves one node (every node, when shared): the node's
+// snapshot, published to the engine for each of its streams, or as the engine's global snapshot
+// when shared. It watches until its node's last stream closes (stop), or the guard closes.
 type feed struct {
 	g       *Guard
 	id      string     // the node id ("" when shared)
@@ -30,15 +30,10 @@ type feed struct {
 
 	mu      sync.Mutex // guards the fields below; SetNodeSnapshot is called with it, so calls for a node are in order
 	snap    *engine.Snapshot
-	keys    map[string]bool // the engine's nodes of the node's streams
-	types   map[string]*fed
-	done    chan struct{} // closed by stop
+	keys    map[string]bool              // the engine's nodes of the node's streams
+	types   map[string]map[string]string // the types watched: what each watch's last answer says it returned
+	done    chan struct{}                // closed by stop
 	stopped bool
-}
-
-// fed is what one type's watch last heard: what the cache says it returned.
-type fed struct {
-	returned map[string]string
 }
 
 // join publishes the node's snapshot to a new stream's engine node, before the engine admits it.
@@ -65,17 +60,16 @@ func (f *feed) leave(key string) {
 func (f *feed) watch(typeURL string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped || f.types[typeURL] != nil {
+	if _, ok := f.types[typeURL]; f.stopped || ok {
 		return
 	}
-	f.types[typeURL] = &fed{}
+	f.types[typeURL] = nil
 	g := f.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.stopped {
-		return
+	if !g.stopped {
+		g.running.Go(func() { f.run(typeURL) })
 	}
-	g.running.Go(func() { f.run(typeURL) })
 }
 
 // stop stops the feed's watches.
@@ -92,10 +86,7 @@ func (f *feed) stop() {
 func (g *Guard) stopFeeds() {
 	g.mu.Lock()
 	g.stopped = true
-	feeds := make([]*feed, 0, len(g.feeds))
-	for _, f := range g.feeds {
-		feeds = append(feeds, f)
-	}
+	feeds := slices.Collect(maps.Values(g.feeds))
 	g.mu.Unlock()
 	for _, f := range feeds {
 		f.stop()
@@ -104,30 +95,35 @@ func (g *Guard) stopFeeds() {
 }
 
 // run watches the wrapped cache for every resource of the type, one version after another, and
-// applies each answer, until stop.
+// applies each answer, until stop. Each watch passes what the last answer returned: a cache that
+// compares it with what it serves (SnapshotCache) would otherwise answer again at once, forever.
 func (f *feed) run(typeURL string) {
 	g := f.g
 	out := make(chan cache.Response, 1)
 	version, returned := "", map[string]string(nil)
 	for {
-		req, sub := wildcard(f.node, typeURL, version, returned)
-		cancel, err := g.inner.CreateWatch(req, sub, out)
+		sub := stream.NewSotwSubscription(nil, true)
+		if returned != nil {
+			sub.SetReturnedResources(returned)
+		}
+		cancel, err := g.inner.CreateWatch(&discovery.DiscoveryRequest{Node: f.node, TypeUrl: typeURL, VersionInfo: version}, &sub, out)
 		if err != nil {
 			g.opts.Logger.Error("the wrapped cache refused a watch", "type", typeURL, "error", err)
 			<-f.done
 			return
 		}
 		var r cache.Response
+		stopped := false
 		select {
 		case <-f.done:
-			if cancel != nil {
-				cancel()
-			}
-			return
+			stopped = true
 		case r = <-out:
 		}
 		if cancel != nil {
 			cancel()
+		}
+		if stopped {
+			return
 		}
 		resp, entries, err := g.answer(r)
 		if err != nil {
@@ -141,26 +137,22 @@ func (f *feed) run(typeURL string) {
 }
 
 // apply makes the node's snapshot hold what the wrapped cache answered of typeURL (entries, and
-// the names it says it returned), and publishes it.
-//
-// A SotW answer of a type other than Listeners and Clusters may be what changed only:
-// go-control-plane's caches send what changed since what the watch was returned. What is served
-// is then what was, changed by this answer, less what the cache no longer returns.
+// the names it says it returned), and publishes it. A SotW answer of a type other than Listeners
+// and Clusters may be what changed only: what was, changed by it, less what is no longer returned.
 func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ft := f.types[typeURL]
 	cur := f.snap.Type(typeURL)
 	next := make(map[string]*engine.Entry, len(entries))
-	if !fullState(typeURL) && ft.returned != nil && returned != nil {
+	if last := f.types[typeURL]; typeURL != resource.ListenerType && typeURL != resource.ClusterType && last != nil && returned != nil {
 		maps.Copy(next, cur)
-		for n := range ft.returned {
+		for n := range last {
 			if _, ok := returned[n]; !ok {
 				delete(next, n)
 			}
 		}
 	}
-	ft.returned = returned
+	f.types[typeURL] = returned
 	for _, e := range entries {
 		next[e.Name] = e
 	}
@@ -193,24 +185,41 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 	}
 }
 
-// fullState reports whether a SotW response of typeURL is the client's whole state of it, a name
-// left out removed (Listeners and Clusters).
-func fullState(typeURL string) bool {
-	return typeURL == resource.ListenerType || typeURL == resource.ClusterType
-}
-
 // answer reads an answer of the wrapped cache: its encoded response, and its resources as the
-// engine's entries, each made once whatever the nodes that get it (a resource that cannot be
-// encoded or read is logged and left out).
+// engine's entries, each made once whatever the nodes that get it. A resource that cannot be
+// encoded or read is logged and left out, so that it does not stop the others of its type.
 func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*engine.Entry, error) {
-	resp, err := r.GetDiscoveryResponse()
-	var raw []types.ResourceWithTTL
-	if err == nil {
-		raw = rawResources(r, len(resp.GetResources()))
-	} else if resp, raw, err = g.encodeEach(r, err); err != nil {
-		return nil, nil, err
-	}
 	typeURL := r.GetRequest().GetTypeUrl()
+	var raw []types.ResourceWithTTL // the resources themselves, in order, when the cache gave them (without TTLs)
+	rr, isRaw := r.(*cache.RawResponse)
+	if isRaw && !rr.Heartbeat {
+		raw = rr.GetRawResources()
+		if slices.ContainsFunc(raw, func(x types.ResourceWithTTL) bool { return x.TTL != nil || x.Resource == nil }) {
+			raw = nil
+		}
+	}
+	resp, err := r.GetDiscoveryResponse()
+	switch {
+	case err != nil && raw == nil:
+		return nil, nil, err
+	case err != nil: // encoded one by one, leaving out those that cannot be
+		resp = &discovery.DiscoveryResponse{VersionInfo: rr.Version, TypeUrl: typeURL}
+		var kept []types.ResourceWithTTL
+		for _, x := range raw {
+			b, err := cache.MarshalResource(x.Resource)
+			if err != nil {
+				name := cache.GetResourceName(x.Resource)
+				g.logBad(typeURL+"/"+name+"@"+rr.Version, "a resource of the wrapped cache cannot be encoded; left out until it changes",
+					"type", typeURL, "name", name, "error", err)
+				continue
+			}
+			resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: b})
+			kept = append(kept, x)
+		}
+		raw = kept
+	case len(raw) != len(resp.GetResources()):
+		raw = nil
+	}
 	answered := make([]*engine.Entry, 0, len(resp.GetResources()))
 	for i, a := range resp.GetResources() {
 		var m Resource
@@ -228,27 +237,8 @@ func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*engin
 	return resp, answered, nil
 }
 
-// rawResources are the resources of a RawResponse of n resources, in its order, or nil.
-func rawResources(r cache.Response, n int) []types.ResourceWithTTL {
-	rr, ok := r.(*cache.RawResponse)
-	if !ok || rr.Heartbeat {
-		return nil
-	}
-	raw := rr.GetRawResources()
-	if len(raw) != n {
-		return nil
-	}
-	for _, x := range raw {
-		if x.TTL != nil || x.Resource == nil {
-			return nil
-		}
-	}
-	return raw
-}
-
-// logBad logs an error about what the wrapped cache serves, once for each key (a bad resource
-// at a version): every node that reads the same answer meets the same bad resources. It
-// remembers maxBadLogged keys, then starts afresh.
+// logBad logs an error about what the wrapped cache serves once for each key (a bad resource at
+// a version), whatever the nodes that read it; it remembers maxBadLogged keys, then starts afresh.
 func (g *Guard) logBad(key, msg string, args ...any) {
 	g.items.mu.Lock()
 	_, again := g.items.bad[key]
@@ -266,34 +256,3 @@ func (g *Guard) logBad(key, msg string, args ...any) {
 
 // maxBadLogged bounds the bad resources logBad remembers.
 const maxBadLogged = 256
-
-// encodeEach encodes the resources of a RawResponse that go-control-plane could not encode as a
-// whole (whole: why), one by one, and leaves out, logged, those that cannot be: one resource
-// with a bad field (a string that is not UTF-8) must not stop every other resource of its type
-// from reaching the clients. It returns the encoded response and the resources it carries, in
-// its order; another response, or one with TTLs (their wrappers are the cache's to make), fails
-// with whole.
-func (g *Guard) encodeEach(r cache.Response, whole error) (*discovery.DiscoveryResponse, []types.ResourceWithTTL, error) {
-	rr, ok := r.(*cache.RawResponse)
-	if !ok || rr.Heartbeat {
-		return nil, nil, whole
-	}
-	typeURL := r.GetRequest().GetTypeUrl()
-	resp := &discovery.DiscoveryResponse{VersionInfo: rr.Version, TypeUrl: typeURL}
-	var kept []types.ResourceWithTTL
-	for _, x := range rr.GetRawResources() {
-		if x.TTL != nil || x.Resource == nil {
-			return nil, nil, whole
-		}
-		b, err := cache.MarshalResource(x.Resource)
-		if err != nil {
-			name := cache.GetResourceName(x.Resource)
-			g.logBad(typeURL+"/"+name+"@"+rr.Version, "a resource of the wrapped cache cannot be encoded; left out until it changes",
-				"type", typeURL, "name", name, "error", err)
-			continue
-		}
-		resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: b})
-		kept = append(kept, x)
-	}
-	return resp, kept, nil
-}

@@ -1,63 +1,22 @@
-// Package guard puts kds-host's NACK handling in front of any go-control-plane v0.14 xDS server:
-// it wraps the server's own cache (SnapshotCache, LinearCache, MuxCache, any cache.Cache) and
-// composes with the server's own callbacks, so that a client's NACK never makes the server send
-// the refused version again and again, and a resource waits for what it references.
-//
-// It supports go-control-plane v0.14.0, the version this module builds and tests against: the
-// guard relies on its cache.Cache, Subscription and server callback contracts. Adopting it is
-// three lines:
+// Package guard puts kds-host's NACK handling in front of any go-control-plane v0.14 xDS server,
+// SotW and delta (docs/go-control-plane.md). New wraps the server's own cache (any cache.Cache)
+// and composes with its callbacks; NewCache is kds-host's own cache, for a server that sets its
+// resources itself.
 //
 //	g, err := guard.New(snapshotCache, guard.Options{})
 //	defer g.Close()
 //	srv := server.NewServer(ctx, g, g.Callbacks(myCallbacks))
 //
-// How the wrapping works: the guard serves the server's watches from kds-host's engine, the one
-// NewCache serves from, and fills the engine from the wrapped cache. For each node and type a
-// client asks for, the guard keeps one watch of its own on the wrapped cache for every resource
-// of the type (a wildcard request, whatever names the client asked for; one for every node when
-// the cache answers every node alike, Options.NodeIndependent), and the cache's answers make the
-// node's snapshot (or the one every node shares). Each stream is answered with what its client
-// should see of it: the names it subscribed, each at the version the cache serves, except
-//   - a version the client refused (NACKed): the client keeps the version it last accepted (sent
-//     again, or left out if it has none), until the retry policy resends it or its content
-//     changes;
-//   - a resource that references what the client has not accepted (Options.Owners, by default
-//     EnvoyReferences: a route whose cluster the client refused, a listener whose route
-//     configuration it has not got): the client keeps the version it has, until what it
-//     references is accepted (make-before-break; Options.NoHolds turns this off);
-//   - a resource the cache no longer serves that something the client holds still references:
-//     kept until the client holds what no longer references it.
-//   - with Options.OwnerCheck, a version the kds-host OwnerCheck plugin has not accepted for
-//     this client (WAIT or REJECT, with the plugin's reason).
+// Each stream gets the names it subscribed at the version the wrapped cache serves, except:
+//   - a version the client refused (NACKed): it keeps the version it last accepted, until the
+//     retry policy resends the refused one or its content changes;
+//   - a resource that references what the client has not accepted (Options.Owners): it keeps the
+//     version it has until what it references is accepted (Options.NoHolds turns this off);
+//   - a removed resource that something the client holds still references: kept until then;
+//   - with Options.OwnerCheck, a version the OwnerCheck policy has not accepted for the client.
 //
-// On a NACK the guard records which resources were refused: by name where the client's message
-// names them (grpc-go's `resource "NAME": ...`, Envoy's `... NAME: ...`), else every resource the
-// response brought new. It asks the retry policy (kds-host's RetryForcer: the built-in one, or a
-// plugin) for a schedule, off the stream's goroutine, and resends what the schedule names; the
-// xDS callbacks never wait. A client's NACK is about content (neither Envoy nor grpc-go has a
-// transient cause), so refusals count as INVALID: the built-in policy resends a refused version
-// three times with backoff, then parks it until its content changes.
-//
-// Or it serves from kds-host's own cache (NewCache), for a server that sets its resources itself
-// (SetResources): the engine kds-host's global serves its zones from. A write costs only the
-// streams that hold what changed, one encoding of a version is shared by every stream, and each
-// stream's one sender never blocks on the server's channel whatever its types (go-control-plane
-// issue 875). It serves both servers, and holds back only what the owner check says
-// (Options.OwnerCheck, with Options.Owners as the owners). Both modes share the options, the
-// plugins (Options.Plugins), the NACK reading, the retry decisions and the insight.
-//
-// What one client stream asks for is bounded (Options.MaxTypesPerStream, MaxNamesPerStream,
-// MaxStreamsPerNode): a request past a bound is refused with ResourceExhausted, and counted,
-// before the server stores any of it.
-//
-// Supported: go-control-plane v0.14's two servers, state of the world and delta, ADS and the
-// per-type services: a delta client gets what changed of the same view, a refused name going
-// back to what it kept. The wrapped cache is always watched the state-of-the-world way (every
-// resource of a type), whichever server the client talks to. A SotW client of a type other than
-// Listeners and Clusters gets what changed, as go-control-plane's caches send it (the whole view
-// first, and again when it asks for other names). Such a cache does not tell a SotW watch of
-// such a type that a resource was removed until something else of the type changes, so a delta
-// client hears of that removal then. Clients: Envoy and grpc-go's xDS client, or any xDS client.
+// A stream's requests are bounded (Options.MaxTypesPerStream, MaxNamesPerStream,
+// MaxStreamsPerNode): past a bound, refused with ResourceExhausted.
 package guard
 
 import (
@@ -73,8 +32,8 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kds-host/kds-host/engine"
@@ -90,10 +49,7 @@ type Guard struct {
 	opts   Options
 	items  *itemCache
 	bounds bounds
-
-	// shared: one feed for every node (Options.NodeIndependent, or a LinearCache), its
-	// snapshot the engine's global one; else a feed per node, its snapshot the node's.
-	shared bool
+	shared bool // one feed for every node, its snapshot the engine's global one (NodeIndependent, or a LinearCache)
 
 	mu      sync.Mutex          // guards streams, feeds and stopped; released before a feed's lock is taken
 	streams map[int64]*followed // by the engine's stream id (a SotW stream's negated)
@@ -103,8 +59,7 @@ type Guard struct {
 	running sync.WaitGroup      // the feeds' watches
 }
 
-// followed is what the guard knows of one stream: what its requests asked for (bounds) and the
-// feed of its node, once its first request named the node.
+// followed is one stream: what its requests asked for, and its node's feed once it named it.
 type followed struct {
 	asked
 	node string
@@ -112,8 +67,7 @@ type followed struct {
 	key  string // the engine's node of the stream (streamKey)
 }
 
-// wellKnown are the xDS types the engine is made for, in the order responses ready together go
-// (what others reference first); any other type URL is served after them.
+// wellKnown are the xDS types in the order responses ready together go; others go after them.
 var wellKnown = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType,
 	resource.ScopedRouteType, resource.VirtualHostType, resource.SecretType, resource.RuntimeType,
 	resource.ExtensionConfigType, resource.RateLimitConfigType}
@@ -126,8 +80,8 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if err := opts.checkInner(inner); err != nil {
-		return nil, err
+	if _, byNode := inner.(cache.SnapshotCache); byNode && opts.NodeIndependent {
+		return nil, errors.New("guard: Options.NodeIndependent over a SnapshotCache: it answers each node with its own snapshot, and one shared watch would serve one node's resources to every other; leave NodeIndependent false")
 	}
 	if opts.Owners == nil {
 		opts.Owners = EnvoyReferences
@@ -137,8 +91,7 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	if check := opts.OwnerCheck; check != nil {
 		opts.OwnerCheck = func() shared.OwnerCheck { return askedOwners{check(), g} }
 	}
-	// Each stream is the engine's node of its own (streamKey): a node's streams are served side
-	// by side, bounded by MaxStreamsPerNode, not replaced.
+	// Each stream is an engine node of its own (streamKey), bounded by MaxStreamsPerNode.
 	v, err := newServing(wellKnown, &opts, engine.Limits{MaxNodes: 1 << 30, MaxNodeIDLength: maxNodeKey, MaxUnknownNames: b.names})
 	if err != nil {
 		return nil, err
@@ -153,13 +106,11 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	} else {
 		v.s.Cache.UseNodeSnapshots()
 	}
-	v.before, v.checkWording = g.stopFeeds, true
+	v.before, v.checkWording, v.list = g.stopFeeds, true, g.Clients
 	return g, nil
 }
 
-// askedOwners is an OwnerCheck whose candidates wait only for the owners their client asks for,
-// as the guard's own holds wait: a cluster does not wait for endpoints a client asks for only
-// once it has the cluster.
+// askedOwners is an OwnerCheck whose candidates wait only for the owners their client asks for.
 type askedOwners struct {
 	shared.OwnerCheck
 	g *Guard
@@ -176,8 +127,7 @@ func (a askedOwners) Predict(ctx context.Context, req *pluginv1.PredictRequest) 
 	return a.OwnerCheck.Predict(ctx, out)
 }
 
-// maxNodeKey bounds a node id and its stream id, as the engine's node (streamKey): the request's
-// size (gRPC's receive limit) bounds a node id.
+// maxNodeKey bounds a stream's engine node (streamKey); gRPC's receive limit bounds a node id.
 const maxNodeKey = 64 << 10
 
 // streamKey is the engine's node of a stream: its node id and the engine's stream id.
@@ -187,10 +137,7 @@ func streamKey(id int64, node string) string { return node + "\x00" + strconv.Fo
 func (g *Guard) Clients() []ClientInsight {
 	out := g.clients(func(key string, id int64) ClientInsight {
 		node, _, _ := strings.Cut(key, "\x00")
-		if id < 0 {
-			return ClientInsight{Stream: -id, Node: node}
-		}
-		return ClientInsight{Stream: id, Delta: true, Node: node}
+		return ClientInsight{Stream: max(id, -id), Delta: id >= 0, Node: node}
 	})
 	slices.SortFunc(out, func(a, b ClientInsight) int {
 		if a.Delta != b.Delta {
@@ -213,7 +160,10 @@ func (g *Guard) Fetch(ctx context.Context, req *discovery.DiscoveryRequest) (cac
 // server.NewServer. Each calls the guard's and then next's (may be nil), so the server's own
 // callbacks keep working; an error from next ends the stream, as it would without the guard.
 func (g *Guard) Callbacks(next server.Callbacks) server.Callbacks {
-	return &callbacks{Callbacks: g.s.Callbacks(next), passFetch: passFetch{next}, g: g}
+	if next == nil {
+		next = server.CallbackFuncs{}
+	}
+	return &callbacks{Callbacks: g.s.Callbacks(next), next: next, g: g}
 }
 
 // opened follows a new stream (id: the engine's).
@@ -228,31 +178,28 @@ func (g *Guard) closed(id int64) {
 	g.mu.Lock()
 	st := g.streams[id]
 	delete(g.streams, id)
-	var last *feed
-	if st != nil && st.feed != nil {
-		if g.perNode[st.node]--; g.perNode[st.node] == 0 {
-			delete(g.perNode, st.node)
-		}
-		if st.feed.streams--; st.feed.streams == 0 {
-			last = st.feed
-			if g.feeds[last.id] == last {
-				delete(g.feeds, last.id)
-			}
-		}
-	}
-	g.mu.Unlock()
 	if st == nil || st.feed == nil {
+		g.mu.Unlock()
 		return
 	}
-	st.feed.leave(st.key)
-	if last != nil {
-		last.stop()
+	if g.perNode[st.node]--; g.perNode[st.node] == 0 {
+		delete(g.perNode, st.node)
+	}
+	f := st.feed
+	f.streams--
+	last := f.streams == 0
+	if last && g.feeds[f.id] == f {
+		delete(g.feeds, f.id)
+	}
+	g.mu.Unlock()
+	f.leave(st.key)
+	if last {
+		f.stop()
 	}
 }
 
 // request admits a request of stream id (the engine's) within the stream's bounds, and has its
-// node's feed watch the wrapped cache for its type.
-// It reports whether the stream is followed (open).
+// node's feed watch the wrapped cache for its type. It reports whether the stream is followed.
 func (g *Guard) request(id int64, r request) (bool, error) {
 	g.mu.Lock()
 	st := g.streams[id]
@@ -260,50 +207,103 @@ func (g *Guard) request(id int64, r request) (bool, error) {
 		g.mu.Unlock()
 		return false, nil
 	}
+	node := st.node
+	var err error
 	if st.feed == nil {
-		nid := r.node.GetId()
-		if err := g.admitNode(nid); err != nil {
-			g.mu.Unlock()
-			g.refused("limit", truncate(nid), err)
-			return true, err
+		node = r.node.GetId()
+		if err = g.admitNode(node); err == nil {
+			st.node, st.feed, st.key = node, g.feedOf(r.node), streamKey(id, node)
+			defer st.feed.join(st.key)
 		}
-		fid := nid
-		if g.shared {
-			fid = ""
-		}
-		f := g.feeds[fid]
-		if f == nil {
-			f = &feed{g: g, id: fid, node: r.node, done: make(chan struct{}), types: map[string]*fed{}, keys: map[string]bool{}}
-			f.snap = engine.SnapshotOf(nil).Declare() // no type answered yet
-			if g.shared {
-				f.snap = g.s.Cache.Snapshot()
-			}
-			g.feeds[fid] = f
-		}
-		f.streams++
-		g.perNode[nid]++
-		st.node, st.feed, st.key = nid, f, streamKey(id, nid)
-		defer st.feed.join(st.key)
 	}
-	err := st.admitNames(g.bounds, r)
+	if err == nil {
+		err = st.admitNames(g.bounds, r)
+	}
 	f := st.feed
 	g.mu.Unlock()
 	if err != nil {
-		g.refused("limit", truncate(st.node), err)
+		g.refused("limit", truncate(node), status.Convert(err).Message())
 		return true, err
 	}
 	f.watch(r.typeURL)
 	return true, nil
 }
 
-// wildcard is the request the guard makes of the wrapped cache for a type: every resource,
-// newer than version. returned is what the cache's last answer returned (its
-// ReturnedResources): a cache that compares it with what it serves (SnapshotCache does) would
-// otherwise answer again at once, forever.
-func wildcard(node *core.Node, typeURL, version string, returned map[string]string) (*discovery.DiscoveryRequest, cache.Subscription) {
-	sub := stream.NewSotwSubscription(nil, true)
-	if returned != nil {
-		sub.SetReturnedResources(returned)
+// feedOf is the feed of node (of every node, when shared), made if none runs, with one more
+// stream. Call with g.mu.
+func (g *Guard) feedOf(node *core.Node) *feed {
+	id := node.GetId()
+	if g.shared {
+		id = ""
 	}
-	return &discovery.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version}, &sub
+	f := g.feeds[id]
+	if f == nil {
+		f = &feed{g: g, id: id, node: node, done: make(chan struct{}), types: map[string]map[string]string{}, keys: map[string]bool{}}
+		f.snap = engine.SnapshotOf(nil).Declare() // no type answered yet
+		if g.shared {
+			f.snap = g.s.Cache.Snapshot()
+		}
+		g.feeds[id] = f
+	}
+	f.streams++
+	return f
+}
+
+// callbacks are New's: each stream callback checks the stream's bounds and feeds its node's
+// snapshot, then calls the engine's and next's (Callbacks, the stack's composed with next); the
+// REST callbacks are next's. The engine numbers a SotW stream -id, a delta stream id.
+type callbacks struct {
+	server.Callbacks
+	next server.Callbacks
+	g    *Guard
+}
+
+func (c *callbacks) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
+	return c.next.OnFetchRequest(ctx, req)
+}
+
+func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.g.opened(-id)
+	return c.Callbacks.OnStreamOpen(ctx, id, typeURL)
+}
+
+func (c *callbacks) OnStreamClosed(id int64, node *core.Node) {
+	c.Callbacks.OnStreamClosed(id, node)
+	c.g.closed(-id)
+}
+
+// OnStreamRequest refuses a request past the stream's bounds before the server stores any of it;
+// a stream the guard was not told of is next's alone.
+func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	followed, err := c.g.request(-id, request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNames(), sotw: true})
+	switch {
+	case err != nil:
+		return err
+	case !followed:
+		return c.next.OnStreamRequest(id, req)
+	}
+	return c.Callbacks.OnStreamRequest(id, req)
+}
+
+func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.g.opened(id)
+	return c.Callbacks.OnDeltaStreamOpen(ctx, id, typeURL)
+}
+
+func (c *callbacks) OnDeltaStreamClosed(id int64, node *core.Node) {
+	c.Callbacks.OnDeltaStreamClosed(id, node)
+	c.g.closed(id)
+}
+
+// OnStreamDeltaRequest is OnStreamRequest for a delta stream.
+func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	followed, err := c.g.request(id, request{node: req.GetNode(), typeURL: req.GetTypeUrl(), subscribe: req.GetResourceNamesSubscribe(),
+		unsubscribe: req.GetResourceNamesUnsubscribe(), initial: req.GetInitialResourceVersions()})
+	switch {
+	case err != nil:
+		return err
+	case !followed:
+		return c.next.OnStreamDeltaRequest(id, req)
+	}
+	return c.Callbacks.OnStreamDeltaRequest(id, req)
 }

@@ -1,8 +1,7 @@
 package guard
 
-// Envoy's reference holds for kds-host's own cache (NewCache): the engine asks them, per client,
-// what must wait for what the client has not accepted, and what it keeps although no longer
-// served.
+// Envoy's reference holds: the engine asks them, per client, what waits for what the client
+// has not accepted, and what it keeps although no longer served.
 
 import (
 	"fmt"
@@ -10,7 +9,9 @@ import (
 	"strings"
 	"sync"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -20,16 +21,12 @@ import (
 )
 
 // envoyHolds is an engine.Withholder over the entries' Refs (EnvoyReferences):
-//   - a resource waits for what it references that the client asks for and has not accepted,
-//     and a route configuration for its clusters' own references the server serves (their
-//     endpoints), which the client asks for once it has the cluster;
+//   - a resource waits for what it references that the client asks for and has not accepted (a
+//     route configuration also for its clusters' endpoints);
 //   - a route configuration that sends to a cluster the client does not ask for yet goes as the
-//     version the client holds with a warm-up route to it (WarmUpHeader), so that the client
-//     asks for the cluster;
+//     version the client holds with a warm-up route to it (WarmUpHeader);
 //   - a name no longer served is kept while something the client holds references it, and a
-//     cluster also while the client asks for it by name (grpc-go asks until its last RPC on it
-//     is done). Endpoints are not kept for being asked for: once no cluster the client holds
-//     references them, they are removed, whether or not the client unsubscribes.
+//     cluster also while the client asks for it by name.
 type envoyHolds struct {
 	mu   sync.Mutex                // guards warm
 	warm map[warmKey]*engine.Entry // warm-up versions made, by what they were made of
@@ -60,8 +57,6 @@ func (h *envoyHolds) Withhold(c engine.ClientView, e *engine.Entry) (string, *en
 		case asksType && e.TypeURL == resource.RouteType && ref.TypeURL == resource.ClusterType && holdsRoute:
 			waiting = append(waiting, what)
 			warm = append(warm, ref.Name)
-		default:
-			// The client does not ask for it, and nothing it holds can make it: not waited for.
 		}
 	}
 	if len(waiting) == 0 {
@@ -83,10 +78,7 @@ func pendingRefs(c engine.ClientView, ref engine.Ref) []string {
 	}
 	var out []string
 	for _, r := range held.Refs {
-		if !c.AsksType(r.TypeURL) {
-			continue
-		}
-		if _, ok := c.Holds(r.TypeURL, r.Name); !ok && c.Served(r.TypeURL, r.Name) != nil {
+		if _, ok := c.Holds(r.TypeURL, r.Name); c.AsksType(r.TypeURL) && !ok && c.Served(r.TypeURL, r.Name) != nil {
 			out = append(out, fmt.Sprintf("%s %q", shortType(r.TypeURL), r.Name))
 		}
 	}
@@ -103,9 +95,8 @@ func (h *envoyHolds) Keep(c engine.ClientView, typeURL, name string) string {
 	return ""
 }
 
-// warmUp is from (the route configuration the client holds) with a route to each of clusters
-// that matches no request, appended to every virtual host; nil when from is nil or names them
-// all already.
+// warmUp is from (the route configuration the client holds) with a warm-up route to each of
+// clusters appended to every virtual host; nil when from is nil or names them all already.
 func (h *envoyHolds) warmUp(from *engine.Entry, clusters []string) *engine.Entry {
 	if from == nil {
 		return nil
@@ -122,9 +113,15 @@ func (h *envoyHolds) warmUp(from *engine.Entry, clusters []string) *engine.Entry
 	if w, ok := h.warm[key]; ok {
 		return w
 	}
-	rc := warmedUp(from.Any, clusters)
-	if rc == nil {
+	m, err := from.Any.UnmarshalNew()
+	rc, ok := m.(*route.RouteConfiguration)
+	if err != nil || !ok {
 		return nil
+	}
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, c := range clusters {
+			vh.Routes = append(vh.Routes, warmUpRoute(c))
+		}
 	}
 	a, version, err := encode(resource.RouteType, rc)
 	if err != nil {
@@ -141,8 +138,7 @@ func (h *envoyHolds) warmUp(from *engine.Entry, clusters []string) *engine.Entry
 	return e
 }
 
-// encode is r's encoding and its version, a digest of it, as the wrapped caches' items have
-// theirs. A resource without a name is refused.
+// encode is r's encoding and its version (versionOf); a resource without a name is refused.
 func encode(typeURL string, r Resource) (*anypb.Any, string, error) {
 	a := &anypb.Any{}
 	if err := anypb.MarshalFrom(a, r, proto.MarshalOptions{Deterministic: true}); err != nil {
@@ -166,12 +162,9 @@ func newEntry(typeURL, name, version string, a *anypb.Any, refs []engine.Ref, so
 
 // refsOf is refs as the engine's.
 func refsOf(refs []Ref) []engine.Ref {
-	if len(refs) == 0 {
-		return nil
-	}
-	out := make([]engine.Ref, len(refs))
-	for i, r := range refs {
-		out[i] = engine.Ref{TypeURL: r.TypeURL, Name: r.Name}
+	var out []engine.Ref
+	for _, r := range refs {
+		out = append(out, engine.Ref(r))
 	}
 	return out
 }
@@ -182,4 +175,22 @@ func shortType(typeURL string) string {
 		return typeURL[i+1:]
 	}
 	return typeURL
+}
+
+// WarmUpHeader is the header that the routes the guard adds to warm clusters up match on. No
+// request carries it: the routes make a client that asks for clusters by name (grpc-go) ask for
+// those a new version of its route configuration sends to, before it gets it.
+const WarmUpHeader = "x-kds-host-warm-up"
+
+// warmUpRoute is a route to cluster that matches no request: it needs WarmUpHeader.
+func warmUpRoute(cluster string) *route.Route {
+	return &route.Route{
+		Match: &route.RouteMatch{
+			PathSpecifier: &route.RouteMatch_Prefix{Prefix: ""},
+			Headers: []*route.HeaderMatcher{{Name: WarmUpHeader,
+				HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+					MatchPattern: &matcher.StringMatcher_Exact{Exact: "warm-up"}}}}},
+		},
+		Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster}}},
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kds-host/kds-host/policy"
@@ -22,87 +21,64 @@ import (
 // reference holds on. New and NewCache refuse a negative duration or bound (except
 // MaxStreamsPerNode) with an error that names the option.
 type Options struct {
-	// Plugins are go-plugin binaries serving kds-host's RetryForcer, OwnerCheck or both (for
-	// example the reference retry-forcer), started, pinned by checksum and supervised by the
-	// guard (package policy); Close stops them. A plugin that serves the retry policy replaces
-	// RetryPolicy and Fallback, one that serves the owner check replaces OwnerCheck: set one or
-	// the other, not both. Their metrics are part of Collector.
+	// Plugins are go-plugin binaries serving kds-host's RetryForcer, OwnerCheck or both, started,
+	// pinned by checksum and supervised by the guard (package policy) until Close. They replace
+	// RetryPolicy, Fallback and OwnerCheck: set the plugins or those, not both.
 	Plugins []policy.Plugin
-	// RetryPolicy returns the RetryForcer in force, asked at every decision (a plugin that can
-	// be reloaded or swapped); nil: the built-in policy. On any failure the built-in policy
-	// decides.
+	// RetryPolicy returns the RetryForcer in force, asked at every decision (nil: the built-in
+	// policy); Fallback decides when it fails or misses PolicyTimeout (nil: the built-in policy).
 	RetryPolicy func() shared.RetryForcer
-	// Fallback is the policy that decides when RetryPolicy fails or misses its deadline (nil: the
-	// built-in policy with its defaults).
-	Fallback shared.RetryForcer
+	Fallback    shared.RetryForcer
 	// PolicyTimeout is the deadline of one policy call (default 200ms).
 	PolicyTimeout time.Duration
-	// NoHolds turns the guard's own holds off (Owners, the warm-up routes, kept removals): a
-	// resource is sent whether or not the client has what it references. OwnerCheck still
-	// applies.
+	// NoHolds turns the guard's own holds off (Owners, warm-up routes, kept removals), not OwnerCheck.
 	NoHolds bool
 	// OwnerCheck, if set, returns the OwnerCheck policy in force, asked before a resource version
-	// goes to a client: ACCEPT sends it, WAIT and REJECT keep the version the client has, with
-	// the policy's reason. On the policy's wire a candidate's kind is its type URL and its owners
-	// are what Owners says it references; the inventory is what the client ACKed. On an error or
-	// past OwnerCheckTimeout (default 1s) the guard sends what it asked about (fail-open).
+	// goes to a client: ACCEPT sends it, WAIT and REJECT keep the version the client has. A
+	// candidate's kind is its type URL, its owners what Owners says; on an error or past
+	// OwnerCheckTimeout (default 1s) the version is sent (fail-open).
 	OwnerCheck        func() shared.OwnerCheck
 	OwnerCheckTimeout time.Duration
 	// Owners says what a resource references (default: EnvoyReferences; NewCache: nothing).
 	Owners func(typeURL string, r Resource) []Ref
 	// Logger logs refusals and decisions (default: none).
 	Logger *slog.Logger
-	// Metrics name what Collector exports, <Namespace>_nacks_total and so on (default
-	// namespace "xds_guard"), each with its ConstLabels: two guards with their own labels share
-	// one registry.
+	// Metrics name what Collector exports: <Namespace>_nacks_total ... (default "xds_guard").
 	Metrics policy.Metrics
-	// NodeIndependent says the wrapped cache answers every node alike: a MuxCache of
-	// LinearCaches chosen by type URL, as most servers with a cache per type have it. The guard
-	// then keeps one watch of it per type, shared by every stream, instead of one per stream and
-	// type: the cache works for one watch, and each of its answers is read once. A LinearCache
-	// is known to be, and needs no telling. New refuses it over a SnapshotCache, which answers
-	// by node; leave it false for a MuxCache that chooses by node.
+	// NodeIndependent says the wrapped cache answers every node alike (a MuxCache of
+	// LinearCaches by type URL): one watch of it per type serves every stream. A LinearCache
+	// needs no telling; New refuses it over a SnapshotCache.
 	NodeIndependent bool
 
-	// Bounds of what one client stream may make the guard and the server it wraps hold, checked
-	// in the request callbacks, before the server stores anything of a request: a request past
-	// one is refused with ResourceExhausted, counted in <namespace>_refusals_total{reason="limit"}
-	// (Collector) and logged (a few lines a second). The bytes of one request are the gRPC
-	// server's to bound (grpc.MaxRecvMsgSize, 4 MiB unless set), and so are the streams of one
-	// connection (grpc.MaxConcurrentStreams). NewCache reads none of these: it serves one stream
-	// per node id, only its types, and bounds the names it does not hold.
+	// Bounds of one client stream's requests (New only): a request past one is refused with
+	// ResourceExhausted before the server stores it, counted in <namespace>_refusals_total.
 	//
-	// MaxTypesPerStream bounds the type URLs one stream asks for (default 32; xDS has about ten).
+	// MaxTypesPerStream bounds the type URLs one stream asks for (default 32).
 	MaxTypesPerStream int
-	// MaxNamesPerStream bounds the resource names one stream asks for, across its types (default
-	// 100,000): the names a SotW request lists, a delta stream's subscribed names, and the names
-	// of a delta type's initial_resource_versions that it does not subscribe to (counted for the
-	// stream's life).
+	// MaxNamesPerStream bounds the resource names one stream asks for across its types (default
+	// 100,000), a delta stream's initial_resource_versions it does not subscribe to included.
 	MaxNamesPerStream int
 	// MaxStreamsPerNode bounds the streams open at once with one node id, SotW and delta
-	// together (default 64; negative: no bound); clients that share a node id share it.
+	// together (default 64; negative: no bound).
 	MaxStreamsPerNode int
 }
 
-// check refuses what no default makes sense of, naming the option.
+// check refuses what no default makes sense of, naming the option, and sets Metrics' and
+// Logger's defaults.
 func (o *Options) check() error {
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"PolicyTimeout", o.PolicyTimeout}, {"OwnerCheckTimeout", o.OwnerCheckTimeout}} {
-		if d.v < 0 {
-			return fmt.Errorf("guard: Options.%s %v: want a positive duration, or 0 for the default", d.name, d.v)
-		}
+	negative := func(name string, v any, what string) error {
+		return fmt.Errorf("guard: Options.%s %v: want a positive %s, or 0 for the default", name, v, what)
 	}
-	for _, b := range []struct {
-		name string
-		v    int
-	}{{"MaxTypesPerStream", o.MaxTypesPerStream}, {"MaxNamesPerStream", o.MaxNamesPerStream}} {
-		if b.v < 0 {
-			return fmt.Errorf("guard: Options.%s %d: want a positive bound, or 0 for the default", b.name, b.v)
-		}
-	}
-	if len(o.Plugins) > 0 && (o.RetryPolicy != nil || o.Fallback != nil || o.OwnerCheck != nil) {
+	switch {
+	case o.PolicyTimeout < 0:
+		return negative("PolicyTimeout", o.PolicyTimeout, "duration")
+	case o.OwnerCheckTimeout < 0:
+		return negative("OwnerCheckTimeout", o.OwnerCheckTimeout, "duration")
+	case o.MaxTypesPerStream < 0:
+		return negative("MaxTypesPerStream", o.MaxTypesPerStream, "bound")
+	case o.MaxNamesPerStream < 0:
+		return negative("MaxNamesPerStream", o.MaxNamesPerStream, "bound")
+	case len(o.Plugins) > 0 && (o.RetryPolicy != nil || o.Fallback != nil || o.OwnerCheck != nil):
 		return errors.New("guard: Options.Plugins and Options.RetryPolicy, Fallback or OwnerCheck: set the plugins or the policies, not both")
 	}
 	if o.Metrics.Namespace == "" {
@@ -110,14 +86,6 @@ func (o *Options) check() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
-}
-
-// checkInner refuses NodeIndependent over a cache that answers by node.
-func (o *Options) checkInner(inner cache.Cache) error {
-	if _, byNode := inner.(cache.SnapshotCache); byNode && o.NodeIndependent {
-		return errors.New("guard: Options.NodeIndependent over a SnapshotCache: it answers each node with its own snapshot, and one shared watch would serve one node's resources to every other; leave NodeIndependent false")
 	}
 	return nil
 }
@@ -141,11 +109,6 @@ func (o *Options) openPlugins() (*policy.Runtime, error) {
 	return rt, nil
 }
 
-// metricName is name in the options' namespace.
-func (o *Options) metricName(name string) string {
-	return strings.Trim(o.Metrics.Namespace, "_") + "_" + name
-}
-
 // descs are the guard's metrics, named by its options.
 type descs struct {
 	nacks, responses, withheld, clients, refusals *prometheus.Desc
@@ -153,7 +116,7 @@ type descs struct {
 
 func (o *Options) descs() descs {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(o.metricName(name), help, labels, o.Metrics.ConstLabels)
+		return prometheus.NewDesc(strings.Trim(o.Metrics.Namespace, "_")+"_"+name, help, labels, o.Metrics.ConstLabels)
 	}
 	return descs{
 		nacks:     d("nacks_total", "NACKs received from clients, by type.", "type_url"),

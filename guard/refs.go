@@ -1,57 +1,54 @@
 package guard
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"slices"
+	"sync"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kds-host/kds-host/engine"
+	kdsv1 "github.com/kds-host/kds-host/proto/kds/v1"
 )
 
 // EnvoyReferences is the reference owner policy for Envoy's resources: what a resource needs the
 // client to have accepted before it may go (make-before-break):
-//   - a Listener: the route configuration its HTTP connection manager names (RDS), whether an
-//     API listener (proxyless gRPC) or a filter chain's, and the SDS secrets its filter chains'
-//     TLS contexts name;
-//   - a RouteConfiguration: the clusters its routes send to (one, or weighted), and, through
-//     each, the cluster's own references: a route waits until the client has the cluster and
-//     its endpoints;
+//   - a Listener: the route configuration its HTTP connection managers name (RDS), API listener
+//     or filter chain's, and the SDS secrets its filter chains' TLS contexts name;
+//   - a RouteConfiguration: the clusters its routes send to (one, or weighted), and their own
+//     references (a route waits until the client has the cluster and its endpoints);
 //   - a Cluster: its load assignment when it is EDS (eds_cluster_config.service_name, else its
 //     name), and the SDS secrets its TLS context names;
 //   - other types: nothing.
 //
 // A reference the client does not ask for is not waited for, unless the guard can make the
-// client ask for it (a route's new cluster, see WarmUpHeader): a client asks for a cluster's
-// load assignment only once it has the cluster, so a new cluster is sent at once.
+// client ask for it (a route's new cluster, see WarmUpHeader).
 func EnvoyReferences(typeURL string, r Resource) []Ref {
 	switch m := r.(type) {
 	case *listener.Listener:
 		var out []Ref
-		add := func(h *hcm.HttpConnectionManager) {
-			if name := h.GetRds().GetRouteConfigName(); name != "" {
-				out = append(out, Ref{TypeURL: resource.RouteType, Name: name})
-			}
-		}
-		if a := m.GetApiListener().GetApiListener(); a != nil {
+		rds := func(tc *anypb.Any) {
 			var h hcm.HttpConnectionManager
-			if a.UnmarshalTo(&h) == nil {
-				add(&h)
+			if tc != nil && tc.UnmarshalTo(&h) == nil && h.GetRds().GetRouteConfigName() != "" {
+				out = append(out, Ref{TypeURL: resource.RouteType, Name: h.GetRds().GetRouteConfigName()})
 			}
 		}
+		rds(m.GetApiListener().GetApiListener())
 		for _, fc := range m.GetFilterChains() {
 			for _, f := range fc.GetFilters() {
-				var h hcm.HttpConnectionManager
-				if tc := f.GetTypedConfig(); tc != nil && tc.UnmarshalTo(&h) == nil {
-					add(&h)
-				}
+				rds(f.GetTypedConfig())
 			}
-			var tls tlsv3.DownstreamTlsContext
-			if tc := fc.GetTransportSocket().GetTypedConfig(); tc != nil && tc.UnmarshalTo(&tls) == nil {
-				out = appendSecrets(out, tls.GetCommonTlsContext())
-			}
+			out = appendSecrets(out, fc.GetTransportSocket().GetTypedConfig(), &tlsv3.DownstreamTlsContext{})
 		}
 		return out
 	case *route.RouteConfiguration:
@@ -82,18 +79,21 @@ func EnvoyReferences(typeURL string, r Resource) []Ref {
 			}
 			out = append(out, Ref{TypeURL: resource.EndpointType, Name: name})
 		}
-		var tls tlsv3.UpstreamTlsContext
-		if tc := m.GetTransportSocket().GetTypedConfig(); tc != nil && tc.UnmarshalTo(&tls) == nil {
-			out = appendSecrets(out, tls.GetCommonTlsContext())
-		}
-		return out
+		return appendSecrets(out, m.GetTransportSocket().GetTypedConfig(), &tlsv3.UpstreamTlsContext{})
 	}
 	return nil
 }
 
-// appendSecrets adds the SDS secrets a TLS context names: its certificates and its validation
-// context (plain or combined).
-func appendSecrets(out []Ref, c *tlsv3.CommonTlsContext) []Ref {
+// appendSecrets adds the SDS secrets the TLS context tc holds names (certificates, validation
+// context), if it is a tls.
+func appendSecrets(out []Ref, tc *anypb.Any, tls interface {
+	proto.Message
+	GetCommonTlsContext() *tlsv3.CommonTlsContext
+}) []Ref {
+	if tc == nil || tc.UnmarshalTo(tls) != nil {
+		return out
+	}
+	c := tls.GetCommonTlsContext()
 	add := func(s *tlsv3.SdsSecretConfig) {
 		if name := s.GetName(); name != "" && !slices.Contains(out, Ref{TypeURL: resource.SecretType, Name: name}) {
 			out = append(out, Ref{TypeURL: resource.SecretType, Name: name})
@@ -105,4 +105,79 @@ func appendSecrets(out []Ref, c *tlsv3.CommonTlsContext) []Ref {
 	add(c.GetValidationContextSdsSecretConfig())
 	add(c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig())
 	return out
+}
+
+// Resource is one xDS resource, decoded (an Envoy Listener, Cluster, ...).
+type Resource = proto.Message
+
+// Ref names a resource another one references: its type URL and name.
+type Ref struct {
+	TypeURL string `json:"typeUrl"`
+	Name    string `json:"name"`
+}
+
+// itemCache makes the engine's entry of each resource content once, by the hash of its
+// encoding, for every node's snapshot. It keeps two generations of entries, so that what no
+// snapshot holds any more is freed.
+type itemCache struct {
+	mu        sync.Mutex               // guards cur, prev and bad
+	cur, prev map[string]*engine.Entry // by type URL + hash
+	limit     int
+	bad       map[string]struct{} // the bad resources logged (logBad)
+}
+
+// versionOf is the version of an encoded resource: a digest of its encoding.
+func versionOf(a *anypb.Any) string {
+	sum := sha256.Sum256(a.GetValue())
+	return hex.EncodeToString(sum[:12])
+}
+
+func newItemCache() *itemCache {
+	return &itemCache{cur: map[string]*engine.Entry{}, prev: map[string]*engine.Entry{}, limit: 1 << 16, bad: map[string]struct{}{}}
+}
+
+// of returns the entry of a resource of typeURL encoded as a; m is the resource itself where the
+// wrapped cache gave it (a RawResponse), else nil and it is decoded from a by a's type URL.
+func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
+	version := versionOf(a)
+	key := typeURL + "/" + version
+	c.mu.Lock()
+	e := c.cur[key]
+	if e == nil {
+		if e = c.prev[key]; e != nil {
+			c.cur[key] = e
+		}
+	}
+	c.mu.Unlock()
+	if e != nil {
+		return e, nil
+	}
+	if m == nil {
+		var err error
+		if m, err = a.UnmarshalNew(); err != nil {
+			return nil, fmt.Errorf("decode %s as %q (a cache whose type URLs are not the resources' message names must answer with RawResponses): %w", typeURL, a.GetTypeUrl(), err)
+		}
+	}
+	e, err := entryFor(typeURL, a, version, m, owners, owners)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.cur) >= c.limit {
+		c.prev, c.cur = c.cur, map[string]*engine.Entry{}
+	}
+	c.cur[key] = e
+	c.mu.Unlock()
+	return e, nil
+}
+
+// entryFor is the engine's entry of r, encoded as a at version: its Refs (the holds') are what
+// refs says, its owner check candidate has the type URL as its kind and owners' as its owners.
+func entryFor(typeURL string, a *anypb.Any, version string, r Resource, refs, owners func(string, Resource) []Ref) (*engine.Entry, error) {
+	name := cache.GetResourceName(r)
+	env := &kdsv1.Resource{Kind: typeURL, Name: name}
+	for _, ref := range owners(typeURL, r) {
+		env.Owners = append(env.Owners, &kdsv1.ResourceKey{Kind: ref.TypeURL, Name: ref.Name})
+	}
+	return newEntry(typeURL, name, version, a, refsOf(refs(typeURL, r)), env)
 }

@@ -1,12 +1,14 @@
 package guard
 
 // What New and NewCache share: the engine they drive (internal/stack), its callbacks, the
-// insight and the counts. They differ only in where the engine's snapshots come from.
+// insight and the counts.
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -14,9 +16,8 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/status"
 
 	"github.com/kds-host/kds-host/engine"
 	"github.com/kds-host/kds-host/engine/event"
@@ -34,7 +35,8 @@ type serving struct {
 	totals   totals
 	refusals *lograte.Log // refused streams, a few lines a second per reason
 	closed   sync.Once
-	before   func() // Close runs it first (New: stops its watches of the wrapped cache)
+	before   func()                 // Close runs it first (New: stops its watches of the wrapped cache)
+	list     func() []ClientInsight // Clients, of the Guard or the Cache
 	// checkWording: an owner check's hold reads "owner check: ..." (New's), not "WAIT: ..."
 	checkWording bool
 }
@@ -95,16 +97,12 @@ func (v *serving) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cac
 // client that is sent it: give it to the gRPC server, grpc.NewServer(grpc.ForceServerCodecV2(c.Codec())).
 func (v *serving) Codec() encoding.CodecV2 { return v.s.Cache.Codec() }
 
-// counter counts NACKs and responses by type, and refused streams by reason, for the collector,
-// and logs refused streams (a few lines a second per reason).
+// counter counts NACKs and responses by type, and refused streams by reason (refused).
 func (v *serving) counter() event.Observer {
 	return event.Observer{
-		NACK: func(n event.NACK) { v.totals.add(&v.totals.nacks, n.TypeURL) },
-		Sent: func(s event.Sent) { v.totals.add(&v.totals.responses, s.TypeURL) },
-		Refused: func(r event.Refusal) {
-			v.totals.add(&v.totals.refusals, r.Reason)
-			v.refusals.Log(r.Reason, slog.LevelWarn, "xDS stream refused", "reason", r.Reason, "node", r.Node, "detail", r.Detail)
-		},
+		NACK:    func(n event.NACK) { v.totals.add(&v.totals.nacks, n.TypeURL) },
+		Sent:    func(s event.Sent) { v.totals.add(&v.totals.responses, s.TypeURL) },
+		Refused: func(r event.Refusal) { v.refused(r.Reason, r.Node, r.Detail) },
 	}
 }
 
@@ -149,27 +147,115 @@ func (v *serving) clients(client func(node string, stream int64) ClientInsight) 
 }
 
 // refused counts a refused stream by reason, and logs it (refusalLines a second per reason).
-func (v *serving) refused(reason, node string, err error) {
+func (v *serving) refused(reason, node, detail string) {
 	v.totals.add(&v.totals.refusals, reason)
-	v.refusals.Log(reason, slog.LevelWarn, "xDS stream refused", "reason", reason, "node", node, "detail", status.Convert(err).Message())
+	v.refusals.Log(reason, slog.LevelWarn, "xDS stream refused", "reason", reason, "node", node, "detail", detail)
 }
 
 // refusalLines bounds the log lines of refused streams of one reason a second.
 const refusalLines = 5
 
-// passFetch is next's REST callbacks (the engine serves streams only; New's Fetch is the wrapped
-// cache's).
-type passFetch struct{ next server.Callbacks }
-
-func (p passFetch) OnFetchRequest(ctx context.Context, req *discovery.DiscoveryRequest) error {
-	if p.next != nil {
-		return p.next.OnFetchRequest(ctx, req)
-	}
-	return nil
+// ClientInsight is what the guard knows of one client stream, the shape of kds-host's
+// /api/zones entries.
+type ClientInsight struct {
+	// Stream is the server's stream id; Delta says which server's (they number apart).
+	Stream int64          `json:"stream"`
+	Delta  bool           `json:"delta,omitempty"`
+	Node   string         `json:"node"`
+	Types  []*TypeInsight `json:"types"`
 }
 
-func (p passFetch) OnFetchResponse(req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	if p.next != nil {
-		p.next.OnFetchResponse(req, resp)
+// TypeInsight is one type on one client stream.
+type TypeInsight struct {
+	TypeURL   string     `json:"typeUrl"`
+	Responses int64      `json:"responses"`
+	ACKs      int64      `json:"acks"`
+	NACKs     int64      `json:"nacks"`
+	Resent    int64      `json:"resent"`
+	LastError string     `json:"lastError,omitempty"`
+	Withheld  []Withheld `json:"withheld,omitempty"`
+}
+
+// Withheld is a resource version the client does not get now, and why.
+type Withheld struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Reason  string `json:"reason"`
+}
+
+// totals are the guard's counts since it started, by type URL (the insight's are per open stream).
+type totals struct {
+	mu               sync.Mutex // guards nacks, responses and refusals
+	nacks, responses map[string]int64
+	refusals         map[string]int64 // by reason
+}
+
+func (t *totals) add(m *map[string]int64, typeURL string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if *m == nil {
+		*m = map[string]int64{}
 	}
+	(*m)[typeURL]++
+}
+
+// Handler serves Clients as JSON ({"items": [...], "total": N}), to mount in the server's own
+// admin listener (it reveals node ids and refusal messages: keep it where the operators are).
+func (v *serving) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			http.Error(w, "only GET", http.StatusMethodNotAllowed)
+			return
+		}
+		items := v.list()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"items": items, "total": len(items)})
+	})
+}
+
+// Collector exports the counts to Prometheus (Options.Metrics names them), and the metrics of
+// the plugins (Options.Plugins).
+func (v *serving) Collector() prometheus.Collector { return collector{v} }
+
+type collector struct{ *serving }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.descs.nacks, c.descs.responses, c.descs.withheld, c.descs.clients, c.descs.refusals} {
+		ch <- d
+	}
+	if c.rt != nil {
+		for _, pc := range c.rt.Collectors() {
+			pc.Describe(ch)
+		}
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	if c.rt != nil {
+		for _, pc := range c.rt.Collectors() {
+			pc.Collect(ch)
+		}
+	}
+	t := &c.totals
+	t.mu.Lock()
+	refusals := map[string]int64{"limit": 0, "invalid": 0} // from the start: an alert's rate misses a series' first event
+	maps.Copy(refusals, t.refusals)
+	for d, m := range map[*prometheus.Desc]map[string]int64{c.descs.nacks: t.nacks, c.descs.responses: t.responses, c.descs.refusals: refusals} {
+		for label, n := range m {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(n), label)
+		}
+	}
+	t.mu.Unlock()
+	withheld := map[string]int{}
+	clients := c.list()
+	for _, ci := range clients {
+		for _, ti := range ci.Types {
+			withheld[ti.TypeURL] += len(ti.Withheld)
+		}
+	}
+	for typeURL, n := range withheld {
+		ch <- prometheus.MustNewConstMetric(c.descs.withheld, prometheus.GaugeValue, float64(n), typeURL)
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs.clients, prometheus.GaugeValue, float64(len(clients)))
 }

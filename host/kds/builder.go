@@ -2,6 +2,7 @@ package kds
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -18,11 +19,9 @@ import (
 // whose content did not change since the previous build. Build starts from a full list; Update
 // applies changes to the last snapshot built. It is not safe for concurrent use.
 //
-// A resource that cannot be encoded (a spec written by another version, a manual fix gone wrong),
-// or that its caller could not read from the store (given to Build or Update as unreadable), does
-// not stop the others: it is left out, or, when an earlier version of it was served, that version
-// stays (its zones keep what they have), and it is listed by Unservable until a later version of
-// it encodes or it is deleted.
+// A resource that cannot be encoded, or that its caller could not read (unreadable), does not
+// stop the others: it is left out, or keeps the version served before, and is listed by
+// Unservable until a later version of it encodes or it is deleted.
 type SnapshotBuilder struct {
 	prev map[resource.Key]builtEntry // what the last snapshot holds
 	last *engine.Snapshot
@@ -33,25 +32,15 @@ type SnapshotBuilder struct {
 type Unservable struct {
 	Key        resource.Key `json:"key"`
 	Generation int64        `json:"generation"`
-	// Column is the stored column that cannot be read; empty when the row reads but cannot be
-	// encoded.
-	Column string `json:"column,omitempty"`
-	Error  string `json:"error"`
+	Column     string       `json:"column,omitempty"` // the stored column that cannot be read; empty: it cannot be encoded
+	Error      string       `json:"error"`
 }
 
 // Unservable lists the resources the last snapshot could not encode, sorted by key.
 func (b *SnapshotBuilder) Unservable() []Unservable {
-	out := make([]Unservable, 0, len(b.bad))
-	for _, u := range b.bad {
-		out = append(out, u)
-	}
+	out := slices.AppendSeq(make([]Unservable, 0, len(b.bad)), maps.Values(b.bad))
 	slices.SortFunc(out, func(a, b Unservable) int { return strings.Compare(a.Key.String(), b.Key.String()) })
 	return out
-}
-
-// refuse records that r cannot be encoded.
-func (b *SnapshotBuilder) refuse(r *resource.Resource, err error) {
-	b.unreadable(Unservable{Key: r.Key(), Generation: r.Generation, Error: err.Error()})
 }
 
 // unreadable records u.
@@ -69,8 +58,7 @@ type builtEntry struct {
 }
 
 // Build returns a snapshot of rs, the stored resources but the unreadable ones. It fails on
-// nothing: a resource that cannot be encoded, and one unreadable, is left out (or keeps its
-// earlier version) and listed by Unservable.
+// nothing: a resource that cannot be encoded, and one unreadable, is listed by Unservable.
 func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable) (*engine.Snapshot, error) {
 	next := make(map[resource.Key]builtEntry, len(rs))
 	entries := make([]*engine.Entry, 0, len(rs))
@@ -86,7 +74,7 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable
 		if !ok || be.gen != r.Generation || be.spec != string(r.Spec) {
 			e, err := NewEntry(r)
 			if err != nil {
-				b.refuse(r, err)
+				b.unreadable(Unservable{Key: key, Generation: r.Generation, Error: err.Error()})
 				if !ok {
 					continue // never served: left out
 				}
@@ -105,29 +93,20 @@ func (b *SnapshotBuilder) Build(rs []resource.Resource, unreadable ...Unservable
 			keep(u.Key, be) // served before: stays
 		}
 	}
-	s := engine.SnapshotOf(entries)
-	b.prev = next
-	b.last = s
-	return s, nil
+	b.prev, b.last = next, engine.SnapshotOf(entries)
+	return b.last, nil
 }
 
-// Update returns the last snapshot built with changed put in (created or replacing the entry
-// of the same key) and deleted taken out. Only the kinds it touches get new maps; the others
-// are shared with the last snapshot, so its cost follows the size of the change, not of the
-// snapshot (plus one copy of each touched kind's map). A change that changes nothing (same
-// generation and spec, or a delete of an absent key) returns the last snapshot itself. A resource
-// that cannot be encoded, and one of unreadable (stored resources the caller could not read), is
-// not applied (its earlier version, if any, stays) and is listed by Unservable; the rest is.
+// Update returns the last snapshot built with changed put in and deleted taken out; its cost
+// follows the size of the change. A change that changes nothing returns the last snapshot
+// itself. A resource that cannot be encoded, and one of unreadable, is not applied (its earlier
+// version, if any, stays) and is listed by Unservable; the rest is.
 func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource.Key, unreadable ...Unservable) (*engine.Snapshot, error) {
-	prev := b.last
-	if prev == nil {
-		prev = engine.SnapshotOf(nil)
+	if b.last == nil {
+		b.last = engine.SnapshotOf(nil)
 	}
-	type put struct {
-		key resource.Key
-		be  builtEntry
-	}
-	var puts []put
+	var entries []*engine.Entry
+	puts := map[resource.Key]builtEntry{}
 	for i := range changed {
 		r := &changed[i]
 		key := r.Key()
@@ -137,42 +116,37 @@ func (b *SnapshotBuilder) Update(changed []resource.Resource, deleted []resource
 		}
 		e, err := NewEntry(r)
 		if err != nil {
-			b.refuse(r, err) // the version served before, if any, stays
+			b.unreadable(Unservable{Key: key, Generation: r.Generation, Error: err.Error()}) // the version served before, if any, stays
 			continue
 		}
 		delete(b.bad, key)
-		puts = append(puts, put{key: key, be: builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}})
+		puts[key] = builtEntry{gen: r.Generation, spec: string(r.Spec), entry: e}
+		entries = append(entries, e)
 	}
 	var dels []resource.Key
+	removed := map[string][]string{}
 	for _, k := range deleted {
 		delete(b.bad, k)
 		if _, ok := b.prev[k]; ok {
 			dels = append(dels, k)
+			removed[k.Kind] = append(removed[k.Kind], k.XDSName())
 		}
 	}
 	for _, u := range unreadable {
 		b.unreadable(u) // the version served before, if any, stays
 	}
-	if len(puts) == 0 && len(dels) == 0 {
-		b.last = prev
-		return prev, nil
+	if len(entries) == 0 && len(dels) == 0 {
+		return b.last, nil
 	}
 	if b.prev == nil {
 		b.prev = map[resource.Key]builtEntry{}
 	}
-	entries := make([]*engine.Entry, len(puts))
-	removed := map[string][]string{}
-	for i, p := range puts {
-		entries[i] = p.be.entry
-		b.prev[p.key] = p.be
-	}
+	maps.Copy(b.prev, puts)
 	for _, k := range dels {
-		removed[k.Kind] = append(removed[k.Kind], k.XDSName())
 		delete(b.prev, k)
 	}
-	s := prev.Update(entries, removed)
-	b.last = s
-	return s, nil
+	b.last = b.last.Update(entries, removed)
+	return b.last, nil
 }
 
 // NewEntry encodes one resource for the wire.
@@ -194,8 +168,7 @@ func NewEntry(r *resource.Resource) (*engine.Entry, error) {
 	return e, nil
 }
 
-// Decode reads a resource out of an Any from a KDS response. The Any's type URL is the request's
-// type URL (the kind), not the message's, so it is decoded as the one envelope type it always is.
+// Decode reads a resource out of an Any from a KDS response (whose type URL is the kind's).
 func Decode(a *anypb.Any) (*kdsv1.Resource, error) {
 	r := &kdsv1.Resource{}
 	if err := proto.Unmarshal(a.GetValue(), r); err != nil {
@@ -205,7 +178,7 @@ func Decode(a *anypb.Any) (*kdsv1.Resource, error) {
 }
 
 // Source is what kds-host's entries carry (Entry.Source): the resource's key and its kds.v1
-// envelope, as owner checks and the API read them.
+// envelope.
 type Source struct {
 	Key      resource.Key
 	Resource *kdsv1.Resource

@@ -1,8 +1,7 @@
 package kds
 
 // kds-host's resources on the owner check's wire (engine/owner.Mapping): the candidate is the
-// entry's kds.v1 resource (ResourceOf), and a key's mesh is apart from its name, as kds-host's
-// plugins have always seen them.
+// entry's kds.v1 resource (ResourceOf), a key's mesh apart from its name.
 
 import (
 	"github.com/kds-host/kds-host/engine"

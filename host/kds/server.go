@@ -30,22 +30,18 @@ import (
 type ServerConfig struct {
 	// TLS serves KDS over TLS; nil serves plaintext.
 	TLS *tls.Config
-	// Authenticate names the zone a stream's credentials prove (a token in its metadata, or its
-	// client certificate), or refuses the stream with a gRPC status error (Unauthenticated,
-	// PermissionDenied). Nil accepts every stream as whatever zone its node id names.
+	// Authenticate names the zone a stream's credentials prove, or refuses the stream with a gRPC
+	// status error. Nil accepts every stream as whatever zone its node id names.
 	Authenticate func(ctx context.Context) (zone string, err error)
 	// Header is sent to each stream before anything else (the store id, for the zone).
 	Header metadata.MD
-	// MaxStreamsPerConnection bounds the streams one connection may have open (default 16: a
-	// zone needs one KDS stream and a health check).
+	// MaxStreamsPerConnection bounds the streams one connection may have open (default 16).
 	MaxStreamsPerConnection uint32
-	// Conns, when set, registers the server's connections: a stream that the response timeout
-	// closes has its connection dropped, which ends it for the zone and frees what gRPC holds for
-	// it. Nil: the stream is closed only.
+	// Conns, when set, registers the server's connections, so that a stream the response
+	// timeout closes has its connection dropped. Nil: the stream is closed only.
 	Conns *engine.Conns
-	// MaxRequestBytes bounds one message a client sends (default DefaultMaxRequestBytes): gRPC
-	// refuses a larger one as its bytes arrive, before it is decoded, and the stream ends with
-	// ResourceExhausted, counted as a refusal.
+	// MaxRequestBytes bounds one message a client sends (default DefaultMaxRequestBytes); past
+	// it the stream ends with ResourceExhausted.
 	MaxRequestBytes int
 	// Arrivals bounds how fast new streams are served, and ArrivalWait how long one waits for
 	// its turn (engine.ADSConfig's).
@@ -70,14 +66,9 @@ func NewGRPCServer(ctx context.Context, c *engine.Cache, t *engine.Tracker, cfg 
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		// A version's resources are encoded once, by the snapshot, for every stream (codec.go).
 		grpc.ForceServerCodecV2(c.Codec()),
 		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConnection),
-		// Fixed flow-control windows: what a zone sends the global is requests and ACKs, and
-		// with a dynamic window grpc-go probes the bandwidth-delay product with a PING after
-		// data it receives, which the zone answers: reads and writes a stream a write, for
-		// nothing. 1 MiB also bounds what a client can make the server hold unread below the
-		// 16 MiB a dynamic window grows to.
+		// Fixed windows: a dynamic one has grpc-go PING after each request and ACK it receives.
 		grpc.StaticStreamWindowSize(ServerWindow), grpc.StaticConnWindowSize(ServerWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Zones ping every 10s at most (zone.Keepalive, gRPC's minimum): allowed with room.
@@ -103,8 +94,7 @@ func NewGRPCServer(ctx context.Context, c *engine.Cache, t *engine.Tracker, cfg 
 }
 
 // ServerTLS loads the KDS certificate and key, or, when both are empty, makes a self-signed
-// certificate for localhost and writes it (and its key) under dir, as kds.crt and kds.key, so
-// that zones can trust it.
+// certificate for localhost and writes it under dir (kds.crt, kds.key), for zones to trust.
 func ServerTLS(certFile, keyFile, dir string) (*tls.Config, error) {
 	if (certFile == "") != (keyFile == "") {
 		return nil, fmt.Errorf("a KDS certificate and its key go together: give both or neither")
