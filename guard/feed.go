@@ -30,6 +30,7 @@ type feed struct {
 
 	mu      sync.Mutex // guards the fields below; SetNodeSnapshot is called with it, so calls for a node are in order
 	snap    *engine.Snapshot
+	pooled  *pooled                      // snap, in the guard's pool (per-node caches; nil until the first answer)
 	keys    map[string]bool              // the engine's nodes of the node's streams
 	types   map[string]map[string]string // the types watched: what each watch's last answer says it returned
 	done    chan struct{}                // closed by stop
@@ -79,6 +80,8 @@ func (f *feed) stop() {
 	if !f.stopped {
 		f.stopped = true
 		close(f.done)
+		f.g.pool.release(f.pooled)
+		f.pooled = nil
 	}
 }
 
@@ -142,6 +145,9 @@ func (f *feed) run(typeURL string) {
 func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
 	cur := f.snap.Type(typeURL)
 	next := make(map[string]*engine.Entry, len(entries))
 	if last := f.types[typeURL]; typeURL != resource.ListenerType && typeURL != resource.ClusterType && last != nil && returned != nil {
@@ -175,11 +181,14 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 	if !snap.Has(typeURL) {
 		snap = snap.Declare(typeURL)
 	}
-	f.snap = snap
 	if f.g.shared {
+		f.snap = snap
 		f.g.s.SetSnapshot(snap)
 		return
 	}
+	f.pooled = f.g.pool.share(snap, f.pooled) // another node's, when it is the same
+	snap = f.pooled.snap
+	f.snap = snap
 	for key := range f.keys {
 		f.g.s.SetNodeSnapshot(key, snap)
 	}
