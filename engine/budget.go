@@ -7,14 +7,11 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// budget bounds the bytes of the responses handed to the gRPC server and not answered yet by
-// their clients. A sender takes room before it hands a response over; the room comes back when
-// the client answers it, when it is forgotten (MaxInFlight) or taken back, and when its stream
-// closes. The room is of two parts, so that a client that stops reading costs only itself:
-//   - each stream's share, limit / streams open: a response that fits in what its stream holds
-//     of its share goes at once, whoever waits;
-//   - the pool, limit: a larger response goes when it fits in what every stream holds together
-//     and nobody waits before it (in order), or alone when nothing holds room.
+// budget bounds the bytes of the responses handed to the gRPC server and not answered yet: a
+// response takes room before it is handed over, until it is answered, forgotten or taken back,
+// or its stream closes. A response goes at once when it fits in its stream's share (limit /
+// streams open); otherwise when it fits in the pool (limit) and nobody waits before it, or
+// alone when nothing holds room.
 type budget struct {
 	mu      sync.Mutex      // guards every field, and each budgetAccount's
 	limit   int64           // 0: unbounded
@@ -78,13 +75,8 @@ func (b *budget) acquire(a *budgetAccount, n int64, stop, gone <-chan struct{}) 
 // fits reports whether n bytes of a's stream fit now: in its share, or in the pool when nobody
 // waits before them (first: they are the first waiter). Call with b.mu.
 func (b *budget) fits(a *budgetAccount, n int64, first bool) bool {
-	switch {
-	case b.limit <= 0, b.used == 0:
-		return true
-	case b.streams > 0 && a.held+n <= b.limit/b.streams:
-		return true
-	}
-	return (first || len(b.waiters) == 0) && b.used+n <= b.limit
+	return b.limit <= 0 || b.used == 0 || (b.streams > 0 && a.held+n <= b.limit/b.streams) ||
+		((first || len(b.waiters) == 0) && b.used+n <= b.limit)
 }
 
 // tryAcquire takes room for n bytes of a's stream and returns nil when they fit now; otherwise
@@ -152,10 +144,8 @@ func (b *budget) release(a *budgetAccount, n int64) {
 	for ; i < len(b.waiters) && b.fits(b.waiters[i].acct, b.waiters[i].n, true); i++ {
 		b.grant(b.waiters[i])
 	}
-	if i > 0 {
-		clear(b.waiters[:i])
-		b.waiters = b.waiters[i:]
-	}
+	clear(b.waiters[:i])
+	b.waiters = b.waiters[i:]
 	if w := a.waiter; w != nil && b.fits(a, w.n, false) {
 		b.dequeue(w)
 		b.grant(w)

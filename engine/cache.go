@@ -41,17 +41,16 @@ type Cache struct {
 	nodeSnaps       atomic.Bool                   // each session sees only its node's snapshot (UseNodeSnapshots)
 	anyType         bool                          // a type URL not in kinds is served too (ServeAnyType, before serving)
 
-	mu       sync.Mutex // guards the maps below; never held while a session's lock is
-	streams  map[int64]*Session
-	order    []*Session                                    // streams by connection (fanOutOrder); nil once they changed
-	byNode   map[string]*Session                           // each node's current (admitted) session
-	budgets  map[string]*tokenBucket                       // each node's re-request budget, until ForgetNode
-	perNode  map[string]*Snapshot                          // each node's own snapshot (SetNodeSnapshot)
-	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
-
-	sotwRequests map[*discovery.DiscoveryRequest]*Session // likewise, taken by CreateWatch
-	peak         shrink.Peak                              // of streams
-	zonePeak     shrink.Peak                              // of byNode
+	mu           sync.Mutex // guards the maps below; never held while a session's lock is
+	streams      map[int64]*Session
+	order        []*Session                                    // streams by connection (fanOutOrder); nil once they changed
+	byNode       map[string]*Session                           // each node's current (admitted) session
+	budgets      map[string]*tokenBucket                       // each node's re-request budget, until ForgetNode
+	perNode      map[string]*Snapshot                          // each node's own snapshot (SetNodeSnapshot)
+	requests     map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
+	sotwRequests map[*discovery.DiscoveryRequest]*Session      // likewise, taken by CreateWatch
+	peak         shrink.Peak                                   // of streams
+	zonePeak     shrink.Peak                                   // of byNode
 }
 
 // View is what one node may see of the snapshot, published into its session (Cache.Publish). An
@@ -563,23 +562,21 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		}
 	}
 	resources := w.answer.res[:0]
-	var removed []string
-	// What does not fit under the message limit is left dirty, for the next watch; one resource
-	// always goes.
+	// What does not fit under the message limit is left dirty, for the next watch (rest); one
+	// resource always goes.
 	limit, size := int(c.maxMessage.Load()), 0
+	var removed, sentForced, rest []string
 	var order *kindOrder // the type in name order, when every name is looked at (full)
 	all := false         // the response is all of the type, as the walk below would find it
 	if ks.full {
 		order = snap.order(w.kind)
-	}
-	if ks.full && ks.delivered.len() == 0 { // a first sync
-		all = visible == nil && c.withholder == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
-		if !all {
-			resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
+		if ks.delivered.len() == 0 { // a first sync
+			all = visible == nil && c.withholder == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
+			if !all {
+				resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
+			}
 		}
 	}
-	var sentForced []string
-	var rest []string
 	fits := func(name string, n int) bool {
 		if len(rest) > 0 || (size+n > limit && len(resources)+len(removed) > 0) {
 			rest = append(rest, name)
@@ -660,7 +657,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		for _, n := range names {
 			look(n, entries[n])
 		}
-		slices.SortFunc(resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(resources, byName)
 	}
 	ks.full = false
 	clear(ks.dirty)

@@ -20,11 +20,8 @@ import (
 
 // Session is what the server knows of one client stream, behind one lock: what the node holds
 // of each type, the responses in flight, the watches and the sender that answers them, and the
-// insight counters. The cache, the tracker and the node table read it; none keeps a copy.
-//
-// What the node holds of a type is what it was delivered, under two layers that give the
-// versions it ACKed: each response in flight remembers what the node had ACKed of its names
-// before (priors), and refused names remember what the node holds instead.
+// insight counters. What the node ACKed is what it was delivered, under two layers: each
+// response in flight's priors, and refused names.
 //
 // Invariants (under mu):
 //   - acked(type URL, name) is the priors of the oldest response in flight carrying the name;

@@ -1,10 +1,9 @@
 package engine
 
 // The delta stream loop: go-control-plane's delta server loop (pkg/server/delta/v3, v0.14)
-// reduced to what the engine needs. It runs on the RPC's goroutine, ends as soon as the stream is
-// closed, and sends the session's answered responses itself, in order, when the budget has room:
-// between requests, a write's fan-out sends them (sendNow), or a goroutine started for it (kick,
-// awaitRoom). Callbacks are called in that loop's order, one at a time (the stream's lock).
+// reduced to what the engine needs. It sends the session's answered responses itself, in order,
+// when the budget has room: on the RPC's goroutine, a write's fan-out (sendNow), or a goroutine
+// started for it (kick, awaitRoom). Callbacks are called in that loop's order, one at a time.
 
 import (
 	"context"
@@ -83,7 +82,6 @@ func serveDelta(ctx context.Context, id int64, str discovery.AggregatedDiscovery
 		s.mu.Unlock()
 		t.OnDeltaStreamClosed(id, node)
 	}()
-
 	if err := t.OnDeltaStreamOpen(ctx, id, ""); err != nil {
 		return err
 	}
