@@ -179,8 +179,9 @@ func (s *Session) release() {
 	}
 	for i, r := range s.inflight {
 		// A copy: r and its resources live in the watch it answered (watch.record, watch.answer).
+		// Not its Nonce, which go-control-plane's server may be writing still (c.nonce has it).
 		c := *r
-		c.resp = &discovery.DeltaDiscoveryResponse{TypeUrl: r.resp.TypeUrl, SystemVersionInfo: r.resp.SystemVersionInfo, Nonce: r.resp.Nonce,
+		c.resp = &discovery.DeltaDiscoveryResponse{TypeUrl: r.resp.TypeUrl, SystemVersionInfo: r.resp.SystemVersionInfo,
 			Resources: append([]*discovery.Resource(nil), r.resp.Resources...), RemovedResources: r.resp.RemovedResources}
 		s.inflight[i] = &c
 	}
