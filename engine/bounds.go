@@ -1,7 +1,6 @@
 package engine
 
-// The bounds of what one stream's requests may make the server hold, and what a closed
-// stream's session lets go of.
+// The bounds of what one stream's requests may make the server hold.
 
 import (
 	"iter"

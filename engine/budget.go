@@ -20,8 +20,7 @@ type budget struct {
 	waiters []*budgetWaiter // in the order they came: room goes to the first that fits
 }
 
-// budgetAccount is one stream's room in the budget, and its one response waiting for room.
-// Guarded by budget.mu.
+// budgetAccount is one stream's room in the budget, and its waiter (guarded by budget.mu).
 type budgetAccount struct {
 	held   int64
 	waiter *budgetWaiter

@@ -209,8 +209,7 @@ func (c *Cache) serves(typeURL string) bool {
 	return ok || c.anyType
 }
 
-// fanOutOrder lists the streams for a write's fan-out, the streams of one connection together
-// (their writes are then flushed together). The list is never changed in place.
+// fanOutOrder lists the streams for a write's fan-out, the streams of one connection together.
 func fanOutOrder(streams map[int64]*Session) []*Session {
 	return slices.SortedFunc(maps.Values(streams), func(a, b *Session) int {
 		return cmp.Or(strings.Compare(a.info.conn, b.info.conn), cmp.Compare(a.id, b.id))
@@ -425,8 +424,7 @@ func (c *Cache) closeStream(id int64) *Session {
 	return st
 }
 
-// Close ends every stream: it stops the senders, and ends the streams of the engine's own loop
-// (DeltaADS) with codes.Unavailable.
+// Close ends every stream: those of DeltaADS with codes.Unavailable.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	ids := make([]int64, 0, len(c.streams))

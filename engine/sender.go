@@ -91,8 +91,7 @@ func (s *Session) admitted(w *watch, cost int64) {
 	}
 }
 
-// next takes the first queued watch off the queue and counts its response as handed over, or
-// returns nil.
+// next takes the first queued watch off the queue and hands its response over, or returns nil.
 func (s *Session) next() *watch {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -267,8 +267,7 @@ func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion 
 	return ackedVersion{}
 }
 
-// layered reports whether anything of the type is laid over delivered: a refused name, or a
-// response in flight other than except.
+// layered reports whether a refused name or a response in flight but except is over delivered.
 func (s *Session) layered(ks *kindState, kind string, except *inflight) bool {
 	return len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != except && o.kind == kind })
 }

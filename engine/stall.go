@@ -19,8 +19,7 @@ type stallTimer struct {
 	done  bool // the stream closed, or was closed by the timer: never armed again
 }
 
-// armStallLocked arms the session's stall timer, unless it is armed or the stream is not the
-// engine's own loop's. Call with s.mu.
+// armStallLocked arms the stall timer of a stream of the engine's own loop. Call with s.mu.
 func (s *Session) armStallLocked() {
 	if s.stall.armed || s.stall.done || !s.info.loop {
 		return

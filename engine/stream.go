@@ -136,8 +136,7 @@ func (s *deltaStream) pumpKicked() {
 	})
 }
 
-// awaitRoom waits for the budget to grant the pending response its room, or for abandon to take
-// it back, and sends it and what was queued after it.
+// awaitRoom waits for the pending response's room (or abandon), then sends what is queued.
 func (s *deltaStream) awaitRoom(w *budgetWaiter) {
 	<-w.ready
 	s.run(func() error {
@@ -282,8 +281,7 @@ func (s *deltaStream) sendNow() bool {
 	return s.flush(sendNowLimit) && (drained || waiting)
 }
 
-// deliver moves the pending response, its room taken, to the outbox, numbered with the next
-// nonce (a shared one has its own). Call with s.mu.
+// deliver moves the pending response, its room taken, to the outbox, numbered. Call with s.mu.
 func (s *deltaStream) deliver() {
 	w := s.pending
 	s.pending, s.wait = nil, nil
