@@ -24,14 +24,11 @@ type ADSConfig struct {
 	// Header is sent to each stream before anything else.
 	Header metadata.MD
 	// Conns, when set, registers the server's connections (serve with its Creds): a stream that
-	// the response timeout closes has its connection dropped, which ends it for the client and
-	// frees what gRPC holds for it. Nil: the stream is closed only.
+	// the response timeout closes has its connection dropped too.
 	Conns *Conns
 	// Arrivals bounds how fast new streams are served, after they authenticate (a zero Rate: no
-	// bound): a stream beyond the rate waits its turn, unless its turn is more than ArrivalWait
-	// (default 10s) away, when it is refused at once with Unavailable, counted as a refusal
-	// ("arrivals"), and its client comes back after its backoff. The streams already served are
-	// not slowed by a fleet that arrives at once (the clients of a replica that died).
+	// bound): a stream beyond the rate waits its turn, or is refused with Unavailable (a refusal,
+	// "arrivals") when its turn is more than ArrivalWait (default DefaultArrivalWait) away.
 	Arrivals    RateLimit
 	ArrivalWait time.Duration
 }
@@ -50,12 +47,10 @@ func (c *Cache) DeltaADS(ctx context.Context, t *Tracker, cfg ADSConfig) discove
 	return a
 }
 
-// DefaultArrivalWait is how long a new stream waits for its turn under ADSConfig.Arrivals
-// unless configured.
+// DefaultArrivalWait is ADSConfig.ArrivalWait unless configured.
 const DefaultArrivalWait = 10 * time.Second
 
-// arrive waits for the stream's turn under ADSConfig.Arrivals, or refuses it when its turn is
-// more than ArrivalWait away (or the stream ends first).
+// arrive waits for the stream's turn under ADSConfig.Arrivals, or refuses it.
 func (a *ads) arrive(ctx context.Context, node string) error {
 	if a.arrivals == nil {
 		return nil
@@ -90,17 +85,16 @@ func (a *ads) StreamAggregatedResources(discovery.AggregatedDiscoveryService_Str
 // ads serves the delta half of the Aggregated Discovery Service.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	ctx     context.Context // the server's: streams end with it
-	cache   *Cache
-	streams atomic.Int64 // the last stream id given
-	tracker *Tracker
-	cfg     ADSConfig
-
-	arrivals *rate.Limiter // ADSConfig.Arrivals' (nil: no bound)
+	ctx      context.Context // the server's: streams end with it
+	cache    *Cache
+	streams  atomic.Int64 // the last stream id given
+	tracker  *Tracker
+	cfg      ADSConfig
+	arrivals *rate.Limiter // nil: no bound
 }
 
-// DeltaAggregatedResources authenticates the stream, and serves it as a stream that the tracker
-// can close (a newer stream of the same node replaces it): its end then carries the reason.
+// DeltaAggregatedResources authenticates the stream and serves it until it ends or is closed
+// (its end then carries the reason).
 func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	growStack()
 	zone := ""
@@ -120,10 +114,8 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 			return err
 		}
 	}
-	// The stream ends with the status the server closes it with: grpc-go's server stream writes
-	// it and cancels the stream, whose Recv and Send then return at once, even while the loop
-	// waits for the client's next request. (A handler's returned status comes too late for that:
-	// the Recv that the cancel ends writes its own, "context canceled", first.)
+	// The stream ends with the status it is closed with: WriteStatus ends its Recv and Send at
+	// once (a returned status would come after Recv's own, "context canceled").
 	ts, ok := grpc.ServerTransportStreamFromContext(s.Context()).(statusWriter)
 	if !ok {
 		return status.Error(codes.Internal, "the stream cannot be ended with a status: serve KDS with NewGRPCServer")
@@ -136,31 +128,23 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 	}
 	stop := context.AfterFunc(a.ctx, func() { end(status.Error(codes.Unavailable, "the control plane is stopping")) })
 	defer stop()
-	info := &streamInfo{node: zone, conn: connOf(s.Context()), close: end, loop: true}
+	info := &streamInfo{node: zone, close: end, loop: true}
+	if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
+		info.conn = p.Addr.String()
+	}
 	if a.cfg.Conns != nil {
 		info.drop = func() bool { return a.cfg.Conns.Drop(info.conn) }
 	}
 	ctx = context.WithValue(ctx, streamKey{}, info)
 	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
-	if err == nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause // closed by the tracker, or the cache closing: the client was told why
-		}
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause // closed by the tracker, or the cache closing: the client was told why
 	}
 	return err // the loop's own error first
 }
 
-// connOf names a stream's connection by its peer's address ("" when unknown).
-func connOf(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
-}
-
-// statusWriter is grpc-go's server stream (grpc.ServerTransportStreamFromContext's), which
-// ends the RPC with a status and cancels its context: what a handler's return does, from
-// another goroutine. TestAClosedStreamEndsWithItsStatus holds grpc-go to it.
+// statusWriter is grpc-go's server stream, which ends the RPC with a status from any goroutine
+// (TestAClosedStreamEndsWithItsStatus).
 type statusWriter interface {
 	WriteStatus(*status.Status) error
 }
@@ -183,10 +167,9 @@ func refusalOf(err error) string {
 // streamKey is the context key of a stream's streamInfo.
 type streamKey struct{}
 
-// streamInfo is what the server knows of a stream before the callbacks do: the node its
-// credentials prove ("" unauthenticated), and how to close it.
+// streamInfo is what the server knows of a stream before the callbacks do.
 type streamInfo struct {
-	node  string
+	node  string // the node its credentials prove ("" unauthenticated)
 	conn  string // the peer's address: the same for the streams of one connection
 	close context.CancelCauseFunc
 	drop  func() bool // drops the stream's connection, and reports whether it could (nil: it cannot)

@@ -1,9 +1,10 @@
 package engine
 
-// The bounds of what one client stream's requests may make the server hold, checked before
-// anything of a request is stored, and what a closed stream's session lets go of.
+// The bounds of what one stream's requests may make the server hold.
 
 import (
+	"iter"
+	"maps"
 	"slices"
 	"strings"
 
@@ -17,17 +18,13 @@ import (
 	"github.com/kds-host/kds-host/engine/nack"
 )
 
-// DefaultMaxRequestBytes is the bound of one request of a client, as a gRPC server of the engine
-// sets it (grpc.MaxRecvMsgSize) unless configured (kds-host: --kds-max-request): the bound of one
-// response (Limits.MaxMessage). A client's requests are ACKs, NACKs and, when a stream starts,
-// the names and versions of what it holds (about 60 bytes a name).
+// DefaultMaxRequestBytes is the bound of one request of a client (grpc.MaxRecvMsgSize) that a
+// gRPC server of the engine sets unless configured (kds-host: --kds-max-request).
 const DefaultMaxRequestBytes = 16 << 20
 
-// bound checks a request against the stream's bounds before anything of it is stored: its type
-// URL must be one the cache serves (else InvalidArgument); it must not name more resources
-// than any request may (unmarshalRequest marked it), and the names it subscribes to and, on the
-// type's first request, the names of its initial_resource_versions that the snapshot does not
-// hold must keep the stream within MaxUnknownNames such names (else ResourceExhausted).
+// bound checks a request before anything of it is stored: its type URL must be served (else
+// InvalidArgument), and its names within what a request may carry and the stream's
+// MaxUnknownNames (admitNames; else ResourceExhausted).
 func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error {
 	kind := req.GetTypeUrl()
 	if kind == "" {
@@ -43,19 +40,15 @@ func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error 
 	return s.admitNames(kind, req, t.limits.MaxUnknownNames)
 }
 
-// The fields of a DeltaDiscoveryRequest that name resources: subscribed, unsubscribed, initial
-// versions, and the locators of both.
+// The fields of a DeltaDiscoveryRequest that name resources.
 var requestNameFields = [...]protowire.Number{3, 4, 5, 8, 9}
 
-// requestNamesField marks, among a request's unknown fields, how many names the request carried
-// when unmarshalRequest decoded it without them: a field number no xDS message uses.
+// requestNamesField is the unknown field in which unmarshalRequest marks the names it left out.
 const requestNamesField = protowire.MaxValidNumber
 
-// unmarshalRequest decodes a client's request, having counted the names in its encoding first. A
-// request with more names than any request may carry (the largest type's, and MaxUnknownNames
-// more) is decoded without them, marked with their count (requestNamesField), and refused by
-// Tracker.bound: a request costs its bytes, not the maps its names would make (about 100 bytes a
-// name, from 30 on the wire).
+// unmarshalRequest decodes a client's request. One with more names than any request may carry
+// (namesPerRequest) is decoded without them, marked with their count (requestNamesField), for
+// Tracker.bound to refuse.
 func (c *Cache) unmarshalRequest(data mem.BufferSlice, req *discovery.DeltaDiscoveryRequest) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
@@ -71,7 +64,16 @@ func (c *Cache) unmarshalRequest(data mem.BufferSlice, req *discovery.DeltaDisco
 		}
 		rest = rest[size:]
 	}
-	if n <= c.namesPerRequest(n) {
+	// A request may carry MaxUnknownNames names, and the size of the largest type more.
+	limit := int(c.maxUnknown.Load())
+	if n > limit {
+		largest, snap := 0, c.snap.Load()
+		for _, kind := range c.kinds {
+			largest = max(largest, len(snap.Type(kind)))
+		}
+		limit += largest
+	}
+	if n <= limit {
 		return proto.Unmarshal(b, req)
 	}
 	kept := make([]byte, 0, 512)
@@ -84,21 +86,6 @@ func (c *Cache) unmarshalRequest(data mem.BufferSlice, req *discovery.DeltaDisco
 	}
 	kept = protowire.AppendVarint(protowire.AppendTag(kept, requestNamesField, protowire.VarintType), uint64(n))
 	return proto.Unmarshal(kept, req)
-}
-
-// namesPerRequest is how many names a request may carry, when it carries n: any number up to
-// MaxUnknownNames, else up to that and the size of the largest type served.
-func (c *Cache) namesPerRequest(n int) int {
-	limit := int(c.maxUnknown.Load())
-	if n <= limit {
-		return limit
-	}
-	largest := 0
-	snap := c.snap.Load()
-	for _, kind := range c.kinds {
-		largest = max(largest, len(snap.Type(kind)))
-	}
-	return limit + largest
 }
 
 // markedNames is the count of names unmarshalRequest left out of req (0: none).
@@ -117,11 +104,10 @@ func markedNames(req *discovery.DeltaDiscoveryRequest) int {
 	return 0
 }
 
-// admitNames counts the names a request subscribes to (and forgets those it unsubscribes from),
-// and on the type's first request on the stream the names of its initial_resource_versions, that
-// the snapshot does not hold; it refuses the request, changing nothing, as soon as the stream
-// would hold more than max such names. What it counts it keeps (Session.unknown) until the
-// stream closes.
+// admitNames counts, in Session.unknown, the names the snapshot does not hold that a request
+// subscribes to (forgetting those it unsubscribes from) or, on the type's first request, reports
+// in initial_resource_versions; it refuses the request, changing nothing, once the stream would
+// hold more than max.
 func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, max int) error {
 	subscribe, unsubscribe := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
 	initial := req.GetInitialResourceVersions()
@@ -145,32 +131,19 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 			gone++
 		}
 	}
-	// add holds at most max+1 names: the request is refused at the first name past the bound.
 	add := map[string]struct{}{}
-	count := func(n string) error {
-		if _, ok := entries[n]; ok || n == "*" {
-			return nil
-		}
-		if _, ok := known[n]; ok {
-			return nil
-		}
-		if _, ok := add[n]; ok {
-			return nil
-		}
-		add[n] = struct{}{}
-		if total-gone+len(add) > max {
-			return status.Errorf(codes.ResourceExhausted, "this stream would hold more than %d names the global does not hold, subscribed or reported in initial_resource_versions (--kds-max-unknown-names)", max)
-		}
-		return nil
-	}
-	for _, n := range subscribe {
-		if err := count(n); err != nil {
-			return err
-		}
-	}
-	for n := range initial {
-		if err := count(n); err != nil {
-			return err
+	for _, names := range []iter.Seq[string]{slices.Values(subscribe), maps.Keys(initial)} {
+		for n := range names {
+			_, served := entries[n]
+			_, had := known[n]
+			_, added := add[n]
+			if served || had || added || n == "*" {
+				continue
+			}
+			add[n] = struct{}{}
+			if total-gone+len(add) > max {
+				return status.Errorf(codes.ResourceExhausted, "this stream would hold more than %d names the global does not hold, subscribed or reported in initial_resource_versions (--kds-max-unknown-names)", max)
+			}
 		}
 	}
 	for _, n := range unsubscribe {
@@ -192,28 +165,22 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 	return nil
 }
 
-// release lets go of what a closed stream's session kept for the stream alone, so that what
-// stays readable through the node's grace (what the node holds and ACKed, the insight counters)
-// is all it costs: the names counted against the bounds, the answered watches and the
-// stream loop's functions (which hold the loop's subscriptions, and so every name and initial
-// version the node's requests carried), and the watches its responses in flight were answers
-// to (each holds its request). Call once the stream has closed.
+// release lets go of what a closed stream's session kept for the stream alone: it keeps what
+// the node ACKed and the insight. Call once the stream has closed.
 func (s *Session) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unknown = nil
 	s.queue = nil
 	if s.kick != nil {
-		// A session go-control-plane's server serves never has them, and is signalled without
-		// its lock (signal reads kick): no write here then.
+		// Not written otherwise: such a session is signalled without its lock.
 		s.sendNow, s.kick = nil, nil
 	}
 	for i, r := range s.inflight {
-		// A response's record, and the array of its one resource, live in the watch it answered
-		// (watch.record, watch.answer); copies hold what the node was sent and had before, and
-		// not the watch.
+		// A copy: r and its resources live in the watch it answered (watch.record, watch.answer).
+		// Not its Nonce, which go-control-plane's server may be writing still (c.nonce has it).
 		c := *r
-		c.resp = &discovery.DeltaDiscoveryResponse{TypeUrl: r.resp.TypeUrl, SystemVersionInfo: r.resp.SystemVersionInfo, Nonce: r.resp.Nonce,
+		c.resp = &discovery.DeltaDiscoveryResponse{TypeUrl: r.resp.TypeUrl, SystemVersionInfo: r.resp.SystemVersionInfo,
 			Resources: append([]*discovery.Resource(nil), r.resp.Resources...), RemovedResources: r.resp.RemovedResources}
 		s.inflight[i] = &c
 	}
@@ -222,8 +189,8 @@ func (s *Session) release() {
 	})
 }
 
-// nodeOf names, for a refusal, the node of a stream: the node it serves (node, once admitted),
-// else the node its credentials prove, else the node id its request claims (shortened).
+// nodeOf names, for a refusal, the node of a stream: node once admitted, else the node its
+// credentials prove, else the node id its request claims (shortened).
 func nodeOf(s *Session, node, claimed string) string {
 	switch {
 	case node != "":
@@ -234,9 +201,8 @@ func nodeOf(s *Session, node, claimed string) string {
 	return nack.Truncate(claimed, 64)
 }
 
-// refused reads a failed Recv of a stream: gRPC refused a request larger than the server's bound
-// (ResourceExhausted, grpc.MaxRecvMsgSize; grpc-go has written that status to the client), which
-// is counted and returned as the stream's end; nil for any other end.
+// refused counts a failed Recv that refused a request over grpc.MaxRecvMsgSize and returns it
+// as the stream's end; nil for any other end.
 func (t *Tracker) refused(s *Session, recvErr error) error {
 	if status.Code(recvErr) != codes.ResourceExhausted {
 		return nil

@@ -7,26 +7,11 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// budget bounds the bytes of the responses the cache has handed to the gRPC server and the
-// clients have not answered yet. gRPC encodes a response when the server sends it and keeps the
-// encoded message until the client has read it, so a full sync of every node at once would
-// otherwise hold every node's whole state encoded at the same time (100 nodes x 10,000
-// resources: hundreds of MB at the peak). A sender takes room before it hands a response over;
-// the room comes back when the client answers it (ACK or NACK), when it is forgotten
-// (MaxInFlight) or taken back, and when its stream closes.
-//
-// The room is of two parts, so that a client that stops reading costs only itself:
-//   - each stream's share, limit / streams open: a response that fits in what its stream holds
-//     of its share goes at once, whoever waits (an update, most often). The shares add up to the
-//     limit.
-//   - the pool, limit: a larger response goes when it fits in what every stream holds together
-//     and nobody waits before it, in the order they came, or alone when nothing holds room (one
-//     larger than the limit).
-//
-// So every stream together holds at most twice the limit (and one response larger than it), and
-// a stream that does not read holds at most what it was given before it stopped; the stream's
-// response timeout (Limits.ResponseTimeout) gives that back. No response waits on a stream that
-// does not read but one larger than its share, and that until the timeout at the latest.
+// budget bounds the bytes of the responses handed to the gRPC server and not answered yet: a
+// response takes room before it is handed over, until it is answered, forgotten or taken back,
+// or its stream closes. A response goes at once when it fits in its stream's share (limit /
+// streams open); otherwise when it fits in the pool (limit) and nobody waits before it, or
+// alone when nothing holds room.
 type budget struct {
 	mu      sync.Mutex      // guards every field, and each budgetAccount's
 	limit   int64           // 0: unbounded
@@ -35,17 +20,14 @@ type budget struct {
 	waiters []*budgetWaiter // in the order they came: room goes to the first that fits
 }
 
-// budgetAccount is one stream's room in the budget: what it holds, and its response waiting for
-// room, if any (a stream sends its responses in order: one waits at a time). Guarded by budget.mu.
+// budgetAccount is one stream's room in the budget, and its waiter (guarded by budget.mu).
 type budgetAccount struct {
 	held   int64
 	waiter *budgetWaiter
 }
 
-// budgetWaiter is a response waiting for room: when room comes back, release takes it on the
-// waiter's behalf and signals ready. A waiter is woken once, when it got its room, and no other
-// waiter is woken for it: with thousands of streams waiting in a full sync, a release wakes the
-// one or few that now fit, not all of them.
+// budgetWaiter is a response waiting for room: release takes the room on its behalf and
+// signals ready, waking only the waiters that now fit.
 type budgetWaiter struct {
 	n       int64
 	acct    *budgetAccount
@@ -63,15 +45,12 @@ func (b *budget) setLimit(limit int64) {
 }
 
 // opened and closed count the streams that share the limit.
-func (b *budget) opened() {
-	b.mu.Lock()
-	b.streams++
-	b.mu.Unlock()
-}
+func (b *budget) opened() { b.addStreams(1) }
+func (b *budget) closed() { b.addStreams(-1) }
 
-func (b *budget) closed() {
+func (b *budget) addStreams(n int64) {
 	b.mu.Lock()
-	b.streams--
+	b.streams += n
 	b.mu.Unlock()
 }
 
@@ -95,18 +74,12 @@ func (b *budget) acquire(a *budgetAccount, n int64, stop, gone <-chan struct{}) 
 // fits reports whether n bytes of a's stream fit now: in its share, or in the pool when nobody
 // waits before them (first: they are the first waiter). Call with b.mu.
 func (b *budget) fits(a *budgetAccount, n int64, first bool) bool {
-	switch {
-	case b.limit <= 0, b.used == 0:
-		return true
-	case b.streams > 0 && a.held+n <= b.limit/b.streams:
-		return true
-	}
-	return (first || len(b.waiters) == 0) && b.used+n <= b.limit
+	return b.limit <= 0 || b.used == 0 || (b.streams > 0 && a.held+n <= b.limit/b.streams) ||
+		((first || len(b.waiters) == 0) && b.used+n <= b.limit)
 }
 
 // tryAcquire takes room for n bytes of a's stream and returns nil when they fit now; otherwise
-// it takes nothing and returns the waiter, queued, whose ready is signalled once room was taken
-// for it.
+// it returns a queued waiter, whose ready is signalled once room was taken for it.
 func (b *budget) tryAcquire(a *budgetAccount, n int64) *budgetWaiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -170,25 +143,15 @@ func (b *budget) release(a *budgetAccount, n int64) {
 	for ; i < len(b.waiters) && b.fits(b.waiters[i].acct, b.waiters[i].n, true); i++ {
 		b.grant(b.waiters[i])
 	}
-	if i > 0 {
-		clear(b.waiters[:i])
-		b.waiters = b.waiters[i:] // no copy: the next append that grows it leaves the front behind
-	}
+	clear(b.waiters[:i])
+	b.waiters = b.waiters[i:]
 	if w := a.waiter; w != nil && b.fits(a, w.n, false) {
 		b.dequeue(w)
 		b.grant(w)
 	}
 }
 
-// inUse is the room taken now.
-func (b *budget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
-
-// responseCost estimates the bytes of a response on the wire: what it carries, without encoding
-// it.
+// responseCost estimates the bytes of a response on the wire, without encoding it.
 func responseCost(resp *discovery.DeltaDiscoveryResponse) int64 {
 	n := int64(64)
 	for _, r := range resp.Resources {

@@ -198,3 +198,10 @@ func TestTheBudgetGrantsWaitersInOrderAndWakesOnlyThem(t *testing.T) {
 	g.Expect(b.inUse()).To(Equal(int64(81)))
 	g.Expect([]int64{a1.held, a2.held, a3.held, a0.held}).To(Equal([]int64{60, 0, 20, 1}))
 }
+
+// inUse is the room taken now.
+func (b *budget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}

@@ -19,22 +19,9 @@ import (
 	"github.com/kds-host/kds-host/internal/shrink"
 )
 
-// Cache is the ConfigWatcher behind the delta server: it answers each stream's watches from the
-// current Snapshot, as seen through the node's View (UseViews), and lets the retry scheduler force names
-// to be sent again.
-//
-// It avoids the flaws of go-control-plane's stock caches. It never sends on a stream's response
-// channel while holding a lock, or from the stream's own goroutine: each stream has one sender
-// goroutine that feeds the channel in order (so with 32 types or more nothing deadlocks on the
-// channel's 20 slots, go-control-plane issue 875). Each stream has its own lock, so a thousand
-// streams are answered in parallel, and a snapshot update looks at the changed names of each
-// stream only: nothing copies a type's map per stream per write.
-//
-// Each stream is a Session: per type, what the node was sent (delivered: the versions of the
-// responses handed to the server, not what the delta server thinks it sent) and the names that
-// may differ from the snapshot (dirty). Since the delta server marks a resource as known when it
-// is sent and never resends after a NACK, the names the retry scheduler forces are dirty until
-// sent again. The cache is also the registry of sessions: by stream, and each node's current one.
+// Cache is the ConfigWatcher behind the xDS servers and the registry of their sessions: it
+// answers each stream's watches from the current Snapshot, as the node's View shows it
+// (UseViews), and lets the retry scheduler force names to be sent again.
 type Cache struct {
 	kinds  []string       // the type URLs served, in the order that responses ready together go in
 	kindAt map[string]int // type URL -> its place in kinds
@@ -42,8 +29,8 @@ type Cache struct {
 	budget          *budget                     // bytes of the responses in flight, across streams
 	maxMessage      atomic.Int64                // bytes of one response at most (Limits.MaxMessage)
 	maxUnknown      atomic.Int64                // names a stream may hold that the snapshot does not (Limits.MaxUnknownNames)
-	responseTimeout atomic.Int64                // a time.Duration: how long a response may stay unanswered (Limits.ResponseTimeout; <= 0: for ever)
-	onStall         func(event.Refusal)         // tells of a stream closed for a response unanswered too long (set before serving)
+	responseTimeout atomic.Int64                // a time.Duration (Limits.ResponseTimeout; <= 0: for ever)
+	onStall         func(event.Refusal)         // tells of a stream closed for a stalled response (set before serving)
 	onUnbound       atomic.Pointer[func(error)] // OnUnbound
 	withholder      Withholder                  // reference holds (SetWithholder, before serving); nil: none
 	snap            atomic.Pointer[Snapshot]
@@ -54,30 +41,26 @@ type Cache struct {
 	nodeSnaps       atomic.Bool                   // each session sees only its node's snapshot (UseNodeSnapshots)
 	anyType         bool                          // a type URL not in kinds is served too (ServeAnyType, before serving)
 
-	mu       sync.Mutex // guards the maps below; never held while a session's lock is
-	streams  map[int64]*Session
-	order    []*Session                                    // streams by connection (fanOutOrder); nil once they changed
-	byNode   map[string]*Session                           // each node's current (admitted) session
-	budgets  map[string]*tokenBucket                       // each node's re-request budget, across its streams, until ForgetNode
-	perNode  map[string]*Snapshot                          // each node's own snapshot (SetNodeSnapshot)
-	requests map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
-	// sotwRequests: likewise for SotW requests, taken by CreateWatch
-	sotwRequests map[*discovery.DiscoveryRequest]*Session
-	peak         shrink.Peak // of streams
-	zonePeak     shrink.Peak
+	mu           sync.Mutex // guards the maps below; never held while a session's lock is
+	streams      map[int64]*Session
+	order        []*Session                                    // streams by connection (fanOutOrder); nil once they changed
+	byNode       map[string]*Session                           // each node's current (admitted) session
+	budgets      map[string]*tokenBucket                       // each node's re-request budget, until ForgetNode
+	perNode      map[string]*Snapshot                          // each node's own snapshot (SetNodeSnapshot)
+	requests     map[*discovery.DeltaDiscoveryRequest]*Session // set by the callbacks, taken by CreateDeltaWatch
+	sotwRequests map[*discovery.DiscoveryRequest]*Session      // likewise, taken by CreateWatch
+	peak         shrink.Peak                                   // of streams
+	zonePeak     shrink.Peak                                   // of byNode
 }
 
-// View is what one node may see of the snapshot, as its publisher (owner holds) last decided:
-// published into the node's session (Cache.Publish) and read by the cache under the session's
-// lock, with no lock of the publisher's. An entry it hides is not sent; a node that already has
-// an older version of it keeps that one. It is read-only.
+// View is what one node may see of the snapshot, published into its session (Cache.Publish). An
+// entry it hides is not sent; a node that has an older version keeps that one. It is read-only.
 type View interface {
 	// Visible reports whether the node may see e.
 	Visible(e *Entry) bool
 	// None reports that the node may see nothing at all yet (its filter has not decided yet).
 	None() bool
-	// SeesAll reports that the node may see every entry of snap, as it is: Visible of each
-	// would be true (the cache then asks no entry).
+	// SeesAll reports that Visible would be true of every entry of snap.
 	SeesAll(snap *Snapshot) bool
 	// Seq orders the views of one node: a later one has a larger Seq.
 	Seq() uint64
@@ -105,10 +88,8 @@ func NewCache(typeURLs []string) *Cache {
 	return c
 }
 
-// SetSnapshot replaces what is served and answers every open watch that now has something new.
-// When s was derived from the snapshot served (Snapshot.Update), each stream looks at the changed
-// names of the changed types only; otherwise at every name. Streams are answered in parallel, one
-// worker a core.
+// SetSnapshot replaces what is served and answers every open watch that now has something new:
+// at the changed names only when s was derived from the snapshot served (Snapshot.Update).
 func (c *Cache) SetSnapshot(s *Snapshot) {
 	changed, delta := s.ChangesFrom(c.snap.Load())
 	v := strconv.FormatInt(c.versions.Add(1), 10)
@@ -125,14 +106,7 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	}
 	streams := c.order
 	c.mu.Unlock()
-	// The types to look at, by their place in the cache's order: every type, or those the write
-	// changed.
-	kinds := make([]int, 0, len(c.kinds))
-	for i, k := range c.kinds {
-		if !delta || len(changed[k]) > 0 {
-			kinds = append(kinds, i)
-		}
-	}
+	kinds := c.changedKinds(changed, delta)
 	if c.nodeSnaps.Load() {
 		return // every session reads its node's snapshot
 	}
@@ -146,16 +120,25 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	})
 }
 
-// answerSession answers a write to st (answerWrite), and has what it queued sent. Call with
-// st.mu, which it releases.
+// answerSession makes the write's changed names (of the types at kinds, places in Cache.kinds;
+// every name unless delta) dirty for st, answers its watches, and has what it queued sent. Call
+// with st.mu, which it releases.
 func (c *Cache) answerSession(st *Session, kinds []int, changed map[string][]string, delta bool) {
 	st.deferWake = true
-	c.answerWrite(st, kinds, changed, delta)
+	for _, i := range kinds {
+		if ks := st.kinds.known[i]; ks != nil { // nil: not subscribed
+			c.answerKind(st, ks, changed[c.kinds[i]], delta)
+		}
+	}
+	for kind, ks := range st.kinds.other { // ServeAnyType's
+		if !delta || len(changed[kind]) > 0 {
+			c.answerKind(st, ks, changed[kind], delta)
+		}
+	}
 	st.deferWake = false
 	queued, sendNow, kick := len(st.queue) > 0, st.sendNow, st.kick
 	st.mu.Unlock()
-	// A stream of the engine's own loop that is in step sends its answer here, as a server
-	// with no loop would: no other goroutine at work a stream a write.
+	// A stream of the engine's own loop in step sends its answer on this goroutine.
 	if queued && (sendNow == nil || !sendNow()) {
 		if kick != nil {
 			kick()
@@ -166,15 +149,12 @@ func (c *Cache) answerSession(st *Session, kinds []int, changed map[string][]str
 }
 
 // UseNodeSnapshots makes each session see only its node's snapshot (SetNodeSnapshot), and
-// nothing, its watches left open, until one is set: as a go-control-plane SnapshotCache serves
-// a node. Call it before serving.
+// nothing until one is set. Call it before serving.
 func (c *Cache) UseNodeSnapshots() { c.nodeSnaps.Store(true) }
 
 // SetNodeSnapshot replaces what node's sessions see, instead of the snapshot SetSnapshot sets
-// (nil: they see that one again; with UseNodeSnapshots, nothing). It answers the node's open
-// watches that now have something new: when s was derived from the node's snapshot before
-// (Snapshot.Update), each looks at the changed names only. Other nodes' sessions are not looked
-// at. Calls for one node must not run concurrently.
+// (nil: they see that one again; with UseNodeSnapshots, nothing), and answers the node's open
+// watches as SetSnapshot does. Calls for one node must not run concurrently.
 func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
 	c.mu.Lock()
 	if s == nil {
@@ -190,41 +170,28 @@ func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
 	st.mu.Lock()
 	changed, delta := s.ChangesFrom(st.own.Load())
 	st.own.Store(s)
+	c.answerSession(st, c.changedKinds(changed, delta), changed, delta)
+}
+
+// changedKinds is the places in c.kinds of the types a write changed (every type unless delta).
+func (c *Cache) changedKinds(changed map[string][]string, delta bool) []int {
 	kinds := make([]int, 0, len(c.kinds))
 	for i, k := range c.kinds {
 		if !delta || len(changed[k]) > 0 {
 			kinds = append(kinds, i)
 		}
 	}
-	c.answerSession(st, kinds, changed, delta)
+	return kinds
 }
 
-// answerWrite makes the write's changed names (those of the types at kinds, their places in the
-// cache's order; every name unless delta) dirty for the session, and answers its watches. Call
-// with st.mu.
-func (c *Cache) answerWrite(st *Session, kinds []int, changed map[string][]string, delta bool) {
-	for _, i := range kinds {
-		if ks := st.kinds.known[i]; ks != nil { // nil: not subscribed
-			c.answerKind(st, ks, changed[c.kinds[i]], delta)
-		}
-	}
-	for kind, ks := range st.kinds.other { // ServeAnyType's
-		if !delta || len(changed[kind]) > 0 {
-			c.answerKind(st, ks, changed[kind], delta)
-		}
-	}
-}
-
-// answerKind is answerWrite of one type, whose changed names are changed. Call with st.mu.
+// answerKind is answerSession of one type, whose changed names are changed. Call with st.mu.
 func (c *Cache) answerKind(st *Session, ks *kindState, changed []string, delta bool) {
 	var names []string
 	switch {
 	case !delta:
 		ks.full = true
 	case len(ks.dirty) == 0 && !ks.full && ks.watch != nil && !ks.watch.answered:
-		// A stream in step, most often: its open watch looks at the changed names as they are,
-		// without making them dirty first.
-		names = changed
+		names = changed // a stream in step: no need to make them dirty first
 	default:
 		for _, n := range changed {
 			ks.markDirty(n)
@@ -233,8 +200,7 @@ func (c *Cache) answerKind(st *Session, ks *kindState, changed []string, delta b
 	c.evaluateLocked(st, ks, names)
 }
 
-// ServeAnyType makes the cache serve a type URL it was not made for too, after its own (a
-// wrapped cache's types are not known in advance). Call it before serving.
+// ServeAnyType makes the cache serve type URLs it was not made for too. Call it before serving.
 func (c *Cache) ServeAnyType() { c.anyType = true }
 
 // serves reports whether the cache serves typeURL.
@@ -243,19 +209,14 @@ func (c *Cache) serves(typeURL string) bool {
 	return ok || c.anyType
 }
 
-// fanOutOrder lists the streams for a write's fan-out, the streams of one connection together:
-// grpc-go's writer of a connection flushes what its streams queued while it was writing in one
-// system call, so a connection's streams sent back to back share their writes and the nodes'
-// answers come back together, when streams share connections. The list is kept until a stream
-// opens or closes, and never changed in place (a fan-out may still be reading it).
+// fanOutOrder lists the streams for a write's fan-out, the streams of one connection together.
 func fanOutOrder(streams map[int64]*Session) []*Session {
 	return slices.SortedFunc(maps.Values(streams), func(a, b *Session) int {
 		return cmp.Or(strings.Compare(a.info.conn, b.info.conn), cmp.Compare(a.id, b.id))
 	})
 }
 
-// fanOut runs f on every stream, on as many goroutines as there are cores, and returns when all
-// are done.
+// fanOut runs f on every stream, one goroutine a core, and returns when all are done.
 func (c *Cache) fanOut(streams []*Session, f func(*Session)) {
 	workers := min(runtime.GOMAXPROCS(0), len(streams))
 	if workers <= 1 {
@@ -285,8 +246,7 @@ func (c *Cache) versionInfo() string {
 }
 
 // UseViews(true) makes each session see only what the View published into it shows (Publish),
-// and nothing before its first; UseViews(false), the default, shows every session the whole
-// snapshot.
+// and nothing before its first; UseViews(false), the default, shows the whole snapshot.
 func (c *Cache) UseViews(on bool) { c.views.Store(on) }
 
 // Refresh re-evaluates the named entries (type URL -> xDS names) of a node's streams, after its
@@ -297,7 +257,7 @@ func (c *Cache) Refresh(node string, names map[string][]string) {
 	}
 }
 
-// Current is the node's current session: the stream it was admitted on last, while open.
+// Current is the session of the stream the node was admitted on last, while open.
 func (c *Cache) Current(node string) *Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -323,16 +283,14 @@ func (c *Cache) NodeSnapshot(node string) (snap *Snapshot, only bool) {
 }
 
 // Resend makes the stream send the named resources (type URL -> xDS names) again, although the
-// node was already sent their current version (it rejected them). Names no longer served are
-// ignored. Only the named names of the named types are looked at.
+// node was already sent their current version. Names no longer served are ignored.
 func (c *Cache) Resend(streamID int64, names map[string][]string) {
 	if st := c.Session(streamID); st != nil {
 		st.Resend(names)
 	}
 }
 
-// mark makes names (type URL -> names) dirty, forced too when force, and answers the open watches
-// that now have something to send.
+// mark makes names (type URL -> names) dirty, forced too when force, and answers the watches.
 func (st *Session) mark(names map[string][]string, force bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -362,11 +320,10 @@ func (st *Session) mark(names map[string][]string, force bool) {
 	}
 }
 
-// bindRequest tells the cache which session a request belongs to, and which names of its type
-// to send again although the node was sent them (a re-request); the delta server calls the
-// request callback and then CreateDeltaWatch with the same request, on the stream's goroutine.
+// bindRequest tells the cache which session a request belongs to (for CreateDeltaWatch), and
+// which names of its type to send again although the node was sent them (a re-request).
 func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, again []string) {
-	if !st.info.loop { // the engine's own loop hands the request to watchFor with the session
+	if !st.info.loop { // the engine's own loop calls openWatch with the session
 		c.mu.Lock()
 		c.requests[req] = st
 		c.mu.Unlock()
@@ -382,8 +339,7 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 	}
 }
 
-// openSession starts the session of a new stream, and its sender unless the engine's own stream
-// loop sends its responses.
+// openSession starts the session of a new stream, and its sender unless the stream loop sends.
 func (c *Cache) openSession(id int64, info *streamInfo, sotw bool) *Session {
 	st := newSession(c, id, info, sotw)
 	c.budget.opened()
@@ -424,8 +380,7 @@ func (c *Cache) admit(st *Session, zone string, maxZones int) (replaced *Session
 	return old, nil
 }
 
-// ForgetNode frees what the cache keeps of a node across its streams (its re-request budget),
-// once the node's grace after its last stream is over.
+// ForgetNode frees the node's re-request budget, once its grace after its last stream is over.
 func (c *Cache) ForgetNode(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -434,9 +389,7 @@ func (c *Cache) ForgetNode(node string) {
 	}
 }
 
-// closeStream frees a stream's session and stops its sender. The delta server cancels every
-// watch of a stream before it calls the close callback, so nothing is left to send. The session
-// stays readable (what its node had ACKed) for whoever keeps it, and nothing more (release).
+// closeStream frees a stream's session and stops its sender; the session stays readable.
 func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Lock()
 	st := c.streams[id]
@@ -447,16 +400,9 @@ func (c *Cache) closeStream(id int64) *Session {
 		delete(c.byNode, st.node)
 		c.byNode = shrink.Map(c.byNode, &c.zonePeak)
 	}
-	for req, s := range c.requests {
-		if s == st {
-			delete(c.requests, req) // bound, but its watch was never created
-		}
-	}
-	for req, s := range c.sotwRequests {
-		if s == st {
-			delete(c.sotwRequests, req)
-		}
-	}
+	// Bound, but their watches were never created.
+	maps.DeleteFunc(c.requests, func(_ *discovery.DeltaDiscoveryRequest, s *Session) bool { return s == st })
+	maps.DeleteFunc(c.sotwRequests, func(_ *discovery.DiscoveryRequest, s *Session) bool { return s == st })
 	if len(c.requests) == 0 {
 		c.requests = map[*discovery.DeltaDiscoveryRequest]*Session{} // it is empty between requests
 	}
@@ -478,16 +424,13 @@ func (c *Cache) closeStream(id int64) *Session {
 	return st
 }
 
-// Close ends every stream: it stops the senders, and ends the streams of the engine's own loop
-// (DeltaADS) with codes.Unavailable.
+// Close ends every stream: those of DeltaADS with codes.Unavailable.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	ids := make([]int64, 0, len(c.streams))
 	for id, st := range c.streams {
 		ids = append(ids, id)
-		if st.info.loop {
-			// The engine's own stream loop ends with its stream, closed with this status: the
-			// node is told why.
+		if st.info.loop { // the node is told why
 			st.info.close(status.Error(codes.Unavailable, "the control plane is stopping"))
 		}
 	}
@@ -497,8 +440,7 @@ func (c *Cache) Close() {
 	}
 }
 
-// CreateDeltaWatch implements cache.ConfigWatcher. It never blocks: a response that is ready is
-// queued for the stream's sender.
+// CreateDeltaWatch implements cache.ConfigWatcher. It never blocks.
 func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
 	c.mu.Lock()
 	st, ok := c.requests[req]
@@ -507,45 +449,26 @@ func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache
 	if !ok {
 		return nil, c.unbound()
 	}
-	return c.watchFor(st, req, sub, out), nil
-}
-
-// watchFor is CreateDeltaWatch for the request's session st.
-func (c *Cache) watchFor(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) func() {
 	w := c.openWatch(st, req, sub, out, nil)
-	return func() { c.cancel(st, w) }
+	return func() { c.cancel(st, w) }, nil
 }
 
-// openWatch opens the watch of watchFor, which cancel closes: the engine's own stream loop holds
-// st, hands its requests to the tracker and then here with it, with no lookup, and keeps the watch
-// (no cancel func made on every request).
-//
-// old is the type's watch that the engine's own stream loop has just canceled (nil: none). A
-// node's every ACK opens its type's watch anew, so the new watch is old itself, made afresh, when
-// nothing holds old any more: its response, if it had one, is no longer in flight (answered,
-// forgotten or never sent). Observers that read an event's versions after their call copy them
-// (event.Versions), so old's in-flight record is the session's alone.
+// openWatch opens a watch of st, which cancel closes. old is the type's watch that the engine's
+// own stream loop has just canceled (nil: none): it is reused when its response is no longer in
+// flight.
 func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse, old *watch) *watch {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var w *watch
-	if old != nil && !slices.Contains(st.inflight, &old.record) {
-		*old = watch{}
-		w = old
-	} else {
-		w = &watch{}
+	w := old
+	if old == nil || slices.Contains(st.inflight, &old.record) {
+		w = new(watch)
 	}
-	w.kind, w.req, w.sub, w.out = req.GetTypeUrl(), req, sub, out
-	if !st.info.loop {
-		// A sender goroutine delivers it: cancel and the sender signal each other. The engine's
-		// own stream loop delivers and cancels on one goroutine, and needs neither.
+	ks := st.kind(req.GetTypeUrl())
+	*w = watch{kind: req.GetTypeUrl(), ks: ks, req: req, sub: sub, out: out}
+	if !st.info.loop { // cancel and the sender goroutine signal each other
 		w.canceled, w.finished = make(chan struct{}), make(chan struct{})
 	}
-	ks := st.kind(w.kind)
-	w.ks = ks
-	if !ks.started {
-		// What the node said it holds when it subscribed (initial_resource_versions): it has
-		// them, as if ACKed.
+	if !ks.started { // initial_resource_versions: the node has them, as if ACKed
 		ks.started, ks.full = true, true
 		for n, v := range sub.ReturnedResources() {
 			r := versionOnly(n, v)
@@ -556,8 +479,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		}
 	}
 	for _, n := range req.GetResourceNamesUnsubscribe() {
-		// As the delta server does: a wildcard watch tells the node whether the name is still
-		// there; another forgets it.
+		// A wildcard watch tells the node whether the name is still there; another forgets it.
 		if sub.IsWildcard() {
 			had := st.ackedLocked(w.kind, n)
 			ks.setDelivered(n, unknownVersion)
@@ -575,7 +497,7 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 	}
 	ks.watch = w
 	if c.withholder != nil || c.views.Load() {
-		ks.sub = sub // what a Withholder reads of the client's subscription (ClientView.Asks), and Session.Asks
+		ks.sub = sub // for ClientView.Asks and Session.Asks
 	}
 	c.evaluateLocked(st, ks, nil)
 	return w
@@ -606,9 +528,8 @@ func (c *Cache) cancel(st *Session, w *watch) {
 }
 
 // evaluateLocked answers the type's open, unanswered watch when the node's view of the snapshot
-// differs from what the node holds in a dirty name, or in one of names (more dirty names, none of
-// them in ks.dirty, passed only with the watch open), or in any name, when full. Call with the
-// stream's lock.
+// differs from what the node holds in a dirty name, or in one of names (more dirty names, not in
+// ks.dirty), or in any name when full. Call with st.mu.
 func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	w := ks.watch
 	if w == nil || w.answered || (!ks.full && len(ks.dirty) == 0 && len(names) == 0) {
@@ -616,8 +537,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	}
 	snap := st.snapshot()
 	if snap == nil || (snap.declared && !snap.Has(w.kind) && ks.delivered.len() == 0) {
-		// Its node's snapshot, or its type in it, is not set yet: nothing to send; the watch
-		// stays open.
+		// Its node's snapshot, or its type in it, is not set yet: the watch stays open.
 		for _, n := range names {
 			ks.markDirty(n)
 		}
@@ -628,9 +548,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 	if c.views.Load() {
 		v := st.view.Load()
 		if v == nil || v.View.None() {
-			if ks.delivered.len() == 0 {
-				// Nothing to send or remove (a node whose filter has not decided yet):
-				// the walk waits for the Refresh that the check makes, its dirty names kept.
+			if ks.delivered.len() == 0 { // nothing to send or remove: wait for Refresh
 				for _, n := range names {
 					ks.markDirty(n)
 				}
@@ -641,28 +559,22 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 			visible = v.View.Visible
 		}
 	}
-	// The response is made only when it carries something: an evaluation often finds nothing to
-	// send (a change withheld until the filter decides, a name the node holds already).
 	resources := w.answer.res[:0]
-	var removed []string
-	// The response stays under the message limit: what does not fit is left dirty, for the
-	// type's next watch (the node answers this response first). One resource always goes.
+	// What does not fit under the message limit is left dirty, for the next watch (rest); one
+	// resource always goes.
 	limit, size := int(c.maxMessage.Load()), 0
+	var removed, sentForced, rest []string
 	var order *kindOrder // the type in name order, when every name is looked at (full)
 	all := false         // the response is all of the type, as the walk below would find it
 	if ks.full {
 		order = snap.order(w.kind)
-	}
-	if ks.full && ks.delivered.len() == 0 {
-		// A first sync. Of a node that sees and subscribes to everything, with nothing forced,
-		// it is every entry in name order: the snapshot's shared list, no walk.
-		all = visible == nil && c.withholder == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
-		if !all {
-			resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
+		if ks.delivered.len() == 0 { // a first sync
+			all = visible == nil && c.withholder == nil && len(ks.forced) == 0 && w.sub.IsWildcard() && (order.size <= limit || len(order.wires) == 1)
+			if !all {
+				resources = make([]*discovery.Resource, 0, len(entries)) // most often all of them
+			}
 		}
 	}
-	var sentForced []string
-	var rest []string
 	fits := func(name string, n int) bool {
 		if len(rest) > 0 || (size+n > limit && len(resources)+len(removed) > 0) {
 			rest = append(rest, name)
@@ -679,10 +591,8 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		served := e != nil && w.subscribes(name)
 		switch {
 		case served && isKnown && (d == e.Wire || d.Version == e.Version) && !ks.forced[name]:
-			// The node has it: whether it may see it or not, nothing to send.
-			ks.unhold(name)
-		case served && visible != nil && !visible(e):
-			// Withheld: the node keeps what it has (no update, and no removal either).
+			ks.unhold(name) // the node has it
+		case served && visible != nil && !visible(e): // the node keeps what it has
 			withheld = true
 			if !isKnown {
 				delete(ks.forced, name) // not served to this node: nothing to resend
@@ -745,7 +655,7 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		for _, n := range names {
 			look(n, entries[n])
 		}
-		slices.SortFunc(resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(resources, byName)
 	}
 	ks.full = false
 	clear(ks.dirty)
@@ -753,35 +663,25 @@ func (c *Cache) evaluateLocked(st *Session, ks *kindState, names []string) {
 		ks.markDirty(n)
 	}
 	if len(resources)+len(removed) == 0 && (!st.sotw || !ks.sotwWhole || withheld) {
-		// Nothing to send. A SotW type's whole state goes, empty or not, as sotwWhole says, but
-		// not empty for what is held back: the client would take it as having none of them.
-		return
+		return // nothing to send (an empty SotW response would drop what is held back)
 	}
 	slices.Sort(removed)
 	if st.sotw {
 		if !c.answerSotwLocked(st, ks, w, snap, resources, removed, all) {
 			return
 		}
-		w.forced = sentForced
-		st.queue = append(st.queue, w)
-		if !st.deferWake {
-			st.signal()
-		}
-		return
-	}
-	var resp *discovery.DeltaDiscoveryResponse
-	if sh := c.shared(snap, w.kind); sh != nil && st.info.loop && sh.is(resources, removed) && !st.carries(&sh.resp) {
-		// Every stream's answer: the engine's own loop sends it as it is (go-control-plane's
-		// numbers each response it sends, in the response).
-		resp = &sh.resp
 	} else {
-		resp = &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
-			Resources: resources, RemovedResources: removed}
+		var resp *discovery.DeltaDiscoveryResponse
+		if sh := c.shared(snap, w.kind); sh != nil && st.info.loop && sh.is(resources, removed) && !st.carries(&sh.resp) {
+			resp = &sh.resp // every stream's answer, as it is
+		} else {
+			resp = &discovery.DeltaDiscoveryResponse{TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(),
+				Resources: resources, RemovedResources: removed}
+		}
+		w.answered = true
+		w.answer.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
+		w.resp = &w.answer.pass
 	}
-	// No next version map: the stream loop (stream.go) keeps none, the session's delivered is it.
-	w.answered = true
-	w.answer.pass = cache.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp}
-	w.resp = &w.answer.pass
 	w.forced = sentForced
 	st.queue = append(st.queue, w)
 	if !st.deferWake {

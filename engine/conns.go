@@ -10,11 +10,8 @@ import (
 )
 
 // Conns is the registry of the xDS server's connections, by peer address, so that the server can
-// drop the connection of a stream that does not read: gRPC cannot end such a stream, because the
-// status that would end it waits behind the data the peer does not read, and so do the bytes
-// gRPC holds for it, until the connection closes. The server registers a connection as its
-// transport credentials take it (Creds), and hands gRPC the connection itself, unwrapped (grpc-go
-// pools the read buffers of raw TCP connections only).
+// drop the connection of a stream that does not read (gRPC cannot end such a stream). The
+// credentials of Creds register each connection and hand gRPC the raw connection, unwrapped.
 type Conns struct {
 	mu    sync.Mutex // guards open and swept
 	open  map[string]net.Conn
@@ -60,7 +57,7 @@ func (c *Conns) add(conn net.Conn) {
 	}
 }
 
-// closed reports whether conn is closed, as far as its file descriptor tells.
+// closed reports whether conn's file descriptor is closed.
 func closed(conn net.Conn) bool {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
@@ -73,7 +70,7 @@ func closed(conn net.Conn) bool {
 	return rc.Control(func(uintptr) {}) != nil
 }
 
-// trackingCreds is transport credentials that register each connection they take.
+// trackingCreds registers each connection it takes in conns.
 type trackingCreds struct {
 	credentials.TransportCredentials
 	conns *Conns

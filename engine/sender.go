@@ -1,7 +1,6 @@
 package engine
 
-// A session's sender: the responses its watches made, handed to go-control-plane's server in
-// order, with the room each holds in the byte budget, and taken back when not delivered.
+// A session's sender: its watches' responses, handed to go-control-plane's server in order.
 
 import (
 	"slices"
@@ -11,11 +10,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// send is the session's sender, for a stream that go-control-plane's delta server serves (a
-// stream of the engine's own loop is its loop's, stream.go): it feeds queued responses into the
-// server's channel in order. A response counts as delivered from the moment it is handed over;
-// one that is not (its watch canceled meanwhile) is taken back. cancel waits for a send in
-// progress.
+// send is the sender of a stream go-control-plane's server serves: it feeds the queued
+// responses into their channels in order. One not handed over (its watch canceled) is taken
+// back; cancel waits for a send in progress.
 func (s *Session) send() {
 	defer close(s.done)
 	for {
@@ -24,47 +21,46 @@ func (s *Session) send() {
 			return
 		case <-s.wake:
 		}
-		for {
-			w := s.next()
-			if w == nil {
-				break
-			}
-			stopped, delivered := false, false
+		for w := s.next(); w != nil; w = s.next() {
+			delivered := false
 			if s.admit(w) {
-				if w.sotwOut != nil {
-					select {
-					case w.sotwOut <- &w.sotwResp:
-						delivered = true
-					case <-w.canceled:
-					case <-s.stop:
-					}
-				} else {
-					select {
-					case w.out <- w.resp:
-						delivered = true
-					case <-w.canceled:
-					case <-s.stop:
-					}
+				select { // one of out and sotwOut is nil: a SotW watch's or a delta one's
+				case w.sotwOut <- &w.sotwResp:
+					delivered = true
+				case w.out <- w.resp:
+					delivered = true
+				case <-w.canceled:
+				case <-s.stop:
 				}
 			}
 			select {
 			case <-s.stop:
-				stopped = true
-			default:
-			}
-			s.finish(w, delivered)
-			if stopped {
+				s.finish(w, delivered)
 				return
+			default:
+				s.finish(w, delivered)
 			}
 		}
 	}
 }
 
-// finish is the sender done with w: its response delivered, or taken back.
+// finish is the sender done with w: its response delivered, or taken back (what the node was
+// sent is as before, and its names are dirty again, forced ones forced again).
 func (s *Session) finish(w *watch, delivered bool) {
 	s.mu.Lock()
-	if !delivered {
-		s.takeBack(w)
+	if ks := w.ks; !delivered {
+		eachName(w.resp.DeltaDiscoveryResponse, ks.dropDelivered)
+		for _, p := range w.undo {
+			ks.setDelivered(p.name, p.was)
+		}
+		if w.flight != nil {
+			s.dropLocked(w.flight)
+		}
+		s.requeue(w)
+		for _, n := range w.forced {
+			ks.markForced(n)
+		}
+		ks.resent -= int64(len(w.forced)) // not sent after all
 	}
 	w.undo, w.resp, w.flight = nil, nil, nil // done with them; the watch stays answered
 	s.mu.Unlock()
@@ -73,9 +69,7 @@ func (s *Session) finish(w *watch, delivered bool) {
 	}
 }
 
-// admit waits for room in the cache's budget for w's response, and reports whether it got it
-// (false: the stream closed or the watch was canceled meanwhile). The room is the response's
-// until the node answers it, or it leaves the responses in flight otherwise.
+// admit waits for room in the budget for w's response, and reports whether it got it.
 func (s *Session) admit(w *watch) bool {
 	cost := responseCost(w.resp.DeltaDiscoveryResponse)
 	if !s.cache.budget.acquire(&s.acct, cost, s.stop, w.canceled) {
@@ -97,8 +91,7 @@ func (s *Session) admitted(w *watch, cost int64) {
 	}
 }
 
-// next takes the first queued watch off the queue and counts its response as delivered, or
-// returns nil.
+// next takes the first queued watch off the queue and hands its response over, or returns nil.
 func (s *Session) next() *watch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -106,7 +99,7 @@ func (s *Session) next() *watch {
 		return nil
 	}
 	w := s.queue[0]
-	s.queue = slices.Delete(s.queue, 0, 1) // the queue keeps its room: a slice a response, not one each
+	s.queue = slices.Delete(s.queue, 0, 1) // keeps its room
 	w.sending = true
 	ks := w.ks
 	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
@@ -120,10 +113,8 @@ func (s *Session) next() *watch {
 
 // handOverLocked counts a response as handed to the server: delivered, and in flight with what
 // the node had ACKed of its names. It returns the in-flight record (r, when not nil) and what
-// delivered had of the names it carries (appended to undo), for takeBack. Call with s.mu.
+// delivered had of the names it carries (appended to undo), for finish. Call with s.mu.
 func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.DeltaDiscoveryResponse, r *inflight, undo []prior) (*inflight, []prior) {
-	// With nothing of the type refused or in flight, what the node ACKed is what it was
-	// delivered: one lookup a name.
 	layered := s.layered(ks, kind, nil)
 	if !slices.IsSortedFunc(resp.Resources, byName) { // the cache's are; a test's may not be
 		slices.SortFunc(resp.Resources, byName)
@@ -155,13 +146,7 @@ func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.Del
 		ks.edits += uint64(len(resp.Resources)) // as setDelivered counts them; no prior, nothing to undo
 		r.all, r.allSum = true, cur.order(kind).acked
 	} else {
-		for _, res := range resp.Resources {
-			note(res.Name)
-		}
-		for _, n := range resp.RemovedResources {
-			note(n)
-		}
-		// What the node is sent now is most often exactly what is served: share the snapshot's.
+		eachName(resp, note)
 		if ks.delivered.advance(cur, kind, resp.Resources, resp.RemovedResources) {
 			ks.edits += uint64(len(resp.Resources) + len(resp.RemovedResources)) // as setDelivered and dropDelivered count them
 		} else {
@@ -182,29 +167,8 @@ func (s *Session) handOverLocked(ks *kindState, kind string, resp *discovery.Del
 	return r, undo
 }
 
-// takeBack undoes a response that was not delivered: what the node was sent is as before, and
-// its names are dirty again (forced ones forced again). Call with s.mu.
-func (s *Session) takeBack(w *watch) {
-	ks := w.ks
-	w.eachName(ks.dropDelivered)
-	for _, p := range w.undo {
-		ks.setDelivered(p.name, p.was)
-	}
-	if w.flight != nil {
-		s.dropLocked(w.flight)
-	}
-	s.requeue(w)
-	for _, n := range w.forced {
-		ks.markForced(n)
-	}
-	ks.resent -= int64(len(w.forced)) // not sent after all
-}
-
 // requeue makes the names of an answered, undelivered response dirty again. Call with s.mu.
-func (s *Session) requeue(w *watch) {
-	ks := w.ks
-	w.eachName(ks.markDirty)
-}
+func (s *Session) requeue(w *watch) { eachName(w.resp.DeltaDiscoveryResponse, w.ks.markDirty) }
 
 // prior is what delivered had for a name.
 type prior struct {
@@ -229,17 +193,11 @@ type watch struct {
 	canceled    chan struct{}                   // closed by cancel (nil in the engine's own stream loop)
 	finished    chan struct{}                   // closed by the sender when it is done with this watch (nil in the engine's own stream loop)
 	sending     bool                            // the sender has taken it off the queue
-
-	// A SotW watch (go-control-plane's SotW server): its request, its channel, and the response
-	// sent on it, made with resp (which records the delta it makes).
+	// A SotW watch's request, channel, and response, made with resp (the delta it makes).
 	sotwReq  *discovery.DiscoveryRequest
 	sotwOut  chan cache.Response
 	sotwResp sotwResponse
-
-	// What a response allocates, in the watch's own allocation: a watch answers once, and most
-	// answers carry one resource to a node that held one version of it (an update). The response
-	// itself is most often the one every stream is sent (Cache.shared), made once: a stream's own
-	// is allocated when it is made.
+	// What a response allocates, in the watch's own allocation (a watch answers once).
 	answer struct {
 		pass cache.DeltaPassthroughResponse
 		res  [1]*discovery.Resource
@@ -257,12 +215,12 @@ func (w *watch) subscribes(name string) bool {
 	return ok
 }
 
-// eachName calls f with every name the watch's response carries, sent or removed.
-func (w *watch) eachName(f func(name string)) {
-	for _, r := range w.resp.DeltaDiscoveryResponse.Resources {
+// eachName calls f with every name resp carries, sent or removed.
+func eachName(resp *discovery.DeltaDiscoveryResponse, f func(name string)) {
+	for _, r := range resp.Resources {
 		f(r.Name)
 	}
-	for _, n := range w.resp.DeltaDiscoveryResponse.RemovedResources {
+	for _, n := range resp.RemovedResources {
 		f(n)
 	}
 }

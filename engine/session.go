@@ -2,6 +2,7 @@ package engine
 
 import (
 	"hash/maphash"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -17,38 +18,25 @@ import (
 	"github.com/kds-host/kds-host/internal/serial"
 )
 
-// Session is everything the server knows about one client stream on the wire, in one place
-// behind one lock: what the node holds of each type, the responses in flight, the watches of the
-// delta server and the sender that answers them in order, the re-request budget, and what
-// happened to each type (the insight counters). The cache's per-type diff, the tracker's ACK and
-// NACK pairing, the node table's inventory and its insight all read it; none keeps a copy. A
-// session is per stream and per node id.
-//
-// What the node holds is one map per type, what was delivered to it (delivered), with two small
-// layers over it that give the versions it ACKed: each response in flight remembers what the
-// node had ACKed of its names before (priors), and the names it refused remember what it holds
-// instead (refused). So a node in sync costs one name -> pointer map per type (a stock
-// go-control-plane subscription keeps one name -> version map), and reading what it ACKed costs
-// a lookup or three.
+// Session is what the server knows of one client stream, behind one lock: what the node holds
+// of each type, the responses in flight, the watches and the sender that answers them, and the
+// insight counters. What the node ACKed is what it was delivered, under two layers: each
+// response in flight's priors, and refused names.
 //
 // Invariants (under mu):
-//   - acked(type URL, name) is the version the node has ACKed (or reported holding when it
-//     subscribed): the oldest in-flight response that carries the name says what the node had
-//     before it; else refused; else delivered.
-//   - digest and each type's acked count are those of acked, kept as it changes (setView,
-//     account).
-//   - inflight holds at most MaxInFlight responses, oldest first; the oldest forgotten is folded
-//     into refused, so acked does not change when it is forgotten.
+//   - acked(type URL, name) is the priors of the oldest response in flight carrying the name;
+//     else refused; else delivered.
+//   - digest and each type's acked count are those of acked (setView, account).
+//   - inflight holds at most MaxInFlight responses, oldest first; one forgotten folds into
+//     refused, so acked does not change.
 type Session struct {
 	cache *Cache
 	id    int64
 	info  *streamInfo // the node its credentials prove, and how to close it
-	sotw  bool        // a SotW stream (go-control-plane's SotW server; sotw.go)
+	sotw  bool        // a SotW stream (sotw.go)
 
-	// The session's work queue: the retry scheduler steps the stream's retry state (retry)
-	// through it, one event at a time in their order, holding no lock while it calls out.
-	serial.Queue
-	retry retry.Stream
+	serial.Queue // the retry scheduler steps retry through it, one event at a time
+	retry        retry.Stream
 
 	mu         sync.Mutex // guards the fields below, the types' states and the watches; never held across a send or an observer
 	node       string     // the node id; "" until the first request names it
@@ -59,49 +47,36 @@ type Session struct {
 	digest     Digest                         // of what the node ACKed
 	unknown    map[string]map[string]struct{} // by type URL: names subscribed or reported held that the snapshot did not hold then (admitNames)
 	forgot     bool                           // a response in flight was forgotten (MaxInFlight): unanswered holds no longer counts all
-	stall      stallTimer                     // closes the stream when a response stays unanswered too long (stall.go)
+	stall      stallTimer                     // closes the stream when a response stays unanswered too long
 
-	// acct is the stream's room in the cache's budget (guarded by the budget's lock).
-	acct budgetAccount
+	acct budgetAccount // the stream's room in the budget (guarded by the budget's lock)
 
-	// sendNow, set by the engine's own stream loop, sends the queued responses on the caller's goroutine
-	// when it can without waiting, and reports whether it sent them all (stream.go). A write's
-	// fan-out holds back the wake-up while it evaluates (deferWake) and calls it first.
+	// Set by the engine's own stream loop (stream.go): sendNow sends the queued responses on the
+	// caller's goroutine when it can without waiting, and reports whether it sent them all; kick
+	// has them sent, without waiting or locking. A write's fan-out defers the wake-up (deferWake).
 	sendNow   func() bool
 	deferWake bool
-	// kick, set by the engine's own stream loop with sendNow, has the queued responses sent: it stands
-	// for the wake-up, as the loop has no goroutine waiting for one. It neither waits nor locks.
-	kick func()
+	kick      func()
 
-	// view is what the node may see, as last published (Cache.Publish): read without any lock
-	// of the publisher's.
-	view atomic.Pointer[viewBox]
-	// own is the node's own snapshot (Cache.SetNodeSnapshot), nil while it has none: written
-	// under mu, read with or without it.
-	own atomic.Pointer[Snapshot]
+	view atomic.Pointer[viewBox]  // what the node may see, as last published (Cache.Publish)
+	own  atomic.Pointer[Snapshot] // the node's own snapshot (Cache.SetNodeSnapshot); written under mu
 
 	wake chan struct{} // capacity 1: the queue grew (read by the sender)
 	stop chan struct{} // closed when the stream closes
 	done chan struct{} // closed when the sender has returned (at once when the stream loop sends)
 }
 
-// MaxInFlight bounds the responses of one stream that the server remembers while they are
-// unanswered. A client answers each response before it asks again, so an honest client has about
-// one a type in flight; a stream with more has its oldest forgotten (an answer to it is then
-// ignored, and its names count as refused: the client keeps what it had).
+// MaxInFlight bounds the unanswered responses of one stream that the server remembers: beyond
+// it the oldest is forgotten (an answer to it is ignored; the client keeps what it had).
 const MaxInFlight = 64
 
 // kindState is what a session knows of one type.
 type kindState struct {
-	name      string // the type URL
-	requested bool   // the node asked for the type on this stream
-	watch     *watch // the open watch, if any
-	started   bool   // delivered was seeded from the node's initial versions
-	// delivered is name -> what the node was sent (or reported holding): the versions the delta
-	// diff is made against, not what the delta server thinks it sent. A value is the response's
-	// own Resource (Entry.Wire, shared by every stream sent that version), read for its Version
-	// only: 8 bytes a name where a version string would take 16.
-	delivered delivered               // delivered.go
+	name      string                  // the type URL
+	requested bool                    // the node asked for the type on this stream
+	watch     *watch                  // the open watch, if any
+	started   bool                    // delivered was seeded from the node's initial versions
+	delivered delivered               // name -> what the node was sent or reported holding (its Version)
 	edits     uint64                  // changes of delivered so far: a response in flight knows whether any came after it
 	refused   map[string]ackedVersion // names whose delivered version the node refused: what it holds instead
 	acked     int                     // names the node has ACKed
@@ -110,15 +85,13 @@ type kindState struct {
 	forced    map[string]bool         // names to send although the node was sent their version (markForced; nil until the first)
 	sotwSeq   uint64                  // SotW: responses made of the type (its versions' suffix)
 	sub       cache.Subscription      // what the client asks for, as of its last request of the type
-	// With a Withholder (withhold.go): the names held back and why, the names kept although no
-	// longer served and why, and what the versions the client accepted reference.
+	// With a Withholder (withhold.go): the names held back, the names kept although no longer
+	// served, each with why, and what the versions the client accepted reference.
 	holds        map[string]Hold
 	kept         map[string]string
 	acceptedRefs map[string][]Ref // of accepted versions that reference something
 	sotwSub      subKey           // SotW: what the client asked for when answered last (subscriptionKey)
-	// sotwWhole: the type's next SotW watch is answered with the client's whole state of it,
-	// though nothing changed: its first, or one after its subscription changed.
-	sotwWhole bool
+	sotwWhole    bool             // SotW: the next watch is answered with the client's whole state of the type
 
 	// What happened to the type on this stream, for the insight.
 	sent, responses, acks, nacks, resent int64
@@ -126,8 +99,7 @@ type kindState struct {
 	rejected                             []event.Rejection
 }
 
-// markDirty makes name dirty. Most streams' types never have a dirty name that outlives an
-// evaluation: the maps are made on first use.
+// markDirty makes name dirty.
 func (ks *kindState) markDirty(name string) {
 	if ks.dirty == nil {
 		ks.dirty = map[string]bool{}
@@ -143,8 +115,7 @@ func (ks *kindState) markForced(name string) {
 	ks.forced[name] = true
 }
 
-// ackedVersion is the version of a name the node has ACKed, or (ok false) that it has ACKed
-// none of that name.
+// ackedVersion is the version of a name the node has ACKed (ok false: none).
 type ackedVersion struct {
 	version string
 	ok      bool
@@ -155,13 +126,10 @@ type inflight struct {
 	kind   string
 	ks     *kindState // the session's state of kind
 	resp   *discovery.DeltaDiscoveryResponse
-	nonce  string   // set when the server sends it
-	priors priorSet // what the node had ACKed of its names before, for those it had ACKed
-	// all is set when the response carries exactly a snapshot's entries of its type, to a node
-	// that was delivered none of them (handOverLocked), and allSum is their kindOrder.acked: its
-	// ACK in step is one XOR (answerLocked).
-	all    bool
-	allSum uint64
+	nonce  string                       // set when the server sends it
+	priors priorSet                     // what the node had ACKed of its names before, for those it had ACKed
+	all    bool                         // it carries exactly a snapshot's entries of its type, to a node that had none
+	allSum uint64                       // with all: their kindOrder.acked
 	edits  uint64                       // the type's delivered edits once this response was counted in it
 	cost   int64                        // the room it holds in the cache's budget, until it leaves inflight
 	sotw   *discovery.DiscoveryResponse // the SotW response sent, of which resp is the delta; nil for delta
@@ -169,24 +137,19 @@ type inflight struct {
 	since  time.Time                    // when it got its room, to be sent (the response timeout runs from here)
 }
 
-// covers reports whether the response carries name (sent or removed), and if so what the node
-// had ACKed of it before.
+// covers reports whether the response carries name, and if so what the node had ACKed before.
 func (r *inflight) covers(name string) (ackedVersion, bool) {
-	if v, ok := r.priors.get(name); ok {
-		return ackedVersion{v, true}, true
+	if h := r.prior(name); h.ok {
+		return h, true
 	}
 	if _, ok := r.Version(name); ok {
 		return ackedVersion{}, true
 	}
-	if _, ok := slices.BinarySearch(r.resp.RemovedResources, name); ok {
-		return ackedVersion{}, true
-	}
-	return ackedVersion{}, false
+	_, ok := slices.BinarySearch(r.resp.RemovedResources, name)
+	return ackedVersion{}, ok
 }
 
-// Version is the version of name the response carries, if it does: the response's resources
-// and removals are sorted by name (handOverLocked), so it is a binary search, with no map made
-// per response.
+// Version is the version of name the response carries, if it does (its resources are sorted).
 func (r *inflight) Version(name string) (string, bool) {
 	i, ok := slices.BinarySearchFunc(r.resp.Resources, name, func(res *discovery.Resource, n string) int { return strings.Compare(res.Name, n) })
 	if !ok {
@@ -209,9 +172,8 @@ func (r *inflight) EachVersion(yield func(name, version string) bool) {
 
 func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
 
-// signal wakes the session's sender, unless it has a wake-up pending already, or kicks the
-// stream loop. Call with s.mu; a session that go-control-plane's server serves (its kick is never
-// set) may be signalled without it.
+// signal wakes the session's sender, or kicks the stream loop. Call with s.mu, unless the
+// session is go-control-plane's server's (kick never set).
 func (s *Session) signal() {
 	if s.kick != nil {
 		s.kick()
@@ -230,8 +192,7 @@ func newSession(c *Cache, id int64, info *streamInfo, sotw bool) *Session {
 	}
 }
 
-// snapshot is what the session serves: its node's snapshot when it has one, else the cache's
-// (nil with Cache.UseNodeSnapshots: nothing yet).
+// snapshot is what the session serves: its node's snapshot, else the cache's (or nil).
 func (s *Session) snapshot() *Snapshot {
 	if own := s.own.Load(); own != nil {
 		return own
@@ -260,8 +221,7 @@ func (s *Session) kind(k string) *kindState {
 }
 
 // kindStates is a session's state of each type it was asked for: the cache's types by their
-// place in its order (no lookup of a session's map by a type URL for each write and each
-// request, the session's memory touched once), any other type a node asks for by its type URL.
+// place in Cache.kinds, any other by its type URL.
 type kindStates struct {
 	known []*kindState // by the type's place in Cache.kinds; nil: not asked for
 	other map[string]*kindState
@@ -296,22 +256,18 @@ func (s *Session) ackedExcept(kind, name string, except *inflight) ackedVersion 
 		h, _ := o.covers(name)
 		return h
 	}
-	ks := s.kinds.get(s.cache, kind)
-	if ks == nil {
-		return ackedVersion{}
-	}
-	if h, ok := ks.refused[name]; ok {
-		return h
-	}
-	if r, ok := ks.delivered.get(name); ok {
-		return ackedVersion{r.Version, true}
+	if ks := s.kinds.get(s.cache, kind); ks != nil {
+		if h, ok := ks.refused[name]; ok {
+			return h
+		}
+		if r, ok := ks.delivered.get(name); ok {
+			return ackedVersion{r.Version, true}
+		}
 	}
 	return ackedVersion{}
 }
 
-// layered reports whether anything of the type is laid over delivered: a refused name, or a
-// response in flight other than except. Without layers, what the node ACKed is what it was
-// delivered.
+// layered reports whether a refused name or a response in flight but except is over delivered.
 func (s *Session) layered(ks *kindState, kind string, except *inflight) bool {
 	return len(ks.refused) > 0 || slices.ContainsFunc(s.inflight, func(o *inflight) bool { return o != except && o.kind == kind })
 }
@@ -327,8 +283,7 @@ func (ks *kindState) dropDelivered(name string) {
 	ks.edits++
 }
 
-// eachAckedLocked calls f with every name of the type the node has ACKed, and its version. Call
-// with s.mu.
+// eachAckedLocked calls f with every name of the type the node has ACKed. Call with s.mu.
 func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	ks := s.kinds.get(s.cache, kind)
 	if ks == nil {
@@ -359,8 +314,7 @@ func (s *Session) eachAckedLocked(kind string, f func(name, version string)) {
 	}
 }
 
-// setView runs change, which may change what the node ACKed of kind/name, and keeps the digest
-// and the type's count. Call with s.mu.
+// setView runs change, which may change what the node ACKed of kind/name, and accounts it.
 func (s *Session) setView(kind, name string, change func()) {
 	before := s.ackedLocked(kind, name)
 	change()
@@ -384,20 +338,17 @@ func (s *Session) account(ks *kindState, kind, name string, before, after ackedV
 	}
 }
 
-// forgetLocked drops the oldest in-flight response: the node holds what it had of its names
-// before, as if it had refused them all (so acked does not change). Call with s.mu.
+// forgetLocked drops the oldest in-flight response, as if the node had refused it. Call with s.mu.
 func (s *Session) forgetLocked(r *inflight) {
 	s.dropLocked(r)
 	s.forgot = true
-	ks := r.ks
-	r.eachName(func(name string) {
+	eachName(r.resp, func(name string) {
 		h, _ := r.covers(name)
-		s.layLocked(ks, r.kind, name, h, nil)
+		s.layLocked(r.ks, r.kind, name, h, nil)
 	})
 }
 
-// layLocked records that the node holds h of kind/name now: under the next response in flight
-// that carries the name, else over what it was delivered. Call with s.mu.
+// layLocked records that the node holds h of kind/name now. Call with s.mu.
 func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion, except *inflight) {
 	if o := s.carrier(kind, name, except); o != nil {
 		o.setPrior(name, h)
@@ -406,9 +357,7 @@ func (s *Session) layLocked(ks *kindState, kind, name string, h ackedVersion, ex
 	}
 }
 
-// unanswered is the room the responses in flight hold in the budget (about their encoded
-// size): all that the stream sent and the node has not answered yet, or no bound once one was
-// forgotten.
+// unanswered is the room the responses in flight hold, or no bound once one was forgotten.
 func (s *Session) unanswered() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -454,8 +403,8 @@ func (r *inflight) setPrior(name string, h ackedVersion) {
 
 // setRefused records that the node holds h of name, where delivered may say otherwise.
 func (ks *kindState) setRefused(name string, h ackedVersion) {
-	if ks.deliveredIs(name, h) {
-		delete(ks.refused, name)
+	if d, ok := ks.delivered.get(name); ok == h.ok && (!ok || d.Version == h.version) {
+		delete(ks.refused, name) // delivered says h
 		return
 	}
 	if ks.refused == nil {
@@ -467,28 +416,13 @@ func (ks *kindState) setRefused(name string, h ackedVersion) {
 // names is every name the response carries, sent or removed.
 func (r *inflight) names() []string {
 	out := make([]string, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
-	r.eachName(func(n string) { out = append(out, n) })
+	eachName(r.resp, func(n string) { out = append(out, n) })
 	return out
 }
 
-// eachName calls f with every name the response carries, sent or removed.
-func (r *inflight) eachName(f func(string)) {
-	for _, res := range r.resp.Resources {
-		f(res.Name)
-	}
-	for _, n := range r.resp.RemovedResources {
-		f(n)
-	}
-}
-
-// answerLocked applies the node's answer to r, an ACK (nack nil) or a NACK: it now holds what r
-// carried but the rejected names, of which it keeps what it had; the type's counters count it.
-// Call with s.mu.
-//
-// Answers come in order: r is the oldest response in flight of its type. When it is the only
-// one, nothing of the type is refused and delivered has not changed since r was counted in it (a
-// node in step), the node now holds what it was delivered of every name r carried and accepted:
-// no lookup of delivered. Any other name goes through the layers.
+// answerLocked applies the node's answer to r, the oldest response in flight of its type, an
+// ACK (nack nil) or a NACK: the node now holds what r carried but the rejected names, of which it
+// keeps what it had. Call with s.mu.
 func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 	ks := r.ks
 	var rejected map[string]bool
@@ -508,18 +442,20 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 			rejected[rj.Name] = true
 		}
 	}
+	// In step (delivered unchanged since r, no layers), the node holds what r carried.
 	inStep := r.edits == ks.edits && !s.layered(ks, r.kind, r)
 	if nack == nil && inStep && r.all && r.priors.empty() {
-		// The node held none of the type and now holds exactly the response's entries: what
-		// accounting each of them from nothing adds up to.
 		s.digest.Sum ^= r.allSum
 		s.digest.N += len(r.resp.Resources)
 		ks.acked += len(r.resp.Resources)
 		s.dropLocked(r)
 		return
 	}
-	apply := func(name string, had, now ackedVersion) {
-		if inStep && !rejected[name] {
+	apply := func(name string, now ackedVersion) {
+		had := r.prior(name)
+		if rejected[name] {
+			now = had
+		} else if inStep {
 			s.account(ks, r.kind, name, had, now)
 			return
 		}
@@ -528,20 +464,10 @@ func (s *Session) answerLocked(r *inflight, nack *event.NACK) {
 		s.account(ks, r.kind, name, before, s.ackedExcept(r.kind, name, r))
 	}
 	for _, res := range r.resp.Resources {
-		had := r.prior(res.Name)
-		now := ackedVersion{res.Version, true}
-		if rejected[res.Name] {
-			now = had
-		}
-		apply(res.Name, had, now)
+		apply(res.Name, ackedVersion{res.Version, true})
 	}
 	for _, n := range r.resp.RemovedResources {
-		had := r.prior(n)
-		now := ackedVersion{}
-		if rejected[n] {
-			now = had
-		}
-		apply(n, had, now)
+		apply(n, ackedVersion{})
 	}
 	s.dropLocked(r)
 }
@@ -554,27 +480,15 @@ func (r *inflight) prior(name string) ackedVersion {
 	return ackedVersion{}
 }
 
-// deliveredIs reports whether delivered says h of name.
-func (ks *kindState) deliveredIs(name string, h ackedVersion) bool {
-	d, ok := ks.delivered.get(name)
-	return ok == h.ok && (!ok || d.Version == h.version)
-}
-
 // sentLocked records that the server sends resp, with its nonce, and counts it. resp is the
-// response handed over as flight (nil: the one the sender handed over, found by resp), or one
-// the cache did not make (a test driving the callbacks), which is counted as handed over now. A
-// response forgotten meanwhile (MaxInFlight) is counted, and is no longer in flight. Call with
-// s.mu.
+// response handed over as flight (nil: found by resp), or one the cache did not make (a test),
+// counted as handed over now. Call with s.mu.
 func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse, flight *inflight) *inflight {
-	var r *inflight
-	if flight != nil && flight.resp == resp && slices.Contains(s.inflight, flight) {
-		r = flight
-	} else {
-		for _, f := range s.inflight {
-			if f.resp == resp && f.nonce == "" {
-				r = f
-				break
-			}
+	r := flight
+	if flight == nil || flight.resp != resp || !slices.Contains(s.inflight, flight) {
+		r = nil
+		if i := slices.IndexFunc(s.inflight, func(f *inflight) bool { return f.resp == resp && f.nonce == "" }); i >= 0 {
+			r = s.inflight[i]
 		}
 	}
 	switch {
@@ -591,23 +505,15 @@ func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse, flight *inf
 	return r
 }
 
-// carries reports whether resp is in flight on the stream (a shared response is sent once at a
-// time, its nonce unique). Call with s.mu.
+// carries reports whether resp is in flight on the stream. Call with s.mu.
 func (s *Session) carries(resp *discovery.DeltaDiscoveryResponse) bool {
-	for _, r := range s.inflight {
-		if r.resp == resp {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.inflight, func(r *inflight) bool { return r.resp == resp })
 }
 
 // byNonce finds the response in flight a request answers.
 func (s *Session) byNonce(nonce string) *inflight {
-	for _, r := range s.inflight {
-		if r.nonce == nonce {
-			return r
-		}
+	if i := slices.IndexFunc(s.inflight, func(r *inflight) bool { return r.nonce == nonce }); i >= 0 {
+		return s.inflight[i]
 	}
 	return nil
 }
@@ -617,11 +523,7 @@ type viewBox struct{ View }
 
 // publish installs v unless the session has a later view of its node already.
 func (s *Session) publish(v View) {
-	for {
-		cur := s.view.Load()
-		if cur != nil && cur.View.Seq() >= v.Seq() {
-			return
-		}
+	for cur := s.view.Load(); cur == nil || cur.View.Seq() < v.Seq(); cur = s.view.Load() {
 		if s.view.CompareAndSwap(cur, &viewBox{v}) {
 			return
 		}
@@ -631,9 +533,7 @@ func (s *Session) publish(v View) {
 // Retry is the stream's retry state (retry.Scheduler steps it through Do).
 func (s *Session) Retry() *retry.Stream { return &s.retry }
 
-// Resend makes the stream send the named resources (type URL -> xDS names) again, although the
-// node was already sent their current version (it rejected them). Names no longer served are
-// ignored.
+// Resend is Cache.Resend of this stream.
 func (s *Session) Resend(names map[string][]string) { s.mark(names, true) }
 
 // Node is the node id of the client the session serves ("" before its first request).
@@ -657,10 +557,7 @@ func (s *Session) Acked(typeURLs []string, f func(typeURL, name, version string)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if typeURLs == nil {
-		s.kinds.each(func(ks *kindState) {
-			s.eachAckedLocked(ks.name, func(n, v string) { f(ks.name, n, v) })
-		})
-		return
+		s.kinds.each(func(ks *kindState) { typeURLs = append(typeURLs, ks.name) })
 	}
 	for _, typeURL := range typeURLs {
 		s.eachAckedLocked(typeURL, func(n, v string) { f(typeURL, n, v) })
@@ -674,9 +571,8 @@ func (s *Session) Digest() Digest {
 	return s.digest
 }
 
-// Insight is what happened to each type on the stream, and how much of it the node has ACKed: a
-// type appears once something was sent, answered or reported held of it. The caller owns the
-// copies.
+// Insight is what happened to each type on the stream that something was sent, answered or
+// reported held of, and how much of it the node has ACKed. The caller owns the copies.
 func (s *Session) Insight() []*TypeInsight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -685,13 +581,9 @@ func (s *Session) Insight() []*TypeInsight {
 		if ks.responses == 0 && ks.acks == 0 && ks.nacks == 0 && ks.acked == 0 && len(ks.holds) == 0 {
 			return
 		}
-		ti := &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks, Resent: ks.resent,
-			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked}
-		for _, h := range ks.holds {
-			ti.Holds = append(ti.Holds, h)
-		}
-		slices.SortFunc(ti.Holds, func(a, b Hold) int { return strings.Compare(a.Name, b.Name) })
-		out = append(out, ti)
+		out = append(out, &TypeInsight{TypeURL: ks.name, Sent: ks.sent, Responses: ks.responses, ACKs: ks.acks, NACKs: ks.nacks, Resent: ks.resent,
+			LastError: ks.lastError, Rejected: slices.Clone(ks.rejected), Known: ks.acked,
+			Holds: slices.SortedFunc(maps.Values(ks.holds), func(a, b Hold) int { return strings.Compare(a.Name, b.Name) })})
 	})
 	return out
 }
@@ -703,25 +595,22 @@ func (s *Session) InFlight() int {
 	return len(s.inflight)
 }
 
-// unknownVersion stands, in delivered, for a name whose version the node must be told again
-// (a wildcard subscription unsubscribed from it: it is told whether the name is still there).
+// unknownVersion stands, in delivered, for a name whose version the node must be told again.
 var unknownVersion = &discovery.Resource{}
 
-// versionOnly stands, in delivered, for a version the node reported holding that the snapshot
-// does not serve.
+// versionOnly stands, in delivered, for a version the node reported that is not served.
 func versionOnly(name, version string) *discovery.Resource {
 	return &discovery.Resource{Name: name, Version: version}
 }
 
-// Digest identifies what a node holds (every type URL, name and version) without listing it: two
-// nodes with equal digests hold the same, but for a 2^-64 chance. It is kept as each ACK lands
-// (the XOR of one hash per resource ACKed), so reading it costs nothing.
+// Digest identifies what a node has ACKed (every type URL, name and version): two nodes with
+// equal digests hold the same, but for a 2^-64 chance. It is the XOR of one hash a resource.
 type Digest struct {
 	Sum uint64
 	N   int // resources ACKed
 }
 
-// digestSeed is this process's: digests are compared within one process only.
+// digestSeed is this process's: digests compare within one process only.
 var digestSeed = maphash.MakeSeed()
 
 func ackedHash(kind, name, version string) uint64 {

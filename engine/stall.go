@@ -11,20 +11,15 @@ import (
 )
 
 // stallTimer closes a stream of the engine's own loop whose oldest response stays unanswered past
-// the response timeout (Limits.ResponseTimeout): a client that stops reading keeps its window
-// full and never answers, and what it was sent holds room in the budget and memory in gRPC until
-// it goes. It is armed once a response in flight got its room to be sent, and looks again when it
-// fires: an answer costs no timer operation. A response waiting for room is not the client's to
-// answer yet. Guarded by the session's mu.
+// Limits.ResponseTimeout. It is armed when a response in flight gets its room, and looks again
+// when it fires (an answer costs no timer operation). Guarded by the session's mu.
 type stallTimer struct {
 	t     *time.Timer
 	armed bool
 	done  bool // the stream closed, or was closed by the timer: never armed again
 }
 
-// armStallLocked arms the session's stall timer, unless it is armed already or the stream is not
-// the engine's own loop's (go-control-plane's server cannot be told to close a stream). Call with
-// s.mu.
+// armStallLocked arms the stall timer of a stream of the engine's own loop. Call with s.mu.
 func (s *Session) armStallLocked() {
 	if s.stall.armed || s.stall.done || !s.info.loop {
 		return
@@ -55,8 +50,7 @@ func (s *Session) checkStall() {
 	d := time.Duration(s.cache.responseTimeout.Load())
 	s.mu.Lock()
 	s.stall.armed = false
-	// Responses get their room in the order they are handed over: the first in flight that has
-	// is the oldest sent.
+	// Responses get their room in order: the first in flight that has one is the oldest sent.
 	var oldest *inflight
 	if len(s.inflight) > 0 && !s.inflight[0].since.IsZero() {
 		oldest = s.inflight[0]
@@ -81,8 +75,7 @@ func (s *Session) checkStall() {
 	msg := fmt.Sprintf("zone %q has not answered a %s response for %s (%d bytes sent and unanswered): it does not read what it is sent, or its window is full; the global closes its stream (--kds-response-timeout), and the zone may connect again",
 		zone, kind, d, bytes)
 	s.info.close(status.Error(codes.DeadlineExceeded, msg))
-	// The status waits behind what the client does not read, and so does what gRPC holds for the
-	// stream: only the connection's end ends them.
+	// The status waits behind what the client does not read: only the connection's end ends it.
 	if s.info.drop != nil && s.info.drop() {
 		msg += "; its connection is closed"
 	}

@@ -165,7 +165,7 @@ func (s *Session) eachMaybeUnserved(ks *kindState, snap *Snapshot, f func(string
 	}
 	for _, r := range s.inflight {
 		if r.kind == ks.name {
-			r.eachName(f)
+			eachName(r.resp, f)
 		}
 	}
 	return true
