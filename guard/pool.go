@@ -12,7 +12,7 @@ import (
 // equal ones (the same entries, by type): the engine makes a snapshot's name orders, encodings
 // and reference index once, so the nodes of one configuration cost that once, not once each.
 type snapPool struct {
-	mu sync.Mutex
+	mu sync.Mutex           // guards by and the users of what it holds
 	by map[uint64][]*pooled // by contentDigest
 }
 
