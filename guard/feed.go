@@ -4,6 +4,7 @@ package guard
 // watch a type its clients ask for, whose answers make the engine's snapshot of the node.
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -14,7 +15,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/engine"
 )
@@ -128,13 +128,13 @@ func (f *feed) run(typeURL string) {
 		if stopped {
 			return
 		}
-		resp, entries, err := g.answer(r)
+		v, entries, err := g.answer(r)
 		if err != nil {
 			g.opts.Logger.Error("the wrapped cache's response cannot be encoded", "error", err)
 			<-f.done
 			return
 		}
-		version, returned = resp.GetVersionInfo(), r.GetReturnedResources()
+		version, returned = v, r.GetReturnedResources()
 		f.apply(typeURL, entries, returned)
 	}
 }
@@ -194,48 +194,37 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 	}
 }
 
-// answer reads an answer of the wrapped cache: its encoded response, and its resources as the
-// engine's entries, each made once whatever the nodes that get it. A resource that cannot be
-// encoded or read is logged and left out, so that it does not stop the others of its type.
-func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*engine.Entry, error) {
+// answer reads an answer of the wrapped cache: its version, and its resources as the engine's
+// entries, each made once whatever the nodes that get it. A resource that cannot be encoded or
+// read is logged and left out, so that it does not stop the others of its type.
+func (g *Guard) answer(r cache.Response) (string, []*engine.Entry, error) {
 	typeURL := r.GetRequest().GetTypeUrl()
-	var raw []types.ResourceWithTTL // the resources themselves, in order, when the cache gave them (without TTLs)
-	rr, isRaw := r.(*cache.RawResponse)
-	if isRaw && !rr.Heartbeat {
-		raw = rr.GetRawResources()
-		if slices.ContainsFunc(raw, func(x types.ResourceWithTTL) bool { return x.TTL != nil || x.Resource == nil }) {
-			raw = nil
-		}
-	}
-	resp, err := r.GetDiscoveryResponse()
-	switch {
-	case err != nil && raw == nil:
-		return nil, nil, err
-	case err != nil: // encoded one by one, leaving out those that cannot be
-		resp = &discovery.DiscoveryResponse{VersionInfo: rr.Version, TypeUrl: typeURL}
-		var kept []types.ResourceWithTTL
-		for _, x := range raw {
-			b, err := cache.MarshalResource(x.Resource)
-			if err != nil {
+	if rr, ok := r.(*cache.RawResponse); ok && !rr.Heartbeat &&
+		!slices.ContainsFunc(rr.GetRawResources(), func(x types.ResourceWithTTL) bool { return x.TTL != nil || x.Resource == nil }) {
+		answered := make([]*engine.Entry, 0, len(rr.GetRawResources()))
+		for _, x := range rr.GetRawResources() {
+			e, err := g.items.ofRaw(typeURL, rr.Version, x.Resource, g.opts.Owners)
+			var notEncoded errNotEncoded
+			switch {
+			case errors.As(err, &notEncoded):
 				name := cache.GetResourceName(x.Resource)
 				g.logBad(typeURL+"/"+name+"@"+rr.Version, "a resource of the wrapped cache cannot be encoded; left out until it changes",
-					"type", typeURL, "name", name, "error", err)
-				continue
+					"type", typeURL, "name", name, "error", notEncoded.error)
+			case err != nil:
+				g.logBad(typeURL+"@"+rr.Version+": "+err.Error(), "a resource of the wrapped cache cannot be decoded; left out", "type", typeURL, "error", err)
+			default:
+				answered = append(answered, e)
 			}
-			resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typeURL, Value: b})
-			kept = append(kept, x)
 		}
-		raw = kept
-	case len(raw) != len(resp.GetResources()):
-		raw = nil
+		return rr.Version, answered, nil
+	}
+	resp, err := r.GetDiscoveryResponse()
+	if err != nil {
+		return "", nil, err
 	}
 	answered := make([]*engine.Entry, 0, len(resp.GetResources()))
-	for i, a := range resp.GetResources() {
-		var m Resource
-		if raw != nil {
-			m = raw[i].Resource
-		}
-		e, err := g.items.of(typeURL, a, m, g.opts.Owners)
+	for _, a := range resp.GetResources() {
+		e, err := g.items.of(typeURL, a, nil, g.opts.Owners)
 		if err != nil {
 			g.logBad(typeURL+"@"+resp.GetVersionInfo()+": "+err.Error(), "a resource of the wrapped cache cannot be decoded; left out",
 				"type", typeURL, "error", err)
@@ -243,7 +232,7 @@ func (g *Guard) answer(r cache.Response) (*discovery.DiscoveryResponse, []*engin
 		}
 		answered = append(answered, e)
 	}
-	return resp, answered, nil
+	return resp.GetVersionInfo(), answered, nil
 }
 
 // logBad logs an error about what the wrapped cache serves once for each key (a bad resource at

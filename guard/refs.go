@@ -120,10 +120,19 @@ type Ref struct {
 // encoding, for every node's snapshot. It keeps two generations of entries, so that what no
 // snapshot holds any more is freed.
 type itemCache struct {
-	mu        sync.Mutex               // guards cur, prev and bad
-	cur, prev map[string]*engine.Entry // by type URL + hash
-	limit     int
-	bad       map[string]struct{} // the bad resources logged (logBad)
+	mu              sync.Mutex               // guards cur, prev, rawCur, rawPrev and bad
+	cur, prev       map[string]*engine.Entry // by type URL + hash
+	rawCur, rawPrev map[rawKey]*engine.Entry // by the resource a RawResponse gave, at its version
+	limit           int
+	bad             map[string]struct{} // the bad resources logged (logBad)
+}
+
+// rawKey is a resource of a RawResponse: the message itself at the response's version. A cache
+// that serves the same message at the same version serves the same content (its clients would
+// not be sent a change otherwise), so its entry is not encoded and hashed again for each node.
+type rawKey struct {
+	typeURL, version string
+	m                Resource
 }
 
 // versionOf is the version of an encoded resource: a digest of its encoding.
@@ -133,7 +142,8 @@ func versionOf(a *anypb.Any) string {
 }
 
 func newItemCache() *itemCache {
-	return &itemCache{cur: map[string]*engine.Entry{}, prev: map[string]*engine.Entry{}, limit: 1 << 16, bad: map[string]struct{}{}}
+	return &itemCache{cur: map[string]*engine.Entry{}, prev: map[string]*engine.Entry{}, rawCur: map[rawKey]*engine.Entry{}, rawPrev: map[rawKey]*engine.Entry{},
+		limit: 1 << 16, bad: map[string]struct{}{}}
 }
 
 // of returns the entry of a resource of typeURL encoded as a; m is the resource itself where the
@@ -170,6 +180,40 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 	c.mu.Unlock()
 	return e, nil
 }
+
+// ofRaw returns the entry of m, a resource of typeURL a RawResponse gave at version: encoded once
+// for every node that is given the same message at the same version.
+func (c *itemCache) ofRaw(typeURL, version string, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
+	k := rawKey{typeURL: typeURL, version: version, m: m}
+	c.mu.Lock()
+	e := c.rawCur[k]
+	if e == nil {
+		if e = c.rawPrev[k]; e != nil {
+			c.rawCur[k] = e
+		}
+	}
+	c.mu.Unlock()
+	if e != nil {
+		return e, nil
+	}
+	b, err := cache.MarshalResource(m)
+	if err != nil {
+		return nil, errNotEncoded{err}
+	}
+	if e, err = c.of(typeURL, &anypb.Any{TypeUrl: typeURL, Value: b}, m, owners); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.rawCur) >= c.limit {
+		c.rawPrev, c.rawCur = c.rawCur, map[rawKey]*engine.Entry{}
+	}
+	c.rawCur[k] = e
+	c.mu.Unlock()
+	return e, nil
+}
+
+// errNotEncoded is a resource that cannot be encoded.
+type errNotEncoded struct{ error }
 
 // entryFor is the engine's entry of r, encoded as a at version: its Refs (the holds') are what
 // refs says, its owner check candidate has the type URL as its kind and owners' as its owners.
