@@ -117,14 +117,12 @@ type Ref struct {
 }
 
 // itemCache makes the engine's entry of each resource content once, by the hash of its
-// encoding, for every node's snapshot. It keeps two generations of entries, so that what no
-// snapshot holds any more is freed.
+// encoding, for every node's snapshot.
 type itemCache struct {
-	mu              sync.Mutex               // guards cur, prev, rawCur, rawPrev and bad
-	cur, prev       map[string]*engine.Entry // by type URL + hash
-	rawCur, rawPrev map[rawKey]*engine.Entry // by the resource a RawResponse gave, at its version
-	limit           int
-	bad             map[string]struct{} // the bad resources logged (logBad)
+	mu     sync.Mutex          // guards byHash, byRaw and bad
+	byHash generations[string] // by type URL + hash
+	byRaw  generations[rawKey] // by the resource a RawResponse gave, at its version
+	bad    map[string]struct{} // the bad resources logged (logBad)
 }
 
 // rawKey is a resource of a RawResponse: the message itself at the response's version. A cache
@@ -135,16 +133,36 @@ type rawKey struct {
 	m                Resource
 }
 
+// generations are entries by key in two generations, so that what no snapshot holds any more is
+// freed: once cur holds maxItems, it becomes prev.
+type generations[K comparable] struct{ cur, prev map[K]*engine.Entry }
+
+const maxItems = 1 << 16
+
+func (g *generations[K]) get(k K) *engine.Entry {
+	e := g.cur[k]
+	if e == nil {
+		if e = g.prev[k]; e != nil {
+			g.put(k, e)
+		}
+	}
+	return e
+}
+
+func (g *generations[K]) put(k K, e *engine.Entry) {
+	if g.cur == nil || len(g.cur) >= maxItems {
+		g.prev, g.cur = g.cur, map[K]*engine.Entry{}
+	}
+	g.cur[k] = e
+}
+
 // versionOf is the version of an encoded resource: a digest of its encoding.
 func versionOf(a *anypb.Any) string {
 	sum := sha256.Sum256(a.GetValue())
 	return hex.EncodeToString(sum[:12])
 }
 
-func newItemCache() *itemCache {
-	return &itemCache{cur: map[string]*engine.Entry{}, prev: map[string]*engine.Entry{}, rawCur: map[rawKey]*engine.Entry{}, rawPrev: map[rawKey]*engine.Entry{},
-		limit: 1 << 16, bad: map[string]struct{}{}}
-}
+func newItemCache() *itemCache { return &itemCache{bad: map[string]struct{}{}} }
 
 // of returns the entry of a resource of typeURL encoded as a; m is the resource itself where the
 // wrapped cache gave it (a RawResponse), else nil and it is decoded from a by a's type URL.
@@ -152,12 +170,7 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 	version := versionOf(a)
 	key := typeURL + "/" + version
 	c.mu.Lock()
-	e := c.cur[key]
-	if e == nil {
-		if e = c.prev[key]; e != nil {
-			c.cur[key] = e
-		}
-	}
+	e := c.byHash.get(key)
 	c.mu.Unlock()
 	if e != nil {
 		return e, nil
@@ -173,10 +186,7 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 		return nil, err
 	}
 	c.mu.Lock()
-	if len(c.cur) >= c.limit {
-		c.prev, c.cur = c.cur, map[string]*engine.Entry{}
-	}
-	c.cur[key] = e
+	c.byHash.put(key, e)
 	c.mu.Unlock()
 	return e, nil
 }
@@ -186,12 +196,7 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 func (c *itemCache) ofRaw(typeURL, version string, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
 	k := rawKey{typeURL: typeURL, version: version, m: m}
 	c.mu.Lock()
-	e := c.rawCur[k]
-	if e == nil {
-		if e = c.rawPrev[k]; e != nil {
-			c.rawCur[k] = e
-		}
-	}
+	e := c.byRaw.get(k)
 	c.mu.Unlock()
 	if e != nil {
 		return e, nil
@@ -204,10 +209,7 @@ func (c *itemCache) ofRaw(typeURL, version string, m Resource, owners func(strin
 		return nil, err
 	}
 	c.mu.Lock()
-	if len(c.rawCur) >= c.limit {
-		c.rawPrev, c.rawCur = c.rawCur, map[rawKey]*engine.Entry{}
-	}
-	c.rawCur[k] = e
+	c.byRaw.put(k, e)
 	c.mu.Unlock()
 	return e, nil
 }
