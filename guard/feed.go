@@ -115,27 +115,29 @@ func (f *feed) run(typeURL string) {
 			<-f.done
 			return
 		}
+		if cancel == nil {
+			cancel = func() {}
+		}
 		var r cache.Response
-		stopped := false
 		select {
 		case <-f.done:
-			stopped = true
+			cancel()
+			return
 		case r = <-out:
 		}
-		if cancel != nil {
-			cancel()
-		}
-		if stopped {
-			return
-		}
+		// The answer goes out before the watch is let go of: a SnapshotCache takes, to let go of
+		// it, the lock it holds while it answers every other node's watches.
 		v, entries, err := g.answer(r)
+		if err == nil {
+			version, returned = v, r.GetReturnedResources()
+			f.apply(typeURL, entries, returned)
+		}
+		cancel()
 		if err != nil {
 			g.opts.Logger.Error("the wrapped cache's response cannot be encoded", "error", err)
 			<-f.done
 			return
 		}
-		version, returned = v, r.GetReturnedResources()
-		f.apply(typeURL, entries, returned)
 	}
 }
 
@@ -199,15 +201,23 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 // read is logged and left out, so that it does not stop the others of its type.
 func (g *Guard) answer(r cache.Response) (string, []*engine.Entry, error) {
 	typeURL := r.GetRequest().GetTypeUrl()
-	if rr, ok := r.(*cache.RawResponse); ok && !rr.Heartbeat &&
-		!slices.ContainsFunc(rr.GetRawResources(), func(x types.ResourceWithTTL) bool { return x.TTL != nil || x.Resource == nil }) {
-		answered := make([]*engine.Entry, 0, len(rr.GetRawResources()))
-		for _, x := range rr.GetRawResources() {
-			e, err := g.items.ofRaw(typeURL, rr.Version, x.Resource, g.opts.Owners)
+	rr, ok := r.(*cache.RawResponse)
+	var raw []types.ResourceWithTTL
+	if ok && !rr.Heartbeat {
+		raw = rr.GetRawResources()
+	}
+	if raw != nil && !slices.ContainsFunc(raw, func(x types.ResourceWithTTL) bool { return x.TTL != nil || x.Resource == nil }) {
+		entries, errs := g.items.ofRaws(typeURL, rr.Version, raw, g.opts.Owners)
+		answered := make([]*engine.Entry, 0, len(entries))
+		for i, e := range entries {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
 			var notEncoded errNotEncoded
 			switch {
 			case errors.As(err, &notEncoded):
-				name := cache.GetResourceName(x.Resource)
+				name := cache.GetResourceName(raw[i].Resource)
 				g.logBad(typeURL+"/"+name+"@"+rr.Version, "a resource of the wrapped cache cannot be encoded; left out until it changes",
 					"type", typeURL, "name", name, "error", notEncoded.error)
 			case err != nil:

@@ -1,11 +1,16 @@
 package guard
 
 import (
+	"sync"
 	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	. "github.com/onsi/gomega"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kds-host/kds-host/engine"
 )
 
 // A RawResponse's resource is encoded once for every node given the same message at the same
@@ -30,4 +35,29 @@ func TestARawResourceIsEncodedOnceAVersion(t *testing.T) {
 	same, err := c.ofRaw(resource.ClusterType, "3", eds("a"), EnvoyReferences)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(same).To(BeIdenticalTo(e1), "another message of the same content: the same entry")
+}
+
+// The nodes that read a version at once get the same entries, made by one of them; a resource
+// that cannot be read has its error for each, and the others their entries.
+func TestNodesReadingAVersionAtOnceGetTheEntriesOneOfThemMade(t *testing.T) {
+	g := NewWithT(t)
+	c := newItemCache()
+	raw := []types.ResourceWithTTL{{Resource: eds("a")}, {Resource: eds("b\xff")}, {Resource: eds("c")}}
+	const nodes = 50
+	got := make([][]*engine.Entry, nodes)
+	errs := make([][]error, nodes)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { got[i], errs[i] = c.ofRaws(resource.ClusterType, "1", raw, EnvoyReferences) })
+	}
+	wg.Wait()
+	for i := range nodes {
+		g.Expect(got[i][0]).To(BeIdenticalTo(got[0][0]))
+		g.Expect(got[i][2]).To(BeIdenticalTo(got[0][2]))
+		g.Expect(got[i][0]).NotTo(BeNil())
+		g.Expect(got[i][1]).To(BeNil(), "a name that is not UTF-8 cannot be encoded")
+		g.Expect(errs[i]).To(HaveLen(3))
+		g.Expect(errs[i][1]).To(HaveOccurred())
+	}
+	g.Expect(c.making).To(BeEmpty())
 }

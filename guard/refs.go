@@ -12,6 +12,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -119,10 +120,11 @@ type Ref struct {
 // itemCache makes the engine's entry of each resource content once, by the hash of its
 // encoding, for every node's snapshot.
 type itemCache struct {
-	mu     sync.Mutex          // guards byHash, byRaw and bad
-	byHash generations[string] // by type URL + hash
-	byRaw  generations[rawKey] // by the resource a RawResponse gave, at its version
-	bad    map[string]struct{} // the bad resources logged (logBad)
+	mu     sync.Mutex               // guards byHash, byRaw, making and bad
+	byHash generations[string]      // by type URL + hash
+	byRaw  generations[rawKey]      // by the resource a RawResponse gave, at its version
+	making map[string]chan struct{} // type URL@version -> closed once a node has made its entries (ofRaws)
+	bad    map[string]struct{}      // the bad resources logged (logBad)
 }
 
 // rawKey is a resource of a RawResponse: the message itself at the response's version. A cache
@@ -162,7 +164,9 @@ func versionOf(a *anypb.Any) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-func newItemCache() *itemCache { return &itemCache{bad: map[string]struct{}{}} }
+func newItemCache() *itemCache {
+	return &itemCache{making: map[string]chan struct{}{}, bad: map[string]struct{}{}}
+}
 
 // of returns the entry of a resource of typeURL encoded as a; m is the resource itself where the
 // wrapped cache gave it (a RawResponse), else nil and it is decoded from a by a's type URL.
@@ -212,6 +216,49 @@ func (c *itemCache) ofRaw(typeURL, version string, m Resource, owners func(strin
 	c.byRaw.put(k, e)
 	c.mu.Unlock()
 	return e, nil
+}
+
+// ofRaws returns the entries of a RawResponse's resources of typeURL at version, in order: nil
+// where a resource cannot be encoded or read, its error in errs then. Every node's watch is
+// answered at once; the first to read a version makes its entries while the others wait, then
+// read them, so that neither the work nor the lock is taken a thousand times over.
+func (c *itemCache) ofRaws(typeURL, version string, raw []types.ResourceWithTTL, owners func(string, Resource) []Ref) (out []*engine.Entry, errs []error) {
+	out = make([]*engine.Entry, len(raw))
+	batch := typeURL + "@" + version
+	for {
+		c.mu.Lock()
+		missing := false
+		for i, x := range raw {
+			if out[i] == nil {
+				out[i] = c.byRaw.get(rawKey{typeURL: typeURL, version: version, m: x.Resource})
+				missing = missing || out[i] == nil
+			}
+		}
+		wait, busy := c.making[batch]
+		if !missing || !busy {
+			if missing {
+				c.making[batch] = make(chan struct{})
+			}
+			c.mu.Unlock()
+			break
+		}
+		c.mu.Unlock()
+		<-wait
+	}
+	if !slices.Contains(out, nil) {
+		return out, nil
+	}
+	errs = make([]error, len(raw))
+	for i, x := range raw {
+		if out[i] == nil {
+			out[i], errs[i] = c.ofRaw(typeURL, version, x.Resource, owners)
+		}
+	}
+	c.mu.Lock()
+	close(c.making[batch])
+	delete(c.making, batch)
+	c.mu.Unlock()
+	return out, errs
 }
 
 // errNotEncoded is a resource that cannot be encoded.
