@@ -413,13 +413,6 @@ func (ks *kindState) setRefused(name string, h ackedVersion) {
 	ks.refused[name] = h
 }
 
-// names is every name the response carries, sent or removed.
-func (r *inflight) names() []string {
-	out := make([]string, 0, len(r.resp.Resources)+len(r.resp.RemovedResources))
-	eachName(r.resp, func(n string) { out = append(out, n) })
-	return out
-}
-
 // answerLocked applies the node's answer to r, the oldest response in flight of its type, an
 // ACK (nack nil) or a NACK: the node now holds what r carried but the rejected names, of which it
 // keeps what it had. Call with s.mu.

@@ -235,7 +235,7 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 		s.answerLocked(answered, &nack)
 	}
 	if answered != nil && t.cache.withholder != nil {
-		s.acceptedLocked(answered.kind, answered.names()) // what waits for what it accepted or refused
+		s.acceptedLocked(answered) // what waits for what it accepted or refused
 	}
 	s.mu.Unlock()
 

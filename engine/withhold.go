@@ -171,17 +171,17 @@ func (s *Session) eachMaybeUnserved(ks *kindState, snap *Snapshot, f func(string
 	return true
 }
 
-// acceptedLocked, after the client answered a response of names of typeURL, marks dirty the
-// entries that reference them, two levels up, and the names kept, and evaluates their types.
+// acceptedLocked, after the client answered r (ACK or NACK), marks dirty the entries that
+// reference the names r carried, two levels up, and the names kept, and evaluates their types.
 // Call with s.mu, with a Withholder installed.
-func (s *Session) acceptedLocked(typeURL string, names []string) {
-	snap := s.snapshot()
+func (s *Session) acceptedLocked(r *inflight) {
+	typeURL, snap := r.kind, s.snapshot()
 	if ks := s.kinds.get(s.cache, typeURL); ks != nil {
 		entries := snap.Type(typeURL)
-		for _, n := range names {
+		eachName(r.resp, func(n string) {
 			e := entries[n]
 			if _, had := ks.acceptedRefs[n]; !had && (e == nil || len(e.Refs) == 0) {
-				continue // it references nothing, as far as the session knows: nothing to record
+				return // it references nothing, as far as the session knows: nothing to record
 			}
 			switch h := s.ackedLocked(typeURL, n); {
 			case !h.ok:
@@ -194,7 +194,7 @@ func (s *Session) acceptedLocked(typeURL string, names []string) {
 				}
 				ks.acceptedRefs[n] = e.Refs
 			}
-		}
+		})
 	}
 	touched := map[*kindState]bool{}
 	var mark func(ref Ref, depth int)
@@ -211,9 +211,7 @@ func (s *Session) acceptedLocked(typeURL string, names []string) {
 			}
 		}
 	}
-	for _, n := range names {
-		mark(Ref{TypeURL: typeURL, Name: n}, 1)
-	}
+	eachName(r.resp, func(n string) { mark(Ref{TypeURL: typeURL, Name: n}, 1) })
 	s.kinds.each(func(ks *kindState) {
 		for n := range ks.kept {
 			ks.markDirty(n)

@@ -19,20 +19,27 @@ import (
 func TestARawResourceIsEncodedOnceAVersion(t *testing.T) {
 	g := NewWithT(t)
 	c := newItemCache()
+	ofRaw := func(typeURL, version string, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
+		es, errs := c.ofRaws(typeURL, version, []types.ResourceWithTTL{{Resource: m}}, owners)
+		if errs != nil {
+			return es[0], errs[0]
+		}
+		return es[0], nil
+	}
 	m := eds("a")
-	e1, err := c.ofRaw(resource.ClusterType, "1", m, EnvoyReferences)
+	e1, err := ofRaw(resource.ClusterType, "1", m, EnvoyReferences)
 	g.Expect(err).NotTo(HaveOccurred())
 	m.ConnectTimeout = durationpb.New(5e9) // changed in place: a cache that serves it again at "1" breaks its own contract
-	again, err := c.ofRaw(resource.ClusterType, "1", m, EnvoyReferences)
+	again, err := ofRaw(resource.ClusterType, "1", m, EnvoyReferences)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(BeIdenticalTo(e1), "the same message at the same version: not encoded again")
 
-	e2, err := c.ofRaw(resource.ClusterType, "2", m, EnvoyReferences)
+	e2, err := ofRaw(resource.ClusterType, "2", m, EnvoyReferences)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(e2).NotTo(BeIdenticalTo(e1))
 	g.Expect(e2.Version).NotTo(Equal(e1.Version), "its new content, under the new version")
 
-	same, err := c.ofRaw(resource.ClusterType, "3", eds("a"), EnvoyReferences)
+	same, err := ofRaw(resource.ClusterType, "3", eds("a"), EnvoyReferences)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(same).To(BeIdenticalTo(e1), "another message of the same content: the same entry")
 }

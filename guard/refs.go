@@ -195,25 +195,19 @@ func (c *itemCache) of(typeURL string, a *anypb.Any, m Resource, owners func(str
 	return e, nil
 }
 
-// ofRaw returns the entry of m, a resource of typeURL a RawResponse gave at version: encoded once
-// for every node that is given the same message at the same version.
-func (c *itemCache) ofRaw(typeURL, version string, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
-	k := rawKey{typeURL: typeURL, version: version, m: m}
-	c.mu.Lock()
-	e := c.byRaw.get(k)
-	c.mu.Unlock()
-	if e != nil {
-		return e, nil
-	}
+// makeRaw makes the entry of m, a resource of typeURL a RawResponse gave at version, and keeps it
+// for the nodes given the same message at the same version (ofRaws).
+func (c *itemCache) makeRaw(typeURL, version string, m Resource, owners func(string, Resource) []Ref) (*engine.Entry, error) {
 	b, err := cache.MarshalResource(m)
 	if err != nil {
 		return nil, errNotEncoded{err}
 	}
-	if e, err = c.of(typeURL, &anypb.Any{TypeUrl: typeURL, Value: b}, m, owners); err != nil {
+	e, err := c.of(typeURL, &anypb.Any{TypeUrl: typeURL, Value: b}, m, owners)
+	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.byRaw.put(k, e)
+	c.byRaw.put(rawKey{typeURL: typeURL, version: version, m: m}, e)
 	c.mu.Unlock()
 	return e, nil
 }
@@ -251,7 +245,7 @@ func (c *itemCache) ofRaws(typeURL, version string, raw []types.ResourceWithTTL,
 	errs = make([]error, len(raw))
 	for i, x := range raw {
 		if out[i] == nil {
-			out[i], errs[i] = c.ofRaw(typeURL, version, x.Resource, owners)
+			out[i], errs[i] = c.makeRaw(typeURL, version, x.Resource, owners)
 		}
 	}
 	c.mu.Lock()
