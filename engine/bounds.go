@@ -173,7 +173,7 @@ func (s *Session) release() {
 	s.unknown = nil
 	s.queue = nil
 	if s.kick != nil {
-		// Not written otherwise: such a session is signalled without its lock.
+		// Not written otherwise: such a session is kicked without its lock.
 		s.sendNow, s.kick = nil, nil
 	}
 	for i, r := range s.inflight {

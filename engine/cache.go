@@ -137,14 +137,13 @@ func (c *Cache) answerSession(st *Session, kinds []int, changed map[string][]str
 	}
 	st.deferWake = false
 	queued, sendNow, kick := len(st.queue) > 0, st.sendNow, st.kick
+	if queued && kick == nil {
+		st.signal()
+	}
 	st.mu.Unlock()
 	// A stream of the engine's own loop in step sends its answer on this goroutine.
-	if queued && (sendNow == nil || !sendNow()) {
-		if kick != nil {
-			kick()
-		} else {
-			st.signal()
-		}
+	if queued && kick != nil && !sendNow() {
+		kick()
 	}
 }
 
@@ -339,7 +338,7 @@ func (c *Cache) bindRequest(st *Session, req *discovery.DeltaDiscoveryRequest, a
 	}
 }
 
-// openSession starts the session of a new stream, and its sender unless the stream loop sends.
+// openSession starts the session of a new stream.
 func (c *Cache) openSession(id int64, info *streamInfo, sotw bool) *Session {
 	st := newSession(c, id, info, sotw)
 	c.budget.opened()
@@ -347,11 +346,6 @@ func (c *Cache) openSession(id int64, info *streamInfo, sotw bool) *Session {
 	c.streams[id] = st
 	c.order = nil
 	c.mu.Unlock()
-	if info.loop {
-		close(st.done)
-	} else {
-		go st.send()
-	}
 	return st
 }
 
@@ -409,8 +403,11 @@ func (c *Cache) closeStream(id int64) *Session {
 	c.mu.Unlock()
 	if st != nil {
 		st.retry.Close()
+		st.mu.Lock()
+		st.closing = true
+		st.mu.Unlock()
 		close(st.stop)
-		<-st.done
+		st.senders.Wait()
 		st.mu.Lock()
 		st.stall.stop()
 		for _, r := range st.inflight {

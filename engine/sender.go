@@ -10,38 +10,39 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// send is the sender of a stream go-control-plane's server serves: it feeds the queued
-// responses into their channels in order. One not handed over (its watch canceled) is taken
-// back; cancel waits for a send in progress.
+// send is the sender of a stream go-control-plane's server serves, started when its queue grows
+// (signal): it feeds the queued responses into their channels in order, and returns once the
+// queue is empty or the stream closes. One not handed over (its watch canceled) is taken back;
+// cancel waits for a send in progress.
 func (s *Session) send() {
-	defer close(s.done)
-	for {
+	for w := s.take(); w != nil; w = s.take() {
+		delivered := false
+		if s.admit(w) {
+			select { // one of out and sotwOut is nil: a SotW watch's or a delta one's
+			case w.sotwOut <- &w.sotwResp:
+				delivered = true
+			case w.out <- w.resp:
+				delivered = true
+			case <-w.canceled:
+			case <-s.stop:
+			}
+		}
+		s.finish(w, delivered)
 		select {
 		case <-s.stop:
 			return
-		case <-s.wake:
-		}
-		for w := s.next(); w != nil; w = s.next() {
-			delivered := false
-			if s.admit(w) {
-				select { // one of out and sotwOut is nil: a SotW watch's or a delta one's
-				case w.sotwOut <- &w.sotwResp:
-					delivered = true
-				case w.out <- w.resp:
-					delivered = true
-				case <-w.canceled:
-				case <-s.stop:
-				}
-			}
-			select {
-			case <-s.stop:
-				s.finish(w, delivered)
-				return
-			default:
-				s.finish(w, delivered)
-			}
+		default:
 		}
 	}
+}
+
+// take is next for the sender: with the queue empty, the sender is done until signal starts it again.
+func (s *Session) take() *watch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.nextLocked()
+	s.sending = w != nil
+	return w
 }
 
 // finish is the sender done with w: its response delivered, or taken back (what the node was
@@ -95,6 +96,10 @@ func (s *Session) admitted(w *watch, cost int64) {
 func (s *Session) next() *watch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.nextLocked()
+}
+
+func (s *Session) nextLocked() *watch {
 	if len(s.queue) == 0 {
 		return nil
 	}

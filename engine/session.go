@@ -61,9 +61,10 @@ type Session struct {
 	view atomic.Pointer[viewBox]  // what the node may see, as last published (Cache.Publish)
 	own  atomic.Pointer[Snapshot] // the node's own snapshot (Cache.SetNodeSnapshot); written under mu
 
-	wake chan struct{} // capacity 1: the queue grew (read by the sender)
-	stop chan struct{} // closed when the stream closes
-	done chan struct{} // closed when the sender has returned (at once when the stream loop sends)
+	sending bool           // a sender runs (under mu; go-control-plane's server's sessions)
+	closing bool           // the stream is closing: no sender starts (under mu)
+	senders sync.WaitGroup // the sender, while it runs
+	stop    chan struct{}  // closed when the stream closes
 }
 
 // MaxInFlight bounds the unanswered responses of one stream that the server remembers: beyond
@@ -172,23 +173,22 @@ func (r *inflight) EachVersion(yield func(name, version string) bool) {
 
 func byName(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) }
 
-// signal wakes the session's sender, or kicks the stream loop. Call with s.mu, unless the
-// session is go-control-plane's server's (kick never set).
+// signal has the queue sent: it kicks the stream loop, or starts the sender of a stream of
+// go-control-plane's server unless it runs. Call with s.mu.
 func (s *Session) signal() {
-	if s.kick != nil {
+	switch {
+	case s.kick != nil:
 		s.kick()
-		return
-	}
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	case !s.sending && !s.closing && !s.info.loop:
+		s.sending = true
+		s.senders.Go(s.send)
 	}
 }
 
 func newSession(c *Cache, id int64, info *streamInfo, sotw bool) *Session {
 	return &Session{
 		cache: c, id: id, info: info, sotw: sotw, kinds: kindStates{known: make([]*kindState, len(c.kinds))},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}),
 	}
 }
 
