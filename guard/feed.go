@@ -6,6 +6,7 @@ package guard
 import (
 	"errors"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -32,9 +33,22 @@ type feed struct {
 	snap    *engine.Snapshot
 	pooled  *pooled                      // snap, in the guard's pool (per-node caches; nil until the first answer)
 	keys    map[string]bool              // the engine's nodes of the node's streams
-	types   map[string]map[string]string // the types watched: what each watch's last answer says it returned
-	done    chan struct{}                // closed by stop
+	types   map[string]map[string]string // the types answered: what each watch's last answer says it returned
+	watches map[string]*feedWatch        // by type URL
 	stopped bool
+}
+
+// feedWatch is a feed's watch of one type: one watch of the wrapped cache after another, each
+// made when the last is answered.
+type feedWatch struct {
+	f       *feed
+	typeURL string
+	// What the last answer said (set before the watch is queued again), and the open watch
+	// (the watcher's goroutine only).
+	version  string
+	returned map[string]string
+	req      *discovery.DiscoveryRequest
+	cancel   func()
 }
 
 // join publishes the node's snapshot to a new stream's engine node, before the engine admits it.
@@ -57,19 +71,17 @@ func (f *feed) leave(key string) {
 	}
 }
 
-// watch starts the type's watch of the wrapped cache, unless it runs already.
+// watch has the watcher watch the wrapped cache for the type, unless it does already.
 func (f *feed) watch(typeURL string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.types[typeURL]; f.stopped || ok {
+	if _, ok := f.watches[typeURL]; f.stopped || ok {
 		return
 	}
-	f.types[typeURL] = nil
-	g := f.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.stopped {
-		g.running.Go(func() { f.run(typeURL) })
+	fw := &feedWatch{f: f, typeURL: typeURL}
+	f.watches[typeURL] = fw
+	if w := f.g.watcher(); w != nil {
+		w.again(fw, "", nil)
 	}
 }
 
@@ -77,66 +89,200 @@ func (f *feed) watch(typeURL string) {
 func (f *feed) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.stopped {
-		f.stopped = true
-		close(f.done)
-		f.g.pool.release(f.pooled)
-		f.pooled = nil
+	if f.stopped {
+		return
+	}
+	f.stopped = true
+	f.g.pool.release(f.pooled)
+	f.pooled = nil
+	f.g.mu.Lock()
+	w := f.g.watches
+	f.g.mu.Unlock()
+	for _, fw := range f.watches {
+		w.letGo(fw)
 	}
 }
 
-// stopFeeds stops every feed and waits for their watches (Close).
+// watcher is the guard's, started with the first watch (nil if Close came first).
+func (g *Guard) watcher() *watcher {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.watches == nil && !g.stopped {
+		g.watches = newWatcher(g)
+	}
+	return g.watches
+}
+
+// stopFeeds stops every feed, lets go of their watches and waits for the watcher (Close).
 func (g *Guard) stopFeeds() {
 	g.mu.Lock()
 	g.stopped = true
 	feeds := slices.Collect(maps.Values(g.feeds))
+	w := g.watches
 	g.mu.Unlock()
 	for _, f := range feeds {
 		f.stop()
 	}
-	g.running.Wait()
+	if w != nil {
+		w.close()
+	}
 }
 
-// run watches the wrapped cache for every resource of the type, one version after another, and
-// applies each answer, until stop. Each watch passes what the last answer returned: a cache that
-// compares it with what it serves (SnapshotCache) would otherwise answer again at once, forever.
-func (f *feed) run(typeURL string) {
-	g := f.g
-	out := make(chan cache.Response, 1)
-	version, returned := "", map[string]string(nil)
+// watcher makes and lets go of every feed's watches of the wrapped cache, on one goroutine, and
+// a few workers apply their answers. No worker ever waits for the wrapped cache: a SnapshotCache
+// holds its lock while it answers, into answers, every watch of a node, so a worker that made
+// watches could stop the very answers it waits for.
+type watcher struct {
+	g       *Guard
+	answers chan cache.Response // every watch's
+
+	mu      sync.Mutex                                 // guards the fields below
+	open    map[*discovery.DiscoveryRequest]*feedWatch // the watches made and not answered
+	pending []*feedWatch                               // to watch again, or let go of once their feed stopped
+	closing bool
+
+	wake    chan struct{} // capacity 1: pending grew
+	drained chan struct{} // closed when the watcher has let go of every watch (close)
+	done    chan struct{} // closed by close: the workers return
+	running sync.WaitGroup
+}
+
+func newWatcher(g *Guard) *watcher {
+	w := &watcher{g: g, answers: make(chan cache.Response, 1024), open: map[*discovery.DiscoveryRequest]*feedWatch{},
+		wake: make(chan struct{}, 1), drained: make(chan struct{}), done: make(chan struct{})}
+	w.running.Go(w.watch)
+	for range runtime.GOMAXPROCS(0) {
+		w.running.Go(w.work)
+	}
+	return w
+}
+
+// again has fw watched again from version, and what its last answer returned.
+func (w *watcher) again(fw *feedWatch, version string, returned map[string]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fw.version, fw.returned = version, returned
+	w.queueLocked(fw)
+}
+
+// letGo has fw's watch let go of (its feed stopped).
+func (w *watcher) letGo(fw *feedWatch) {
+	if w == nil {
+		return // no watch was made
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.queueLocked(fw)
+}
+
+func (w *watcher) queueLocked(fw *feedWatch) {
+	if w.closing {
+		return
+	}
+	w.pending = append(w.pending, fw)
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close lets go of every watch, then stops the workers.
+func (w *watcher) close() {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	<-w.drained // the workers drain answers meanwhile: a cache may be answering
+	close(w.done)
+	w.running.Wait()
+}
+
+// watch is the watcher's goroutine: it lets go of each queued watch, and watches again each whose
+// feed runs, from what its last answer returned: a cache that compares it with what it serves
+// (SnapshotCache) would otherwise answer again at once, forever.
+func (w *watcher) watch() {
 	for {
-		sub := stream.NewSotwSubscription(nil, true)
-		if returned != nil {
-			sub.SetReturnedResources(returned)
+		<-w.wake
+		w.mu.Lock()
+		todo, closing := w.pending, w.closing
+		w.pending = nil
+		w.mu.Unlock()
+		for _, fw := range todo {
+			w.rewatch(fw, closing)
 		}
-		cancel, err := g.inner.CreateWatch(&discovery.DiscoveryRequest{Node: f.node, TypeUrl: typeURL, VersionInfo: version}, &sub, out)
-		if err != nil {
-			g.opts.Logger.Error("the wrapped cache refused a watch", "type", typeURL, "error", err)
-			<-f.done
+		if closing {
+			w.mu.Lock()
+			left := slices.Collect(maps.Values(w.open))
+			w.mu.Unlock()
+			for _, fw := range left {
+				w.rewatch(fw, true)
+			}
+			close(w.drained)
 			return
 		}
-		if cancel == nil {
-			cancel = func() {}
-		}
-		var r cache.Response
+	}
+}
+
+// rewatch lets go of fw's watch, and makes the next unless its feed stopped or closing.
+func (w *watcher) rewatch(fw *feedWatch, closing bool) {
+	if fw.cancel != nil {
+		fw.cancel()
+		fw.cancel = nil
+	}
+	w.mu.Lock()
+	delete(w.open, fw.req)
+	w.mu.Unlock()
+	fw.f.mu.Lock()
+	stopped := fw.f.stopped
+	fw.f.mu.Unlock()
+	if stopped || closing {
+		return
+	}
+	sub := stream.NewSotwSubscription(nil, true)
+	if fw.returned != nil {
+		sub.SetReturnedResources(fw.returned)
+	}
+	fw.req = &discovery.DiscoveryRequest{Node: fw.f.node, TypeUrl: fw.typeURL, VersionInfo: fw.version}
+	w.mu.Lock()
+	w.open[fw.req] = fw // before the cache may answer it
+	w.mu.Unlock()
+	cancel, err := w.g.inner.CreateWatch(fw.req, &sub, w.answers)
+	if err != nil {
+		w.g.opts.Logger.Error("the wrapped cache refused a watch", "type", fw.typeURL, "error", err)
+		w.mu.Lock()
+		delete(w.open, fw.req)
+		w.mu.Unlock()
+		return // the feed waits for its stop
+	}
+	fw.cancel = cancel
+}
+
+// work is a worker: it applies the answers, each to its feed, and has the watch made again.
+func (w *watcher) work() {
+	for {
 		select {
-		case <-f.done:
-			cancel()
+		case <-w.done:
 			return
-		case r = <-out:
-		}
-		// The answer goes out before the watch is let go of: a SnapshotCache takes, to let go of
-		// it, the lock it holds while it answers every other node's watches.
-		v, entries, err := g.answer(r)
-		if err == nil {
-			version, returned = v, r.GetReturnedResources()
-			f.apply(typeURL, entries, returned)
-		}
-		cancel()
-		if err != nil {
-			g.opts.Logger.Error("the wrapped cache's response cannot be encoded", "error", err)
-			<-f.done
-			return
+		case r := <-w.answers:
+			w.mu.Lock()
+			fw := w.open[r.GetRequest()]
+			delete(w.open, r.GetRequest())
+			w.mu.Unlock()
+			if fw == nil {
+				continue // let go of meanwhile
+			}
+			// The answer goes out before the watch is let go of: a SnapshotCache takes, to let go
+			// of it, the lock it holds while it answers every other node's watches.
+			v, entries, err := w.g.answer(r)
+			if err != nil {
+				w.g.opts.Logger.Error("the wrapped cache's response cannot be encoded", "error", err)
+				continue // the feed waits for its stop
+			}
+			fw.f.apply(fw.typeURL, entries, r.GetReturnedResources())
+			w.again(fw, v, r.GetReturnedResources())
 		}
 	}
 }

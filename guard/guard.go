@@ -52,12 +52,12 @@ type Guard struct {
 	bounds bounds
 	shared bool // one feed for every node, its snapshot the engine's global one (NodeIndependent, or a LinearCache)
 
-	mu      sync.Mutex          // guards streams, feeds and stopped; released before a feed's lock is taken
+	mu      sync.Mutex          // guards streams, feeds, stopped and watches; released before a feed's lock is taken
 	streams map[int64]*followed // by the engine's stream id (a SotW stream's negated)
 	feeds   map[string]*feed    // by node id ("" when shared), while a stream of it is open
 	perNode map[string]int      // open streams of each node, once their first request named it
 	stopped bool                // Close stopped the feeds: none starts again
-	running sync.WaitGroup      // the feeds' watches
+	watches *watcher            // the feeds' watches, from the first (nil until then)
 }
 
 // followed is one stream: what its requests asked for, and its node's feed once it named it.
@@ -239,7 +239,7 @@ func (g *Guard) feedOf(node *core.Node) *feed {
 	}
 	f := g.feeds[id]
 	if f == nil {
-		f = &feed{g: g, id: id, node: node, done: make(chan struct{}), types: map[string]map[string]string{}, keys: map[string]bool{}}
+		f = &feed{g: g, id: id, node: node, types: map[string]map[string]string{}, watches: map[string]*feedWatch{}, keys: map[string]bool{}}
 		f.snap = engine.SnapshotOf(nil).Declare() // no type answered yet
 		if g.shared {
 			f.snap = g.s.Cache.Snapshot()
