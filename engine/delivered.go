@@ -108,9 +108,18 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 }
 
 // advance makes d hold cur's entries of the type when d holds its base's exactly and a response
-// carries exactly what changed of the type from base to cur; it reports whether it did (if not,
-// d is unchanged).
+// carries exactly what changed of the type from base to cur (advances); it reports whether it
+// did (if not, d is unchanged).
 func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.Resource, removed []string) bool {
+	if !d.advances(cur, kind, resources, removed) {
+		return false
+	}
+	d.share(cur, cur.Type(kind))
+	return true
+}
+
+// advances reports whether advance would make d hold cur's entries of the type.
+func (d *delivered) advances(cur *Snapshot, kind string, resources []*discovery.Resource, removed []string) bool {
 	if len(d.over) > 0 || d.base == nil || cur == d.snap {
 		return false
 	}
@@ -130,7 +139,6 @@ func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.R
 			return false
 		}
 	}
-	d.share(cur, entries)
 	return true
 }
 

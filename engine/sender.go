@@ -108,7 +108,7 @@ func (s *Session) nextLocked() *watch {
 	w.sending = true
 	ks := w.ks
 	w.flight, w.undo = s.handOverLocked(ks, w.kind, w.resp.DeltaDiscoveryResponse, &w.record, w.undoBuf[:0])
-	w.flight.sotw, w.flight.again = w.sotwResp.resp, w.sotwResp.again
+	w.flight.sotw, w.flight.again, w.flight.againAll = w.sotwResp.resp, w.sotwResp.again, w.sotwResp.againAll
 	for _, n := range w.forced {
 		delete(ks.forced, n)
 	}

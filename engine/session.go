@@ -124,18 +124,19 @@ type ackedVersion struct {
 
 // inflight is one response handed to the delta server and not answered yet.
 type inflight struct {
-	kind   string
-	ks     *kindState // the session's state of kind
-	resp   *discovery.DeltaDiscoveryResponse
-	nonce  string                       // set when the server sends it
-	priors priorSet                     // what the node had ACKed of its names before, for those it had ACKed
-	all    bool                         // it carries exactly a snapshot's entries of its type, to a node that had none
-	allSum uint64                       // with all: their kindOrder.acked
-	edits  uint64                       // the type's delivered edits once this response was counted in it
-	cost   int64                        // the room it holds in the cache's budget, until it leaves inflight
-	sotw   *discovery.DiscoveryResponse // the SotW response sent, of which resp is the delta; nil for delta
-	again  []namedVersion               // SotW: what sotw carries beyond resp, by name (holdsAfter)
-	since  time.Time                    // when it got its room, to be sent (the response timeout runs from here)
+	kind     string
+	ks       *kindState // the session's state of kind
+	resp     *discovery.DeltaDiscoveryResponse
+	nonce    string                       // set when the server sends it
+	priors   priorSet                     // what the node had ACKed of its names before, for those it had ACKed
+	all      bool                         // it carries exactly a snapshot's entries of its type, to a node that had none
+	allSum   uint64                       // with all: their kindOrder.acked
+	edits    uint64                       // the type's delivered edits once this response was counted in it
+	cost     int64                        // the room it holds in the cache's budget, until it leaves inflight
+	sotw     *discovery.DiscoveryResponse // the SotW response sent, of which resp is the delta; nil for delta
+	again    []namedVersion               // SotW: what sotw carries beyond resp, by name (holdsAfter)
+	againAll map[string]*Entry            // SotW, instead of again: sotw is these entries (those not in resp: again)
+	since    time.Time                    // when it got its room, to be sent (the response timeout runs from here)
 }
 
 // covers reports whether the response carries name, and if so what the node had ACKed before.

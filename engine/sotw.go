@@ -226,9 +226,13 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 	}
 	var anys []*anypb.Any
 	var again []namedVersion
+	var againAll map[string]*Entry
 	switch {
 	case all:
 		anys = snap.order(w.kind).anys // every stream's, shared
+	case full && len(ks.refused) == 0 && ks.delivered.advances(snap, w.kind, resources, removed):
+		// A stream in step: it holds the snapshot's type once it takes them.
+		anys, againAll = snap.order(w.kind).anys, snap.Type(w.kind)
 	case full:
 		anys, again = holdsAfter(ks, snap.Type(w.kind), resources, removed)
 		if ko := snap.order(w.kind); slices.Equal(anys, ko.anys) {
@@ -249,7 +253,7 @@ func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Sna
 	w.answer.pass = cache.DeltaPassthroughResponse{DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
 		TypeUrl: w.kind, SystemVersionInfo: c.versionInfo(), Resources: resources, RemovedResources: removed}}
 	w.resp = &w.answer.pass
-	w.sotwResp = sotwResponse{req: w.sotwReq, again: again, resp: &discovery.DiscoveryResponse{
+	w.sotwResp = sotwResponse{req: w.sotwReq, again: again, againAll: againAll, resp: &discovery.DiscoveryResponse{
 		VersionInfo: fmt.Sprintf("%s.%d", c.versionInfo(), ks.sotwSeq), TypeUrl: w.kind, Resources: anys}}
 	return true
 }
@@ -304,12 +308,13 @@ func holdsAfter(ks *kindState, served map[string]*Entry, resources []*discovery.
 	return out, again
 }
 
-// sotwResponse is a SotW response the cache made, sent as it is; again is what a full state
-// carries beyond its delta (holdsAfter).
+// sotwResponse is a SotW response the cache made, sent as it is; again (or againAll) is what a
+// full state carries beyond its delta (holdsAfter).
 type sotwResponse struct {
-	req   *discovery.DiscoveryRequest
-	resp  *discovery.DiscoveryResponse
-	again []namedVersion
+	req      *discovery.DiscoveryRequest
+	resp     *discovery.DiscoveryResponse
+	again    []namedVersion
+	againAll map[string]*Entry // instead of again: the full state is these entries, again those not in the delta
 }
 
 func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {

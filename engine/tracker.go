@@ -289,10 +289,15 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 		prior := answered.prior(res.Name)
 		carried[i] = nack.Carried{Name: res.Name, Version: res.Version, New: !prior.ok || prior.version != res.Version}
 	}
-	if len(answered.again) > 0 {
-		for _, nv := range answered.again {
-			carried = append(carried, nack.Carried{Name: nv.name, Version: nv.version, Again: true})
+	for _, nv := range answered.again {
+		carried = append(carried, nack.Carried{Name: nv.name, Version: nv.version, Again: true})
+	}
+	for n, e := range answered.againAll {
+		if _, sent := slices.BinarySearchFunc(answered.resp.Resources, n, func(r *discovery.Resource, n string) int { return strings.Compare(r.Name, n) }); !sent {
+			carried = append(carried, nack.Carried{Name: n, Version: e.Version, Again: true})
 		}
+	}
+	if len(carried) > len(answered.resp.Resources) {
 		slices.SortFunc(carried, func(a, b nack.Carried) int { return strings.Compare(a.Name, b.Name) })
 	}
 	n := event.NACK{StreamID: id, Node: zone, TypeURL: answered.kind, Accepted: map[string]string{}}
