@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -290,15 +291,28 @@ func (w *watcher) work() {
 // apply makes the node's snapshot hold what the wrapped cache answered of typeURL (entries, and
 // the names it says it returned), and publishes it. A SotW answer of a type other than Listeners
 // and Clusters may be what changed only: what was, changed by it, less what is no longer returned.
+// The nodes of a per-node cache that move from one pooled snapshot with the same answer take the
+// step the first of them made (snapPool.stepped).
 func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
 		return
 	}
+	last := f.types[typeURL]
+	f.types[typeURL] = returned
+	whole := typeURL == resource.ListenerType || typeURL == resource.ClusterType || last == nil || returned == nil
+	from := f.pooled
+	if whole && from != nil {
+		slices.SortFunc(entries, func(a, b *engine.Entry) int { return strings.Compare(a.Name, b.Name) })
+		if to := f.g.pool.stepped(from, typeURL, entries); to != nil {
+			f.publish(to)
+			return
+		}
+	}
 	cur := f.snap.Type(typeURL)
 	next := make(map[string]*engine.Entry, len(entries))
-	if last := f.types[typeURL]; typeURL != resource.ListenerType && typeURL != resource.ClusterType && last != nil && returned != nil {
+	if !whole {
 		maps.Copy(next, cur)
 		for n := range last {
 			if _, ok := returned[n]; !ok {
@@ -306,7 +320,6 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 			}
 		}
 	}
-	f.types[typeURL] = returned
 	for _, e := range entries {
 		next[e.Name] = e
 	}
@@ -334,11 +347,22 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 		f.g.s.SetSnapshot(snap)
 		return
 	}
-	f.pooled = f.g.pool.share(snap, f.pooled) // another node's, when it is the same
-	snap = f.pooled.snap
-	f.snap = snap
+	to := f.g.pool.share(snap, from) // another node's, when it is the same
+	if whole && from != nil {
+		f.g.pool.took(from, typeURL, entries, to)
+	}
+	f.publish(to)
+}
+
+// publish makes to the node's snapshot, and publishes it to the node's streams unless it was already.
+func (f *feed) publish(to *pooled) {
+	f.pooled = to
+	if to.snap == f.snap {
+		return
+	}
+	f.snap = to.snap
 	for key := range f.keys {
-		f.g.s.SetNodeSnapshot(key, snap)
+		f.g.s.SetNodeSnapshot(key, to.snap)
 	}
 }
 

@@ -98,7 +98,7 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 		return nil, err
 	}
 	_, linear := inner.(*cache.LinearCache)
-	g = &Guard{serving: v, inner: inner, opts: opts, items: newItemCache(), pool: &snapPool{by: map[uint64][]*pooled{}}, bounds: b, shared: opts.NodeIndependent || linear,
+	g = &Guard{serving: v, inner: inner, opts: opts, items: newItemCache(), pool: &snapPool{by: map[uint64][]*pooled{}, steps: map[*pooled][]step{}}, bounds: b, shared: opts.NodeIndependent || linear,
 		streams: map[int64]*followed{}, feeds: map[string]*feed{}, perNode: map[string]int{}}
 	v.s.Cache.ServeAnyType()
 	v.s.Tracker.SetNodeKey(streamKey)

@@ -12,9 +12,22 @@ import (
 // equal ones (the same entries, by type): the engine makes a snapshot's name orders, encodings
 // and reference index once, so the nodes of one configuration cost that once, not once each.
 type snapPool struct {
-	mu sync.Mutex           // guards by and the users of what it holds
-	by map[uint64][]*pooled // by contentDigest
+	mu    sync.Mutex           // guards by, steps and the users of what they hold
+	by    map[uint64][]*pooled // by contentDigest
+	steps map[*pooled][]step   // from a pooled snapshot, the last few answers applied to it (feed.apply)
 }
+
+// step is an answer of one type, applied as the type's whole content, and the pooled snapshot
+// it made.
+type step struct {
+	typeURL string
+	entries []*engine.Entry // in name order
+	to      *pooled
+}
+
+// maxSteps bounds the steps remembered from one pooled snapshot: the nodes of one configuration
+// take the same few.
+const maxSteps = 4
 
 // pooled is a snapshot of the pool, and how many nodes' feeds use it.
 type pooled struct {
@@ -58,11 +71,41 @@ func (p *snapPool) releaseLocked(x *pooled) {
 	if x.users--; x.users > 0 {
 		return
 	}
+	delete(p.steps, x)
 	if rest := slices.DeleteFunc(p.by[x.digest], func(c *pooled) bool { return c == x }); len(rest) > 0 {
 		p.by[x.digest] = rest
 	} else {
 		delete(p.by, x.digest)
 	}
+}
+
+// stepped returns, with one more user, the pooled snapshot another node's feed made by applying
+// entries (in name order) of typeURL to from, and lets go of from; nil if none did.
+func (p *snapPool) stepped(from *pooled, typeURL string, entries []*engine.Entry) *pooled {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, st := range p.steps[from] {
+		if st.typeURL == typeURL && st.to.users > 0 && slices.Equal(st.entries, entries) {
+			st.to.users++
+			p.releaseLocked(from)
+			return st.to
+		}
+	}
+	return nil
+}
+
+// took remembers that applying entries (in name order) of typeURL to from made to.
+func (p *snapPool) took(from *pooled, typeURL string, entries []*engine.Entry, to *pooled) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if from.users == 0 {
+		return // no longer pooled: no node takes a step from it
+	}
+	steps := p.steps[from]
+	if len(steps) >= maxSteps {
+		steps = slices.Delete(steps, 0, 1)
+	}
+	p.steps[from] = append(steps, step{typeURL, entries, to})
 }
 
 // contentDigest hashes s's types and the identity of their entries (the guard makes one entry a

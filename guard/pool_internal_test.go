@@ -69,3 +69,81 @@ func TestNodesAPerNodeCacheAnswersAlikeShareOneSnapshot(t *testing.T) {
 		g.Expect(h.g.pool.by).To(BeEmpty())
 	})
 }
+
+// The nodes of a per-node cache that move from one shared snapshot with the same answer take the
+// step the first of them made, not a snapshot each (made, then found equal in the pool); a node
+// answered otherwise makes its own; the steps go with the snapshots they start from.
+func TestNodesGivenTheSameChangeTakeTheFirstNodesStep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		h := newGuardedServer(t, Options{})
+		set := func(node, version string, clusters ...types.Resource) {
+			s, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: clusters})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(h.snap.SetSnapshot(context.Background(), node, s)).To(Succeed())
+		}
+		nodes := []string{"a", "b", "c"}
+		y, z := eds("y"), eds("z")
+		for _, n := range nodes {
+			set(n, "1", y, z)
+		}
+		var streams []*sotwStream
+		for _, n := range nodes {
+			st := h.sotw()
+			st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: n}, TypeUrl: resource.ClusterType})
+			streams = append(streams, st)
+		}
+		for i, st := range streams { // each ACKs its response
+			rs := st.received()
+			g.Expect(rs).To(HaveLen(1))
+			st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: nodes[i]}, TypeUrl: resource.ClusterType,
+				VersionInfo: rs[0].GetVersionInfo(), ResponseNonce: rs[0].GetNonce()})
+		}
+		feedOf := func(node string) *feed {
+			h.g.mu.Lock()
+			defer h.g.mu.Unlock()
+			return h.g.feeds[node]
+		}
+		pooledOf := func(node string) *pooled {
+			f := feedOf(node)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.pooled
+		}
+		stepsFrom := func(p *pooled) int {
+			h.g.pool.mu.Lock()
+			defer h.g.pool.mu.Unlock()
+			return len(h.g.pool.steps[p])
+		}
+		from := pooledOf("a")
+		g.Expect(pooledOf("b")).To(BeIdenticalTo(from))
+
+		y2 := eds("y")
+		y2.AltStatName = "v2" // another version of y
+		set("a", "2", y2, z)
+		synctest.Wait()
+		g.Expect(stepsFrom(from)).To(Equal(1), "a made the step from the snapshot b and c share")
+		set("b", "2", y2, z)
+		synctest.Wait()
+		g.Expect(pooledOf("b")).To(BeIdenticalTo(pooledOf("a")))
+		g.Expect(stepsFrom(from)).To(Equal(1), "b took a's step: it made none")
+
+		set("c", "2", y) // another change: its own step
+		synctest.Wait()
+		g.Expect(pooledOf("c")).NotTo(BeIdenticalTo(pooledOf("a")))
+		g.Expect(feedOf("c").snap.Type(resource.ClusterType)).To(HaveLen(1))
+		for i, st := range streams {
+			rs := st.received()
+			g.Expect(rs).To(HaveLen(1), "stream %d", i)
+			g.Expect(rs[0].GetResources()).To(HaveLen(map[int]int{0: 2, 1: 2, 2: 1}[i]), "stream %d", i)
+		}
+		g.Expect(stepsFrom(from)).To(BeZero(), "no node uses the snapshot the steps were from")
+
+		for _, st := range streams {
+			st.stop()
+		}
+		synctest.Wait()
+		g.Expect(h.g.pool.by).To(BeEmpty())
+		g.Expect(h.g.pool.steps).To(BeEmpty())
+	})
+}
