@@ -21,12 +21,13 @@ import (
 	"github.com/kds-host/kds-host/engine"
 )
 
-// feed is what the wrapped cache serves one node (every node, when shared): the node's
-// snapshot, published to the engine for each of its streams, or as the engine's global snapshot
-// when shared. It watches until its node's last stream closes (stop), or the guard closes.
+// feed is what the wrapped cache serves one node (the nodes of one Options.NodeHash ID; every
+// node, when shared): the node's snapshot, published to the engine for each of its streams, or
+// as the engine's global snapshot when shared. It watches until its node's last stream closes
+// (stop), or the guard closes.
 type feed struct {
 	g       *Guard
-	id      string     // the node id ("" when shared)
+	id      string     // the node id (Options.NodeHash's ID; "" when shared)
 	node    *core.Node // the first stream's: the node the watches are made for
 	streams int        // open streams of the node (under g.mu)
 

@@ -3,13 +3,16 @@ package guard_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	. "github.com/onsi/gomega"
@@ -342,4 +345,41 @@ func TestClientsServedThroughTheCodecGetWhatWasSet(t *testing.T) {
 		g.Expect(dst.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: d.GetNonce()})).To(Succeed())
 		put(fmt.Sprintf("c%02d", round+1), cluster.Cluster_LEAST_REQUEST)
 	}
+}
+
+// teamHash is a SnapshotCache's node hash: a node id's part before its slash.
+type teamHash struct{}
+
+func (teamHash) ID(n *core.Node) string { team, _, _ := strings.Cut(n.GetId(), "/"); return team }
+
+// Told the SnapshotCache's node hash, the guard keeps one watch of it per ID the hash makes: the
+// two nodes of one team share their team's watch, the other team has its own, and each client
+// gets its team's snapshot.
+func TestNodesOneNodeHashIDShareOneWatch(t *testing.T) {
+	g := NewWithT(t)
+	snapshots := cache.NewSnapshotCache(true, teamHash{}, nil)
+	counting := &countingCache{Cache: snapshots}
+	gd, err := guard.New(counting, guard.Options{NodeHash: teamHash{}})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	for team, name := range map[string]string{"a": "for-a", "b": "for-b"} {
+		s, err := cache.NewSnapshot("1", map[resource.Type][]types.Resource{resource.ClusterType: {edsCluster(name, cluster.Cluster_ROUND_ROBIN)}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(snapshots.SetSnapshot(context.Background(), team, s)).To(Succeed())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, gd, gd.Callbacks(nil)))
+	for _, node := range []string{"a/1", "a/2", "b/1"} {
+		st, err := ads.StreamAggregatedResources(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf(node), TypeUrl: resource.ClusterType})).To(Succeed())
+		r, err := st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		team, _, _ := strings.Cut(node, "/")
+		g.Expect(names(r)).To(Equal([]string{"for-" + team}), node)
+	}
+	// One watch a team answered, and one a team waiting for the next version.
+	g.Eventually(counting.watches.Load).Should(BeNumerically("==", 4))
+	g.Consistently(counting.watches.Load, 100*time.Millisecond).Should(BeNumerically("==", 4))
 }

@@ -54,7 +54,7 @@ type Guard struct {
 
 	mu      sync.Mutex          // guards streams, feeds, stopped and watches; released before a feed's lock is taken
 	streams map[int64]*followed // by the engine's stream id (a SotW stream's negated)
-	feeds   map[string]*feed    // by node id ("" when shared), while a stream of it is open
+	feeds   map[string]*feed    // by node id (Options.NodeHash's ID; "" when shared), while a stream of it is open
 	perNode map[string]int      // open streams of each node, once their first request named it
 	stopped bool                // Close stopped the feeds: none starts again
 	watches *watcher            // the feeds' watches, from the first (nil until then)
@@ -234,8 +234,11 @@ func (g *Guard) request(id int64, r request) (bool, error) {
 // stream. Call with g.mu.
 func (g *Guard) feedOf(node *core.Node) *feed {
 	id := node.GetId()
-	if g.shared {
+	switch {
+	case g.shared:
 		id = ""
+	case g.opts.NodeHash != nil:
+		id = g.opts.NodeHash.ID(node)
 	}
 	f := g.feeds[id]
 	if f == nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kds-host/kds-host/policy"
@@ -49,6 +50,11 @@ type Options struct {
 	// LinearCaches by type URL): one watch of it per type serves every stream. A LinearCache
 	// needs no telling; New refuses it over a SnapshotCache.
 	NodeIndependent bool
+	// NodeHash is the wrapped per-node cache's node hash, the one NewSnapshotCache was given:
+	// the guard keeps one watch of the cache per ID it makes, shared by the streams of every
+	// node it maps there (nil: one per node id, as cache.IDHash). Give it only the cache's own:
+	// a coarser one serves one node's resources to another.
+	NodeHash cache.NodeHash
 
 	// Bounds of one client stream's requests (New only): a request past one is refused with
 	// ResourceExhausted before the server stores it, counted in <namespace>_refusals_total.
@@ -78,6 +84,8 @@ func (o *Options) check() error {
 		return negative("MaxTypesPerStream", o.MaxTypesPerStream, "bound")
 	case o.MaxNamesPerStream < 0:
 		return negative("MaxNamesPerStream", o.MaxNamesPerStream, "bound")
+	case o.NodeIndependent && o.NodeHash != nil:
+		return errors.New("guard: Options.NodeIndependent and Options.NodeHash: a cache that answers every node alike has no node hash; set one or the other")
 	case len(o.Plugins) > 0 && (o.RetryPolicy != nil || o.Fallback != nil || o.OwnerCheck != nil):
 		return errors.New("guard: Options.Plugins and Options.RetryPolicy, Fallback or OwnerCheck: set the plugins or the policies, not both")
 	}

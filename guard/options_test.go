@@ -30,6 +30,7 @@ func TestOptionsThatMakeNoSenseAreRefusedByName(t *testing.T) {
 		{"a negative name bound", guard.Options{MaxNamesPerStream: -5}, "guard: Options.MaxNamesPerStream -5"},
 		{"plugins and a policy", guard.Options{Plugins: []policy.Plugin{{Path: "/x"}}, RetryPolicy: func() shared.RetryForcer { return retrypolicy.New() }}, "guard: Options.Plugins and Options.RetryPolicy"},
 		{"node independent over a SnapshotCache", guard.Options{NodeIndependent: true}, "guard: Options.NodeIndependent over a SnapshotCache"},
+		{"node independent and a node hash", guard.Options{NodeIndependent: true, NodeHash: cache.IDHash{}}, "guard: Options.NodeIndependent and Options.NodeHash"},
 		{"a plugin that is not there", guard.Options{Plugins: []policy.Plugin{{Path: "/no/such/plugin"}}}, "guard: Options.Plugins: "},
 	} {
 		t.Run(c.name, func(t *testing.T) {

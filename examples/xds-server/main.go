@@ -128,7 +128,7 @@ func newFlags(cfg *config) *pflag.FlagSet {
 	f.BoolVar(&cfg.ownerHolds, "owner-holds", true, "guard: hold a resource until the client has what it references, and ask the owner check (the --plugin runtime's) before a version goes out (false: neither)")
 	f.BoolVar(&cfg.guard, "guard", true, "serve through kds-host's guard; false: the stock go-control-plane path (the SnapshotCache as the server's cache)")
 	f.StringVar(&cfg.cacheKind, "cache", cacheSnapshot, "what the server serves from: snapshot (a go-control-plane SnapshotCache, one snapshot for every node, "+
-		"wrapped by guard.New: a watch of it per stream); linear (a LinearCache per type, each given what changed of the file, behind a MuxCache "+
+		"wrapped by guard.New told its node hash: one watch of it for every stream, and the guard's codec); linear (a LinearCache per type, each given what changed of the file, behind a MuxCache "+
 		"that routes by type URL; guard.New over it with NodeIndependent, one watch per type shared by every stream, and the guard's codec); "+
 		"mux (the same MuxCache given to guard.New as it is, with its defaults: a watch per stream; and the codec); "+
 		"or kds (kds-host's own cache, guard.NewCache: the same holds, a write costing only what changed; guard only). "+
@@ -316,8 +316,14 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		xdsCache, callbacks, clients = own, own.Callbacks(nil), own.Handler()
 		reg.MustRegister(own.Collector())
 	case cfg.guard:
-		// --cache linear: the MuxCache answers every node alike, and the guard is told so.
-		opts.NodeIndependent = cfg.cacheKind == cacheLinear
+		// --cache linear: the MuxCache answers every node alike, and the guard is told so;
+		// --cache snapshot: the SnapshotCache's node hash, so one watch of it serves every stream.
+		switch cfg.cacheKind {
+		case cacheLinear:
+			opts.NodeIndependent = true
+		case cacheSnapshot:
+			opts.NodeHash = allNodes{}
+		}
 		g, err := guard.New(xdsCache, opts)
 		if err != nil {
 			return err
@@ -325,9 +331,8 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		defer g.Close()
 		xdsCache, callbacks, clients = g, g.Callbacks(nil), g.Handler()
 		reg.MustRegister(g.Collector())
-		if linear != nil { // what every stream is served of a type, encoded once
-			grpcOpts = append(grpcOpts, grpc.ForceServerCodecV2(g.Codec()))
-		}
+		// What the streams that share a snapshot are served of a type, encoded once.
+		grpcOpts = append(grpcOpts, grpc.ForceServerCodecV2(g.Codec()))
 	default:
 		if len(cfg.plugins) > 0 || len(cfg.pluginConfigs) > 0 {
 			log.Warn("--guard=false: --plugin and --plugin-config are not used (the stock path has no retry policy)")
