@@ -383,3 +383,40 @@ func TestNodesOneNodeHashIDShareOneWatch(t *testing.T) {
 	g.Eventually(counting.watches.Load).Should(BeNumerically("==", 4))
 	g.Consistently(counting.watches.Load, 100*time.Millisecond).Should(BeNumerically("==", 4))
 }
+
+// The streams of one NodeHash ID, many of them, are each given the ID's new snapshot (published
+// to them one goroutine a core).
+func TestEveryStreamOfANodeHashIDGetsItsChange(t *testing.T) {
+	g := NewWithT(t)
+	snapshots := cache.NewSnapshotCache(true, teamHash{}, nil)
+	gd, err := guard.New(snapshots, guard.Options{NodeHash: teamHash{}})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gd.Close()
+	set := func(version string, lb cluster.Cluster_LbPolicy) {
+		s, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: {edsCluster("c", lb)}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(snapshots.SetSnapshot(context.Background(), "a", s)).To(Succeed())
+	}
+	set("1", cluster.Cluster_ROUND_ROBIN)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a stream never given it fails
+	defer cancel()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(serve(t, ctx, gd, gd.Callbacks(nil)))
+	var streams []discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	for i := range 300 {
+		st, err := ads.StreamAggregatedResources(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Send(&discovery.DiscoveryRequest{Node: nodeOf(fmt.Sprintf("a/%d", i)), TypeUrl: resource.ClusterType})).To(Succeed())
+		r, err := st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()})).To(Succeed())
+		streams = append(streams, st)
+	}
+	set("2", cluster.Cluster_LEAST_REQUEST)
+	for i, st := range streams {
+		r, err := st.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		var c cluster.Cluster
+		g.Expect(r.GetResources()[0].UnmarshalTo(&c)).To(Succeed())
+		g.Expect(c.GetLbPolicy()).To(Equal(cluster.Cluster_LEAST_REQUEST), "stream %d", i)
+	}
+}

@@ -33,6 +33,7 @@ type fleetConfig struct {
 	updates        int    // updates the driver will make (warm-up included)
 	streamsPerConn int
 	sotw           bool   // state-of-the-world streams (StreamAggregatedResources) instead of delta
+	defaultWindows bool   // grpc-go's default (dynamic) flow-control windows instead of a zone's fixed ones
 	cpuProfile     string // where to write the zones' process's CPU profile, from start to exit
 }
 
@@ -71,11 +72,15 @@ func runFleet(cfg fleetConfig) error {
 	f.remaining.Store(int64(cfg.zones))
 	f.start = time.Now()
 	dial := func() (*grpc.ClientConn, error) {
-		// Windows fixed as a kds-host zone's (and Envoy's): no bandwidth-delay PINGs after
-		// each response, which every server would have to read and answer.
-		return grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
-			grpc.WithStaticStreamWindowSize(zone.Window), grpc.WithStaticConnWindowSize(int32(min(int64(cfg.streamsPerConn)*zone.Window, math.MaxInt32))))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}
+		if !cfg.defaultWindows {
+			// Windows fixed as a kds-host zone's (and Envoy's): no bandwidth-delay PINGs after
+			// each response, which every server would have to read and answer.
+			opts = append(opts, grpc.WithStaticStreamWindowSize(zone.Window),
+				grpc.WithStaticConnWindowSize(int32(min(int64(cfg.streamsPerConn)*zone.Window, math.MaxInt32))))
+		}
+		return grpc.NewClient(cfg.addr, opts...)
 	}
 	stream := func(ctx context.Context, cc *grpc.ClientConn, i int) error {
 		token := ""

@@ -115,6 +115,7 @@ type options struct {
 	syncTimeout    time.Duration
 	updateTimeout  time.Duration
 	streamsPerConn int
+	defaultWindows bool
 	check          bool
 	noMemCheck     bool
 	command        string
@@ -137,6 +138,7 @@ func main() {
 	flag.DurationVar(&o.syncTimeout, "sync-timeout", 5*time.Minute, "give up a full sync that has not finished after this long (the scenario is reported as skipped, with how far it got)")
 	flag.DurationVar(&o.updateTimeout, "update-timeout", 2*time.Minute, "give up an update that has not reached every zone after this long")
 	flag.IntVar(&o.streamsPerConn, "streams-per-conn", 0, "zone streams per gRPC connection (1: a connection per zone, as real zones have; 0: 1 below 10,000 zones, 16 from 10,000 on)")
+	flag.BoolVar(&o.defaultWindows, "default-windows", false, "the zones dial with grpc-go's default (dynamic) flow-control windows, as a proxyless client does, instead of a kds-host zone's fixed ones")
 	flag.BoolVar(&o.check, "check", false, "exit 1 when a \"must hold\" verdict is not met")
 	flag.BoolVar(&o.noMemCheck, "no-mem-check", false, "run a scenario even when its estimated peak RSS exceeds MemAvailable")
 
@@ -151,6 +153,7 @@ func main() {
 	flag.IntVar(&fc.updates, "fleet-updates", 0, "internal: updates to report")
 	flag.IntVar(&fc.streamsPerConn, "fleet-streams-per-conn", 1, "internal: streams per connection")
 	flag.BoolVar(&fc.sotw, "fleet-sotw", false, "internal: state-of-the-world streams instead of delta")
+	flag.BoolVar(&fc.defaultWindows, "fleet-default-windows", false, "internal: grpc-go's default windows")
 	flag.StringVar(&fc.cpuProfile, "fleet-cpuprofile", "", "internal: write the zones' process's CPU profile here")
 	flag.Parse()
 

@@ -126,7 +126,8 @@ func measure(ctx context.Context, o options, self, bin string, sc scenario, sv s
 	fig.StreamsPer = o.streamsPerConnFor(sc)
 	total := o.warmup + o.updates
 	fargs := []string{"-fleet", kdsAddr, "-fleet-zones", strconv.Itoa(sc.Zones), "-fleet-resources", strconv.Itoa(sc.Resources),
-		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(fig.StreamsPer), "-fleet-sotw=" + strconv.FormatBool(sv.sotw())}
+		"-fleet-updates", strconv.Itoa(total), "-fleet-streams-per-conn", strconv.Itoa(fig.StreamsPer), "-fleet-sotw=" + strconv.FormatBool(sv.sotw()),
+		"-fleet-default-windows=" + strconv.FormatBool(o.defaultWindows)}
 	if tokens != "" {
 		fargs = append(fargs, "-fleet-tokens", tokens)
 	}

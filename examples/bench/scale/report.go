@@ -39,6 +39,7 @@ type reportOptions struct {
 	Gap            string `json:"gap"`
 	Idle           string `json:"idle"`
 	StreamsPerConn int    `json:"streams_per_conn"`
+	DefaultWindows bool   `json:"default_windows,omitempty"`
 }
 
 // result is one server in one scenario: the medians of its runs, and every run.
@@ -76,7 +77,7 @@ type skipped struct {
 func newReport(o options) *report {
 	r := &report{
 		Command: o.command,
-		Options: reportOptions{Runs: o.runs, Updates: o.updates, Warmup: o.warmup, Gap: o.gap.String(), Idle: o.idle.String(), StreamsPerConn: o.streamsPerConn},
+		Options: reportOptions{Runs: o.runs, Updates: o.updates, Warmup: o.warmup, Gap: o.gap.String(), Idle: o.idle.String(), StreamsPerConn: o.streamsPerConn, DefaultWindows: o.defaultWindows},
 		order:   o.scenarios,
 		byKey:   map[key]*result{},
 	}
@@ -228,7 +229,11 @@ func (r *report) print(w io.Writer) {
 	if r.Options.Runs > 1 {
 		runs = fmt.Sprintf("medians of %d runs", r.Options.Runs)
 	}
-	fmt.Fprintf(w, "%s; %d updates measured per run after %d unmeasured; idle measured over %s\n\n", runs, r.Options.Updates, r.Options.Warmup, r.Options.Idle)
+	windows := "the zones' fixed windows"
+	if r.Options.DefaultWindows {
+		windows = "grpc-go's default windows"
+	}
+	fmt.Fprintf(w, "%s; %d updates measured per run after %d unmeasured; idle measured over %s; %s\n\n", runs, r.Options.Updates, r.Options.Warmup, r.Options.Idle, windows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "zones\tresources\tstreams/conn\tserver\tfull sync\tresources/s\tsync CPU\tsync faults\tzones CPU\tcores busy\tupdate p50\tupdate max\tCPU/update\tCPU/stream/write\tsyscalls/stream/write\tidle CPU\tpeak RSS\tlive heap\theap/stream\t\n")
 	for _, res := range r.Results {
