@@ -41,7 +41,7 @@ func (s *Session) take() *watch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.nextLocked()
-	s.sending = w != nil
+	s.senderRuns = w != nil
 	return w
 }
 

@@ -61,10 +61,10 @@ type Session struct {
 	view atomic.Pointer[viewBox]  // what the node may see, as last published (Cache.Publish)
 	own  atomic.Pointer[Snapshot] // the node's own snapshot (Cache.SetNodeSnapshot); written under mu
 
-	sending bool           // a sender runs (under mu; go-control-plane's server's sessions)
-	closing bool           // the stream is closing: no sender starts (under mu)
-	senders sync.WaitGroup // the sender, while it runs
-	stop    chan struct{}  // closed when the stream closes
+	senderRuns bool           // a sender runs (under mu; go-control-plane's server's sessions)
+	closing    bool           // the stream is closing: no sender starts (under mu)
+	senders    sync.WaitGroup // the sender, while it runs
+	stop       chan struct{}  // closed when the stream closes
 }
 
 // MaxInFlight bounds the unanswered responses of one stream that the server remembers: beyond
@@ -180,8 +180,8 @@ func (s *Session) signal() {
 	switch {
 	case s.kick != nil:
 		s.kick()
-	case !s.sending && !s.closing && !s.info.loop:
-		s.sending = true
+	case !s.senderRuns && !s.closing && !s.info.loop:
+		s.senderRuns = true
 		s.senders.Go(s.send)
 	}
 }
