@@ -15,6 +15,31 @@ import (
 	"github.com/kds-host/kds-host/engine"
 )
 
+// setClusters sets node's snapshot of h's per-node cache: clusters, at version.
+func setClusters(g Gomega, h *guardedServer, node, version string, clusters ...types.Resource) {
+	s, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: clusters})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(h.snap.SetSnapshot(context.Background(), node, s)).To(Succeed())
+}
+
+// syncedClients gives nodes a, b and c clusters, and opens a SotW stream of each, which ACKs its
+// first response.
+func syncedClients(g Gomega, h *guardedServer, clusters ...types.Resource) []*sotwStream {
+	var streams []*sotwStream
+	for _, n := range []string{"a", "b", "c"} {
+		setClusters(g, h, n, "1", clusters...)
+		st := h.sotw()
+		st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: n}, TypeUrl: resource.ClusterType})
+		streams = append(streams, st)
+	}
+	for _, st := range streams {
+		rs := st.received()
+		g.Expect(rs).To(HaveLen(1))
+		st.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: rs[0].GetVersionInfo(), ResponseNonce: rs[0].GetNonce()})
+	}
+	return streams
+}
+
 // The nodes a per-node cache answers alike share one engine snapshot, whose encodings and name
 // orders the engine makes once for all of them; a node given other content gets its own; the
 // pool lets go of a snapshot once no node's stream uses it.
@@ -22,27 +47,8 @@ func TestNodesAPerNodeCacheAnswersAlikeShareOneSnapshot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		h := newGuardedServer(t, Options{})
-		set := func(node, version string, clusters ...types.Resource) {
-			s, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: clusters})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(h.snap.SetSnapshot(context.Background(), node, s)).To(Succeed())
-		}
-		nodes := []string{"a", "b", "c"}
-		for _, n := range nodes {
-			set(n, "1", eds("y"), eds("z"))
-		}
-		var streams []*sotwStream
-		for _, n := range nodes {
-			st := h.sotw()
-			st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: n}, TypeUrl: resource.ClusterType})
-			streams = append(streams, st)
-		}
-		for i, st := range streams { // each ACKs its response
-			rs := st.received()
-			g.Expect(rs).To(HaveLen(1))
-			st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: nodes[i]}, TypeUrl: resource.ClusterType,
-				VersionInfo: rs[0].GetVersionInfo(), ResponseNonce: rs[0].GetNonce()})
-		}
+		set := func(node, version string, clusters ...types.Resource) { setClusters(g, h, node, version, clusters...) }
+		streams := syncedClients(g, h, eds("y"), eds("z"))
 		snapOf := func(node string) *engine.Snapshot {
 			h.g.mu.Lock()
 			f := h.g.feeds[node]
@@ -77,28 +83,9 @@ func TestNodesGivenTheSameChangeTakeTheFirstNodesStep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
 		h := newGuardedServer(t, Options{})
-		set := func(node, version string, clusters ...types.Resource) {
-			s, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: clusters})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(h.snap.SetSnapshot(context.Background(), node, s)).To(Succeed())
-		}
-		nodes := []string{"a", "b", "c"}
+		set := func(node, version string, clusters ...types.Resource) { setClusters(g, h, node, version, clusters...) }
 		y, z := eds("y"), eds("z")
-		for _, n := range nodes {
-			set(n, "1", y, z)
-		}
-		var streams []*sotwStream
-		for _, n := range nodes {
-			st := h.sotw()
-			st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: n}, TypeUrl: resource.ClusterType})
-			streams = append(streams, st)
-		}
-		for i, st := range streams { // each ACKs its response
-			rs := st.received()
-			g.Expect(rs).To(HaveLen(1))
-			st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: nodes[i]}, TypeUrl: resource.ClusterType,
-				VersionInfo: rs[0].GetVersionInfo(), ResponseNonce: rs[0].GetNonce()})
-		}
+		streams := syncedClients(g, h, y, z)
 		feedOf := func(node string) *feed {
 			h.g.mu.Lock()
 			defer h.g.mu.Unlock()
