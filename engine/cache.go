@@ -172,6 +172,31 @@ func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
 	c.answerSession(st, c.changedKinds(changed, delta), changed, delta)
 }
 
+// SetNodesSnapshot is SetNodeSnapshot of s for each of nodes at once: their sessions are
+// answered one goroutine a core, the streams of one connection together. Calls for one node must
+// not run concurrently.
+func (c *Cache) SetNodesSnapshot(nodes []string, s *Snapshot) {
+	byNode := make(map[int64]*Session, len(nodes))
+	c.mu.Lock()
+	for _, n := range nodes {
+		if s == nil {
+			delete(c.perNode, n)
+		} else {
+			c.perNode[n] = s
+		}
+		if st := c.byNode[n]; st != nil {
+			byNode[st.id] = st
+		}
+	}
+	c.mu.Unlock()
+	c.fanOut(fanOutOrder(byNode), func(st *Session) {
+		st.mu.Lock()
+		changed, delta := s.ChangesFrom(st.own.Load())
+		st.own.Store(s)
+		c.answerSession(st, c.changedKinds(changed, delta), changed, delta)
+	})
+}
+
 // changedKinds is the places in c.kinds of the types a write changed (every type unless delta).
 func (c *Cache) changedKinds(changed map[string][]string, delta bool) []int {
 	kinds := make([]int, 0, len(c.kinds))

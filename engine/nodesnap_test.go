@@ -198,3 +198,51 @@ func TestClearingANodesSnapshotLeavesItWhatItHolds(t *testing.T) {
 		g.Expect(r.removed).To(Equal([]string{"p"}))
 	})
 }
+
+// SetNodesSnapshot sets one snapshot for several nodes at once: each is answered as
+// SetNodeSnapshot would (what it lacks, then what changed), and a node not named is not.
+func TestNodesGivenOneSnapshotAtOnceAreEachAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewWithT(t)
+		c := NewCache([]string{"MeshTimeout"})
+		c.UseNodeSnapshots()
+		defer c.Close()
+		tr := NewTracker(c)
+		zones := []*loopZone{startLoopZone(c, tr, 1, "a"), startLoopZone(c, tr, 2, "b"), startLoopZone(c, tr, 3, "c")}
+		defer func() {
+			for _, z := range zones {
+				z.cancel()
+				<-z.done
+			}
+		}()
+		synctest.Wait()
+		var ss testSnapshots
+		first, err := ss.Build([]resource.Resource{policyAt("MeshTimeout", "p", 1, 10), policyAt("MeshTimeout", "q", 1, 10)})
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetNodesSnapshot([]string{"a", "b"}, first)
+		synctest.Wait()
+		for _, z := range zones[:2] {
+			var r *discovery.DeltaDiscoveryResponse
+			g.Expect(z.str.sent).To(Receive(&r))
+			g.Expect(r.Resources).To(HaveLen(2))
+			z.ack(r)
+		}
+		g.Expect(zones[2].str.sent).To(BeEmpty(), "not named")
+
+		next, err := ss.Update([]resource.Resource{policyAt("MeshTimeout", "q", 2, 10)}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		c.SetNodesSnapshot([]string{"a", "b", "gone"}, next)
+		synctest.Wait()
+		for _, z := range zones[:2] {
+			var r *discovery.DeltaDiscoveryResponse
+			g.Expect(z.str.sent).To(Receive(&r))
+			g.Expect(r.Resources).To(HaveLen(1), "what changed")
+			g.Expect(r.Resources[0].Version).To(Equal(next.Type("MeshTimeout")[r.Resources[0].Name].Version))
+			g.Expect(r.Resources[0].Version).NotTo(Equal(first.Type("MeshTimeout")[r.Resources[0].Name].Version))
+		}
+		g.Expect(zones[2].str.sent).To(BeEmpty())
+		s, only := c.NodeSnapshot("gone")
+		g.Expect(s).To(BeIdenticalTo(next), "a node without a stream gets it when it connects")
+		g.Expect(only).To(BeTrue())
+	})
+}

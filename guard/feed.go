@@ -356,34 +356,21 @@ func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[strin
 }
 
 // publish makes to the node's snapshot, and publishes it to the node's streams unless it was
-// already: those of many nodes (a NodeHash ID's) one goroutine a core, as the engine's fan-out.
+// already: those of many nodes (a NodeHash ID's) as the engine fans a write out.
 func (f *feed) publish(to *pooled) {
 	f.pooled = to
 	if to.snap == f.snap {
 		return
 	}
 	f.snap = to.snap
-	workers := min(runtime.GOMAXPROCS(0), len(f.keys)/publishPerWorker)
-	if workers <= 1 {
-		for key := range f.keys {
-			f.g.s.SetNodeSnapshot(key, to.snap)
-		}
+	if len(f.keys) > 1 {
+		f.g.s.SetNodesSnapshot(slices.Collect(maps.Keys(f.keys)), to.snap)
 		return
 	}
-	keys := slices.Collect(maps.Keys(f.keys))
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(keys); i += workers {
-				f.g.s.SetNodeSnapshot(keys[i], to.snap)
-			}
-		})
+	for key := range f.keys {
+		f.g.s.SetNodeSnapshot(key, to.snap)
 	}
-	wg.Wait()
 }
-
-// publishPerWorker is the streams of a feed that make another goroutine worth its start.
-const publishPerWorker = 64
 
 // answer reads an answer of the wrapped cache: its version, and its resources as the engine's
 // entries, each made once whatever the nodes that get it. A resource that cannot be encoded or

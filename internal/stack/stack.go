@@ -217,6 +217,17 @@ func (s *Stack) SetSnapshot(snap *engine.Snapshot) {
 	}
 }
 
+// SetNodesSnapshot replaces what each of nodes is served (engine.Cache.SetNodesSnapshot), and
+// has the owner holds check them again.
+func (s *Stack) SetNodesSnapshot(nodes []string, snap *engine.Snapshot) {
+	s.Cache.SetNodesSnapshot(nodes, snap)
+	if s.Holds != nil {
+		for _, n := range nodes {
+			s.Holds.NodeChanged(n)
+		}
+	}
+}
+
 // SetNodeSnapshot replaces what one node is served (engine.Cache.SetNodeSnapshot), and has the
 // owner holds check the node again.
 func (s *Stack) SetNodeSnapshot(node string, snap *engine.Snapshot) {
