@@ -163,9 +163,13 @@ func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
 	}
 	st := c.byNode[node]
 	c.mu.Unlock()
-	if st == nil {
-		return
+	if st != nil {
+		c.answerOwn(st, s)
 	}
+}
+
+// answerOwn makes s st's own snapshot, and answers its watches with what changed.
+func (c *Cache) answerOwn(st *Session, s *Snapshot) {
 	st.mu.Lock()
 	changed, delta := s.ChangesFrom(st.own.Load())
 	st.own.Store(s)
@@ -189,12 +193,7 @@ func (c *Cache) SetNodesSnapshot(nodes []string, s *Snapshot) {
 		}
 	}
 	c.mu.Unlock()
-	c.fanOut(fanOutOrder(byNode), func(st *Session) {
-		st.mu.Lock()
-		changed, delta := s.ChangesFrom(st.own.Load())
-		st.own.Store(s)
-		c.answerSession(st, c.changedKinds(changed, delta), changed, delta)
-	})
+	c.fanOut(fanOutOrder(byNode), func(st *Session) { c.answerOwn(st, s) })
 }
 
 // changedKinds is the places in c.kinds of the types a write changed (every type unless delta).
