@@ -11,23 +11,34 @@ import (
 	"github.com/kds-host/kds-host/host/resource"
 )
 
+// nodeSnapshotZones is a cache of MeshTimeouts with UseNodeSnapshots and a zone of the engine's
+// own loop for each of nodes, stopped (then the cache closed) when the test ends.
+func nodeSnapshotZones(t *testing.T, nodes ...string) (*Cache, []*loopZone) {
+	c := NewCache([]string{"MeshTimeout"})
+	c.UseNodeSnapshots()
+	t.Cleanup(c.Close)
+	tr := NewTracker(c)
+	var zones []*loopZone
+	for i, n := range nodes {
+		zones = append(zones, startLoopZone(c, tr, int64(i+1), n))
+	}
+	t.Cleanup(func() {
+		for _, z := range zones {
+			z.cancel()
+			<-z.done
+		}
+	})
+	return c, zones
+}
+
 // With UseNodeSnapshots, a node sees its own snapshot only: nothing (its watch left open) until
 // one is set, then what it holds; a write of one node's snapshot answers that node alone, with
 // the names that changed; a global SetSnapshot answers none of them.
 func TestANodeSeesItsOwnSnapshotOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		c := NewCache([]string{"MeshTimeout"})
-		c.UseNodeSnapshots()
-		defer c.Close()
-		tr := NewTracker(c)
-		a, b := startLoopZone(c, tr, 1, "a"), startLoopZone(c, tr, 2, "b")
-		defer func() {
-			for _, z := range []*loopZone{a, b} {
-				z.cancel()
-				<-z.done
-			}
-		}()
+		c, zones := nodeSnapshotZones(t, "a", "b")
+		a, b := zones[0], zones[1]
 		synctest.Wait()
 		g.Expect(a.str.sent).To(BeEmpty(), "no snapshot of its node yet")
 
@@ -204,17 +215,7 @@ func TestClearingANodesSnapshotLeavesItWhatItHolds(t *testing.T) {
 func TestNodesGivenOneSnapshotAtOnceAreEachAnswered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := NewWithT(t)
-		c := NewCache([]string{"MeshTimeout"})
-		c.UseNodeSnapshots()
-		defer c.Close()
-		tr := NewTracker(c)
-		zones := []*loopZone{startLoopZone(c, tr, 1, "a"), startLoopZone(c, tr, 2, "b"), startLoopZone(c, tr, 3, "c")}
-		defer func() {
-			for _, z := range zones {
-				z.cancel()
-				<-z.done
-			}
-		}()
+		c, zones := nodeSnapshotZones(t, "a", "b", "c")
 		synctest.Wait()
 		var ss testSnapshots
 		first, err := ss.Build([]resource.Resource{policyAt("MeshTimeout", "p", 1, 10), policyAt("MeshTimeout", "q", 1, 10)})
