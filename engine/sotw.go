@@ -47,12 +47,10 @@ func (t *Tracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) err
 	if s == nil {
 		return status.Error(codes.Internal, "stream not open")
 	}
-	tell, err := t.handle(s, sotwID(id), incoming{
-		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(),
-		bound: func() error { return t.boundSotw(s, req) },
-		bind:  func([]string) { t.cache.bindSotw(s, req) },
+	r, err := t.handle(s, sotwID(id), incoming{
+		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(), sotw: req,
 	})
-	tell()
+	t.tell(&r)
 	return err
 }
 

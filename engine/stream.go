@@ -185,8 +185,8 @@ func (s *deltaStream) request(req *discovery.DeltaDiscoveryRequest, node **core.
 	if s.tracker.stalls {
 		s.mu.Lock() // the observers stall the stream, as they used to
 	}
-	tell, err := s.tracker.request(s.st, s.id, req)
-	tell()
+	r, err := s.tracker.request(s.st, s.id, req)
+	s.tracker.tell(&r)
 	if !s.tracker.stalls {
 		s.mu.Lock()
 	}

@@ -143,18 +143,16 @@ func (t *Tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRe
 	if s == nil {
 		return status.Error(codes.Internal, "stream not open")
 	}
-	tell, err := t.request(s, id, req)
-	tell()
+	r, err := t.request(s, id, req)
+	t.tell(&r)
 	return err
 }
 
-// request is OnStreamDeltaRequest for session s; the caller calls tell with no lock held.
-func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) (tell func(), err error) {
+// request is OnStreamDeltaRequest for session s; the caller tells r with no lock held.
+func (t *Tracker) request(s *Session, id int64, req *discovery.DeltaDiscoveryRequest) (r told, err error) {
 	return t.handle(s, id, incoming{
 		node: req.GetNode().GetId(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(), detail: req.GetErrorDetail(),
-		subscribe: req.GetResourceNamesSubscribe(), initial: req.GetInitialResourceVersions(),
-		bound: func() error { return t.bound(s, req) },
-		bind:  func(again []string) { t.cache.bindRequest(s, req, again) },
+		subscribe: req.GetResourceNamesSubscribe(), initial: req.GetInitialResourceVersions(), delta: req,
 	})
 }
 
@@ -164,26 +162,39 @@ type incoming struct {
 	detail               *rpcstatus.Status
 	subscribe            []string          // delta: the names it subscribes to
 	initial              map[string]string // delta: what the client holds, on a type's first request
-	bound                func() error      // checks the stream's bounds
-	bind                 func(again []string)
+	delta                *discovery.DeltaDiscoveryRequest
+	sotw                 *discovery.DiscoveryRequest // when delta is nil
+}
+
+// told is what handle found to tell the observers (tell), once no lock is held. A value, so that
+// a request allocates nothing for it.
+type told struct {
+	id                        int64
+	node, typeURL             string
+	refusals                  []event.Refusal
+	reRequest, answer, opened bool
+	names                     []string          // the re-request's
+	initial                   map[string]string // a type's first request's initial_resource_versions
+	acked                     bool
+	ack                       event.ACK
+	nack                      *event.NACK
 }
 
 // handle is a request of either protocol on the stream's session s: bounds, admission, ACK or
-// NACK, re-request. It returns what to tell the observers (request).
-func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err error) {
-	var refusals []event.Refusal
-	tellRefusals := func() {
-		for _, r := range refusals {
-			t.observers.Refused(r)
-		}
-	}
+// NACK, re-request. It returns what to tell the observers (tell).
+func (t *Tracker) handle(s *Session, id int64, in incoming) (r told, err error) {
+	r.id = id
 	node := s.Node()
 	// The bounds first: a refused request stores nothing, and replaces no stream of its node.
-	if err := in.bound(); err != nil {
-		refusals = append(refusals, refusal(refusalOf(err), nodeOf(s, node, in.node), err))
-		return tellRefusals, err
+	if in.delta != nil {
+		err = t.bound(s, in.delta)
+	} else {
+		err = t.boundSotw(s, in.sotw)
 	}
-	opened := false
+	if err != nil {
+		r.refusals = append(r.refusals, refusal(refusalOf(err), nodeOf(s, node, in.node), err))
+		return r, err
+	}
 	if node == "" {
 		nodeID := in.node
 		if t.nodeKey != nil {
@@ -196,20 +207,24 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 			if replaced != nil && replaced != s { // one stream per node: the newer one wins
 				msg := fmt.Sprintf("this stream of node %q was replaced by a newer one of the same node (a restart, or a second client started with its name)", n)
 				replaced.info.close(status.Error(codes.Aborted, msg))
-				refusals = append(refusals, event.Refusal{Reason: "replaced", Node: n, Detail: msg})
+				r.refusals = append(r.refusals, event.Refusal{Reason: "replaced", Node: n, Detail: msg})
 			}
 		}
 		if err != nil {
-			refusals = append(refusals, refusal(refusalOf(err), s.info.node, err))
-			return tellRefusals, err
+			r.refusals = append(r.refusals, refusal(refusalOf(err), s.info.node, err))
+			return r, err
 		}
-		node, opened = n, true
+		node, r.opened = n, true
 	}
+	r.node, r.typeURL = node, in.typeURL
 
 	s.mu.Lock()
 	ks := s.kind(in.typeURL)
 	first := !ks.requested
 	ks.requested = true
+	if first {
+		r.initial = in.initial
+	}
 	var answered *inflight
 	if in.nonce != "" {
 		answered = s.byNonce(in.nonce)
@@ -217,48 +232,59 @@ func (t *Tracker) handle(s *Session, id int64, in incoming) (tell func(), err er
 	// A request that answers nothing and subscribes names of a type already subscribed asks for
 	// them again, answered as far as the rate limit allows.
 	var again []string
-	reRequest := !first && in.nonce == "" && len(in.subscribe) > 0
-	answer := reRequest && s.reRequests.allow(time.Now(), t.limits.ReRequests, len(in.subscribe))
-	if answer {
+	r.reRequest = !first && in.nonce == "" && len(in.subscribe) > 0
+	if r.reRequest {
+		r.names = in.subscribe
+		r.answer = s.reRequests.allow(time.Now(), t.limits.ReRequests, len(in.subscribe))
+	}
+	if r.answer {
 		again = in.subscribe
 	}
-	var nack event.NACK
-	var ack event.ACK
 	switch {
 	case answered == nil:
 	case in.detail == nil:
 		// The event reads the response in place: it is told before the watch may reuse the record.
-		ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources, Sent: answered.since}
+		r.acked = true
+		r.ack = event.ACK{StreamID: id, Node: node, TypeURL: answered.kind, Versions: answered.view(), Removed: answered.resp.RemovedResources, Sent: answered.since}
 		s.answerLocked(answered, nil)
 	default:
-		nack = nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
-		s.answerLocked(answered, &nack)
+		nack := nackOf(id, node, answered, in.detail, t.limits.MaxNACKMessage, t.plain)
+		r.nack = &nack
+		s.answerLocked(answered, r.nack)
 	}
 	if answered != nil && t.cache.withholder != nil {
 		s.acceptedLocked(answered) // what waits for what it accepted or refused
 	}
 	s.mu.Unlock()
 
-	in.bind(again)
-	return func() {
-		tellRefusals()
-		if reRequest {
-			t.observers.ReRequest(event.ReRequest{StreamID: id, Node: node, TypeURL: in.typeURL, Names: in.subscribe, Answered: answer})
-		}
-		if opened {
-			t.observers.StreamOpened(id, node)
-		}
-		if first && len(in.initial) > 0 { // what the client already holds counts as ACKed
-			t.observers.ACK(event.ACK{StreamID: id, Node: node, TypeURL: in.typeURL, Versions: event.VersionsOf(in.initial), Initial: true})
-		}
-		switch {
-		case answered == nil:
-		case in.detail == nil:
-			t.observers.ACK(ack)
-		default:
-			t.observers.NACK(nack)
-		}
-	}, nil
+	if in.delta != nil {
+		t.cache.bindRequest(s, in.delta, again)
+	} else {
+		t.cache.bindSotw(s, in.sotw)
+	}
+	return r, nil
+}
+
+// tell tells the observers what handle found.
+func (t *Tracker) tell(r *told) {
+	for _, rf := range r.refusals {
+		t.observers.Refused(rf)
+	}
+	if r.reRequest {
+		t.observers.ReRequest(event.ReRequest{StreamID: r.id, Node: r.node, TypeURL: r.typeURL, Names: r.names, Answered: r.answer})
+	}
+	if r.opened {
+		t.observers.StreamOpened(r.id, r.node)
+	}
+	if len(r.initial) > 0 { // what the client already holds counts as ACKed
+		t.observers.ACK(event.ACK{StreamID: r.id, Node: r.node, TypeURL: r.typeURL, Versions: event.VersionsOf(r.initial), Initial: true})
+	}
+	switch {
+	case r.acked:
+		t.observers.ACK(r.ack)
+	case r.nack != nil:
+		t.observers.NACK(*r.nack)
+	}
 }
 
 // OnStreamDeltaResponse implements delta.Callbacks: it records the nonce of a response in flight.

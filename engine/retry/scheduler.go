@@ -156,14 +156,12 @@ func (s *Scheduler) Observer() event.Observer {
 		// only during the call: a stepped event takes a copy of them.
 		Sent: func(e event.Sent) {
 			if !s.skips(e.StreamID) {
-				e.Versions = e.Versions.Copy()
-				s.step(e.StreamID, func(m *Machine) Ready { return m.Sent(e, time.Now()) })
+				s.stepSent(e)
 			}
 		},
 		ACK: func(a event.ACK) {
 			if !s.skips(a.StreamID) {
-				a.Versions = a.Versions.Copy()
-				s.step(a.StreamID, func(m *Machine) Ready { return m.ACK(a, time.Now()) })
+				s.stepACK(a)
 			}
 		},
 		NACK: func(n event.NACK) { s.step(n.StreamID, func(m *Machine) Ready { return m.NACK(n, time.Now()) }) },
@@ -180,6 +178,18 @@ func (s *Scheduler) Close() {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+}
+
+// stepSent and stepACK step a copy of the event; apart from the observers, so that an event
+// that needs no step is not moved to the heap.
+func (s *Scheduler) stepSent(e event.Sent) {
+	e.Versions = e.Versions.Copy()
+	s.step(e.StreamID, func(m *Machine) Ready { return m.Sent(e, time.Now()) })
+}
+
+func (s *Scheduler) stepACK(a event.ACK) {
+	a.Versions = a.Versions.Copy()
+	s.step(a.StreamID, func(m *Machine) Ready { return m.ACK(a, time.Now()) })
 }
 
 // step runs one transition of a stream's Machine, in the session's order, and carries out what

@@ -163,8 +163,10 @@ func (c *convergence) acked(a event.ACK) {
 	if !ok {
 		return
 	}
-	for name, version := range a.Versions.All() {
-		c.doneLocked(engine.Ref{TypeURL: a.TypeURL, Name: name}, version, i, now)
+	// Not a itself: what the loop's body reads moves to the heap, and ACKs are many.
+	versions, typeURL := a.Versions, a.TypeURL
+	for name, version := range versions.All() {
+		c.doneLocked(engine.Ref{TypeURL: typeURL, Name: name}, version, i, now)
 	}
 	for _, name := range a.Removed {
 		c.doneLocked(engine.Ref{TypeURL: a.TypeURL, Name: name}, "", i, now)
