@@ -63,8 +63,8 @@ func Example_plugin() {
 }
 
 // A server with a cache per type (a MuxCache of LinearCaches, chosen by type URL) answers every
-// node alike: the guard keeps one watch of it per type for every stream, and its codec writes
-// what they are all served from one encoding of it.
+// node alike, and the guard sees it: it keeps one watch of it per type for every stream, and its
+// codec writes what they are all served from one encoding of it.
 func ExampleGuard_Codec() {
 	clusters := cache.NewLinearCache(resource.ClusterType)
 	mux := &cache.MuxCache{
@@ -73,7 +73,7 @@ func ExampleGuard_Codec() {
 		Caches:        map[string]cache.Cache{resource.ClusterType: clusters},
 	}
 
-	g, err := guard.New(mux, guard.Options{NodeIndependent: true})
+	g, err := guard.New(mux, guard.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

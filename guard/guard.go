@@ -23,6 +23,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -50,7 +52,8 @@ type Guard struct {
 	items  *itemCache
 	pool   *snapPool // the nodes' snapshots (per-node caches)
 	bounds bounds
-	shared bool // one feed for every node, its snapshot the engine's global one (NodeIndependent, or a LinearCache)
+	shared bool            // one feed for every node, its snapshot the engine's global one (NodeIndependent, a LinearCache, or mux)
+	mux    *cache.MuxCache // inner, shared as a MuxCache of LinearCaches without options that say how it answers (nil if not)
 
 	mu      sync.Mutex          // guards streams, feeds, stopped and watches; released before a feed's lock is taken
 	streams map[int64]*followed // by the engine's stream id (a SotW stream's negated)
@@ -63,9 +66,10 @@ type Guard struct {
 // followed is one stream: what its requests asked for, and its node's feed once it named it.
 type followed struct {
 	asked
-	node string
-	feed *feed
-	key  string // the engine's node of the stream (streamKey)
+	node  string
+	named *core.Node // the node its first request named
+	feed  *feed
+	key   string // the engine's node of the stream (streamKey)
 }
 
 // wellKnown are the xDS types in the order responses ready together go; others go after them.
@@ -98,8 +102,9 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 		return nil, err
 	}
 	_, linear := inner.(*cache.LinearCache)
-	g = &Guard{serving: v, inner: inner, opts: opts, items: newItemCache(), pool: &snapPool{by: map[uint64][]*pooled{}, steps: map[*pooled][]step{}}, bounds: b, shared: opts.NodeIndependent || linear,
-		streams: map[int64]*followed{}, feeds: map[string]*feed{}, perNode: map[string]int{}}
+	mux := linearMux(inner, opts)
+	g = &Guard{serving: v, inner: inner, opts: opts, items: newItemCache(), pool: &snapPool{by: map[uint64][]*pooled{}, steps: map[*pooled][]step{}}, bounds: b,
+		shared: opts.NodeIndependent || linear || mux != nil, mux: mux, streams: map[int64]*followed{}, feeds: map[string]*feed{}, perNode: map[string]int{}}
 	v.s.Cache.ServeAnyType()
 	v.s.Tracker.SetNodeKey(streamKey)
 	if g.shared {
@@ -109,6 +114,42 @@ func New(inner cache.Cache, opts Options) (_ *Guard, err error) {
 	}
 	v.before, v.checkWording, v.list = g.stopFeeds, true, g.Clients
 	return g, nil
+}
+
+// linearMux is inner if it is a MuxCache of LinearCaches (they answer every node alike) and
+// opts do not say how it answers; nil if not.
+func linearMux(inner cache.Cache, opts Options) *cache.MuxCache {
+	m, ok := inner.(*cache.MuxCache)
+	if !ok || opts.NodeHash != nil || opts.NodeIndependent || m.Classify == nil || len(m.Caches) == 0 {
+		return nil
+	}
+	for _, c := range m.Caches {
+		if _, ok := c.(*cache.LinearCache); !ok {
+			return nil
+		}
+	}
+	return m
+}
+
+// sameRoute refuses a stream of node that the shared MuxCache routes typeURL of elsewhere than
+// of watched, the node the shared watch is made for (as it does if Classify panics).
+func (g *Guard) sameRoute(watched, node *core.Node, typeURL string) error {
+	key := func(n *core.Node) (k string, ok bool) {
+		defer func() {
+			if p := recover(); p != nil {
+				k = fmt.Sprintf("a panic: %v", p)
+			}
+		}()
+		return g.mux.Classify(&cache.Request{Node: n, TypeUrl: typeURL}), true
+	}
+	want, wok := key(watched)
+	got, ok := key(node)
+	if wok && ok && want == got {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "the MuxCache routes type %s of node %q to %q and of node %q to %q, and the guard shares one watch of a "+
+		"MuxCache of LinearCaches among all nodes: give guard.New Options.NodeHash (cache.IDHash{}: a watch per node)",
+		truncate(typeURL), truncate(watched.GetId()), truncate(want), truncate(node.GetId()), truncate(got))
 }
 
 // askedOwners is an OwnerCheck whose candidates wait only for the owners their client asks for.
@@ -199,8 +240,9 @@ func (g *Guard) closed(id int64) {
 	}
 }
 
-// request admits a request of stream id (the engine's) within the stream's bounds, and has its
-// node's feed watch the wrapped cache for its type. It reports whether the stream is followed.
+// request admits a request of stream id (the engine's) within the stream's bounds (and a shared
+// MuxCache's route, sameRoute), and has its node's feed watch the wrapped cache for its type. It
+// reports whether the stream is followed.
 func (g *Guard) request(id int64, r request) (bool, error) {
 	g.mu.Lock()
 	st := g.streams[id]
@@ -213,17 +255,22 @@ func (g *Guard) request(id int64, r request) (bool, error) {
 	if st.feed == nil {
 		node = r.node.GetId()
 		if err = g.admitNode(node); err == nil {
-			st.node, st.feed, st.key = node, g.feedOf(r.node), streamKey(id, node)
+			st.node, st.named, st.feed, st.key = node, r.node, g.feedOf(r.node), streamKey(id, node)
 			defer st.feed.join(st.key)
 		}
 	}
+	first := st.types[r.typeURL] == nil
 	if err == nil {
 		err = st.admitNames(g.bounds, r)
 	}
-	f := st.feed
+	f, named := st.feed, st.named
 	g.mu.Unlock()
+	reason := "limit"
+	if err == nil && first && g.mux != nil {
+		err, reason = g.sameRoute(f.node, named, r.typeURL), "invalid"
+	}
 	if err != nil {
-		g.refused("limit", truncate(node), status.Convert(err).Message())
+		g.refused(reason, truncate(node), status.Convert(err).Message())
 		return true, err
 	}
 	f.watch(r.typeURL)

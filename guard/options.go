@@ -46,9 +46,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics name what Collector exports: <Namespace>_nacks_total ... (default "xds_guard").
 	Metrics policy.Metrics
-	// NodeIndependent says the wrapped cache answers every node alike (a MuxCache of
-	// LinearCaches by type URL): one watch of it per type serves every stream. A LinearCache
-	// needs no telling; New refuses it over a SnapshotCache.
+	// NodeIndependent says the wrapped cache answers every node alike: one watch of it per type
+	// serves every stream. A LinearCache, or a MuxCache of LinearCaches, needs no telling; a
+	// stream of a node such a MuxCache routes elsewhere than the node of its shared watch is then
+	// refused (FailedPrecondition): give it NodeHash (cache.IDHash{}: a watch per node). New
+	// refuses NodeIndependent over a SnapshotCache.
 	NodeIndependent bool
 	// NodeHash is the wrapped per-node cache's node hash, the one NewSnapshotCache was given:
 	// the guard keeps one watch of the cache per ID it makes, shared by the streams of every
@@ -131,6 +133,6 @@ func (o *Options) descs() descs {
 		responses: d("responses_total", "Responses sent to clients, by type.", "type_url"),
 		withheld:  d("withheld_resources", "Resource versions clients do not get now (refused, or waiting for what they reference), by type.", "type_url"),
 		clients:   d("clients", "Open client streams."),
-		refusals:  d("refusals_total", "Client streams refused: past a bound (limit), a type not served (invalid), or, with NewCache, replaced by a newer stream of the node (replaced).", "reason"),
+		refusals:  d("refusals_total", "Client streams refused: past a bound (limit), a type not served or a node the shared MuxCache routes apart (invalid), or, with NewCache, replaced by a newer stream of the node (replaced).", "reason"),
 	}
 }

@@ -14,7 +14,7 @@ import (
 const (
 	cacheSnapshot = "snapshot" // a SnapshotCache, one snapshot for every node
 	cacheLinear   = "linear"   // a LinearCache per type behind a MuxCache; the guard is told it answers every node alike
-	cacheMux      = "mux"      // the same MuxCache, given to the guard as it is (guard.New's defaults)
+	cacheMux      = "mux"      // the same MuxCache, given to the guard as it is (guard.New's defaults: shared too)
 	cacheKDS      = "kds"      // kds-host's own cache, guard.NewCache
 )
 

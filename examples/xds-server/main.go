@@ -130,7 +130,7 @@ func newFlags(cfg *config) *pflag.FlagSet {
 	f.StringVar(&cfg.cacheKind, "cache", cacheSnapshot, "what the server serves from: snapshot (a go-control-plane SnapshotCache, one snapshot for every node, "+
 		"wrapped by guard.New told its node hash: one watch of it for every stream, and the guard's codec); linear (a LinearCache per type, each given what changed of the file, behind a MuxCache "+
 		"that routes by type URL; guard.New over it with NodeIndependent, one watch per type shared by every stream, and the guard's codec); "+
-		"mux (the same MuxCache given to guard.New as it is, with its defaults: a watch per stream; and the codec); "+
+		"mux (the same MuxCache given to guard.New as it is, with its defaults: a MuxCache of LinearCaches, so one watch per type shared by every stream as well; and the codec); "+
 		"or kds (kds-host's own cache, guard.NewCache: the same holds, a write costing only what changed; guard only). "+
 		"With --guard=false, snapshot serves the SnapshotCache and linear and mux the MuxCache, through the stock server")
 	f.Int64Var(&cfg.maxStreams, "max-streams", 10000, "xDS streams open at once, all connections together; one more is refused with RESOURCE_EXHAUSTED (0: no bound)")
@@ -316,7 +316,8 @@ func runWith(ctx context.Context, args, env []string, h hooks) error {
 		xdsCache, callbacks, clients = own, own.Callbacks(nil), own.Handler()
 		reg.MustRegister(own.Collector())
 	case cfg.guard:
-		// --cache linear: the MuxCache answers every node alike, and the guard is told so;
+		// --cache linear: the MuxCache answers every node alike, and the guard is told so (mux:
+		// not told, the guard sees a MuxCache of LinearCaches and shares its watches the same);
 		// --cache snapshot: the SnapshotCache's node hash, so one watch of it serves every stream.
 		switch cfg.cacheKind {
 		case cacheLinear:
