@@ -82,6 +82,7 @@ type options struct {
 	idle           time.Duration
 	streamsPerConn int
 	fixedWindows   bool
+	pin            bool
 	out            string
 	bin            string
 	syncTimeout    time.Duration
@@ -99,6 +100,7 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured updates before them")
 	flag.DurationVar(&o.idle, "idle", 5*time.Second, "how long the idle server CPU is measured, every stream open")
 	flag.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per gRPC connection (N/10 connections by default)")
+	flag.BoolVar(&o.pin, "pin", false, "the server on core 0 and the fleet on core 1 (taskset; each then runs with GOMAXPROCS 1), as a server and its clients are on machines of their own, instead of sharing every core")
 	flag.BoolVar(&o.fixedWindows, "fixed-windows", false, "the fleet dials with fixed flow-control windows (as Envoy and kds-host's zones) instead of grpc-go's defaults")
 	flag.StringVar(&o.out, "out", "bench-results/guardfleet", "directory for guardfleet.txt and guardfleet.json (\"\": write nothing)")
 	flag.StringVar(&o.bin, "bin", "", "directory holding a prebuilt xds-server (default: build it into a temp dir)")

@@ -31,6 +31,7 @@ type figures struct {
 	WriteLast  float64 `json:"write_last_p50_ms"`  // ... -> the last stream
 	Applied    float64 `json:"applied_p50_ms"`     // the file renamed -> the server gives its cache the change
 	UpdateCPU  float64 `json:"update_cpu_s"`       // server CPU per update
+	FleetCPU   float64 `json:"fleet_update_cpu_s"` // the fleet's CPU per update (its decoding of what it gets)
 	IdleCPU    float64 `json:"idle_cpu_pct"`       // % of one core, every stream open, nothing changing
 	// Per update, in order: milliseconds from the change given to the server to the first and
 	// the last stream, and from the rename.
@@ -41,8 +42,25 @@ type figures struct {
 }
 
 func (f figures) summary() string {
-	return fmt.Sprintf("sync %.2f s (%.0f k/s, CPU %.2f s), first/last p50 %.1f/%.1f ms (from the rename %.1f/%.1f), CPU/update %.3f s, idle %.2f %%, VmHWM %s, live heap %s",
-		f.Sync, f.Rate/1000, f.SyncCPU, f.FirstP50, f.LastP50, f.WriteFirst, f.WriteLast, f.UpdateCPU, f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap))
+	return fmt.Sprintf("sync %.2f s (%.0f k/s, CPU %.2f s), first/last p50 %.1f/%.1f ms (from the rename %.1f/%.1f), CPU/update %.3f s (fleet %.3f s), idle %.2f %%, VmHWM %s, live heap %s",
+		f.Sync, f.Rate/1000, f.SyncCPU, f.FirstP50, f.LastP50, f.WriteFirst, f.WriteLast, f.UpdateCPU, f.FleetCPU, f.IdleCPU, mib(f.PeakRSS), mib(f.LiveHeap))
+}
+
+// The cores -pin gives the server and the fleet.
+const serverCore, fleetCore = "0", "1"
+
+// start starts a child, on its core with -pin (taskset execs it: the child's pid is its own).
+func (o options) start(name, core, path string, args ...string) (*procstat.Child, error) {
+	if o.pin {
+		return procstat.StartChild(name, "taskset", append([]string{"-c", core, path}, args...)...)
+	}
+	return procstat.StartChild(name, path, args...)
+}
+
+// fleetCPU is the fleet's CPU so far (0 if it cannot be read: the figure is then left out).
+func fleetCPU(fleet *procstat.Child) time.Duration {
+	d, _ := procstat.CPUOf(fleet.Pid())
+	return d
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
@@ -78,9 +96,9 @@ func measure(ctx context.Context, o options, self, xdsServer string, j job) (fig
 	}
 	var srv *procstat.Child
 	if j.server == stock {
-		srv, err = procstat.StartChild(j.server, self, "-stock", j.cache, "-stock-resources", file, "-stock-xds-addr", xdsAddr, "-stock-admin-addr", adminAddr)
+		srv, err = o.start(j.server, serverCore, self, "-stock", j.cache, "-stock-resources", file, "-stock-xds-addr", xdsAddr, "-stock-admin-addr", adminAddr)
 	} else {
-		srv, err = procstat.StartChild(j.server, xdsServer, "--resources", file, "--cache", j.cache, "--guard="+strconv.FormatBool(j.server == guardOn),
+		srv, err = o.start(j.server, serverCore, xdsServer, "--resources", file, "--cache", j.cache, "--guard="+strconv.FormatBool(j.server == guardOn),
 			"--xds-addr", xdsAddr, "--admin-addr", adminAddr, "--log-level", "warn", "--resources-reread", "0")
 	}
 	if err != nil {
@@ -115,7 +133,7 @@ func measure(ctx context.Context, o options, self, xdsServer string, j job) (fig
 	// Full sync.
 	total := o.warmup + o.updates
 	cpu0 := cpu()
-	fleet, err := procstat.StartChild("fleet", self, "-fleet", xdsAddr, "-fleet-streams", strconv.Itoa(j.sc.Streams),
+	fleet, err := o.start("fleet", fleetCore, self, "-fleet", xdsAddr, "-fleet-streams", strconv.Itoa(j.sc.Streams),
 		"-fleet-streams-per-conn", strconv.Itoa(o.streamsPerConn), "-fleet-clusters", strconv.Itoa(o.clusters),
 		"-fleet-updates", strconv.Itoa(total), "-fleet-delta="+strconv.FormatBool(j.sc.Delta), "-fleet-fixed-windows="+strconv.FormatBool(o.fixedWindows))
 	if err != nil {
@@ -145,11 +163,11 @@ func measure(ctx context.Context, o options, self, xdsServer string, j job) (fig
 	// Updates: one cluster each, renamed into place; the latencies count from the moment the
 	// server says it gave its cache the change, and from the rename.
 	client := &http.Client{Timeout: 10 * time.Second}
-	var cpuA time.Duration
+	var cpuA, fleetA time.Duration
 	var applied []float64
 	for seq := range total {
 		if seq == o.warmup {
-			cpuA = cpu()
+			cpuA, fleetA = cpu(), fleetCPU(fleet)
 		}
 		wrote, err := writeResources(file, o.clusters, seq)
 		if err != nil {
@@ -182,6 +200,7 @@ func measure(ctx context.Context, o options, self, xdsServer string, j job) (fig
 		procstat.Quiet(ctx, pid, 10*time.Second) // the update's ACKs, before the next
 	}
 	fig.UpdateCPU = (cpu() - cpuA).Seconds() / float64(o.updates)
+	fig.FleetCPU = (fleetCPU(fleet) - fleetA).Seconds() / float64(o.updates)
 	p50 := func(v []float64) float64 { return procstat.Median(slices.Sorted(slices.Values(v))) }
 	fig.FirstP50, fig.LastP50, fig.WriteFirst, fig.WriteLast, fig.Applied = p50(fig.First), p50(fig.Last), p50(fig.FromWriteFirst), p50(fig.FromWriteLast), p50(applied)
 
