@@ -107,10 +107,16 @@ func (c *Cache) encodeSotwAll(resp *discovery.DiscoveryResponse) mem.BufferSlice
 	if ko.anysRun == nil {
 		return nil
 	}
-	head, err := proto.Marshal(&discovery.DiscoveryResponse{VersionInfo: resp.VersionInfo, Canary: resp.Canary, TypeUrl: resp.TypeUrl,
-		Nonce: resp.Nonce, ControlPlane: resp.ControlPlane, ResourceErrors: resp.ResourceErrors})
-	if err != nil {
-		return nil
+	var head []byte
+	if resp.Canary || resp.ControlPlane != nil || len(resp.ResourceErrors) > 0 {
+		var err error
+		head, err = proto.Marshal(&discovery.DiscoveryResponse{VersionInfo: resp.VersionInfo, Canary: resp.Canary, TypeUrl: resp.TypeUrl,
+			Nonce: resp.Nonce, ControlPlane: resp.ControlPlane, ResourceErrors: resp.ResourceErrors})
+		if err != nil {
+			return nil
+		}
+	} else {
+		head = headOf([...]headField{{1, resp.VersionInfo}, {4, resp.TypeUrl}, {5, resp.Nonce}}, nil)
 	}
 	return mem.BufferSlice{mem.SliceBuffer(head), mem.SliceBuffer(ko.anysRun)}
 }
@@ -148,20 +154,27 @@ func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 		}
 		return hb, nil
 	}
-	type field struct {
-		num protowire.Number
-		v   string
-	}
-	singles := [...]field{{1, resp.SystemVersionInfo}, {4, resp.TypeUrl}, {5, resp.Nonce}}
-	const removed = 6
+	return headOf([...]headField{{1, resp.SystemVersionInfo}, {4, resp.TypeUrl}, {5, resp.Nonce}}, resp.RemovedResources), nil
+}
+
+// headField is a string field of a response's head.
+type headField struct {
+	num protowire.Number
+	v   string
+}
+
+// headOf encodes singles (each unless empty) and removed (a delta response's field 6), in one
+// buffer of their size, as proto.Marshal writes them.
+func headOf(singles [3]headField, removed []string) []byte {
+	const removedField = 6
 	size := 0
 	for _, f := range singles {
 		if f.v != "" {
 			size += protowire.SizeTag(f.num) + protowire.SizeBytes(len(f.v))
 		}
 	}
-	for _, n := range resp.RemovedResources {
-		size += protowire.SizeTag(removed) + protowire.SizeBytes(len(n))
+	for _, n := range removed {
+		size += protowire.SizeTag(removedField) + protowire.SizeBytes(len(n))
 	}
 	b := make([]byte, 0, size)
 	for _, f := range singles {
@@ -169,10 +182,10 @@ func encodeHead(resp *discovery.DeltaDiscoveryResponse) ([]byte, error) {
 			b = protowire.AppendString(protowire.AppendTag(b, f.num, protowire.BytesType), f.v)
 		}
 	}
-	for _, n := range resp.RemovedResources {
-		b = protowire.AppendString(protowire.AppendTag(b, removed, protowire.BytesType), n)
+	for _, n := range removed {
+		b = protowire.AppendString(protowire.AppendTag(b, removedField, protowire.BytesType), n)
 	}
-	return b, nil
+	return b
 }
 
 // runMin is the fewest resources a response has for the codec to look for them in a run (runOf).

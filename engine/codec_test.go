@@ -170,6 +170,19 @@ func TestTheCodecWritesASotwResponseOfAWholeTypeFromOneEncoding(t *testing.T) {
 	var got discovery.DiscoveryResponse
 	g.Expect(proto.Unmarshal(enc.Materialize(), &got)).To(Succeed())
 	g.Expect(proto.Equal(&got, resp)).To(BeTrue())
+	for _, r := range []*discovery.DiscoveryResponse{resp, {TypeUrl: resource.MeshKind, Nonce: "8"}, {VersionInfo: strings.Repeat("v", 300), TypeUrl: resource.MeshKind},
+		{TypeUrl: resource.MeshKind, Canary: true, Nonce: "9"}, {TypeUrl: resource.MeshKind, ControlPlane: &corev3.ControlPlane{Identifier: "x"}}} {
+		withAll := proto.CloneOf(r)
+		withAll.Resources = all
+		e, err := codec.Marshal(withAll)
+		g.Expect(err).NotTo(HaveOccurred())
+		head := proto.CloneOf(r)
+		head.Resources = nil
+		want, err := proto.Marshal(head)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(e).To(HaveLen(2))
+		g.Expect(e[0].ReadOnlyData()).To(Equal(want), "the head, as proto.Marshal writes it: %v", head)
+	}
 	again, err := codec.Marshal(&discovery.DiscoveryResponse{TypeUrl: resource.MeshKind, Nonce: "8", Resources: all})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(&again[1].ReadOnlyData()[0]).To(BeIdenticalTo(&enc[1].ReadOnlyData()[0]), "one encoding, shared")

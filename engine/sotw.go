@@ -108,10 +108,13 @@ func (s *Session) admitSotwNames(typeURL string, names []string, max int) error 
 			total += len(ns)
 		}
 	}
-	unknown := map[string]struct{}{}
+	var unknown map[string]struct{} // made for the first name not held: most requests have none
 	for _, n := range names {
 		if _, ok := entries[n]; ok || n == "*" {
 			continue
+		}
+		if unknown == nil {
+			unknown = map[string]struct{}{}
 		}
 		unknown[n] = struct{}{}
 		if total+len(unknown) > max {
