@@ -21,10 +21,9 @@ import (
 	"github.com/kds-host/kds-host/engine"
 )
 
-// feed is what the wrapped cache serves one node (the nodes of one Options.NodeHash ID; every
-// node, when shared): the node's snapshot, published to the engine for each of its streams, or
-// as the engine's global snapshot when shared. It watches until its node's last stream closes
-// (stop), or the guard closes.
+// feed is what the wrapped cache serves one node (one NodeHash ID's nodes; every node when
+// shared): its snapshot, published for each of its streams (as the global one when shared). It
+// watches until the node's last stream closes (stop) or the guard closes.
 type feed struct {
 	g       *Guard
 	id      string     // the node id (Options.NodeHash's ID; "" when shared)
@@ -130,10 +129,9 @@ func (g *Guard) stopFeeds() {
 	}
 }
 
-// watcher makes and lets go of every feed's watches of the wrapped cache, on one goroutine, and
-// a few workers apply their answers. No worker ever waits for the wrapped cache: a SnapshotCache
-// holds its lock while it answers, into answers, every watch of a node, so a worker that made
-// watches could stop the very answers it waits for.
+// watcher makes and lets go of every feed's watches of the wrapped cache on one goroutine; a
+// few workers apply the answers. No worker waits for the wrapped cache: a SnapshotCache answers
+// a node's watches under its lock, so a worker making watches could block the answers it awaits.
 type watcher struct {
 	g       *Guard
 	answers chan cache.Response // every watch's
@@ -290,10 +288,9 @@ func (w *watcher) work() {
 }
 
 // apply makes the node's snapshot hold what the wrapped cache answered of typeURL (entries, and
-// the names it says it returned), and publishes it. A SotW answer of a type other than Listeners
-// and Clusters may be what changed only: what was, changed by it, less what is no longer returned.
-// The nodes of a per-node cache that move from one pooled snapshot with the same answer take the
-// step the first of them made (snapPool.stepped).
+// the names it says it returned), and publishes it. A SotW answer of a type but Listeners and
+// Clusters may be only what changed. Nodes of a per-node cache stepping from one pooled snapshot
+// with the same answer take the first one's step (snapPool.stepped).
 func (f *feed) apply(typeURL string, entries []*engine.Entry, returned map[string]string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -373,8 +370,7 @@ func (f *feed) publish(to *pooled) {
 }
 
 // answer reads an answer of the wrapped cache: its version, and its resources as the engine's
-// entries, each made once whatever the nodes that get it. A resource that cannot be encoded or
-// read is logged and left out, so that it does not stop the others of its type.
+// entries (each made once for all nodes); one that cannot be encoded or read is logged, left out.
 func (g *Guard) answer(r cache.Response) (string, []*engine.Entry, error) {
 	typeURL := r.GetRequest().GetTypeUrl()
 	rr, ok := r.(*cache.RawResponse)
@@ -422,12 +418,12 @@ func (g *Guard) answer(r cache.Response) (string, []*engine.Entry, error) {
 }
 
 // logBad logs an error about what the wrapped cache serves once for each key (a bad resource at
-// a version), whatever the nodes that read it; it remembers maxBadLogged keys, then starts afresh.
+// a version), whatever the nodes that read it; it remembers 256 keys, then starts afresh.
 func (g *Guard) logBad(key, msg string, args ...any) {
 	g.items.mu.Lock()
 	_, again := g.items.bad[key]
 	if !again {
-		if len(g.items.bad) >= maxBadLogged {
+		if len(g.items.bad) >= 256 {
 			clear(g.items.bad)
 		}
 		g.items.bad[key] = struct{}{}
@@ -437,6 +433,3 @@ func (g *Guard) logBad(key, msg string, args ...any) {
 		g.opts.Logger.Error(msg, args...)
 	}
 }
-
-// maxBadLogged bounds the bad resources logBad remembers.
-const maxBadLogged = 256

@@ -1,8 +1,5 @@
 package guard
 
-// Envoy's reference holds: the engine asks them, per client, what waits for what the client
-// has not accepted, and what it keeps although no longer served.
-
 import (
 	"fmt"
 	"slices"
@@ -33,8 +30,6 @@ type envoyHolds struct {
 }
 
 type warmKey struct{ from, clusters string }
-
-func newEnvoyHolds() *envoyHolds { return &envoyHolds{warm: map[warmKey]*engine.Entry{}} }
 
 func (h *envoyHolds) Withhold(c engine.ClientView, e *engine.Entry) (string, *engine.Entry) {
 	var waiting, warm []string

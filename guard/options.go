@@ -47,10 +47,9 @@ type Options struct {
 	// Metrics name what Collector exports: <Namespace>_nacks_total ... (default "xds_guard").
 	Metrics policy.Metrics
 	// NodeIndependent says the wrapped cache answers every node alike: one watch of it per type
-	// serves every stream. A LinearCache, or a MuxCache of LinearCaches, needs no telling; a
-	// stream of a node such a MuxCache routes elsewhere than the node of its shared watch is then
-	// refused (FailedPrecondition): give it NodeHash (cache.IDHash{}: a watch per node). New
-	// refuses NodeIndependent over a SnapshotCache.
+	// serves every stream (New refuses it over a SnapshotCache). A LinearCache, or a MuxCache of
+	// LinearCaches, needs no telling; a stream such a MuxCache routes apart from its shared watch's
+	// node is then refused (FailedPrecondition): give it NodeHash (cache.IDHash{}: a watch per node).
 	NodeIndependent bool
 	// NodeHash is the wrapped per-node cache's node hash, the one NewSnapshotCache was given:
 	// the guard keeps one watch of the cache per ID it makes, shared by the streams of every
@@ -100,8 +99,7 @@ func (o *Options) check() error {
 	return nil
 }
 
-// openPlugins starts Options.Plugins, if any, and sets the policies they serve; the runtime is
-// nil without plugins.
+// openPlugins starts Options.Plugins and sets the policies they serve (nil, nil without plugins).
 func (o *Options) openPlugins() (*policy.Runtime, error) {
 	if len(o.Plugins) == 0 {
 		return nil, nil

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"hash/maphash"
+	"maps"
 	"slices"
 	"sync"
 
@@ -25,8 +26,7 @@ type step struct {
 	to      *pooled
 }
 
-// maxSteps bounds the steps remembered from one pooled snapshot: the nodes of one configuration
-// take the same few.
+// maxSteps bounds the steps remembered from a pooled snapshot; one configuration's nodes take few.
 const maxSteps = 4
 
 // pooled is a snapshot of the pool, and how many nodes' feeds use it.
@@ -45,13 +45,11 @@ func (p *snapPool) share(s *engine.Snapshot, last *pooled) *pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := slices.IndexFunc(p.by[d], func(c *pooled) bool { return sameContent(c.snap, s) })
-	var got *pooled
-	if i >= 0 {
-		got = p.by[d][i]
-	} else {
-		got = &pooled{snap: s, digest: d}
-		p.by[d] = append(p.by[d], got)
+	if i < 0 {
+		i = len(p.by[d])
+		p.by[d] = append(p.by[d], &pooled{snap: s, digest: d})
 	}
+	got := p.by[d][i]
 	got.users++
 	p.releaseLocked(last)
 	return got
@@ -129,14 +127,8 @@ func sameContent(a, b *engine.Snapshot) bool {
 		return false
 	}
 	for _, t := range ta {
-		ea, eb := a.Type(t), b.Type(t)
-		if len(ea) != len(eb) {
+		if !maps.Equal(a.Type(t), b.Type(t)) {
 			return false
-		}
-		for n, e := range ea {
-			if eb[n] != e {
-				return false
-			}
 		}
 	}
 	return true

@@ -85,8 +85,7 @@ func EnvoyReferences(typeURL string, r Resource) []Ref {
 	return nil
 }
 
-// appendSecrets adds the SDS secrets the TLS context tc holds names (certificates, validation
-// context), if it is a tls.
+// appendSecrets adds the SDS secrets (certificates, validation context) the TLS context tc names.
 func appendSecrets(out []Ref, tc *anypb.Any, tls interface {
 	proto.Message
 	GetCommonTlsContext() *tlsv3.CommonTlsContext
@@ -117,8 +116,7 @@ type Ref struct {
 	Name    string `json:"name"`
 }
 
-// itemCache makes the engine's entry of each resource content once, by the hash of its
-// encoding, for every node's snapshot.
+// itemCache makes the engine's entry of each resource content once, for every node's snapshot.
 type itemCache struct {
 	mu     sync.Mutex               // guards byHash, byRaw, making and bad
 	byHash generations[string]      // by type URL + hash
@@ -127,16 +125,14 @@ type itemCache struct {
 	bad    map[string]struct{}      // the bad resources logged (logBad)
 }
 
-// rawKey is a resource of a RawResponse: the message itself at the response's version. A cache
-// that serves the same message at the same version serves the same content (its clients would
-// not be sent a change otherwise), so its entry is not encoded and hashed again for each node.
+// rawKey is a resource of a RawResponse: the message itself at the response's version, whose
+// content a cache does not change without a new version.
 type rawKey struct {
 	typeURL, version string
 	m                Resource
 }
 
-// generations are entries by key in two generations, so that what no snapshot holds any more is
-// freed: once cur holds maxItems, it becomes prev.
+// generations are entries by key; once cur holds maxItems it becomes prev, freeing the unused.
 type generations[K comparable] struct{ cur, prev map[K]*engine.Entry }
 
 const maxItems = 1 << 16
@@ -213,9 +209,8 @@ func (c *itemCache) makeRaw(typeURL, version string, m Resource, owners func(str
 }
 
 // ofRaws returns the entries of a RawResponse's resources of typeURL at version, in order: nil
-// where a resource cannot be encoded or read, its error in errs then. Every node's watch is
-// answered at once; the first to read a version makes its entries while the others wait, then
-// read them, so that neither the work nor the lock is taken a thousand times over.
+// where a resource cannot be encoded or read, its error in errs then. The first node to read a
+// version makes its entries while the others wait for them.
 func (c *itemCache) ofRaws(typeURL, version string, raw []types.ResourceWithTTL, owners func(string, Resource) []Ref) (out []*engine.Entry, errs []error) {
 	out = make([]*engine.Entry, len(raw))
 	batch := typeURL + "@" + version

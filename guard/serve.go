@@ -47,7 +47,7 @@ func newServing(types []string, opts *Options, limits engine.Limits) (_ *serving
 	if err != nil {
 		return nil, err
 	}
-	v := &serving{rt: rt, descs: opts.descs(), refusals: lograte.New(opts.Logger, time.Second, refusalLines, "reason")}
+	v := &serving{rt: rt, descs: opts.descs(), refusals: lograte.New(opts.Logger, time.Second, 5, "reason")}
 	v.s, err = stack.New(stack.Config{Types: types, Logger: opts.Logger, RetryPolicy: opts.RetryPolicy, Fallback: opts.Fallback,
 		PolicyTimeout: opts.PolicyTimeout, OwnerCheck: opts.OwnerCheck, OwnerCheckTimeout: opts.OwnerCheckTimeout,
 		Observers: []event.Observer{v.counter()}, Limits: limits})
@@ -59,7 +59,7 @@ func newServing(types []string, opts *Options, limits engine.Limits) (_ *serving
 		return nil, err
 	}
 	if !opts.NoHolds {
-		v.s.Cache.SetWithholder(newEnvoyHolds())
+		v.s.Cache.SetWithholder(&envoyHolds{warm: map[warmKey]*engine.Entry{}})
 	}
 	v.s.Cache.OnUnbound(func(err error) {
 		v.totals.add(&v.totals.refusals, "unbound")
@@ -146,14 +146,11 @@ func (v *serving) clients(client func(node string, stream int64) ClientInsight) 
 	return out
 }
 
-// refused counts a refused stream by reason, and logs it (refusalLines a second per reason).
+// refused counts a refused stream by reason, and logs it (5 lines a second per reason).
 func (v *serving) refused(reason, node, detail string) {
 	v.totals.add(&v.totals.refusals, reason)
 	v.refusals.Log(reason, slog.LevelWarn, "xDS stream refused", "reason", reason, "node", node, "detail", detail)
 }
-
-// refusalLines bounds the log lines of refused streams of one reason a second.
-const refusalLines = 5
 
 // ClientInsight is what the guard knows of one client stream, the shape of kds-host's
 // /api/zones entries.
