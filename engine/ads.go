@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -97,16 +98,15 @@ type ads struct {
 // (its end then carries the reason).
 func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	growStack()
-	zone := ""
+	var zone string
+	var err error
 	if a.cfg.Authenticate != nil {
-		z, err := a.cfg.Authenticate(s.Context())
-		if err != nil {
+		if zone, err = a.cfg.Authenticate(s.Context()); err != nil {
 			a.tracker.refuse(refusalOf(err), "", err)
 			return err
 		}
-		zone = z
 	}
-	if err := a.arrive(s.Context(), zone); err != nil {
+	if err = a.arrive(s.Context(), zone); err != nil {
 		return err
 	}
 	if len(a.cfg.Header) > 0 {
@@ -114,8 +114,7 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 			return err
 		}
 	}
-	// The stream ends with the status it is closed with: WriteStatus ends its Recv and Send at
-	// once (a returned status would come after Recv's own, "context canceled").
+	// Closed with a status, the stream ends at once with it: WriteStatus ends its Recv and Send.
 	ts, ok := grpc.ServerTransportStreamFromContext(s.Context()).(statusWriter)
 	if !ok {
 		return status.Error(codes.Internal, "the stream cannot be ended with a status: serve KDS with NewGRPCServer")
@@ -136,33 +135,23 @@ func (a *ads) DeltaAggregatedResources(s discovery.AggregatedDiscoveryService_De
 		info.drop = func() bool { return a.cfg.Conns.Drop(info.conn) }
 	}
 	ctx = context.WithValue(ctx, streamKey{}, info)
-	err := serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
+	err = serveDelta(ctx, a.streams.Add(1), s, a.cache, a.tracker)
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause // closed by the tracker, or the cache closing: the client was told why
 	}
 	return err // the loop's own error first
 }
 
-// statusWriter is grpc-go's server stream, which ends the RPC with a status from any goroutine
-// (TestAClosedStreamEndsWithItsStatus).
+// statusWriter is grpc-go's server stream, which ends the RPC with a status from any goroutine.
 type statusWriter interface {
 	WriteStatus(*status.Status) error
 }
 
-// refusalOf names, for the refusals metric, why a stream was refused.
-func refusalOf(err error) string {
-	switch status.Code(err) {
-	case codes.Unauthenticated:
-		return "unauthenticated"
-	case codes.PermissionDenied:
-		return "permission_denied"
-	case codes.ResourceExhausted:
-		return "limit"
-	case codes.InvalidArgument:
-		return "invalid"
-	}
-	return "other"
-}
+// refusals names, for the refusals metric, why a stream was refused by its status code.
+var refusals = map[codes.Code]string{codes.Unauthenticated: "unauthenticated", codes.PermissionDenied: "permission_denied",
+	codes.ResourceExhausted: "limit", codes.InvalidArgument: "invalid"}
+
+func refusalOf(err error) string { return cmp.Or(refusals[status.Code(err)], "other") }
 
 // streamKey is the context key of a stream's streamInfo.
 type streamKey struct{}

@@ -3,6 +3,7 @@ package engine
 // The bounds of what one stream's requests may make the server hold.
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"slices"
@@ -22,9 +23,8 @@ import (
 // gRPC server of the engine sets unless configured (kds-host: --kds-max-request).
 const DefaultMaxRequestBytes = 16 << 20
 
-// bound checks a request before anything of it is stored: its type URL must be served (else
-// InvalidArgument), and its names within what a request may carry and the stream's
-// MaxUnknownNames (admitNames; else ResourceExhausted).
+// bound checks a request before anything of it is stored: its type URL must be served, and its
+// names within what a request may carry and the stream's MaxUnknownNames (admitNames).
 func (t *Tracker) bound(s *Session, req *discovery.DeltaDiscoveryRequest) error {
 	kind := req.GetTypeUrl()
 	if kind == "" {
@@ -46,9 +46,8 @@ var requestNameFields = [...]protowire.Number{3, 4, 5, 8, 9}
 // requestNamesField is the unknown field in which unmarshalRequest marks the names it left out.
 const requestNamesField = protowire.MaxValidNumber
 
-// unmarshalRequest decodes a client's request. One with more names than any request may carry
-// (namesPerRequest) is decoded without them, marked with their count (requestNamesField), for
-// Tracker.bound to refuse.
+// unmarshalRequest decodes a client's request. One with more names than any request may carry is
+// decoded without them, marked with their count (requestNamesField), for Tracker.bound to refuse.
 func (c *Cache) unmarshalRequest(data mem.BufferSlice, req *discovery.DeltaDiscoveryRequest) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
@@ -156,12 +155,10 @@ func (s *Session) admitNames(kind string, req *discovery.DeltaDiscoveryRequest, 
 		if s.unknown == nil {
 			s.unknown = map[string]map[string]struct{}{}
 		}
-		known = make(map[string]struct{}, len(add))
-		s.unknown[kind] = known
+		s.unknown[kind] = add
+		return nil
 	}
-	for n := range add {
-		known[n] = struct{}{}
-	}
+	maps.Copy(known, add)
 	return nil
 }
 
@@ -177,8 +174,7 @@ func (s *Session) release() {
 		s.sendNow, s.kick = nil, nil
 	}
 	for i, r := range s.inflight {
-		// A copy: r and its resources live in the watch it answered (watch.record, watch.answer).
-		// Not its Nonce, which go-control-plane's server may be writing still (c.nonce has it).
+		// A copy: r lives in the watch it answered. Not its Nonce, which the server may still write.
 		c := *r
 		c.resp = &discovery.DeltaDiscoveryResponse{TypeUrl: r.resp.TypeUrl, SystemVersionInfo: r.resp.SystemVersionInfo,
 			Resources: append([]*discovery.Resource(nil), r.resp.Resources...), RemovedResources: r.resp.RemovedResources}
@@ -192,13 +188,7 @@ func (s *Session) release() {
 // nodeOf names, for a refusal, the node of a stream: node once admitted, else the node its
 // credentials prove, else the node id its request claims (shortened).
 func nodeOf(s *Session, node, claimed string) string {
-	switch {
-	case node != "":
-		return node
-	case s.info.node != "":
-		return s.info.node
-	}
-	return nack.Truncate(claimed, 64)
+	return cmp.Or(node, s.info.node, nack.Truncate(claimed, 64))
 }
 
 // refused counts a failed Recv that refused a request over grpc.MaxRecvMsgSize and returns it

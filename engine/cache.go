@@ -120,9 +120,8 @@ func (c *Cache) SetSnapshot(s *Snapshot) {
 	})
 }
 
-// answerSession makes the write's changed names (of the types at kinds, places in Cache.kinds;
-// every name unless delta) dirty for st, answers its watches, and has what it queued sent. Call
-// with st.mu, which it releases.
+// answerSession makes a write's changed names of the types at kinds (every name unless delta)
+// dirty for st, answers its watches, and has what it queued sent. Call with st.mu; it releases it.
 func (c *Cache) answerSession(st *Session, kinds []int, changed map[string][]string, delta bool) {
 	st.deferWake = true
 	for _, i := range kinds {
@@ -156,16 +155,21 @@ func (c *Cache) UseNodeSnapshots() { c.nodeSnaps.Store(true) }
 // watches as SetSnapshot does. Calls for one node must not run concurrently.
 func (c *Cache) SetNodeSnapshot(node string, s *Snapshot) {
 	c.mu.Lock()
+	st := c.setOwnLocked(node, s)
+	c.mu.Unlock()
+	if st != nil {
+		c.answerOwn(st, s)
+	}
+}
+
+// setOwnLocked makes s node's own snapshot (nil: none), and returns its session. Call with c.mu.
+func (c *Cache) setOwnLocked(node string, s *Snapshot) *Session {
 	if s == nil {
 		delete(c.perNode, node)
 	} else {
 		c.perNode[node] = s
 	}
-	st := c.byNode[node]
-	c.mu.Unlock()
-	if st != nil {
-		c.answerOwn(st, s)
-	}
+	return c.byNode[node]
 }
 
 // answerOwn makes s st's own snapshot, and answers its watches with what changed.
@@ -183,12 +187,7 @@ func (c *Cache) SetNodesSnapshot(nodes []string, s *Snapshot) {
 	byNode := make(map[int64]*Session, len(nodes))
 	c.mu.Lock()
 	for _, n := range nodes {
-		if s == nil {
-			delete(c.perNode, n)
-		} else {
-			c.perNode[n] = s
-		}
-		if st := c.byNode[n]; st != nil {
+		if st := c.setOwnLocked(n, s); st != nil {
 			byNode[st.id] = st
 		}
 	}
@@ -463,20 +462,16 @@ func (c *Cache) Close() {
 
 // CreateDeltaWatch implements cache.ConfigWatcher. It never blocks.
 func (c *Cache) CreateDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse) (func(), error) {
-	c.mu.Lock()
-	st, ok := c.requests[req]
-	delete(c.requests, req)
-	c.mu.Unlock()
-	if !ok {
-		return nil, c.unbound()
+	st, err := takeBound(c, c.requests, req)
+	if err != nil {
+		return nil, err
 	}
 	w := c.openWatch(st, req, sub, out, nil)
 	return func() { c.cancel(st, w) }, nil
 }
 
-// openWatch opens a watch of st, which cancel closes. old is the type's watch that the engine's
-// own stream loop has just canceled (nil: none): it is reused when its response is no longer in
-// flight.
+// openWatch opens a watch of st, which cancel closes. old (nil: none) is the type's watch the
+// engine's own stream loop has just canceled, reused when its response is no longer in flight.
 func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub cache.Subscription, out chan cache.DeltaResponse, old *watch) *watch {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -516,12 +511,17 @@ func (c *Cache) openWatch(st *Session, req *discovery.DeltaDiscoveryRequest, sub
 		}
 		ks.markDirty(n) // a re-request, or a new name of a named subscription
 	}
+	c.watchLocked(st, ks, w)
+	return w
+}
+
+// watchLocked makes w the type's open watch and evaluates it. Call with st.mu.
+func (c *Cache) watchLocked(st *Session, ks *kindState, w *watch) {
 	ks.watch = w
 	if c.withholder != nil || c.views.Load() {
-		ks.sub = sub // for ClientView.Asks and Session.Asks
+		ks.sub = w.sub // for ClientView.Asks and Session.Asks
 	}
 	c.evaluateLocked(st, ks, nil)
-	return w
 }
 
 func (c *Cache) cancel(st *Session, w *watch) {

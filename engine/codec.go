@@ -34,10 +34,9 @@ type responseCodec struct {
 	proto encoding.CodecV2
 }
 
-// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, except that a
-// response's resources of the current snapshot are written from the snapshot's one encoding of
-// them, shared by every stream, and a delta request's names are counted before they are decoded.
-// Install it with grpc.ForceServerCodecV2 (kds-host's NewGRPCServer does).
+// Codec is the gRPC codec of a server that serves c: gRPC's proto codec, except that resources of
+// the current snapshot are written from its one encoding of them, shared by every stream, and a
+// delta request's names are counted before they are decoded. Install it with grpc.ForceServerCodecV2.
 func (c *Cache) Codec() encoding.CodecV2 { return newResponseCodec(c) }
 
 func newResponseCodec(c *Cache) responseCodec {
@@ -61,11 +60,9 @@ func (rc responseCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return rc.proto.Marshal(v)
 	}
 	resp, ok := v.(*discovery.DeltaDiscoveryResponse)
-	if ok {
-		if sa := rc.cache.answers.Load(); sa != nil {
-			if sh := sa.kinds[resp.TypeUrl]; sh != nil && &sh.resp == resp && sh.wire != nil {
-				return sh.wire, nil // every stream's: encoded once
-			}
+	if sa := rc.cache.answers.Load(); ok && sa != nil {
+		if sh := sa.kinds[resp.TypeUrl]; sh != nil && &sh.resp == resp && sh.wire != nil {
+			return sh.wire, nil // every stream's: encoded once
 		}
 	}
 	if !ok || len(resp.Resources) == 0 || len(resp.ProtoReflect().GetUnknown()) > 0 {

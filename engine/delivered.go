@@ -107,9 +107,8 @@ func (d *delivered) rebase(cur *Snapshot, kind string) {
 	d.share(cur, entries)
 }
 
-// advance makes d hold cur's entries of the type when d holds its base's exactly and a response
-// carries exactly what changed of the type from base to cur (advances); it reports whether it
-// did (if not, d is unchanged).
+// advance makes d hold cur's entries of the type, and reports true, when d holds its base's exactly
+// and a response carries exactly what changed of the type from base to cur (advances).
 func (d *delivered) advance(cur *Snapshot, kind string, resources []*discovery.Resource, removed []string) bool {
 	if !d.advances(cur, kind, resources, removed) {
 		return false

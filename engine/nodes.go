@@ -116,8 +116,7 @@ func (n *Nodes) streamClosed(id int64, zone string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if s := n.nodes[zone]; s != nil && s.stream == id {
-		s.connected = false
-		s.since = time.Now()
+		s.connected, s.since = false, time.Now()
 	}
 }
 
@@ -174,10 +173,7 @@ func (n *Nodes) List() []NodeInsight {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.orderOK {
-		n.order = n.order[:0]
-		for name := range n.nodes {
-			n.order = append(n.order, name)
-		}
+		n.order = slices.AppendSeq(n.order[:0], maps.Keys(n.nodes))
 		slices.Sort(n.order)
 		n.orderOK = true
 	}

@@ -492,11 +492,15 @@ func (s *Session) sentLocked(resp *discovery.DeltaDiscoveryResponse, flight *inf
 	default:
 		r, _ = s.handOverLocked(s.kind(resp.GetTypeUrl()), resp.GetTypeUrl(), resp, nil, nil)
 	}
-	r.nonce = resp.GetNonce()
-	ks := r.ks
-	ks.responses++
-	ks.sent += int64(len(resp.GetResources()) + len(resp.GetRemovedResources()))
+	r.countSent(resp.GetNonce())
 	return r
+}
+
+// countSent records that the server sends r with nonce, and counts it. Call with s.mu.
+func (r *inflight) countSent(nonce string) {
+	r.nonce = nonce
+	r.ks.responses++
+	r.ks.sent += int64(len(r.resp.GetResources()) + len(r.resp.GetRemovedResources()))
 }
 
 // carries reports whether resp is in flight on the stream. Call with s.mu.

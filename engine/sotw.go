@@ -25,12 +25,6 @@ import (
 // sotwID is the Cache's id of a SotW stream: negated, apart from go-control-plane's delta ids.
 func sotwID(id int64) int64 { return -id }
 
-// fullState reports whether a SotW response of typeURL is the client's whole state of it, a name
-// left out removed (Listeners and Clusters, as the xDS protocol has it).
-func fullState(typeURL string) bool {
-	return typeURL == resourcev3.ListenerType || typeURL == resourcev3.ClusterType
-}
-
 // OnStreamOpen implements sotw.Callbacks.
 func (t *Tracker) OnStreamOpen(ctx context.Context, id int64, _ string) error {
 	t.cache.openSession(sotwID(id), streamInfoOf(ctx), true)
@@ -64,9 +58,7 @@ func (t *Tracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.Dis
 	var r *inflight
 	if i := slices.IndexFunc(s.inflight, func(f *inflight) bool { return f.sotw == resp && f.nonce == "" }); i >= 0 {
 		r = s.inflight[i]
-		r.nonce = resp.GetNonce()
-		r.ks.responses++
-		r.ks.sent += int64(len(r.resp.GetResources()) + len(r.resp.GetRemovedResources()))
+		r.countSent(resp.GetNonce())
 	}
 	node := s.node
 	s.mu.Unlock()
@@ -142,12 +134,9 @@ func (c *Cache) bindSotw(st *Session, req *discovery.DiscoveryRequest) {
 // CreateWatch implements cache.ConfigWatcher for go-control-plane's SotW server. It never blocks:
 // a response that is ready is queued for the stream's sender.
 func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan cache.Response) (func(), error) {
-	c.mu.Lock()
-	st, ok := c.sotwRequests[req]
-	delete(c.sotwRequests, req)
-	c.mu.Unlock()
-	if !ok {
-		return nil, c.unbound()
+	st, err := takeBound(c, c.sotwRequests, req)
+	if err != nil {
+		return nil, err
 	}
 	w := &watch{kind: req.GetTypeUrl(), sotwReq: req, sub: sub, sotwOut: out, canceled: make(chan struct{}), finished: make(chan struct{})}
 	st.mu.Lock()
@@ -166,22 +155,26 @@ func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, out chan
 			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })
 		}
 	}
-	ks.watch = w
-	if c.withholder != nil || c.views.Load() {
-		ks.sub = sub
-	}
-	c.evaluateLocked(st, ks, nil)
+	c.watchLocked(st, ks, w)
 	st.mu.Unlock()
 	return func() { c.cancel(st, w) }, nil
 }
 
-// unbound is the error of a watch of a request the callbacks never saw, told to OnUnbound's function.
-func (c *Cache) unbound() error {
+// takeBound takes the session a request was bound to (bindRequest, bindSotw); a request the
+// callbacks never saw is an error, told to OnUnbound's function.
+func takeBound[R comparable](c *Cache, bound map[R]*Session, req R) (*Session, error) {
+	c.mu.Lock()
+	st, ok := bound[req]
+	delete(bound, req)
+	c.mu.Unlock()
+	if ok {
+		return st, nil
+	}
 	err := status.Error(codes.FailedPrecondition, "the request was not seen by the cache's callbacks: the server must be made with them (server.NewServer(ctx, cache, callbacks), the callbacks composed with yours)")
 	if f := c.onUnbound.Load(); f != nil {
 		(*f)(err)
 	}
-	return err
+	return nil, err
 }
 
 // OnUnbound sets what hears of a watch asked for a request the callbacks never saw: a server
@@ -218,7 +211,8 @@ type subKey struct {
 // forgets the names. It reports whether it answered. Call with st.mu.
 func (c *Cache) answerSotwLocked(st *Session, ks *kindState, w *watch, snap *Snapshot, resources []*discovery.Resource, removed []string, all bool) bool {
 	key := subscriptionKey(w.sub)
-	full := fullState(w.kind) || ks.sotwSeq == 0 || key != ks.sotwSub || ks.sotwWhole
+	// Listeners and Clusters are sent whole, a name left out removed (as the xDS protocol has it).
+	full := w.kind == resourcev3.ListenerType || w.kind == resourcev3.ClusterType || ks.sotwSeq == 0 || key != ks.sotwSub || ks.sotwWhole
 	if !full && len(resources) == 0 {
 		for _, n := range removed {
 			st.setView(w.kind, n, func() { ks.dropDelivered(n); delete(ks.refused, n) })

@@ -51,14 +51,11 @@ func (s *Session) checkStall() {
 	s.mu.Lock()
 	s.stall.armed = false
 	// Responses get their room in order: the first in flight that has one is the oldest sent.
-	var oldest *inflight
-	if len(s.inflight) > 0 && !s.inflight[0].since.IsZero() {
-		oldest = s.inflight[0]
-	}
-	if s.stall.done || oldest == nil || d <= 0 {
+	if s.stall.done || d <= 0 || len(s.inflight) == 0 || s.inflight[0].since.IsZero() {
 		s.mu.Unlock()
 		return
 	}
+	oldest := s.inflight[0]
 	if wait := d - time.Since(oldest.since); wait > 0 {
 		s.stall.armed = true
 		s.stall.t.Reset(wait)

@@ -166,8 +166,7 @@ type incoming struct {
 	sotw                 *discovery.DiscoveryRequest // when delta is nil
 }
 
-// told is what handle found to tell the observers (tell), once no lock is held. A value, so that
-// a request allocates nothing for it.
+// told is what handle found to tell the observers once no lock is held: a value, allocating nothing.
 type told struct {
 	id                        int64
 	node, typeURL             string
@@ -319,7 +318,7 @@ func nackOf(id int64, zone string, answered *inflight, detail *rpcstatus.Status,
 		carried = append(carried, nack.Carried{Name: nv.name, Version: nv.version, Again: true})
 	}
 	for n, e := range answered.againAll {
-		if _, sent := slices.BinarySearchFunc(answered.resp.Resources, n, func(r *discovery.Resource, n string) int { return strings.Compare(r.Name, n) }); !sent {
+		if _, sent := answered.Version(n); !sent {
 			carried = append(carried, nack.Carried{Name: n, Version: e.Version, Again: true})
 		}
 	}

@@ -113,9 +113,8 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 			return fmt.Sprintf("%s %q", shortType(by.TypeURL), by.Name)
 		}
 	}
-	// What the client holds of a version no longer served may reference it too: of the versions
-	// it accepted, only those that reference something are recorded (acceptedRefs), and only
-	// names that may differ from the snapshot are looked at (eachMaybeUnserved).
+	// A version no longer served that the client holds may reference it too (acceptedRefs records
+	// those that reference something); only names that may differ from snap are looked at.
 	var found string
 	v.s.kinds.each(func(ks *kindState) {
 		if found != "" || len(ks.acceptedRefs) == 0 {
@@ -141,9 +140,8 @@ func (v sessionView) ReferencedBy(typeURL, name string) string {
 }
 
 // eachMaybeUnserved calls f (perhaps more than once a name) with every name of ks whose ACKed
-// version may differ from snap's: what the node was sent that differs from its delivered base,
-// the base's names changed since, and what responses in flight or refusals cover. It reports
-// false, calling nothing, when it cannot tell which base names changed. Call with s.mu.
+// version may differ from snap's: delivered's own, its base's changed since, refused, in flight.
+// It reports false, calling nothing, when it cannot tell which base names changed. Call with s.mu.
 func (s *Session) eachMaybeUnserved(ks *kindState, snap *Snapshot, f func(string)) bool {
 	d := &ks.delivered
 	var changed []string
@@ -184,9 +182,7 @@ func (s *Session) acceptedLocked(r *inflight) {
 				return // it references nothing, as far as the session knows: nothing to record
 			}
 			switch h := s.ackedLocked(typeURL, n); {
-			case !h.ok:
-				delete(ks.acceptedRefs, n)
-			case e != nil && e.Version == h.version && len(e.Refs) == 0:
+			case !h.ok, e != nil && e.Version == h.version && len(e.Refs) == 0:
 				delete(ks.acceptedRefs, n)
 			case e != nil && e.Version == h.version:
 				if ks.acceptedRefs == nil {
