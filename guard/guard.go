@@ -259,14 +259,14 @@ func (g *Guard) request(id int64, r request) (bool, error) {
 			defer st.feed.join(st.key)
 		}
 	}
-	first := st.types[r.typeURL] == nil
+	first := g.mux != nil && st.types[r.typeURL] == nil // sameRoute's: the stream's first request of the type
 	if err == nil {
 		err = st.admitNames(g.bounds, r)
 	}
 	f, named := st.feed, st.named
 	g.mu.Unlock()
 	reason := "limit"
-	if err == nil && first && g.mux != nil {
+	if err == nil && first {
 		err, reason = g.sameRoute(f.node, named, r.typeURL), "invalid"
 	}
 	if err != nil {

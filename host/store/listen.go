@@ -38,8 +38,8 @@ type ListenStatus struct {
 	// Notified counts the Changes signals sent for other writers' notifications.
 	Notified int64 `json:"notified"`
 	// Polls counts the revision reads made while not listening; Polled counts the Changes
-	// signals they sent, and those of the read made each time writes are heard again (what
-	// committed while they were not).
+	// signals any revision read sent (those polls, and the read made each time writes are heard
+	// again, for what committed while they were not).
 	Polls  int64 `json:"polls"`
 	Polled int64 `json:"polled"`
 	// LastError is why the LISTEN connection last went down or failed to come up.
@@ -312,7 +312,7 @@ func (l *listener) elect(ctx context.Context, conn *pgx.Conn, relay Relay) (lead
 func (l *listener) follow(ctx context.Context, relay Relay, hub string) (followed bool, err error) {
 	err = relay.Follow(ctx, hub, func() {
 		followed = true
-		l.caughtUp(ctx)
+		l.poll(ctx, false)
 		l.update(func(s *ListenStatus) { s.Listening, s.Relay, s.Hub = true, RelayFollower, hub })
 	}, func(payload string) { l.hear(ctx, payload) })
 	l.update(func(s *ListenStatus) { s.Listening, s.Relay, s.Hub = false, "", "" })
@@ -335,7 +335,7 @@ func (l *listener) listen(ctx context.Context, conn *pgx.Conn, until time.Time, 
 	}
 	// Whatever committed before the LISTEN took effect was notified to nobody here; from
 	// Listening on, every write is heard by its notification.
-	l.caughtUp(ctx)
+	l.poll(ctx, false)
 	l.mu.Lock()
 	l.status.Listening, l.pid = true, conn.PgConn().PID()
 	l.mu.Unlock()
@@ -413,17 +413,9 @@ func (l *listener) hear(ctx context.Context, payload string) {
 	}
 }
 
-// caughtUp reads the revision once writes are heard again (a LISTEN in effect, or the hub's
-// stream taking this store on): what committed meanwhile counts in Polled.
-func (l *listener) caughtUp(ctx context.Context) {
-	if l.poll(ctx, false) {
-		l.update(func(s *ListenStatus) { s.Polled++ })
-	}
-}
-
-// poll reads the revision and signals Changes when it is past what the store signalled, and
-// reports whether it did. counted polls are those made while not listening.
-func (l *listener) poll(ctx context.Context, counted bool) (signalled bool) {
+// poll reads the revision and signals Changes when it is past what the store signalled (counted
+// in Polled). counted polls are those made while not listening.
+func (l *listener) poll(ctx context.Context, counted bool) {
 	pctx, cancel := context.WithTimeout(ctx, l.opts.timeout)
 	rev, err := l.store.Revision(pctx)
 	cancel()
@@ -434,19 +426,16 @@ func (l *listener) poll(ctx context.Context, counted bool) (signalled bool) {
 		if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 			l.update(func(s *ListenStatus) { s.LastError = "poll: " + err.Error() })
 		}
-		return false
+		return
 	}
 	if !l.store.signal(rev) {
-		return false
+		return
 	}
-	if counted {
-		l.update(func(s *ListenStatus) { s.Polled++ })
-	}
+	l.update(func(s *ListenStatus) { s.Polled++ })
 	if l.publish != nil {
 		// A revision the hub did not hear of: its followers did not either.
 		l.publish(strconv.FormatInt(rev, 10))
 	}
-	return true
 }
 
 // setRelay makes the listener use r from its next connection on, and ends the current one.
