@@ -11,7 +11,8 @@
 //
 // The fleet is another process (this program, -fleet): N streams over N/10 connections, dialed
 // with grpc-go's defaults (-fixed-windows: fixed windows, as Envoy and kds-host's zones have),
-// CDS wildcard, SotW or delta. It reports when every stream holds every cluster, and for each
+// CDS wildcard, SotW or delta; -lean has its SotW streams read responses without unmarshalling
+// their resources. It reports when every stream holds every cluster, and for each
 // update when the first and the last stream got it. Each update changes one cluster, written to
 // the file and renamed into place; each server says on /metrics when it gave that content to its
 // cache (kds_xds_resources_file_loaded_timestamp_seconds), and the latencies count from there and
@@ -82,6 +83,7 @@ type options struct {
 	idle           time.Duration
 	streamsPerConn int
 	fixedWindows   bool
+	lean           bool
 	pin            bool
 	out            string
 	bin            string
@@ -101,6 +103,8 @@ func main() {
 	flag.DurationVar(&o.idle, "idle", 5*time.Second, "how long the idle server CPU is measured, every stream open")
 	flag.IntVar(&o.streamsPerConn, "streams-per-conn", 10, "streams per gRPC connection (N/10 connections by default)")
 	flag.BoolVar(&o.pin, "pin", false, "the server on core 0 and the fleet on core 1 (taskset; each then runs with GOMAXPROCS 1), as a server and its clients are on machines of their own, instead of sharing every core")
+	flag.BoolVar(&o.lean, "lean", false, "the fleet's SotW streams read each response's version, nonce and type URL from the wire and scan its resources' bytes, "+
+		"without unmarshalling them (its decoding then takes less of the cores it shares with the server; with -pin, of its own core)")
 	flag.BoolVar(&o.fixedWindows, "fixed-windows", false, "the fleet dials with fixed flow-control windows (as Envoy and kds-host's zones) instead of grpc-go's defaults")
 	flag.StringVar(&o.out, "out", "bench-results/guardfleet", "directory for guardfleet.txt and guardfleet.json (\"\": write nothing)")
 	flag.StringVar(&o.bin, "bin", "", "directory holding a prebuilt xds-server (default: build it into a temp dir)")
@@ -115,6 +119,7 @@ func main() {
 	flag.IntVar(&fc.updates, "fleet-updates", 0, "internal: updates to report")
 	flag.BoolVar(&fc.delta, "fleet-delta", false, "internal: delta streams")
 	flag.BoolVar(&fc.fixedWindows, "fleet-fixed-windows", false, "internal: fixed windows")
+	flag.BoolVar(&fc.lean, "fleet-lean", false, "internal: SotW responses read lean")
 	stockCache := flag.String("stock", "", "internal: be the stock server over this cache")
 	stockFile := flag.String("stock-resources", "", "internal: the stock server's resources file")
 	stockXDS := flag.String("stock-xds-addr", "", "internal: the stock server's xDS address")

@@ -135,7 +135,8 @@ func measure(ctx context.Context, o options, self, xdsServer string, j job) (fig
 	cpu0 := cpu()
 	fleet, err := o.start("fleet", fleetCore, self, "-fleet", xdsAddr, "-fleet-streams", strconv.Itoa(j.sc.Streams),
 		"-fleet-streams-per-conn", strconv.Itoa(o.streamsPerConn), "-fleet-clusters", strconv.Itoa(o.clusters),
-		"-fleet-updates", strconv.Itoa(total), "-fleet-delta="+strconv.FormatBool(j.sc.Delta), "-fleet-fixed-windows="+strconv.FormatBool(o.fixedWindows))
+		"-fleet-updates", strconv.Itoa(total), "-fleet-delta="+strconv.FormatBool(j.sc.Delta), "-fleet-fixed-windows="+strconv.FormatBool(o.fixedWindows),
+		"-fleet-lean="+strconv.FormatBool(o.lean))
 	if err != nil {
 		return fig, err
 	}

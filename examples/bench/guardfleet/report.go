@@ -33,6 +33,7 @@ type optsJSON struct {
 	StreamsPerConn int    `json:"streams_per_conn"`
 	FixedWindows   bool   `json:"fixed_windows"`
 	Pinned         bool   `json:"pinned"` // -pin: the server on core 0, the fleet on core 1
+	Lean           bool   `json:"lean"`   // -lean: the fleet's SotW streams read responses without unmarshalling their resources
 }
 
 // result is one server over one cache in one scenario: the medians of its runs, its ratios to
@@ -65,7 +66,7 @@ type ratios struct {
 func newReport(o options) *report {
 	r := &report{Command: o.command, byJob: map[job]*result{},
 		Options: optsJSON{Runs: o.runs, Clusters: o.clusters, Updates: o.updates, Warmup: o.warmup, Idle: o.idle.String(),
-			StreamsPerConn: o.streamsPerConn, FixedWindows: o.fixedWindows, Pinned: o.pin}}
+			StreamsPerConn: o.streamsPerConn, FixedWindows: o.fixedWindows, Pinned: o.pin, Lean: o.lean}}
 	r.Machine = procstat.NewMachine()
 	for si, sc := range o.scenarios {
 		for ci, c := range o.caches {
@@ -168,6 +169,9 @@ func (r *report) print(w io.Writer) {
 	}
 	if r.Options.Pinned {
 		windows += "; the server on core 0, the fleet on core 1 (-pin)"
+	}
+	if r.Options.Lean {
+		windows += "; SotW responses read lean (-lean)"
 	}
 	fmt.Fprintf(w, "guardfleet at %s: %s, %d clusters, %d updates (+%d warm-up), %d streams a connection, %s\n%s\n",
 		r.Machine.Commit, runs, r.Options.Clusters, r.Options.Updates, r.Options.Warmup, r.Options.StreamsPerConn, windows, r.Machine.Description)
