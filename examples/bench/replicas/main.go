@@ -53,6 +53,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -574,7 +575,24 @@ func pct[T cmp.Ordered](ds []T, p int) T {
 	return s[(len(s)-1)*p/100]
 }
 
+// freePort is a loopback port that was free a moment ago.
 func freePort() (int, error) {
+	low := 32768 // Linux's default start of the ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			low, _ = strconv.Atoi(f[0])
+		}
+	}
+	if low > 12000 {
+		// Below the ephemeral range: no outgoing connection (the fleet's, PostgreSQL's clients')
+		// takes the port while a replica that keeps it across its restarts is down.
+		for range 100 {
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000))); err == nil {
+				defer l.Close()
+				return l.Addr().(*net.TCPAddr).Port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
