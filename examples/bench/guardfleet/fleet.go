@@ -203,24 +203,7 @@ func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	*r = sotwResponse{latest: -1}
-	for b := buf.ReadOnlyData(); len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return protowire.ParseError(n)
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
+	return fleetproc.EachField(buf.ReadOnlyData(), func(num protowire.Number, v []byte) error {
 		switch num { // DiscoveryResponse's fields
 		case 1:
 			r.version = string(v)
@@ -232,8 +215,8 @@ func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		case 5:
 			r.nonce = string(v)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // deltaStream is one delta stream: CDS, wildcard, every response ACKed. A response carries what

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
+	"github.com/kds-host/kds-host/examples/bench/internal/fleetproc"
 	"github.com/kds-host/kds-host/host/resource"
 )
 
@@ -69,7 +70,7 @@ func (f *frame) parse(b []byte) error {
 	f.typeURL, f.nonce, f.version, f.target, f.indexes = "", "", "", nil, f.indexes[:0]
 	// Both responses: 2 resources, 4 type_url, 5 nonce; SotW's version_info is 1. The type comes
 	// after the resources, and names the index they have: a first pass finds it.
-	err := eachField(b, func(num protowire.Number, v []byte) error {
+	err := fleetproc.EachField(b, func(num protowire.Number, v []byte) error {
 		switch {
 		case num == 1 && f.sotw:
 			f.version = string(v)
@@ -81,7 +82,7 @@ func (f *frame) parse(b []byte) error {
 		return nil
 	})
 	if err == nil {
-		err = eachField(b, func(num protowire.Number, v []byte) error {
+		err = fleetproc.EachField(b, func(num protowire.Number, v []byte) error {
 			if num != 2 {
 				return nil
 			}
@@ -94,7 +95,7 @@ func (f *frame) parse(b []byte) error {
 				return err
 			}
 			var name, url, value []byte // Resource{version 1, resource 2 (Any), name 3, ...}
-			err := eachField(v, func(num protowire.Number, v []byte) error {
+			err := fleetproc.EachField(v, func(num protowire.Number, v []byte) error {
 				var err error
 				switch num {
 				case 2:
@@ -129,36 +130,9 @@ func (f *frame) add(i int, ok bool, url, value []byte) {
 	}
 }
 
-// eachField calls fn with each length-delimited field of a message, skipping the others.
-func eachField(b []byte, fn func(num protowire.Number, v []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return protowire.ParseError(n)
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-		if err := fn(num, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // anyOf reads an Any's type URL and value.
 func anyOf(b []byte) (url, value []byte, err error) {
-	err = eachField(b, func(num protowire.Number, v []byte) error {
+	err = fleetproc.EachField(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
 			url = v
@@ -177,7 +151,7 @@ var errDone = errors.New("done")
 // (name) and 3 (mesh), which come first after the kind; "" when it is not one.
 func xdsNameOf(b []byte) string {
 	var name, mesh string
-	_ = eachField(b, func(num protowire.Number, v []byte) error {
+	_ = fleetproc.EachField(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 2:
 			name = string(v)

@@ -1,7 +1,8 @@
 // Package fleetproc is the frame of a bench's fleet process (examples/bench/scale's zones,
 // examples/bench/guardfleet's clients): many streams over a few connections, their first
 // failure, lines printed one at a time on standard output for the driver, and an end when the
-// driver closes the process's standard input.
+// driver closes the process's standard input; and EachField, for a fleet that reads responses
+// from the wire.
 package fleetproc
 
 import (
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/kds-host/kds-host/examples/bench/internal/benchproc"
 )
@@ -83,4 +85,32 @@ func (f *Fleet) Run(n, perConn int, dial func() (*grpc.ClientConn, error), strea
 			}
 		}
 	}
+}
+
+// EachField calls fn with each length-delimited field of a message, skipping the others, and
+// stops at fn's first error.
+func EachField(b []byte, fn func(num protowire.Number, v []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if err := fn(num, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
