@@ -22,19 +22,21 @@ const (
 
 // convergence measures, for each name a store write changed, the time from the write to the
 // ACK of the last zone connected to this replica that was to get it (kds_convergence_seconds).
-// The zones waited for are those connected when the snapshot with the write is published; one
-// that disconnects is no longer waited for. Each zone has a small number (index), and each
-// name written a bit set of the zones it waits for, so a write to 10,000 zones costs 1.25 KB a
-// name.
+// The zones waited for are the streams open when the snapshot with the write is published; one
+// that closes is no longer waited for. Each open stream has a small number (index), and each
+// name written a bit set of the streams it waits for, so a write to 10,000 zones costs 1.25 KB a
+// name. An ACK costs a lookup of its stream's index and one of each name it answered among
+// those awaited of its type.
 type convergence struct {
 	seconds prometheus.Histogram
 	dropped prometheus.Counter
 
-	mu      sync.Mutex // guards the fields below; never held across a call out
-	index   map[string]int
-	free    []int // indexes of zones forgotten, to reuse
-	pending map[engine.Ref]*converging
-	n       atomic.Int32 // len(pending), read without the lock by ACKs when nothing is pending
+	mu      sync.Mutex                        // guards the fields below; never held across a call out
+	index   map[int64]int                     // stream id -> index, for the streams some write waited for
+	free    []int                             // indexes of closed streams, to reuse
+	pending map[string]map[string]*converging // type URL -> name -> what waits for it
+	count   int                               // names in pending
+	n       atomic.Int32                      // count, read without the lock by ACKs when nothing is pending
 }
 
 // converging is one name written and not yet ACKed by every zone it waits for.
@@ -42,8 +44,8 @@ type converging struct {
 	version string // "" for a removal
 	written time.Time
 	waiting bitset
-	left    int       // zones in waiting
-	lastACK time.Time // the latest ACK among the zones that did ACK
+	left    int       // streams in waiting
+	lastACK time.Time // the latest ACK among the streams that did ACK
 }
 
 type bitset []uint64
@@ -62,8 +64,8 @@ func newConvergence(reg prometheus.Registerer) *convergence {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "kds_convergence_dropped_total",
 			Help: "Names written that kds_convergence_seconds does not observe: not ACKed by every zone within 10 minutes (refused, withheld), or written while 1,024 were still awaited."}),
-		index:   map[string]int{},
-		pending: map[engine.Ref]*converging{},
+		index:   map[int64]int{},
+		pending: map[string]map[string]*converging{},
 	}
 	reg.MustRegister(c.seconds, c.dropped)
 	return c
@@ -91,26 +93,30 @@ func (c *convergence) written(prev, next *engine.Snapshot, changed []resource.Re
 		if !zi.Connected {
 			continue
 		}
-		i := c.indexLocked(zi.Node)
+		i := c.indexLocked(zi.Stream)
 		for i/64 >= len(waiting) {
 			waiting = append(waiting, 0)
 		}
 		waiting[i/64] |= 1 << (i % 64)
 		left++
 	}
+	for stream, i := range c.index {
+		if !waiting.has(i) {
+			c.closedLocked(stream) // closed before its index was given, so not told
+		}
+	}
 	c.expireLocked(now)
 	for kind, ns := range names {
 		entries := next.Type(kind)
 		for _, name := range ns {
-			ref := engine.Ref{TypeURL: kind, Name: name}
-			if _, ok := c.pending[ref]; ok {
-				delete(c.pending, ref) // overwritten before every zone had it
+			if _, ok := c.pending[kind][name]; ok {
+				c.deleteLocked(kind, name) // overwritten before every zone had it
 				c.dropped.Inc()
 			}
 			if left == 0 {
 				continue
 			}
-			if len(c.pending) >= maxConverging {
+			if c.count >= maxConverging {
 				c.dropped.Inc()
 				continue
 			}
@@ -121,113 +127,147 @@ func (c *convergence) written(prev, next *engine.Snapshot, changed []resource.Re
 					p.written = t
 				}
 			}
-			c.pending[ref] = p
+			if c.pending[kind] == nil {
+				c.pending[kind] = map[string]*converging{}
+			}
+			c.pending[kind][name] = p
+			c.count++
 		}
 	}
-	c.n.Store(int32(len(c.pending)))
+	c.n.Store(int32(c.count))
 }
 
-// indexLocked is zone's index, given on first use.
-func (c *convergence) indexLocked(zone string) int {
-	if i, ok := c.index[zone]; ok {
+// indexLocked is stream's index, given on first use.
+func (c *convergence) indexLocked(stream int64) int {
+	if i, ok := c.index[stream]; ok {
 		return i
 	}
 	i := len(c.index)
 	if n := len(c.free); n > 0 {
 		i, c.free = c.free[n-1], c.free[:n-1]
 	}
-	c.index[zone] = i
+	c.index[stream] = i
 	return i
+}
+
+func (c *convergence) deleteLocked(typeURL, name string) {
+	delete(c.pending[typeURL], name)
+	if len(c.pending[typeURL]) == 0 {
+		delete(c.pending, typeURL)
+	}
+	c.count--
 }
 
 // expireLocked drops what has been waited for longer than convergeTimeout.
 func (c *convergence) expireLocked(now time.Time) {
-	for ref, p := range c.pending {
-		if now.Sub(p.written) > convergeTimeout {
-			delete(c.pending, ref)
-			c.dropped.Inc()
+	for kind, ps := range c.pending {
+		for name, p := range ps {
+			if now.Sub(p.written) > convergeTimeout {
+				c.deleteLocked(kind, name)
+				c.dropped.Inc()
+			}
 		}
 	}
 }
 
 // acked takes in a zone's ACK: each name it stored at the version written, or removed, is no
-// longer waited for from that zone.
+// longer waited for from that stream.
 func (c *convergence) acked(a event.ACK) {
 	if a.Initial || c.n.Load() == 0 {
 		return
 	}
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, ok := c.index[a.Node]
+	ps := c.pending[a.TypeURL]
+	if len(ps) == 0 {
+		return
+	}
+	i, ok := c.index[a.StreamID]
 	if !ok {
 		return
 	}
-	// Not a itself: what the loop's body reads moves to the heap, and ACKs are many.
-	versions, typeURL := a.Versions, a.TypeURL
-	for name, version := range versions.All() {
-		c.doneLocked(engine.Ref{TypeURL: typeURL, Name: name}, version, i, now)
+	var now time.Time // read once, at the first name that was waited for
+	// Whichever is shorter is walked: what is awaited of the type (few, between writes) or
+	// what the ACK answered (a write's own names).
+	if len(ps) <= a.Versions.Len() {
+		for name, p := range ps {
+			if version, ok := a.Versions.Get(name); ok {
+				c.doneLocked(a.TypeURL, name, p, version, i, &now)
+			}
+		}
+	} else {
+		now = c.eachAnsweredLocked(ps, a.TypeURL, a.Versions, i, now)
 	}
 	for _, name := range a.Removed {
-		c.doneLocked(engine.Ref{TypeURL: a.TypeURL, Name: name}, "", i, now)
+		if p := ps[name]; p != nil {
+			c.doneLocked(a.TypeURL, name, p, "", i, &now)
+		}
 	}
-	c.n.Store(int32(len(c.pending)))
+	c.n.Store(int32(c.count))
 }
 
-func (c *convergence) doneLocked(ref engine.Ref, version string, zone int, now time.Time) {
-	p := c.pending[ref]
-	if p == nil || p.version != version || !p.waiting.has(zone) {
+// eachAnsweredLocked is acked's walk of the names answered. It is a function of its own because
+// ranging over Versions.All makes the loop's body a closure, and what it captures goes to the
+// heap: acked's own variables stay on the stack on the common path.
+func (c *convergence) eachAnsweredLocked(ps map[string]*converging, typeURL string, versions event.Versions, stream int, now time.Time) time.Time {
+	for name, version := range versions.All() {
+		if p := ps[name]; p != nil {
+			c.doneLocked(typeURL, name, p, version, stream, &now)
+		}
+	}
+	return now
+}
+
+func (c *convergence) doneLocked(typeURL, name string, p *converging, version string, stream int, now *time.Time) {
+	if p.version != version || !p.waiting.has(stream) {
 		return
 	}
-	p.waiting.clear(zone)
+	if now.IsZero() {
+		*now = time.Now()
+	}
+	p.waiting.clear(stream)
 	p.left--
-	p.lastACK = now
+	p.lastACK = *now
 	if p.left == 0 {
 		c.seconds.Observe(now.Sub(p.written).Seconds())
-		delete(c.pending, ref)
+		c.deleteLocked(typeURL, name)
 	}
 }
 
-// closed takes in a zone's stream closing: it is no longer waited for, and what waited for it
-// alone is observed at the last ACK of the others, if any.
-func (c *convergence) closed(zone string) {
-	if c.n.Load() == 0 {
-		return
-	}
+// closed takes in a stream closing: it is no longer waited for, and what waited for it alone is
+// observed at the last ACK of the others, if any.
+func (c *convergence) closed(stream int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, ok := c.index[zone]
+	c.closedLocked(stream)
+	c.n.Store(int32(c.count))
+}
+
+func (c *convergence) closedLocked(stream int64) {
+	i, ok := c.index[stream]
 	if !ok {
 		return
 	}
-	for ref, p := range c.pending {
-		if !p.waiting.has(i) {
-			continue
-		}
-		p.waiting.clear(i)
-		if p.left--; p.left == 0 {
-			if !p.lastACK.IsZero() {
-				c.seconds.Observe(p.lastACK.Sub(p.written).Seconds())
-			} else {
-				c.dropped.Inc()
+	delete(c.index, stream)
+	c.free = append(c.free, i)
+	for kind, ps := range c.pending {
+		for name, p := range ps {
+			if !p.waiting.has(i) {
+				continue
 			}
-			delete(c.pending, ref)
+			p.waiting.clear(i)
+			if p.left--; p.left == 0 {
+				if !p.lastACK.IsZero() {
+					c.seconds.Observe(p.lastACK.Sub(p.written).Seconds())
+				} else {
+					c.dropped.Inc()
+				}
+				c.deleteLocked(kind, name)
+			}
 		}
-	}
-	c.n.Store(int32(len(c.pending)))
-}
-
-// forget frees a zone's index (the zone left the zone table): no name waits for it any more,
-// as it closed its stream before.
-func (c *convergence) forget(zone string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if i, ok := c.index[zone]; ok {
-		delete(c.index, zone)
-		c.free = append(c.free, i)
 	}
 }
 
 func (c *convergence) observer() event.Observer {
-	return event.Observer{ACK: c.acked, StreamClosed: func(_ int64, zone string) { c.closed(zone) }}
+	return event.Observer{ACK: c.acked, StreamClosed: func(id int64, _ string) { c.closed(id) }}
 }

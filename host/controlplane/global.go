@@ -225,7 +225,6 @@ func NewGlobal(cfg GlobalConfig) (_ *Global, err error) {
 		PlainNACKsMayPass: true, Grace: g.cfg.ZoneGrace, Forget: func(zone string) {
 			g.zoneMetrics.forget(zone)
 			g.timeline.forget(zone)
-			g.converge.forget(zone)
 		}}
 	if cfg.OwnerHolds {
 		sc.OwnerCheck, sc.OwnerCheckTimeout = g.cfg.OwnerCheck, cfg.OwnerCheckTimeout

@@ -228,6 +228,17 @@ type kdsMetrics struct {
 	streams  prometheus.Gauge
 	refused  *prometheus.CounterVec
 	ackDelay *prometheus.HistogramVec
+	byKind   sync.Map // kind -> ackDelay's observer: an ACK finds its series without the vector's hashing and lock
+}
+
+// ackDelayOf is kind's series of kds_response_ack_seconds.
+func (m *kdsMetrics) ackDelayOf(kind string) prometheus.Observer {
+	if o, ok := m.byKind.Load(kind); ok {
+		return o.(prometheus.Observer)
+	}
+	o := m.ackDelay.WithLabelValues(kind)
+	m.byKind.Store(kind, o)
+	return o
 }
 
 func newKDSMetrics(reg prometheus.Registerer, zones *zoneMetrics) *kdsMetrics {
@@ -260,7 +271,7 @@ func (m *kdsMetrics) observer() event.Observer {
 		// here each response is timed from its send to its ACK.
 		ACK: func(a event.ACK) {
 			if !a.Initial && !a.Sent.IsZero() {
-				m.ackDelay.WithLabelValues(a.TypeURL).Observe(time.Since(a.Sent).Seconds())
+				m.ackDelayOf(a.TypeURL).Observe(time.Since(a.Sent).Seconds())
 			}
 		},
 		NACK: func(n event.NACK) {
