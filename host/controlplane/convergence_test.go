@@ -15,7 +15,7 @@ import (
 )
 
 // convergenceRun writes Mesh "m" at version v1 to the snapshot, streams 1 and 2 connected (and
-// stream 3 of a zone that disconnected), and returns the convergence and its snapshot's version.
+// stream 3 of a zone that disconnected), and returns the convergence and the snapshot written.
 func convergenceRun(t *testing.T) (*convergence, *engine.Snapshot) {
 	t.Helper()
 	c := newConvergence(prometheus.NewRegistry())
