@@ -46,7 +46,7 @@ type ackedCount struct {
 	stream int64
 	digest engine.Digest
 	snap   *engine.Snapshot
-	kinds  map[string]int
+	counts []int // by kind, in the order of snap.Types()
 	// rows are the zone's rows as last computed with nothing named (no name withheld, parked or
 	// given up); rowsOK says they are, for this stream, digest and snapshot.
 	rows   []lagRow
@@ -121,9 +121,9 @@ func (l *zoneLag) compute() []lagRow {
 			}
 			byKind[ref.TypeURL][reason]++
 		}
-		for _, kind := range kinds {
+		for i, kind := range kinds {
 			reasons := byKind[kind]
-			missing := len(snap.Type(kind)) - acked[kind]
+			missing := len(snap.Type(kind)) - acked[i]
 			for _, reason := range []string{behindWithheld, behindParked, behindGivenUp} {
 				if n := reasons[reason]; n > 0 {
 					rows = append(rows, lagRow{zi.Node, kind, reason, n})
@@ -147,23 +147,24 @@ func (l *zoneLag) compute() []lagRow {
 	return rows
 }
 
-// ackedOf is, per kind, how many names the zone's session has ACKed at the snapshot's version.
-func (l *zoneLag) ackedOf(zi engine.NodeInsight, s *engine.Session, snap *engine.Snapshot, kinds []string) map[string]int {
+// ackedOf is, for each of kinds (the snapshot's Types), how many names the zone's session has
+// ACKed at the snapshot's version.
+func (l *zoneLag) ackedOf(zi engine.NodeInsight, s *engine.Session, snap *engine.Snapshot, kinds []string) []int {
 	digest := s.Digest() // before the names: an ACK meanwhile changes it, and the next round counts again
 	if c, ok := l.acked[zi.Node]; ok && c.stream == zi.Stream && c.digest == digest && c.snap == snap {
-		return c.kinds
+		return c.counts
 	}
-	counts := make(map[string]int, len(kinds))
-	for _, kind := range kinds {
+	counts := make([]int, len(kinds))
+	for i, kind := range kinds {
 		entries, n := snap.Type(kind), 0
 		s.Acked([]string{kind}, func(_, name, version string) {
 			if e := entries[name]; e != nil && e.Version == version {
 				n++
 			}
 		})
-		counts[kind] = n
+		counts[i] = n
 	}
-	l.acked[zi.Node] = ackedCount{stream: zi.Stream, digest: digest, snap: snap, kinds: counts}
+	l.acked[zi.Node] = ackedCount{stream: zi.Stream, digest: digest, snap: snap, counts: counts}
 	return counts
 }
 

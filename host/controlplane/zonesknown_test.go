@@ -56,6 +56,8 @@ func TestAZoneStaysBehindUntilItCatchesUp(t *testing.T) {
 			behind := sampleOf(t, gl.DiagAddr(), "kds_zone_behind_resources", `kind="MeshTimeout",reason="`+tc.reason+`",zone="zone-1"`)
 			g.Eventually(behind, 10*time.Second).Should(Equal(1.0))
 			g.Consistently(behind, time.Second, 100*time.Millisecond).Should(Equal(1.0), "it stays behind")
+			g.Expect(sampleOf(t, gl.DiagAddr(), "kds_zone_behind_resources", `kind="Mesh",reason="missing",zone="zone-1"`)()).
+				To(Equal(-1.0), "computed now, the Mesh the zone ACKed is not missing")
 
 			tc.fix(t, func(r resource.Resource) { put(t, gst, reg, r) })
 			g.Eventually(count(zst, "MeshTimeout", "default"), 10*time.Second).Should(Equal(1))
