@@ -35,8 +35,7 @@ type convergence struct {
 	index   map[int64]int                     // stream id -> index, for the streams some write waited for
 	free    []int                             // indexes of closed streams, to reuse
 	pending map[string]map[string]*converging // type URL -> name -> what waits for it
-	count   int                               // names in pending
-	n       atomic.Int32                      // count, read without the lock by ACKs when nothing is pending
+	n       atomic.Int32                      // names in pending; changed under mu, read without it by ACKs when nothing is pending
 }
 
 // converging is one name written and not yet ACKed by every zone it waits for.
@@ -116,7 +115,7 @@ func (c *convergence) written(prev, next *engine.Snapshot, changed []resource.Re
 			if left == 0 {
 				continue
 			}
-			if c.count >= maxConverging {
+			if c.n.Load() >= maxConverging {
 				c.dropped.Inc()
 				continue
 			}
@@ -131,10 +130,9 @@ func (c *convergence) written(prev, next *engine.Snapshot, changed []resource.Re
 				c.pending[kind] = map[string]*converging{}
 			}
 			c.pending[kind][name] = p
-			c.count++
+			c.n.Add(1)
 		}
 	}
-	c.n.Store(int32(c.count))
 }
 
 // indexLocked is stream's index, given on first use.
@@ -155,7 +153,7 @@ func (c *convergence) deleteLocked(typeURL, name string) {
 	if len(c.pending[typeURL]) == 0 {
 		delete(c.pending, typeURL)
 	}
-	c.count--
+	c.n.Add(-1)
 }
 
 // expireLocked drops what has been waited for longer than convergeTimeout.
@@ -203,7 +201,6 @@ func (c *convergence) acked(a event.ACK) {
 			c.doneLocked(a.TypeURL, name, p, "", i, &now)
 		}
 	}
-	c.n.Store(int32(c.count))
 }
 
 // eachAnsweredLocked is acked's walk of the names answered. It is a function of its own because
@@ -240,7 +237,6 @@ func (c *convergence) closed(stream int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closedLocked(stream)
-	c.n.Store(int32(c.count))
 }
 
 func (c *convergence) closedLocked(stream int64) {
