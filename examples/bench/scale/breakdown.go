@@ -28,7 +28,7 @@ var categories = []category{
 	{"garbage collection", regexp.MustCompile(`^runtime\.(gcBgMarkWorker|gcAssistAlloc|bgsweep|bgscavenge|gcStart|gcMarkDone|gcMarkTermination|markroot|sweepone|deductSweepCredit)$`)},
 	{"zone token checks", regexp.MustCompile(`^github\.com/kds-host/kds-host/host/auth\.`)},
 	{"heartbeat and store", regexp.MustCompile(`^github\.com/kds-host/kds-host/host/controlplane\.\(\*replicas\)|^github\.com/kds-host/kds-host/host/store\.|^modernc\.org/sqlite`)},
-	{"stack growth", regexp.MustCompile(`^runtime\.(newstack|copystack)$|^github\.com/kds-host/kds-host/host/kds\.growStack$`)},
+	{"stack growth", regexp.MustCompile(`^runtime\.(newstack|copystack)$|^github\.com/kds-host/kds-host/engine\.growStack$`)},
 	{"gRPC sends (SendMsg, loopy writer)", regexp.MustCompile(`^google\.golang\.org/grpc\.\(\*serverStream\)\.SendMsg$|^google\.golang\.org/grpc/internal/transport\.\(\*loopyWriter\)|^google\.golang\.org/grpc/internal/transport\.\(\*http2Server\)\.(write|writeHeader)`)},
 	{"gRPC receives (RecvMsg, frame reader)", regexp.MustCompile(`^google\.golang\.org/grpc\.\(\*serverStream\)\.RecvMsg$|^google\.golang\.org/grpc/internal/transport\.\(\*http2Server\)\.(HandleStreams|operateHeaders)$|^golang\.org/x/net/http2`)},
 	{"a write's fan-out, but for gRPC", regexp.MustCompile(`\.\(\*Cache\)\.SetSnapshot(\.func\d+)*$|^github\.com/kds-host/kds-host/host/controlplane\.\(\*Global\)\.sync`)},
